@@ -1,0 +1,185 @@
+"""One loaded model with its tokenizer: trace a text, predict and generate. The engine behind the
+Python API, the CLI and the web app."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .config import GPTConfig
+from .errors import CheckpointError, InputError
+from .loading.checkpoint import load_gpt
+from .loading.resolve import ResolvedModel, resolve
+from .loading.tokenizer import TextTokenizer
+from .models.gpt import GPT, KVCache
+from .models.recorder import Recorder
+from .sampling import NextTokenDistribution, SamplingParams, make_generator, next_token_distribution
+from .trace import Trace
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GeneratedToken:
+    id: int
+    text: str
+    prob: float  # its probability under the sampling distribution it was drawn from
+    position: int
+
+
+class ExplainerModel:
+    """A GPT-2-family model ready to explain: `trace`, `next_token`, `generate`, `weight`."""
+
+    def __init__(self, gpt: GPT, tokenizer: TextTokenizer, name: str, source: str = "local",
+                 folder: Path | None = None) -> None:
+        if tokenizer.vocab_size > gpt.config.vocab_size:
+            raise CheckpointError(
+                f"tokenizer has {tokenizer.vocab_size} tokens but the model only {gpt.config.vocab_size}"
+            )
+        self.gpt = gpt.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.source = source
+        self.folder = folder
+
+    @classmethod
+    def from_resolved(cls, r: ResolvedModel) -> ExplainerModel:
+        return cls(load_gpt(r.folder), TextTokenizer.from_folder(r.folder), r.name, r.source, r.folder)
+
+    @property
+    def config(self) -> GPTConfig:
+        return self.gpt.config
+
+    @property
+    def context_length(self) -> int:
+        return self.config.block_size
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"ExplainerModel({self.name!r}, {c.n_layer} layers, {c.n_head} heads, d_model {c.n_embd}, "
+                f"{self.gpt.num_params() / 1e6:.1f}M parameters)")
+
+    # -- input -------------------------------------------------------------------------------------
+
+    def encode(self, text: str, *, truncate: bool = False) -> list[int]:
+        """Token ids of `text`; a clear InputError if it is empty or longer than the context."""
+        if not isinstance(text, str):
+            raise InputError(f"text must be a string, got {type(text).__name__}")
+        if text == "":
+            raise InputError("the text is empty: type at least one character")
+        ids = self.tokenizer.encode(text)
+        if not ids:
+            raise InputError("the text produced no tokens")
+        n = self.context_length
+        if len(ids) > n:
+            if not truncate:
+                raise InputError(
+                    f"the text is {len(ids)} tokens long but {self.name} reads at most {n}; shorten it, "
+                    f"or ask for truncation to keep the last {n} tokens"
+                )
+            ids = ids[-n:]
+        return ids
+
+    # -- tracing -----------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def trace(self, text: str, *, truncate: bool = False) -> Trace:
+        """Every intermediate value of the forward pass over `text`, by name."""
+        ids = self.encode(text, truncate=truncate)
+        return self.trace_ids(ids, text=text)
+
+    @torch.inference_mode()
+    def trace_ids(self, ids: list[int], *, text: str | None = None, cache: KVCache | None = None,
+                  prefix_ids: list[int] | None = None) -> Trace:
+        """Trace token ids. With a `cache` holding `prefix_ids`, only the new positions are computed
+        and traced (their attention still covers the whole prefix); the cache is extended."""
+        self._check_ids(ids, cache)
+        rec = Recorder()
+        self.gpt(torch.tensor([ids]), cache=cache, rec=rec)
+        values = {k: v[0] if k != "embed.position" else v[0] for k, v in rec.values.items()}
+        prefix = list(prefix_ids or [])
+        return Trace(
+            model_name=self.name,
+            config=self.config,
+            text=text if text is not None else self.tokenizer.decode(prefix + ids),
+            token_ids=list(ids),
+            tokens=self.tokenizer.token_texts(ids),
+            values=values,
+            start=len(prefix),
+            prefix_ids=prefix,
+        )
+
+    def _check_ids(self, ids: list[int], cache: KVCache | None) -> None:
+        if not ids:
+            raise InputError("no tokens to run")
+        V = self.config.vocab_size
+        bad = [i for i in ids if not 0 <= i < V]
+        if bad:
+            raise InputError(f"token id {bad[0]} is outside the vocabulary (0..{V - 1})")
+        start = cache.length if cache is not None else 0
+        if start + len(ids) > self.context_length:
+            raise InputError(f"{start + len(ids)} tokens exceed the context of {self.context_length}")
+
+    # -- prediction --------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def logits(self, text: str, *, truncate: bool = False) -> Tensor:
+        """Fast path: the next-token logits (V,) at the last position; nothing recorded."""
+        ids = self.encode(text, truncate=truncate)
+        return self.gpt(torch.tensor([ids]), logits_for="last")[0, -1]
+
+    def next_token(self, text_or_trace: str | Trace, params: SamplingParams | None = None) -> NextTokenDistribution:
+        """The next-token distribution after temperature, top-k and top-p."""
+        params = params or SamplingParams()
+        if isinstance(text_or_trace, Trace):
+            logits = text_or_trace.next_token_logits()
+        else:
+            logits = self.logits(text_or_trace)
+        return next_token_distribution(logits, params)
+
+    @torch.inference_mode()
+    def generate_ids(self, ids: list[int], max_new_tokens: int, params: SamplingParams | None = None,
+                     *, stop_at_eos: bool = True) -> Iterator[GeneratedToken]:
+        """Yield new tokens one by one; each step runs only the new position (KV cache). Stops at
+        `max_new_tokens`, at the end-of-text token, or where the context is full."""
+        params = params or SamplingParams()
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise InputError(f"the number of tokens to generate must be a whole number >= 0, got {max_new_tokens!r}")
+        self._check_ids(ids, None)
+        gen = make_generator(params.seed)
+        eos = self.tokenizer.eos_id()
+        cache = KVCache()
+        logits = self.gpt(torch.tensor([ids]), cache=cache, logits_for="last")[0, -1]
+        pos = len(ids)
+        for _ in range(max_new_tokens):
+            dist = next_token_distribution(logits, params)
+            tid = dist.sample(gen)
+            yield GeneratedToken(tid, self.tokenizer.token_text(tid), float(dist.probs[tid]), pos)
+            pos += 1
+            if (stop_at_eos and tid == eos) or pos >= self.context_length:
+                return
+            logits = self.gpt(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
+
+    def generate(self, text: str, max_new_tokens: int, params: SamplingParams | None = None) -> Iterator[GeneratedToken]:
+        return self.generate_ids(self.encode(text), max_new_tokens, params)
+
+    def weight(self, name: str) -> Tensor:
+        """A weight matrix by name, e.g. `blocks.0.attn.W_Q` (heads, d_model, d_head)."""
+        return self.gpt.weight(name)
+
+
+def load_model(spec: str | None = None, *, allow_download: bool = True) -> ExplainerModel:
+    """Load a GPT-2-family model.
+
+    `spec`: a built-in model name, a local HF-format folder, a hub id ("gpt2", "gpt2-medium",
+    "distilgpt2", "owner/repo"), or None for the default (cached GPT-2 small, else the built-in model).
+    """
+    resolved = resolve(spec, allow_download=allow_download)
+    model = ExplainerModel.from_resolved(resolved)
+    log.info("loaded %r from %s", model, resolved.folder)
+    return model

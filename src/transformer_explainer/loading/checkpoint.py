@@ -1,0 +1,119 @@
+"""HF-format GPT-2 checkpoints <-> our GPT: a key-for-key copy plus GPT-2's transposes.
+
+HF stores the four projection matrices as `Conv1D` weights, (in, out); our `nn.Linear`s hold
+(out, in). Nothing is unpickled unsafely: safetensors, or `torch.load(weights_only=True)`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from ..config import GPTConfig
+from ..errors import CheckpointError
+from ..models.gpt import GPT
+from .tokenizer import read_json
+
+TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")  # HF's causal-mask buffers in old checkpoints
+
+
+def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+    st, binf = folder / "model.safetensors", folder / "pytorch_model.bin"
+    if st.is_file():
+        try:
+            return load_file(str(st))
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(f"{st} is corrupt or truncated: {e}") from None
+    if binf.is_file():
+        try:
+            state = torch.load(str(binf), map_location="cpu", weights_only=True)
+        except Exception as e:  # unpickling errors come in many classes
+            raise CheckpointError(f"{binf} could not be loaded safely (weights only): {e}") from None
+        if not isinstance(state, dict):
+            raise CheckpointError(f"{binf} does not hold a state dict")
+        return state
+    raise CheckpointError(f"{folder} has no weights: expected model.safetensors or pytorch_model.bin")
+
+
+def load_gpt(folder: Path) -> GPT:
+    """Build our GPT from an HF GPT-2 folder (`config.json` + weights); errors name the bad tensor."""
+    try:
+        config = GPTConfig.from_hf(read_json(folder / "config.json"))
+    except (KeyError, ValueError, TypeError) as e:
+        raise CheckpointError(f"{folder / 'config.json'} is not a usable GPT-2 config: {e}") from None
+    hf = read_state_dict(folder)
+    model = GPT(config)
+    ours = model.state_dict()
+    # HF GPT2LMHeadModel keys start with "transformer."; a bare GPT2Model's do not.
+    hf = {(k if k.startswith(("transformer.", "lm_head.")) else f"transformer.{k}"): v for k, v in hf.items()}
+    hf = {k: v for k, v in hf.items() if not k.endswith(IGNORED_SUFFIXES)}
+    loaded: dict[str, torch.Tensor] = {}
+    for key, target in ours.items():
+        if key == "lm_head.weight":  # tied to wte
+            continue
+        if key not in hf:
+            raise CheckpointError(f"checkpoint in {folder} is missing tensor {key!r}")
+        t = hf[key]
+        if key.endswith(TRANSPOSED):
+            t = t.t()
+        if tuple(t.shape) != tuple(target.shape):
+            raise CheckpointError(
+                f"tensor {key!r} in {folder} has shape {tuple(t.shape)}, but config.json implies "
+                f"{tuple(target.shape)}"
+            )
+        if not torch.isfinite(t).all():
+            raise CheckpointError(f"tensor {key!r} in {folder} contains NaN or infinite values")
+        loaded[key] = t.to(torch.float32)
+    extra = set(hf) - set(ours)
+    if extra:
+        raise CheckpointError(f"checkpoint in {folder} has unexpected tensors, e.g. {sorted(extra)[0]!r}")
+    model.load_state_dict(loaded, strict=False)
+    model.eval()
+    return model
+
+
+def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
+    """Our weights under HF GPT2LMHeadModel's keys and layouts (lm_head omitted: it is tied)."""
+    out = {}
+    for key, t in model.state_dict().items():
+        if key == "lm_head.weight":
+            continue
+        out[key] = (t.t() if key.endswith(TRANSPOSED) else t).contiguous().clone()
+    return out
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write, fsync, rename: a reader sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def save_gpt(model: GPT, folder: Path) -> None:
+    """Write `config.json` + `model.safetensors` in exactly HF GPT-2's format."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        tmp_file = Path(tmp) / "model.safetensors"
+        save_file(hf_state_dict(model), str(tmp_file), metadata={"format": "pt"})
+        atomic_write_bytes(folder / "model.safetensors", tmp_file.read_bytes())
+    atomic_write_bytes(folder / "config.json", (json.dumps(model.config.to_hf(), indent=2) + "\n").encode())

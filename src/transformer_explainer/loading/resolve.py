@@ -1,0 +1,136 @@
+"""Turn a model spec (built-in name, local folder, hub id, or nothing) into a folder on disk.
+
+Policy when no model is named: GPT-2 small if it is already in the local Hugging Face cache, else
+the built-in model. A download starts only when a hub model is named explicitly.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from ..errors import ModelNotFoundError
+
+log = logging.getLogger(__name__)
+
+BUILTIN_DEFAULT = "explainer-small"
+
+# Short names of the public GPT-2 checkpoints -> (hub repo, parameters, model.safetensors bytes).
+KNOWN_HUB_MODELS: dict[str, tuple[str, str, int]] = {
+    "gpt2": ("openai-community/gpt2", "124M", 548_105_171),
+    "gpt2-medium": ("openai-community/gpt2-medium", "355M", 1_519_919_320),
+    "gpt2-large": ("openai-community/gpt2-large", "774M", 3_247_073_016),
+    "gpt2-xl": ("openai-community/gpt2-xl", "1.5B", 6_431_829_964),
+    "distilgpt2": ("distilbert/distilgpt2", "82M", 352_824_413),
+}
+HUB_FILES = ["config.json", "model.safetensors", "tokenizer.json", "vocab.json", "merges.txt"]
+
+Source = Literal["builtin", "local", "hub"]
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    name: str  # what to call it in the UI
+    folder: Path
+    source: Source
+
+
+def builtin_root() -> Path:
+    return Path(str(resources.files("transformer_explainer") / "builtin"))
+
+
+def builtin_models() -> dict[str, Path]:
+    """Built-in GPT models shipped in the package: name -> folder."""
+    root = builtin_root()
+    if not root.is_dir():
+        return {}
+    return {p.name: p for p in sorted(root.iterdir()) if (p / "config.json").is_file() and p.name != "seq2seq"}
+
+
+def hub_repo(spec: str) -> str:
+    return KNOWN_HUB_MODELS[spec][0] if spec in KNOWN_HUB_MODELS else spec
+
+
+def cached_hub_folder(repo: str) -> Path | None:
+    """The local snapshot of a hub repo if its config and weights are already cached."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = Path(snapshot_download(repo, allow_patterns=HUB_FILES, local_files_only=True))
+    except Exception:  # not cached (or a broken cache entry): treated alike
+        return None
+    has_weights = (folder / "model.safetensors").is_file() or (folder / "pytorch_model.bin").is_file()
+    return folder if (folder / "config.json").is_file() and has_weights else None
+
+
+def cached_gpt2_models() -> dict[str, Path]:
+    """Known GPT-2 checkpoints present in the local hub cache."""
+    out = {}
+    for short, (repo, _, _) in KNOWN_HUB_MODELS.items():
+        folder = cached_hub_folder(repo)
+        if folder is not None:
+            out[short] = folder
+    return out
+
+
+def default_spec() -> str:
+    return "gpt2" if cached_hub_folder(KNOWN_HUB_MODELS["gpt2"][0]) is not None else BUILTIN_DEFAULT
+
+
+def resolve(spec: str | None = None, *, allow_download: bool = True) -> ResolvedModel:
+    """Find the folder for `spec`; download a hub model only if it was named and is not cached."""
+    if spec is None or spec == "" or spec == "default":
+        spec = default_spec()
+        log.info("no model named: using %s", spec)
+    builtins = builtin_models()
+    if spec in builtins:
+        return ResolvedModel(spec, builtins[spec], "builtin")
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return ResolvedModel(path.resolve().name, path.resolve(), "local")
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+        raise ModelNotFoundError(f"model folder {spec!r} does not exist")
+    repo = hub_repo(spec)
+    folder = cached_hub_folder(repo)
+    if folder is not None:
+        return ResolvedModel(spec, folder, "hub")
+    if not allow_download:
+        raise ModelNotFoundError(
+            f"model {spec!r} is not built in, not a local folder, and not in the local Hugging Face cache; "
+            f"downloads are switched off here. Built-in models: {', '.join(builtins) or 'none'}"
+        )
+    return ResolvedModel(spec, _download(spec, repo), "hub")
+
+
+def _download(spec: str, repo: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+    )
+
+    size = KNOWN_HUB_MODELS.get(spec, (None, None, 0))[2]
+    log.warning("downloading %s from the Hugging Face hub%s", repo, f" ({size / 1e6:.0f} MB)" if size else "")
+    try:
+        folder = Path(snapshot_download(repo, allow_patterns=HUB_FILES))
+        if not (folder / "model.safetensors").is_file():  # older repos only have the pickle-format file
+            folder = Path(snapshot_download(repo, allow_patterns=[*HUB_FILES, "pytorch_model.bin"]))
+    except (RepositoryNotFoundError, GatedRepoError):
+        raise ModelNotFoundError(
+            f"{spec!r} is not a built-in model, not a local folder, and no model {repo!r} exists on the "
+            f"Hugging Face hub (built-in models: {', '.join(builtin_models()) or 'none'})"
+        ) from None
+    except (LocalEntryNotFoundError, OfflineModeIsEnabled, OSError) as e:
+        raise ModelNotFoundError(
+            f"could not download {repo!r}: the Hugging Face hub is unreachable ({type(e).__name__}) and the "
+            f"model is not in the local cache. Connect once to download it, copy an HF-format folder here "
+            f"and pass its path, or use the built-in model {BUILTIN_DEFAULT!r}"
+        ) from None
+    except Exception as e:  # network stacks raise many classes; keep the message, drop the trace
+        raise ModelNotFoundError(f"could not download {repo!r}: {type(e).__name__}: {e}") from None
+    return folder

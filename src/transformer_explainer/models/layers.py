@@ -1,0 +1,129 @@
+"""The GPT-2 building blocks, one small module per concept (nanoGPT's layout and parameter names).
+
+Every module has one forward with an optional `rec`: with `rec=None` it takes the fast path (fused
+kernels, nothing kept); with a `Recorder` it computes each step explicitly and records it by name.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import GPTConfig
+from .recorder import Recorder, scope
+
+KV = tuple[Tensor, Tensor]  # (keys, values), each (B, H, S, Dh)
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with a bias; records its mean, variance and normalised vector when asked."""
+
+    def __init__(self, ndim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim))
+        self.eps = eps
+
+    def forward(self, x: Tensor, rec: Recorder | None = None) -> Tensor:
+        if rec is None:
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        mean = x.mean(dim=-1, keepdim=True)  # (B, T, 1)
+        centered = x - mean
+        var = centered.square().mean(dim=-1, keepdim=True)  # biased, as LayerNorm uses
+        normalized = centered * torch.rsqrt(var + self.eps)
+        out = torch.addcmul(self.bias, normalized, self.weight)
+        rec["mean"] = mean.squeeze(-1)
+        rec["var"] = var.squeeze(-1)
+        rec["normalized"] = normalized
+        rec["out"] = out
+        return out
+
+
+def causal_mask(t_query: int, t_key: int, device: torch.device | None = None) -> Tensor:
+    """Boolean (t_query, t_key) mask, True where the key lies after the query and must be hidden.
+
+    The queries are the last `t_query` positions of the `t_key` keys (a KV cache holds the rest).
+    """
+    offset = t_key - t_query
+    q = torch.arange(t_query, device=device).unsqueeze(1) + offset
+    k = torch.arange(t_key, device=device).unsqueeze(0)
+    return k > q
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)  # Q, K, V for all heads at once
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd)  # W_O
+        self.attn_dropout = nn.Dropout(config.dropout)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.dropout = config.dropout
+
+    def forward(self, x: Tensor, rec: Recorder | None = None, past: KV | None = None) -> tuple[Tensor, KV]:
+        B, T, C = x.shape
+        hs = C // self.n_head
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, H, T, hs)
+        k = k.view(B, T, self.n_head, hs).transpose(1, 2)
+        v = v.view(B, T, self.n_head, hs).transpose(1, 2)
+        if past is not None:
+            k = torch.cat((past[0], k), dim=2)  # (B, H, S, hs)
+            v = torch.cat((past[1], v), dim=2)
+        S = k.shape[2]
+        if rec is None:
+            p = self.dropout if self.training else 0.0
+            if S == T:
+                z = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            else:  # queries continue a cached prefix: they may see every earlier key
+                mask = ~causal_mask(T, S, x.device)
+                z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        else:
+            scores = q @ k.transpose(-2, -1)  # (B, H, T, S)
+            masked = (scores * (1.0 / math.sqrt(hs))).masked_fill_(causal_mask(T, S, x.device), float("-inf"))
+            pattern = torch.softmax(masked, dim=-1)
+            z = self.attn_dropout(pattern) @ v  # (B, H, T, hs)
+            rec["q"], rec["k"], rec["v"] = q, k, v
+            rec["scores"], rec["pattern"], rec["z"] = scores, pattern, z
+        y = z.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side again
+        y = self.resid_dropout(self.c_proj(y))
+        return y, (k, v)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, config.d_mlp)
+        self.c_proj = nn.Linear(config.d_mlp, config.n_embd)
+        self.dropout = nn.Dropout(config.dropout)
+        self.approximate = "none" if config.activation == "gelu" else "tanh"
+
+    def forward(self, x: Tensor, rec: Recorder | None = None) -> Tensor:
+        pre = self.c_fc(x)
+        post = F.gelu(pre, approximate=self.approximate)
+        if rec is not None:
+            rec["pre"], rec["post"] = pre, post
+        return self.dropout(self.c_proj(post))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.ln_1 = LayerNorm(config.n_embd, config.layer_norm_epsilon)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = LayerNorm(config.n_embd, config.layer_norm_epsilon)
+        self.mlp = MLP(config)
+
+    def forward(self, x: Tensor, rec: Recorder | None = None, past: KV | None = None) -> tuple[Tensor, KV]:
+        attn_out, present = self.attn(self.ln_1(x, scope(rec, "ln1")), scope(rec, "attn"), past)
+        resid_mid = x + attn_out
+        mlp_out = self.mlp(self.ln_2(resid_mid, scope(rec, "ln2")), scope(rec, "mlp"))
+        resid_post = resid_mid + mlp_out
+        if rec is not None:
+            rec["resid_pre"], rec["attn_out"], rec["resid_mid"] = x, attn_out, resid_mid
+            rec["mlp_out"], rec["resid_post"] = mlp_out, resid_post
+        return resid_post, present

@@ -1,0 +1,100 @@
+"""Next-token distributions under temperature, top-k and top-p, and sampling from them.
+
+The order of the steps follows transformers' `generate`: logits / temperature, then the top-k cut,
+then the top-p (nucleus) cut on what remains, then softmax over the kept tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .errors import InputError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0  # 0 means greedy: always the most likely token
+    top_k: int | None = None  # keep only the k most likely tokens; None keeps all
+    top_p: float | None = None  # keep the smallest set whose probability reaches p; None keeps all
+    seed: int | None = None  # makes sampling repeatable
+
+    def __post_init__(self) -> None:
+        t = self.temperature
+        if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t) or t < 0:
+            raise InputError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
+                                       or self.top_k < 1):
+            raise InputError(f"top_k must be a whole number >= 1 (or omitted), got {self.top_k!r}")
+        p = self.top_p
+        if p is not None and (not isinstance(p, int | float) or not math.isfinite(p) or not 0 < p <= 1):
+            raise InputError(f"top_p must be in (0, 1] (or omitted), got {p!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not 0 <= self.seed < 2**63):
+            raise InputError(f"seed must be a whole number in [0, 2^63), got {self.seed!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class NextTokenDistribution:
+    """Each stage from the raw logits to the probabilities that sampling uses, over the vocabulary."""
+
+    logits: Tensor  # (V,) the model's scores
+    scaled_logits: Tensor  # (V,) logits / temperature (the logits themselves when greedy)
+    kept: Tensor  # (V,) bool: survived the top-k and top-p cuts
+    probs: Tensor  # (V,) softmax over the kept scaled logits; 0 elsewhere
+    params: SamplingParams
+
+    def top(self, n: int) -> list[int]:
+        """Ids of the n most likely tokens under the raw logits."""
+        n = min(n, self.logits.shape[-1])
+        return torch.topk(self.logits, n).indices.tolist()
+
+    def sample(self, generator: torch.Generator | None = None) -> int:
+        if self.params.greedy:
+            return int(torch.argmax(self.logits))
+        return int(torch.multinomial(self.probs, 1, generator=generator))
+
+
+def next_token_distribution(logits: Tensor, params: SamplingParams) -> NextTokenDistribution:
+    """Apply temperature, top-k and top-p to one position's logits (V,)."""
+    logits = logits.detach().to(torch.float32)
+    V = logits.shape[-1]
+    if params.top_k is not None and params.top_k > V:
+        raise InputError(f"top_k must be at most the vocabulary size {V}, got {params.top_k}")
+    if params.greedy:
+        kept = torch.zeros(V, dtype=torch.bool)
+        kept[torch.argmax(logits)] = True
+        return NextTokenDistribution(logits, logits, kept, kept.to(torch.float32), params)
+    scaled = logits / params.temperature
+    kept = torch.ones(V, dtype=torch.bool)
+    if params.top_k is not None and params.top_k < V:
+        kth = torch.topk(scaled, params.top_k).values[-1]
+        kept &= scaled >= kth
+    if params.top_p is not None and params.top_p < 1:
+        masked = scaled.masked_fill(~kept, float("-inf"))
+        sorted_logits, order = torch.sort(masked, descending=True)
+        cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        # keep a token if the mass before it is still below p: the smallest set reaching p
+        keep_sorted = (cum - torch.softmax(sorted_logits, dim=-1)) < params.top_p
+        keep_sorted[0] = True
+        nucleus = torch.zeros(V, dtype=torch.bool)
+        nucleus[order[keep_sorted]] = True
+        kept &= nucleus
+    probs = torch.softmax(scaled.masked_fill(~kept, float("-inf")), dim=-1)
+    return NextTokenDistribution(logits, scaled, kept, probs, params)
+
+
+def make_generator(seed: int | None) -> torch.Generator:
+    g = torch.Generator()
+    if seed is None:
+        g.seed()
+    else:
+        g.manual_seed(seed)
+    return g

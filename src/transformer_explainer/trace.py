@@ -1,0 +1,106 @@
+"""The typed record of one forward pass: every intermediate value by name, with the tokens."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .config import GPTConfig
+from .models.layers import causal_mask
+from .names import DERIVED, activation_names, describe, parse_name
+
+
+@dataclass
+class Trace:
+    """Intermediates of one text through a GPT-2, without the batch dimension.
+
+    `trace["blocks.0.attn.pattern"]` is (heads, query, key). Stages that are cheap to derive
+    (scaled and masked scores, the concatenated heads, the embedding sum) are computed on access.
+    `start` is the position of the first traced token: it is above 0 when the trace covers only the
+    new positions of a generation step, whose keys and values came from a cache.
+    """
+
+    model_name: str
+    config: GPTConfig
+    text: str
+    token_ids: list[int]  # the traced positions' ids
+    tokens: list[str]  # their text, leading spaces kept; undecodable byte pieces escaped
+    values: dict[str, Tensor] = field(repr=False)
+    start: int = 0
+    prefix_ids: list[int] = field(default_factory=list)  # ids before `start`, from the cache
+
+    def __post_init__(self) -> None:
+        if len(self.tokens) != len(self.token_ids):
+            raise ValueError("tokens and token_ids differ in length")
+
+    # -- access --------------------------------------------------------------------------------
+
+    def __getitem__(self, name: str) -> Tensor:
+        if name in self.values:
+            return self.values[name]
+        p = parse_name(name)  # KeyError for names outside the scheme
+        key = p.suffix
+        if p.layer is not None and not 0 <= p.layer < self.config.n_layer:
+            raise KeyError(f"{name!r}: the model has {self.config.n_layer} blocks")
+        if key not in DERIVED:
+            raise KeyError(f"{name!r} is not an activation recorded in this trace")
+        if name == "embed.sum":
+            return self.values["blocks.0.resid_pre"]
+        src = self.values[f"blocks.{p.layer}.{DERIVED[key]}"]
+        if key == "attn.concat":  # (H, T, Dh) -> (T, H*Dh)
+            return src.transpose(0, 1).reshape(src.shape[1], -1)
+        scaled = src / math.sqrt(self.config.head_dim)
+        if key == "attn.scaled_scores":
+            return scaled
+        t, s = scaled.shape[-2:]
+        return scaled.masked_fill(causal_mask(t, s, scaled.device), float("-inf"))
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.names()
+
+    def names(self) -> list[str]:
+        """Every name this trace answers, in computation order."""
+        return activation_names(self.config.n_layer)
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {n: tuple(self[n].shape) for n in self.names()}
+
+    def describe(self, name: str) -> str:
+        dims, text = describe(name)
+        return f"{name} {tuple(self[name].shape)} [{', '.join(dims)}]: {text}"
+
+    def items(self) -> Iterator[tuple[str, Tensor]]:
+        for n in self.names():
+            yield n, self[n]
+
+    # -- convenience -----------------------------------------------------------------------------
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def positions(self) -> list[int]:
+        return list(range(self.start, self.start + self.n_tokens))
+
+    @property
+    def logits(self) -> Tensor:
+        return self.values["logits"]
+
+    def next_token_logits(self) -> Tensor:
+        """Logits at the last position: the model's scores for the token that comes next."""
+        return self.values["logits"][-1]
+
+    def to_numpy(self, names: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Plain float32 arrays by name, for serialisation (`np.savez`, JSON)."""
+        return {n: self[n].to(torch.float32).cpu().numpy() for n in (names or self.names())}
+
+    def summary(self) -> str:
+        lines = [f"Trace of {self.n_tokens} tokens through {self.model_name}"]
+        lines += [self.describe(n) for n in self.names()]
+        return "\n".join(lines)
