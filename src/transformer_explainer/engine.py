@@ -101,7 +101,7 @@ class ExplainerModel:
         self._check_ids(ids, cache)
         rec = Recorder()
         self.gpt(torch.tensor([ids]), cache=cache, rec=rec)
-        values = {k: v[0] if k != "embed.position" else v[0] for k, v in rec.values.items()}
+        values = {k: v[0] for k, v in rec.values.items()}  # drop the batch dimension
         prefix = list(prefix_ids or [])
         return Trace(
             model_name=self.name,
@@ -165,7 +165,8 @@ class ExplainerModel:
                 return
             logits = self.gpt(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
 
-    def generate(self, text: str, max_new_tokens: int, params: SamplingParams | None = None) -> Iterator[GeneratedToken]:
+    def generate(self, text: str, max_new_tokens: int,
+                 params: SamplingParams | None = None) -> Iterator[GeneratedToken]:
         return self.generate_ids(self.encode(text), max_new_tokens, params)
 
     def weight(self, name: str) -> Tensor:

@@ -79,13 +79,13 @@ def load_gpt(folder: Path) -> GPT:
     return model
 
 
-def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
+def hf_state_dict(model: GPT, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """Our weights under HF GPT2LMHeadModel's keys and layouts (lm_head omitted: it is tied)."""
     out = {}
     for key, t in model.state_dict().items():
         if key == "lm_head.weight":
             continue
-        out[key] = (t.t() if key.endswith(TRANSPOSED) else t).contiguous().clone()
+        out[key] = (t.t() if key.endswith(TRANSPOSED) else t).to(dtype).contiguous().clone()
     return out
 
 
@@ -109,11 +109,13 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.close(dfd)
 
 
-def save_gpt(model: GPT, folder: Path) -> None:
-    """Write `config.json` + `model.safetensors` in exactly HF GPT-2's format."""
+def save_gpt(model: GPT, folder: Path, dtype: torch.dtype = torch.float32) -> None:
+    """Write `config.json` + `model.safetensors` in exactly HF GPT-2's format. float16 halves the
+    file; the values then loaded (by us and by transformers alike) are those float16 numbers."""
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         tmp_file = Path(tmp) / "model.safetensors"
-        save_file(hf_state_dict(model), str(tmp_file), metadata={"format": "pt"})
+        save_file(hf_state_dict(model, dtype), str(tmp_file), metadata={"format": "pt"})
         atomic_write_bytes(folder / "model.safetensors", tmp_file.read_bytes())
-    atomic_write_bytes(folder / "config.json", (json.dumps(model.config.to_hf(), indent=2) + "\n").encode())
+    hf_config = {**model.config.to_hf(), "torch_dtype": str(dtype).removeprefix("torch.")}
+    atomic_write_bytes(folder / "config.json", (json.dumps(hf_config, indent=2) + "\n").encode())

@@ -1,0 +1,191 @@
+"""The `transformer-explainer` command line: serve | explain | generate | models | train | seq2seq."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from .errors import ExplainerError
+
+log = logging.getLogger("transformer_explainer")
+
+
+def _model_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None,
+                   help="built-in model name, local HF-format folder, or hub id (gpt2, gpt2-medium, distilgpt2, "
+                        "owner/repo); default: GPT-2 small if cached, else the built-in model")
+    p.add_argument("--offline", action="store_true", help="never download; use only local models")
+
+
+def _sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1.0)")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+
+
+def _load(args: argparse.Namespace):
+    from .engine import load_model
+
+    model = load_model(args.model, allow_download=not args.offline)
+    print(f"model: {model.name} ({model.source}; {model.config.n_layer} layers, {model.config.n_head} heads, "
+          f"d_model {model.config.n_embd}, context {model.config.block_size})", file=sys.stderr)
+    return model
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from .sampling import SamplingParams
+
+    model = _load(args)
+    trace = model.trace(args.text, truncate=args.truncate)
+    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    dist = model.next_token(trace, params)
+    top = [{"token": model.tokenizer.token_text(i), "id": i, "logit": float(dist.logits[i]),
+            "prob": float(dist.probs[i])} for i in dist.top(args.top)]
+    if args.json:
+        print(json.dumps({"model": model.name, "tokens": trace.tokens, "token_ids": trace.token_ids, "top": top},
+                         ensure_ascii=False))
+        return 0
+    print(f"{trace.n_tokens} tokens:")
+    for pos, (tok, tid) in enumerate(zip(trace.tokens, trace.token_ids, strict=True)):
+        print(f"  {pos:>4}  {tid:>6}  {tok!r}")
+    print(f"\nnext token (temperature {params.temperature}, top-k {params.top_k}, top-p {params.top_p}):")
+    print(f"  {'token':<20} {'id':>6} {'logit':>9} {'prob':>8}")
+    for row in top:
+        print(f"  {row['token']!r:<20} {row['id']:>6} {row['logit']:>9.3f} {row['prob']:>8.2%}")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .sampling import SamplingParams
+
+    model = _load(args)
+    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    ids = model.encode(args.text, truncate=True)
+    sys.stdout.write(args.text)
+    sys.stdout.flush()
+    out: list[int] = []
+    shown = ""
+    for tok in model.generate_ids(ids, args.n, params):
+        out.append(tok.id)
+        text = model.tokenizer.decode(out)  # decode the run so multi-token characters come out whole
+        if not text.endswith("\ufffd"):
+            sys.stdout.write(text[len(shown):])
+            sys.stdout.flush()
+            shown = text
+    sys.stdout.write(model.tokenizer.decode(out)[len(shown):] + "\n")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from .loading.resolve import KNOWN_HUB_MODELS, builtin_models, cached_gpt2_models, default_spec
+
+    rows = []
+    for name, folder in builtin_models().items():
+        rows.append({"name": name, "kind": "built-in", "location": str(folder)})
+    cached = cached_gpt2_models()
+    for name, folder in cached.items():
+        rows.append({"name": name, "kind": "cached", "location": str(folder)})
+    for name, (repo, params, size) in KNOWN_HUB_MODELS.items():
+        if name not in cached:
+            rows.append({"name": name, "kind": "downloadable", "location": f"hf.co/{repo}",
+                         "parameters": params, "download_mb": round(size / 1e6)})
+    default = default_spec()
+    if args.json:
+        print(json.dumps({"default": default, "models": rows}, indent=1))
+        return 0
+    print(f"{'name':<18} {'kind':<13} details")
+    for r in rows:
+        extra = f"{r['parameters']} parameters, {r['download_mb']} MB download" if "parameters" in r else ""
+        print(f"{r['name']:<18} {r['kind']:<13} {extra or r['location']}")
+    print(f"\ndefault (no --model): {default}")
+    return 0
+
+
+def cmd_train_lm(args: argparse.Namespace) -> int:
+    from .training.lm_run import run_lm_training
+
+    run_lm_training(args)
+    return 0
+
+
+# Other features add their subcommands here: each is `register(subcommands, train_subcommands)`.
+EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction, argparse._SubParsersAction], None]] = []
+
+
+def _register_optional() -> None:
+    from importlib import import_module
+
+    for mod in ("transformer_explainer.server.cli", "transformer_explainer.seq2seq.cli",
+                "transformer_explainer.analysis.cli"):
+        try:
+            m = import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name and mod.startswith(e.name):
+                continue
+            raise
+        EXTRA_COMMANDS.append(m.register)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="transformer-explainer", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("explain", help="tokens of TEXT and the model's top next tokens")
+    p.add_argument("text")
+    _model_arg(p)
+    p.add_argument("--top", "--top-n", dest="top", type=int, default=10, help="how many candidates to list")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--truncate", action="store_true", help="keep the last tokens of an over-long text")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("generate", help="continue TEXT, streaming tokens as they come")
+    p.add_argument("text")
+    p.add_argument("-n", type=int, default=30, help="new tokens (default 30)")
+    _model_arg(p)
+    _sampling_args(p)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("models", help="built-in, cached and downloadable models")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_models)
+
+    train = sub.add_parser("train", help="train a model").add_subparsers(dest="what", required=True)
+    p = train.add_parser("lm", help="train a GPT-2-architecture language model on a text corpus")
+    from .training.lm_run import add_lm_args
+
+    add_lm_args(p)
+    p.set_defaults(func=cmd_train_lm)
+
+    _register_optional()
+    for register in EXTRA_COMMANDS:
+        register(sub, train)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except ExplainerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

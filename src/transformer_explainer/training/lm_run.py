@@ -1,0 +1,161 @@
+"""`transformer-explainer train lm`: corpus + tokenizer -> trained GPT -> HF-format folder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from ..config import GPTConfig
+from ..errors import InputError
+from ..loading.checkpoint import save_gpt
+from ..loading.tokenizer import TextTokenizer
+from ..models.gpt import GPT
+from .lm import LMTask, token_byte_lengths, tokenize_file
+from .trainer import TrainConfig, Trainer
+
+log = logging.getLogger(__name__)
+
+SAMPLE_PROMPTS = ["Data visualization empowers users to", "The king said", "In the morning, the", "Science is"]
+
+
+def add_lm_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", type=Path, required=True,
+                   help="folder with train.txt and valid.txt (and optionally general_eval.txt)")
+    p.add_argument("--tokenizer", type=Path, required=True,
+                   help="folder with tokenizer.json; trained there from train.txt if missing")
+    p.add_argument("--vocab-size", type=int, default=8192, help="when training a tokenizer")
+    p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints and run.json; resumes if present")
+    p.add_argument("--n-layer", type=int, default=6)
+    p.add_argument("--n-head", type=int, default=8)
+    p.add_argument("--n-embd", type=int, default=256)
+    p.add_argument("--block-size", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--min-lr", type=float, default=1e-4)
+    p.add_argument("--warmup", type=int, default=200)
+    p.add_argument("--max-steps", type=int, default=4000)
+    p.add_argument("--max-minutes", type=float, default=None, help="stop cleanly after this long")
+    p.add_argument("--eval-interval", type=int, default=250)
+    p.add_argument("--checkpoint-interval", type=int, default=250)
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward pass (CPU)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--export", type=Path, default=None, help="write the trained model here in HF GPT-2 format")
+    p.add_argument("--export-dtype", choices=["float32", "float16"], default="float16")
+    p.add_argument("--no-progress", action="store_true")
+
+
+class _Autocast(LMTask):
+    def loss(self, model, batch):  # type: ignore[override]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return super().loss(model, batch)
+
+
+def run_lm_training(args: argparse.Namespace) -> Path:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    corpus: Path = args.corpus
+    if not (corpus / "train.txt").is_file() or not (corpus / "valid.txt").is_file():
+        raise InputError(f"{corpus} must hold train.txt and valid.txt (see scripts/build_corpus.py)")
+    if not (args.tokenizer / "tokenizer.json").is_file():
+        from .bpe import train_bpe_tokenizer
+
+        log.warning("training a %d-token BPE tokenizer into %s", args.vocab_size, args.tokenizer)
+        train_bpe_tokenizer([corpus / "train.txt"], args.vocab_size, args.tokenizer)
+    tok = TextTokenizer.from_folder(args.tokenizer)
+    train_ids = tokenize_file(tok, corpus / "train.txt")
+    valid_ids = tokenize_file(tok, corpus / "valid.txt")
+    extra = {}
+    if (corpus / "general_eval.txt").is_file():
+        extra["general"] = tokenize_file(tok, corpus / "general_eval.txt")
+    log.warning("corpus: %d train tokens, %d valid tokens", len(train_ids), len(valid_ids))
+
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    run_file = out / "run.json"
+    if run_file.is_file():  # resuming: the model's shape is the one the run started with
+        run = json.loads(run_file.read_text())
+        config = GPTConfig.from_dict(run["model"])
+    else:
+        config = GPTConfig(vocab_size=tok.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
+                           n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout)
+        run = {"model": asdict(config), "args": {k: str(v) for k, v in vars(args).items() if k != "func"}}
+        run_file.write_text(json.dumps(run, indent=1))
+    tcfg = TrainConfig(max_steps=args.max_steps, lr=args.lr, min_lr=args.min_lr, warmup_steps=args.warmup,
+                       eval_interval=args.eval_interval, checkpoint_interval=args.checkpoint_interval,
+                       max_minutes=args.max_minutes, seed=args.seed)
+    torch.manual_seed(args.seed)
+    model = GPT(config)
+    task_cls = _Autocast if args.bf16 else LMTask
+    task = task_cls(train_ids, valid_ids, token_byte_lengths(tok), config.block_size, args.batch_size,
+                    seed=args.seed, extra_evals=extra)
+    trainer = Trainer(model, task, tcfg, out / "checkpoints", progress=not args.no_progress)
+    trainer.resume()
+    t0 = time.time()
+    state = trainer.fit()
+    log.warning("trained to step %d (%d tokens, %.0f s this session); eval %s", state.step, state.tokens,
+                time.time() - t0, state.last_eval)
+    (out / "history.json").write_text(json.dumps(asdict(state), indent=1))
+    if args.export:
+        export_builtin(model.eval(), args.tokenizer, args.export, state, args, len(train_ids))
+    return out
+
+
+def export_builtin(model: GPT, tokenizer_dir: Path, folder: Path, state, args: argparse.Namespace,
+                   train_tokens: int) -> None:
+    """HF GPT-2 folder + model card, then reload it through `load_model` to write the samples."""
+    from ..engine import load_model
+    from ..sampling import SamplingParams
+
+    dtype = torch.float16 if args.export_dtype == "float16" else torch.float32
+    save_gpt(model, folder, dtype)
+    shutil.copy(tokenizer_dir / "tokenizer.json", folder / "tokenizer.json")
+    loaded = load_model(str(folder), allow_download=False)
+    samples = []
+    for prompt in SAMPLE_PROMPTS:
+        greedy = "".join(t.text for t in loaded.generate(prompt, 24, SamplingParams(temperature=0)))
+        sampled = "".join(t.text for t in loaded.generate(prompt, 24, SamplingParams(temperature=0.8, top_k=40,
+                                                                                     seed=0)))
+        samples.append((prompt, greedy, sampled))
+    c = model.config
+    ev = state.last_eval
+    size_mb = (folder / "model.safetensors").stat().st_size / 1e6
+    lines = [
+        f"# {folder.name}: the built-in model of transformer-explainer",
+        "",
+        "A small GPT-2-architecture language model trained by this project so that the explainer works",
+        "offline. Same code path as GPT-2: HF GPT-2 format (`config.json`, `model.safetensors`,",
+        "`tokenizer.json`), byte-level BPE tokenizer trained with `tokenizers` like GPT-2's.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| shape | {c.n_layer} layers, {c.n_head} heads, d_model {c.n_embd}, MLP {c.d_mlp}, "
+        f"context {c.block_size} |",
+        f"| vocabulary | {c.vocab_size} byte-level BPE tokens |",
+        f"| parameters | {model.num_params() / 1e6:.2f} M (weights stored as {args.export_dtype}, "
+        f"{size_mb:.1f} MB) |",
+        f"| corpus | see `data/corpus/SOURCES.md` from `scripts/build_corpus.py`; "
+        f"{train_tokens / 1e6:.1f} M train tokens |",
+        f"| training | {state.step} steps x {args.batch_size} x {c.block_size} tokens = {state.tokens / 1e6:.1f} M tokens, "
+        f"AdamW, lr {args.lr} warmup {args.warmup} cosine to {args.min_lr} |",
+        f"| time and machine | {state.elapsed_s / 60:.0f} min on {torch.get_num_threads()} CPU threads "
+        f"({platform.processor() or platform.machine()}) |",
+        f"| held-out loss (corpus valid slice) | {ev.get('val_loss', float('nan')):.3f} nats/token, "
+        f"{ev.get('val_bpb', float('nan')):.3f} bits per byte |",
+    ]
+    if "general_bpb" in ev:
+        lines.append(f"| general English prose (source not in training) | {ev['general_loss']:.3f} nats/token, "
+                     f"{ev['general_bpb']:.3f} bits per byte |")
+    lines += ["", "## Samples", "", "Greedy, then temperature 0.8 / top-k 40 / seed 0, 24 tokens each.", ""]
+    for prompt, greedy, sampled in samples:
+        lines += [f"- **{prompt}**{greedy}", f"- **{prompt}**{sampled}"]
+    (folder / "MODEL_CARD.md").write_text("\n".join(lines) + "\n")
