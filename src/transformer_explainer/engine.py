@@ -17,7 +17,7 @@ from .loading.checkpoint import load_gpt
 from .loading.resolve import ResolvedModel, resolve
 from .loading.tokenizer import TextTokenizer
 from .models.gpt import GPT, KVCache
-from .models.recorder import Recorder
+from .models.recorder import Patch, Recorder
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, next_token_distribution
 from .trace import Trace
 
@@ -95,11 +95,15 @@ class ExplainerModel:
 
     @torch.inference_mode()
     def trace_ids(self, ids: list[int], *, text: str | None = None, cache: KVCache | None = None,
-                  prefix_ids: list[int] | None = None) -> Trace:
+                  prefix_ids: list[int] | None = None, patches: dict[str, Patch] | None = None) -> Trace:
         """Trace token ids. With a `cache` holding `prefix_ids`, only the new positions are computed
-        and traced (their attention still covers the whole prefix); the cache is extended."""
+        and traced (their attention still covers the whole prefix); the cache is extended.
+
+        `patches` maps activation names to functions that replace the value as it is computed (with
+        the batch dimension, e.g. (1, H, T, Dh) for `blocks.3.attn.z`): the trace of an intervention.
+        """
         self._check_ids(ids, cache)
-        rec = Recorder()
+        rec = Recorder(patches=patches)
         self.gpt(torch.tensor([ids]), cache=cache, rec=rec)
         values = {k: v[0] for k, v in rec.values.items()}  # drop the batch dimension
         prefix = list(prefix_ids or [])

@@ -81,9 +81,10 @@ class GPT(nn.Module):
         pos = torch.arange(start, start + T, device=idx.device)
         tok_emb = self.transformer.wte(idx)  # (B, T, D)
         pos_emb = self.transformer.wpe(pos)  # (T, D)
-        x = self.transformer.drop(tok_emb + pos_emb)
         if rec is not None:
-            rec["embed.token"], rec["embed.position"] = tok_emb, pos_emb.expand_as(tok_emb)
+            tok_emb = rec("embed.token", tok_emb)
+            pos_emb = rec("embed.position", pos_emb.expand_as(tok_emb))
+        x = self.transformer.drop(tok_emb + pos_emb)
         presents: list[KV] = []
         for i, block in enumerate(self.transformer.h):
             past = cache.layers[i] if cache is not None and cache.layers else None
@@ -95,9 +96,7 @@ class GPT(nn.Module):
             x = x[:, -1:, :]
         x = self.transformer.ln_f(x, scope(rec, "ln_final"))
         logits = self.lm_head(x)
-        if rec is not None:
-            rec["logits"] = logits
-        return logits
+        return logits if rec is None else rec("logits", logits)
 
     # -- weights by name ---------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import GPTConfig
-from .recorder import Recorder, scope
+from .recorder import Recorder
 
 KV = tuple[Tensor, Tensor]  # (keys, values), each (B, H, S, Dh)
 
@@ -33,13 +33,10 @@ class LayerNorm(nn.Module):
         mean = x.mean(dim=-1, keepdim=True)  # (B, T, 1)
         centered = x - mean
         var = centered.square().mean(dim=-1, keepdim=True)  # biased, as LayerNorm uses
-        normalized = centered * torch.rsqrt(var + self.eps)
-        out = torch.addcmul(self.bias, normalized, self.weight)
-        rec["mean"] = mean.squeeze(-1)
-        rec["var"] = var.squeeze(-1)
-        rec["normalized"] = normalized
-        rec["out"] = out
-        return out
+        rec("mean", mean.squeeze(-1))
+        rec("var", var.squeeze(-1))
+        normalized = rec("normalized", centered * torch.rsqrt(var + self.eps))
+        return rec("out", torch.addcmul(self.bias, normalized, self.weight))
 
 
 def causal_mask(t_query: int, t_key: int, device: torch.device | None = None) -> Tensor:
@@ -83,12 +80,11 @@ class CausalSelfAttention(nn.Module):
                 mask = ~causal_mask(T, S, x.device)
                 z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         else:
-            scores = q @ k.transpose(-2, -1)  # (B, H, T, S)
+            q, k, v = rec("q", q), rec("k", k), rec("v", v)
+            scores = rec("scores", q @ k.transpose(-2, -1))  # (B, H, T, S)
             masked = (scores * (1.0 / math.sqrt(hs))).masked_fill_(causal_mask(T, S, x.device), float("-inf"))
-            pattern = torch.softmax(masked, dim=-1)
-            z = self.attn_dropout(pattern) @ v  # (B, H, T, hs)
-            rec["q"], rec["k"], rec["v"] = q, k, v
-            rec["scores"], rec["pattern"], rec["z"] = scores, pattern, z
+            pattern = rec("pattern", torch.softmax(masked, dim=-1))
+            z = rec("z", self.attn_dropout(pattern) @ v)  # (B, H, T, hs)
         y = z.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side again
         y = self.resid_dropout(self.c_proj(y))
         return y, (k, v)
@@ -103,10 +99,10 @@ class MLP(nn.Module):
         self.approximate = "none" if config.activation == "gelu" else "tanh"
 
     def forward(self, x: Tensor, rec: Recorder | None = None) -> Tensor:
-        pre = self.c_fc(x)
-        post = F.gelu(pre, approximate=self.approximate)
-        if rec is not None:
-            rec["pre"], rec["post"] = pre, post
+        if rec is None:
+            return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
+        pre = rec("pre", self.c_fc(x))
+        post = rec("post", F.gelu(pre, approximate=self.approximate))
         return self.dropout(self.c_proj(post))
 
 
@@ -119,11 +115,12 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x: Tensor, rec: Recorder | None = None, past: KV | None = None) -> tuple[Tensor, KV]:
-        attn_out, present = self.attn(self.ln_1(x, scope(rec, "ln1")), scope(rec, "attn"), past)
-        resid_mid = x + attn_out
-        mlp_out = self.mlp(self.ln_2(resid_mid, scope(rec, "ln2")), scope(rec, "mlp"))
-        resid_post = resid_mid + mlp_out
-        if rec is not None:
-            rec["resid_pre"], rec["attn_out"], rec["resid_mid"] = x, attn_out, resid_mid
-            rec["mlp_out"], rec["resid_post"] = mlp_out, resid_post
-        return resid_post, present
+        if rec is None:
+            attn_out, present = self.attn(self.ln_1(x), None, past)
+            x = x + attn_out
+            return x + self.mlp(self.ln_2(x)), present
+        x = rec("resid_pre", x)
+        attn_out, present = self.attn(self.ln_1(x, rec.scope("ln1")), rec.scope("attn"), past)
+        resid_mid = rec("resid_mid", x + rec("attn_out", attn_out))
+        mlp_out = rec("mlp_out", self.mlp(self.ln_2(resid_mid, rec.scope("ln2")), rec.scope("mlp")))
+        return rec("resid_post", resid_mid + mlp_out), present

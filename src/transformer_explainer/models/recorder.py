@@ -1,27 +1,42 @@
-"""Collects named intermediates during one forward pass.
+"""Collects named intermediates during one forward pass, and optionally edits them.
 
 A recorder is created per call and passed down; modules never keep activations on `self`, so a
-model can serve concurrent requests and nothing goes stale.
+model can serve concurrent requests and nothing goes stale. Patches (name -> function) let an
+experiment replace a value as it is computed (e.g. zero one head's `attn.z`); what is recorded is
+the patched value, and everything downstream sees it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor
+
+Patch = Callable[[Tensor], Tensor]
 
 
 class Recorder:
-    """A write-only view, under a name prefix, onto one pass's table of recorded tensors."""
+    """A view, under a name prefix, onto one pass's table of recorded tensors and its patches."""
 
-    def __init__(self, values: dict[str, Tensor] | None = None, prefix: str = "") -> None:
+    def __init__(self, values: dict[str, Tensor] | None = None, prefix: str = "",
+                 patches: dict[str, Patch] | None = None) -> None:
         self.values: dict[str, Tensor] = {} if values is None else values
+        self.patches: dict[str, Patch] = {} if patches is None else patches
         self.prefix = prefix
 
     def scope(self, name: str) -> Recorder:
         """A recorder that writes under `prefix + name + "."`."""
-        return Recorder(self.values, f"{self.prefix}{name}.")
+        return Recorder(self.values, f"{self.prefix}{name}.", self.patches)
 
-    def __setitem__(self, name: str, value: Tensor) -> None:
-        self.values[self.prefix + name] = value.detach()
+    def __call__(self, name: str, value: Tensor) -> Tensor:
+        """Record `value` under `name`, after applying the patch registered for it, if any; the
+        caller continues with the returned tensor."""
+        full = self.prefix + name
+        patch = self.patches.get(full)
+        if patch is not None:
+            value = patch(value)
+        self.values[full] = value.detach()
+        return value
 
 
 def scope(rec: Recorder | None, name: str) -> Recorder | None:

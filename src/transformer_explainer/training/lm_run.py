@@ -145,7 +145,8 @@ def export_builtin(model: GPT, tokenizer_dir: Path, folder: Path, state, args: a
         f"{size_mb:.1f} MB) |",
         f"| corpus | see `data/corpus/SOURCES.md` from `scripts/build_corpus.py`; "
         f"{train_tokens / 1e6:.1f} M train tokens |",
-        f"| training | {state.step} steps x {args.batch_size} x {c.block_size} tokens = {state.tokens / 1e6:.1f} M tokens, "
+        f"| training | {state.step} steps x {args.batch_size} x {c.block_size} tokens = "
+        f"{state.tokens / 1e6:.1f} M tokens, "
         f"AdamW, lr {args.lr} warmup {args.warmup} cosine to {args.min_lr} |",
         f"| time and machine | {state.elapsed_s / 60:.0f} min on {torch.get_num_threads()} CPU threads "
         f"({platform.processor() or platform.machine()}) |",
