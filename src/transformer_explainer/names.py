@@ -51,8 +51,9 @@ GLOBAL_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
 
 # Stages computed on request from a recorded one instead of being stored.
 DERIVED: dict[str, str] = {
-    "attn.scaled_scores": "attn.scores",
-    "attn.masked_scores": "attn.scores",
+    "attn.scores": "attn.q",  # q @ k^T: recomputing it costs less than keeping (H, T, S) per block
+    "attn.scaled_scores": "attn.q",
+    "attn.masked_scores": "attn.q",
     "attn.concat": "attn.z",
     "embed.sum": "blocks.0.resid_pre",
 }

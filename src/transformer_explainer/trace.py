@@ -54,7 +54,13 @@ class Trace:
         src = self.values[f"blocks.{p.layer}.{DERIVED[key]}"]
         if key == "attn.concat":  # (H, T, Dh) -> (T, H*Dh)
             return src.transpose(0, 1).reshape(src.shape[1], -1)
-        scaled = src / math.sqrt(self.config.head_dim)
+        # the same matmul as the forward pass, so the same numbers (a patched forward stored its own)
+        scores = self.values.get(f"blocks.{p.layer}.attn.scores")
+        if scores is None:
+            scores = src @ self.values[f"blocks.{p.layer}.attn.k"].transpose(-2, -1)
+        if key == "attn.scores":
+            return scores
+        scaled = scores * (1.0 / math.sqrt(self.config.head_dim))
         if key == "attn.scaled_scores":
             return scaled
         t, s = scaled.shape[-2:]

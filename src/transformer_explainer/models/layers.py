@@ -81,7 +81,8 @@ class CausalSelfAttention(nn.Module):
                 z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         else:
             q, k, v = rec("q", q), rec("k", k), rec("v", v)
-            scores = rec("scores", q @ k.transpose(-2, -1))  # (B, H, T, S)
+            # raw scores are not stored: the trace recomputes them from q and k when asked
+            scores = rec.derived("scores", q @ k.transpose(-2, -1))  # (B, H, T, S)
             masked = (scores * (1.0 / math.sqrt(hs))).masked_fill_(causal_mask(T, S, x.device), float("-inf"))
             pattern = rec("pattern", torch.softmax(masked, dim=-1))
             z = rec("z", self.attn_dropout(pattern) @ v)  # (B, H, T, hs)

@@ -38,6 +38,11 @@ class Recorder:
         self.values[full] = value.detach()
         return value
 
+    def derived(self, name: str, value: Tensor) -> Tensor:
+        """For a value the trace can recompute from others (so it is not stored): apply and record
+        a patch if one is registered for it, else pass the value through untouched."""
+        return self(name, value) if self.prefix + name in self.patches else value
+
 
 def scope(rec: Recorder | None, name: str) -> Recorder | None:
     return None if rec is None else rec.scope(name)

@@ -1,0 +1,161 @@
+"""Forward-pass and generation timings against the reference libraries, measured in one run.
+
+    .venv/bin/python benchmarks/bench_forward.py [--lengths 8 32 128 512] [--reps 7] [--threads 2]
+
+GPT-2 small's shape with random weights (saved in HF format with transformers, loaded by both).
+Contenders, interleaved round by round so drift hits all alike:
+  ours fast      next-token logits, nothing recorded (what prediction and generation need)
+  ours fast/all  all positions' logits, nothing recorded
+  ours trace     every intermediate recorded (explicit attention path)
+  hf plain       transformers GPT2LMHeadModel forward (default attention kernel)
+  hf outputs     transformers with output_attentions + output_hidden_states (eager attention)
+  tl cache       TransformerLens HookedTransformer.run_with_cache (if installed)
+Also: the machine's measured fp32 GEMM rate and memory bandwidth, the compute and weight-streaming
+limits they imply per length, and generation tokens/s (ours with KV cache vs transformers generate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.conftest import make_hf_gpt2  # noqa: E402
+from transformer_explainer import SamplingParams, load_model  # noqa: E402
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e3
+
+
+def gemm_gflops(n: int = 1536, reps: int = 5) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t)
+    return 2 * n**3 / min(times) / 1e9
+
+
+def bandwidth_gbs(mb: int = 512, reps: int = 5) -> float:
+    x = torch.ones(mb * 2**20 // 4)
+    x.sum()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - t)
+    return x.numel() * 4 / min(times) / 1e9
+
+
+def forward_flops(cfg, T: int) -> float:
+    D, L, V, M = cfg.n_embd, cfg.n_layer, cfg.vocab_size, cfg.d_mlp
+    per_layer = 2 * T * D * 3 * D + 2 * T * D * D + 2 * 2 * T * D * M + 2 * 2 * T * T * D
+    return L * per_layer + 2 * T * D * V
+
+
+def build_tl(folder: Path):
+    try:
+        from transformer_lens import HookedTransformer, HookedTransformerConfig
+        from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
+        from transformers import GPT2LMHeadModel
+    except Exception as e:  # not installed: the column is skipped
+        print(f"(TransformerLens not available: {type(e).__name__}: {e})")
+        return None
+    hf = GPT2LMHeadModel.from_pretrained(folder)
+    c = hf.config
+    cfg = HookedTransformerConfig(n_layers=c.n_layer, d_model=c.n_embd, n_heads=c.n_head, d_head=c.n_embd // c.n_head,
+                                  d_mlp=4 * c.n_embd, d_vocab=c.vocab_size, n_ctx=c.n_positions, act_fn="gelu_new",
+                                  normalization_type="LN", device="cpu")
+    tl = HookedTransformer(cfg)
+    tl.load_state_dict(convert_gpt2_weights(hf, cfg), strict=False)
+    return tl.eval()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lengths", type=int, nargs="+", default=[8, 32, 128, 512])
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--gen-tokens", type=int, default=48)
+    ap.add_argument("--no-tl", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from transformers import GPT2LMHeadModel
+
+    tmp = Path(tempfile.mkdtemp())
+    folder = make_hf_gpt2(tmp / "gpt2-small-shape", n_layer=12, n_head=12, n_embd=768, n_positions=1024)
+    ours = load_model(str(folder), allow_download=False)
+    hf_plain = GPT2LMHeadModel.from_pretrained(folder).eval()
+    hf_eager = GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()
+    tl = None if args.no_tl else build_tl(folder)
+    cfg = ours.config
+    peak, bw = gemm_gflops(), bandwidth_gbs()
+    weight_bytes = sum(p.numel() for p in ours.gpt.parameters()) * 4
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; fp32 GEMM {peak:.0f} GFLOP/s, "
+          f"memory read {bw:.1f} GB/s; weights {weight_bytes / 1e6:.0f} MB -> streaming them takes "
+          f"{weight_bytes / bw / 1e6:.1f} ms")
+
+    contenders = {
+        "ours fast": lambda ids: ours.gpt(ids, logits_for="last"),
+        "ours fast/all": lambda ids: ours.gpt(ids),
+        "ours trace": lambda ids: ours.trace_ids(ids[0].tolist()),
+        "hf plain": lambda ids: hf_plain(ids),
+        "hf outputs": lambda ids: hf_eager(ids, output_attentions=True, output_hidden_states=True),
+    }
+    if tl is not None:
+        contenders["tl cache"] = lambda ids: tl.run_with_cache(ids)
+    header = f"{'tokens':>6} {'limit':>7} " + " ".join(f"{n:>13}" for n in contenders)
+    print("\nmedian ms per forward (limit = FLOPs / measured GEMM rate)")
+    print(header)
+    ratios = []
+    g = torch.Generator().manual_seed(0)
+    for T in args.lengths:
+        ids = torch.randint(0, cfg.vocab_size, (1, T), generator=g)
+        times: dict[str, list[float]] = {n: [] for n in contenders}
+        with torch.inference_mode():
+            for f in contenders.values():  # warm-up
+                f(ids)
+            for _ in range(args.reps):
+                for name, f in contenders.items():
+                    t = time.perf_counter()
+                    f(ids)
+                    times[name].append(time.perf_counter() - t)
+        med = {n: median_ms(v) for n, v in times.items()}
+        limit = forward_flops(cfg, T) / (peak * 1e9) * 1e3
+        print(f"{T:>6} {limit:>7.1f} " + " ".join(f"{med[n]:>13.1f}" for n in contenders))
+        ratios.append((T, med))
+    print("\nratios to hf plain (lower is faster)")
+    print(f"{'tokens':>6} " + " ".join(f"{n:>13}" for n in contenders))
+    for T, med in ratios:
+        print(f"{T:>6} " + " ".join(f"{med[n] / med['hf plain']:>13.2f}" for n in contenders))
+
+    # generation: 32-token prompt, greedy, new tokens per second
+    prompt = torch.randint(0, cfg.vocab_size, (1, 32), generator=g)
+    n = args.gen_tokens
+    ours_t, hf_t = [], []
+    for _ in range(3):
+        t = time.perf_counter()
+        out = list(ours.generate_ids(prompt[0].tolist(), n, SamplingParams(temperature=0), stop_at_eos=False))
+        ours_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        with torch.inference_mode():
+            ref = hf_plain.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True,
+                                    pad_token_id=0)
+        hf_t.append(time.perf_counter() - t)
+    same = [o.id for o in out] == ref[0, 32:].tolist()
+    o, h = n / statistics.median(ours_t), n / statistics.median(hf_t)
+    print(f"\ngeneration, {n} new tokens after 32: ours {o:.1f} tok/s, transformers generate {h:.1f} tok/s "
+          f"({o / h:.2f}x); identical greedy tokens: {same}; weight-streaming bound {bw * 1e9 / weight_bytes:.0f} tok/s")
+
+
+if __name__ == "__main__":
+    main()
