@@ -1,0 +1,6 @@
+"""The web server: a JSON API over the engine, and the packaged browser app (`transformer-explainer serve`)."""
+
+from .app import ServerSettings, create_app
+from .registry import ModelRegistry
+
+__all__ = ["ModelRegistry", "ServerSettings", "create_app"]

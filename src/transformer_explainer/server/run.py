@@ -1,0 +1,116 @@
+"""Run the app under uvicorn: bind first, then print the URL, so the address printed is the one
+that is listening (also with `--port 0`)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import socket
+import sys
+from dataclasses import asdict, dataclass, field
+
+from fastapi import FastAPI
+
+from ..errors import ExplainerError
+from .app import ServerSettings, create_app
+from .registry import ModelRegistry
+
+log = logging.getLogger(__name__)
+
+# Worker processes (uvicorn --workers) rebuild the app from this; it is plumbing between the
+# parent and its own children, not a user setting.
+_CONFIG_ENV = "TRANSFORMER_EXPLAINER_SERVE_CONFIG"
+
+
+@dataclass
+class ServeConfig:
+    models: list[str] = field(default_factory=list)  # specs: built-in names, folders, hub ids; first is the default
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1  # processes
+    model_threads: int = 1
+    max_queue: int = 16
+    request_timeout_s: float = 60.0
+    trace_cache_mb: int = 256
+    allow_download: bool = False  # may `--model gpt2` download at startup
+    discover: bool = True  # also offer the built-in and cached models
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_registry(cfg: ServeConfig) -> ModelRegistry:
+    from ..loading.resolve import default_spec, resolve
+
+    specs = cfg.models or [default_spec()]
+    resolved = [resolve(s, allow_download=cfg.allow_download) for s in specs]
+    reg = ModelRegistry(default=resolved[0].name)
+    for r in resolved:
+        reg.add_resolved(r, pinned=True)
+    if cfg.discover:
+        reg.discover()
+    reg.get(reg.default)  # load the default now, so the first page view is fast and errors show at startup
+    return reg
+
+
+def build_app(cfg: ServeConfig) -> FastAPI:
+    settings = ServerSettings(model_threads=cfg.model_threads, max_queue=cfg.max_queue,
+                              request_timeout_s=cfg.request_timeout_s, trace_cache_mb=cfg.trace_cache_mb)
+    return create_app(build_registry(cfg), settings)
+
+
+def app_from_env() -> FastAPI:
+    """Factory for uvicorn's worker processes."""
+    return build_app(ServeConfig(**json.loads(os.environ[_CONFIG_ENV])))
+
+
+def url_for(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    if ":" in shown:
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}/"
+
+
+def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> None:
+    import uvicorn
+
+    if not is_loopback(cfg.host):
+        print(f"warning: serving on {cfg.host}, reachable from other machines. Anyone who can reach this port "
+              f"can use the model; bind to 127.0.0.1 unless you mean to share it.", file=sys.stderr)
+    family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((cfg.host, cfg.port))
+    except OSError as e:
+        raise ExplainerError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror}; pick another --port") from None
+    sock.listen(2048)
+    port = sock.getsockname()[1]
+    url = url_for(cfg.host, port)
+    if cfg.workers > 1:
+        os.environ[_CONFIG_ENV] = json.dumps(asdict(cfg))
+        config = uvicorn.Config("transformer_explainer.server.run:app_from_env", factory=True, workers=cfg.workers,
+                                log_level="warning")
+        from uvicorn.supervisors import Multiprocess
+
+        print(f"serving on {url} ({cfg.workers} processes; each loads the models before answering)", file=out,
+              flush=True)
+        Multiprocess(config, sockets=[sock]).run()
+        return
+    app = build_app(cfg)
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    print(f"serving on {url}", file=out, flush=True)
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(url)
+    server.run(sockets=[sock])

@@ -1,0 +1,336 @@
+"""The JSON API against the engine: the values it sends are the model's, and bad input gets a 4xx
+with a message (never a 500)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from transformer_explainer.server import ServerSettings, create_app  # noqa: E402
+from transformer_explainer.server.encoding import decode_array  # noqa: E402
+from transformer_explainer.server.service import merge_traces  # noqa: E402
+
+TEXT = "The quick brown fox jumps over the lazy dog"
+
+
+@pytest.fixture(scope="module")
+def client(tiny_model, tmp_path_factory):
+    static = tmp_path_factory.mktemp("static")
+    (static / "index.html").write_text("<!doctype html><title>app</title>")
+    (static / "assets").mkdir()
+    (static / "assets" / "app.js").write_text("console.log(1)")
+    app = create_app({"tiny": tiny_model}, ServerSettings(static_dir=static))
+    with TestClient(app) as c:
+        yield c
+
+
+def arr(t: dict) -> np.ndarray:
+    return decode_array(t["data"], t["shape"], t["dtype"])
+
+
+def post(client, path, **body):
+    return client.post(path, json=body)
+
+
+# -- values equal the engine's ---------------------------------------------------------------------
+
+
+def test_trace_overview_matches_engine(client, tiny_model):
+    r = post(client, "/api/trace", text=TEXT, top_n=5,
+             include=[{"name": "blocks.1.attn.pattern", "head": 2, "dtype": "float32"},
+                      {"name": "blocks.0.mlp.post", "dtype": "float32"},
+                      {"name": "embed.sum"}])
+    assert r.status_code == 200, r.text
+    d = r.json()
+    tr = tiny_model.trace(TEXT)
+    assert d["token_ids"] == tr.token_ids
+    assert [t["text"] for t in d["tokens"]] == tr.tokens
+    assert d["tokens"][1]["text"].startswith(" ")  # leading spaces are kept
+    assert d["tokens"][1]["raw"].startswith("Ġ")
+    pat, mlp, emb = d["tensors"]
+    assert pat["dims"] == ["T", "S"]
+    np.testing.assert_allclose(arr(pat), tr["blocks.1.attn.pattern"][2].numpy(), atol=1e-6)
+    np.testing.assert_allclose(arr(mlp), tr["blocks.0.mlp.post"].numpy(), atol=1e-6)
+    np.testing.assert_allclose(arr(emb), tr["embed.sum"].numpy(), atol=2e-3, rtol=1e-3)  # float16
+    # next-token candidates: the engine's logits and probabilities
+    dist = tiny_model.next_token(tr)
+    top = dist.top(5)
+    assert [c["id"] for c in d["next"]["candidates"]] == top
+    for c in d["next"]["candidates"]:
+        assert c["logit"] == pytest.approx(float(dist.logits[c["id"]]), abs=1e-5)
+        assert c["prob"] == pytest.approx(float(dist.probs[c["id"]]), abs=1e-6)
+    # attention thumbnails: exact up to 8-bit rounding for short texts
+    a = d["attention"]
+    T = len(tr.token_ids)
+    assert a["size"] == T and not a["pooled"]
+    import base64
+
+    u8 = np.frombuffer(base64.b64decode(a["data"]), np.uint8).reshape(a["n_layer"], a["n_head"], -1)
+    rows, cols = np.tril_indices(T)
+    expect = tr["blocks.1.attn.pattern"][3].numpy()[rows, cols]
+    np.testing.assert_allclose(u8[1, 3] / 255, expect, atol=1 / 255)
+    norms = arr(d["resid_norms"])
+    assert norms.shape == (tiny_model.config.n_layer + 1, T)
+    np.testing.assert_allclose(norms[0], tr["blocks.0.resid_pre"].norm(dim=-1).numpy(), rtol=1e-3)
+
+
+def test_tensors_endpoint_slices_by_head_and_position(client, tiny_model):
+    tr = tiny_model.trace(TEXT)
+    r = post(client, "/api/tensors", text=TEXT, tensors=[
+        {"name": "blocks.1.attn.q", "head": 1, "position": 3, "dtype": "float32"},
+        {"name": "blocks.0.attn.masked_scores", "head": 0, "dtype": "float32"},
+        {"name": "blocks.0.ln1.mean", "dtype": "float32"},
+        {"name": "logits", "position": 2, "dtype": "float32"},
+    ])
+    assert r.status_code == 200, r.text
+    q, masked, mean, logits = r.json()["tensors"]
+    assert q["dims"] == ["Dh"]
+    np.testing.assert_allclose(arr(q), tr["blocks.1.attn.q"][1, 3].numpy(), atol=1e-6)
+    m = arr(masked)
+    assert np.isneginf(m[0, 1]) and np.isfinite(m[1, 0])  # the causal mask: keys after the query are -inf
+    np.testing.assert_allclose(arr(mean), tr["blocks.0.ln1.mean"].numpy(), atol=1e-6)
+    np.testing.assert_allclose(arr(logits), tr["logits"][2].numpy(), atol=1e-4)
+
+
+def test_weights_endpoint(client, tiny_model):
+    r = post(client, "/api/weights", tensors=[{"name": "blocks.0.attn.W_Q", "head": 1, "dtype": "float32"},
+                                              {"name": "embed.W_E", "row": 464, "dtype": "float32"},
+                                              {"name": "blocks.1.ln2.w", "dtype": "float32"}])
+    assert r.status_code == 200, r.text
+    wq, we, ln = r.json()["tensors"]
+    np.testing.assert_allclose(arr(wq), tiny_model.weight("blocks.0.attn.W_Q")[1].numpy(), atol=1e-6)
+    np.testing.assert_allclose(arr(we), tiny_model.weight("embed.W_E")[464].numpy(), atol=1e-6)
+    np.testing.assert_allclose(arr(ln), tiny_model.weight("blocks.1.ln2.w").numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+def test_next_token_follows_softmax_of_scaled_logits(client, tiny_model, temperature):
+    r = post(client, "/api/next_token", text=TEXT, top_n=8, sampling={"temperature": temperature, "seed": 3})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    logits = tiny_model.trace(TEXT).next_token_logits()
+    probs = torch.softmax(logits / temperature, -1)
+    for c in d["candidates"]:
+        assert c["scaled_logit"] == pytest.approx(float(logits[c["id"]]) / temperature, rel=1e-5, abs=1e-5)
+        assert c["prob"] == pytest.approx(float(probs[c["id"]]), rel=1e-4, abs=1e-7)
+    assert d["n_kept"] == tiny_model.config.vocab_size
+    assert sum(d["logit_histogram"]["counts"]) == tiny_model.config.vocab_size
+    again = post(client, "/api/next_token", text=TEXT, sampling={"temperature": temperature, "seed": 3}).json()
+    assert again["sampled"] == d["sampled"]  # a seed makes the draw repeatable
+
+
+def test_top_k_top_p_and_greedy(client, tiny_model):
+    d = post(client, "/api/next_token", text=TEXT, top_n=10, sampling={"top_k": 3}).json()
+    kept = [c for c in d["candidates"] if c["kept"]]
+    assert d["n_kept"] == 3 and len(kept) == 3
+    assert sum(c["prob"] for c in kept) == pytest.approx(1.0, abs=1e-5)
+    assert all(c["prob"] == 0 for c in d["candidates"] if not c["kept"])
+    g = post(client, "/api/next_token", text=TEXT, sampling={"temperature": 0}).json()
+    assert g["greedy"] and g["sampled"]["id"] == g["candidates"][0]["id"] and g["n_kept"] == 1
+    p = post(client, "/api/next_token", text=TEXT, sampling={"top_p": 0.5}).json()
+    assert 1 <= p["n_kept"] < tiny_model.config.vocab_size
+
+
+def test_generate_step_computes_only_the_new_position(client, tiny_model):
+    first = post(client, "/api/trace", text=TEXT).json()
+    r = post(client, "/api/generate", ids=first["token_ids"], sampling={"temperature": 0},
+             include=[{"name": "blocks.1.attn.pattern", "head": 0, "dtype": "float32"}])
+    assert r.status_code == 200, r.text
+    d = r.json()
+    ids = first["token_ids"] + [d["token"]["id"]]
+    assert d["trace"]["token_ids"] == ids
+    assert d["token"]["id"] == first["next"]["candidates"][0]["id"]  # greedy
+    assert d["trace"]["computed_positions"] == [len(ids) - 1, len(ids)]
+    full = tiny_model.trace_ids(ids)
+    np.testing.assert_allclose(arr(d["trace"]["tensors"][0]), full["blocks.1.attn.pattern"][0].numpy(), atol=1e-5)
+    chosen = post(client, "/api/generate", ids=first["token_ids"], token_id=11).json()
+    assert chosen["chosen"] and chosen["trace"]["token_ids"][-1] == 11
+
+
+def test_merged_trace_equals_full_trace(tiny_model):
+    from transformer_explainer.models.gpt import KVCache
+
+    ids = tiny_model.encode(TEXT)
+    prefix = tiny_model.trace_ids(ids[:-2])
+    L = tiny_model.config.n_layer
+    cache = KVCache([(prefix[f"blocks.{i}.attn.k"][None], prefix[f"blocks.{i}.attn.v"][None]) for i in range(L)])
+    new = tiny_model.trace_ids(ids[-2:], cache=cache, prefix_ids=ids[:-2])
+    merged = merge_traces(prefix, new)
+    full = tiny_model.trace_ids(ids)
+    for name in full.values:
+        torch.testing.assert_close(merged.values[name], full.values[name], atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_models_and_info(client, tiny_model):
+    d = client.get("/api/models").json()
+    assert d["default"] == "tiny"
+    assert d["models"][0]["name"] == "tiny" and d["models"][0]["loaded"]
+    info = client.get("/api/models/tiny").json()
+    assert info["config"]["n_layer"] == tiny_model.config.n_layer
+    assert info["n_params"] == tiny_model.gpt.num_params()
+    names = client.get("/api/names").json()
+    assert names["block_activations"]["attn.pattern"]["dims"] == ["H", "T", "S"]
+
+
+def test_openapi_served(client):
+    r = client.get("/api/openapi.json")
+    assert r.status_code == 200
+    paths = r.json()["paths"]
+    for p in ("/api/trace", "/api/tensors", "/api/next_token", "/api/generate", "/api/models"):
+        assert p in paths
+    assert client.get("/docs").status_code == 404  # no page that would load scripts from a CDN
+
+
+# -- bad input: 4xx with a message -----------------------------------------------------------------
+
+BAD = [
+    ({"text": ""}, 422, "empty"),
+    ({}, 422, "exactly one"),
+    ({"text": "a", "ids": [1]}, 422, "exactly one"),
+    ({"ids": []}, 422, "empty"),
+    ({"ids": [10**9]}, 422, "vocabulary"),
+    ({"text": "hi", "model": "nope"}, 404, "unknown model"),
+    ({"text": "hi", "model": "/etc/passwd"}, 404, "unknown model"),
+    ({"text": "a\x00b"}, 422, "control character"),
+    ({"text": "a\ud800b"}, 422, "unicode"),
+    ({"text": "hi", "sampling": {"temperature": -1}}, 422, "temperature"),
+    ({"text": "hi", "sampling": {"temperature": 0.001}}, 422, "temperature"),
+    ({"text": "hi", "sampling": {"top_k": 0}}, 422, "top_k"),
+    ({"text": "hi", "sampling": {"top_k": 10**7}}, 422, "top_k"),
+    ({"text": "hi", "sampling": {"top_p": 0}}, 422, "top_p"),
+    ({"text": "hi", "sampling": {"top_p": 1.5}}, 422, "top_p"),
+    ({"text": "hi", "sampling": {"seed": -1}}, 422, "seed"),
+    ({"text": "hi", "top_n": 0}, 422, "top_n"),
+    ({"text": "hi", "bogus": 1}, 422, "bogus"),
+    ({"text": "hi", "include": [{"name": "blocks.0.attn.nonsense"}]}, 422, "unknown tensor name"),
+    ({"text": "hi", "include": [{"name": "blocks.99.attn.q"}]}, 422, "blocks"),
+    ({"text": "hi", "include": [{"name": "blocks.0.attn.q", "head": 99}]}, 422, "head 99"),
+    ({"text": "hi", "include": [{"name": "blocks.0.ln1.mean", "head": 0}]}, 422, "no head"),
+    ({"text": "hi", "include": [{"name": "blocks.0.attn.W_Q"}]}, 422, "weight"),
+    ({"text": "hi", "include": [{"name": "../../etc/passwd"}]}, 422, "unknown tensor name"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "words"), BAD)
+def test_bad_trace_requests(client, body, status, words):
+    # json.dumps escapes a lone surrogate as \\ud800, as a browser's JSON.stringify would
+    r = client.post("/api/trace", content=json.dumps(body).encode(), headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    detail = r.json()["detail"]
+    assert isinstance(detail, str) and words.lower() in detail.lower(), detail
+
+
+def test_too_long_text_offers_truncation(client, tiny_model):
+    n = tiny_model.context_length
+    long = " a" * (n + 10)
+    r = post(client, "/api/trace", text=long)
+    assert r.status_code == 422 and "truncation" in r.json()["detail"]
+    ok = post(client, "/api/trace", text=long, truncate=True)
+    assert ok.status_code == 200 and ok.json()["truncated"] and len(ok.json()["token_ids"]) == n
+    pooled = ok.json()["attention"]
+    assert pooled["pooled"] and pooled["size"] == 32
+
+
+def test_nan_temperature_and_malformed_json(client):
+    r = client.post("/api/next_token", content=b'{"text": "hi", "sampling": {"temperature": NaN}}',
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "temperature" in r.json()["detail"]
+    r = client.post("/api/trace", content=b'{"text": "hi"', headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "JSON" in r.json()["detail"]
+    r = client.post("/api/trace", content=b'\xff\xfe{"text": 1}', headers={"content-type": "application/json"})
+    assert 400 <= r.status_code < 500
+
+
+def test_body_size_limit(client):
+    r = client.post("/api/trace", content=b'{"text": "' + b"a" * 2_000_000 + b'"}',
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "larger" in r.json()["detail"]
+
+
+def test_generate_bad_token_and_tensor_too_large(client):
+    r = post(client, "/api/generate", text="hi", token_id=10**8)
+    assert r.status_code == 422 and "vocabulary" in r.json()["detail"]
+    r = post(client, "/api/tensors", text=" a" * 500, truncate=True, tensors=[{"name": "logits"}])
+    assert r.status_code == 422 and "position" in r.json()["detail"]  # 128 x 50257 values: too many at once
+    r = post(client, "/api/weights", tensors=[{"name": "embed.W_E", "position": 1}])
+    assert r.status_code == 422
+
+
+def test_static_files_and_path_traversal(client):
+    assert client.get("/").status_code == 200
+    r = client.get("/assets/app.js")
+    assert r.status_code == 200 and "immutable" in r.headers["cache-control"]
+    assert "default-src 'self'" in r.headers["content-security-policy"]
+    for bad in ("/../pyproject.toml", "/%2e%2e/%2e%2e/pyproject.toml", "/assets/..%2f..%2fpyproject.toml",
+                "/..%5c..%5cpyproject.toml", "/%2fetc%2fpasswd", "/assets/%00x", "/.hidden", "/nope.js",
+                "/api/nope"):
+        r = client.get(bad)
+        assert r.status_code == 404, bad
+        assert "root:" not in r.text and "[project]" not in r.text
+
+
+def test_queue_full_gives_503_with_retry_after(tiny_model):
+    import asyncio
+
+    from transformer_explainer.server.pool import Busy, ModelPool
+
+    async def scenario() -> None:
+        import threading
+
+        gate = threading.Event()
+        pool = ModelPool(workers=1, max_queue=1, timeout_s=5)
+        first = asyncio.ensure_future(pool.run(gate.wait))
+        second = asyncio.ensure_future(pool.run(gate.wait))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Busy) as e:
+            await pool.run(gate.wait)
+        assert e.value.retry_after >= 1
+        gate.set()
+        await asyncio.gather(first, second)
+        pool.shutdown()
+
+    asyncio.run(scenario())
+    # and over HTTP: a pool with no room answers 503 with Retry-After
+    app = create_app({"tiny": tiny_model}, ServerSettings(max_queue=0))
+    with TestClient(app) as c:
+        app.state.pool._pending = 1  # as if a call were running
+        r = c.post("/api/trace", json={"text": "hi"})
+        assert r.status_code == 503 and "Retry-After" in r.headers and "busy" in r.json()["detail"]
+        app.state.pool._pending = 0
+
+
+def test_trace_cache_is_bounded(tiny_model):
+    from transformer_explainer.server.service import TraceCache, trace_nbytes
+
+    tr = tiny_model.trace(TEXT)
+    size = trace_nbytes(tr)
+    cache = TraceCache(max_bytes=int(size * 2.5))
+    for i in range(5):
+        cache.put(("m", (i,)), tr)
+    assert len(cache) == 2 and cache.nbytes <= cache.max_bytes
+    assert cache.get(("m", (4,))) is tr and cache.get(("m", (0,))) is None
+    tiny = TraceCache(max_bytes=10)
+    tiny.put(("m", (1,)), tr)
+    assert len(tiny) == 0  # too big to keep at all
+
+
+def test_generated_typescript_is_up_to_date():
+    from transformer_explainer.server import codegen
+
+    for path, text in codegen.outputs().items():
+        assert path.is_file(), f"{path} is missing: run python -m transformer_explainer.server.codegen"
+        assert path.read_text(encoding="utf-8") == text, (
+            f"{path} is stale: run python -m transformer_explainer.server.codegen")
+
+
+def test_probabilities_are_finite_for_extreme_temperatures(client):
+    for t in (0.01, 100):
+        d = post(client, "/api/next_token", text=TEXT, sampling={"temperature": t}).json()
+        assert all(math.isfinite(c["prob"]) for c in d["candidates"])
