@@ -1,0 +1,109 @@
+"""Teacher-forced training of the encoder-decoder through the shared `Trainer`.
+
+A batch holds the source, the decoder input (the target shifted right behind the start token) and
+the labels (the target followed by the end token): every target position is trained at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .decoding import greedy_decode_batch
+from .model import EncoderDecoder, pad_mask, target_mask
+from .tasks import Pair, Seq2SeqTask
+from .vocab import BOS, EOS, PAD
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Batch:
+    src: Tensor  # (B, S) source ids, padded
+    tgt: Tensor  # (B, T) decoder input: start token + target
+    tgt_y: Tensor  # (B, T) labels: target + end token, PAD where there is nothing to predict
+    src_mask: Tensor  # (B, 1, S) True at real source tokens
+    tgt_mask: Tensor  # (B, T, T) True where a decoder position may attend (not padding, not the future)
+
+    @property
+    def ntokens(self) -> int:
+        return int((self.tgt_y != PAD).sum())
+
+
+def _pad(rows: Sequence[Sequence[int]]) -> Tensor:
+    out = torch.full((len(rows), max(len(r) for r in rows)), PAD, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    return out
+
+
+def make_batch(task: Seq2SeqTask, pairs: Sequence[Pair]) -> Batch:
+    src = _pad([task.src_vocab.encode(s) for s, _ in pairs])
+    tgt_ids = [task.tgt_vocab.encode(t) for _, t in pairs]
+    tgt = _pad([[BOS, *t] for t in tgt_ids])
+    tgt_y = _pad([[*t, EOS] for t in tgt_ids])
+    return Batch(src, tgt, tgt_y, pad_mask(src, PAD), target_mask(tgt, PAD))
+
+
+def batch_loss(net: EncoderDecoder, batch: Batch, label_smoothing: float = 0.0,
+               reduction: str = "mean") -> Tensor:
+    """Cross-entropy of the labels under the generator, all positions in one pass; padding ignored.
+    With label smoothing, the target distribution puts 1 - eps on the label and spreads eps evenly."""
+    log_probs = net.generator(net(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask))  # (B, T, V)
+    return F.cross_entropy(log_probs.flatten(0, 1), batch.tgt_y.flatten(), ignore_index=PAD,
+                           label_smoothing=label_smoothing, reduction=reduction)
+
+
+def exact_match(net: EncoderDecoder, task: Seq2SeqTask, pairs: Sequence[Pair], max_len: int,
+                batch_size: int = 256) -> float:
+    """Fraction of pairs whose greedy output is the target exactly."""
+    was_training = net.training
+    net.eval()
+    right = 0
+    for i in range(0, len(pairs), batch_size):
+        chunk = pairs[i : i + batch_size]
+        outs = greedy_decode_batch(net, _pad([task.src_vocab.encode(s) for s, _ in chunk]), max_len)
+        right += sum(task.tgt_vocab.decode(o) == t for o, (_, t) in zip(outs, chunk, strict=True))
+    net.train(was_training)
+    return right / max(len(pairs), 1)
+
+
+@dataclass
+class Seq2SeqTrainTask:
+    """The `TrainTask` of a seq2seq task: batch `step` depends only on (seed, step)."""
+
+    task: Seq2SeqTask
+    batch_size: int = 64
+    seed: int = 0
+    label_smoothing: float = 0.1
+    eval_samples: int = 500
+
+    def __post_init__(self) -> None:
+        self.eval_pairs = self.task.samples(self.eval_samples, self.seed, "test")  # fixed, held out
+        self.eval_batch = make_batch(self.task, self.eval_pairs)
+        self.max_decode_len = self.task.max_tgt_len + 8
+
+    def batch(self, step: int) -> Batch:
+        rng = np.random.default_rng([self.seed, 1, step])
+        return make_batch(self.task, [self.task.sample(rng, "train") for _ in range(self.batch_size)])
+
+    def loss(self, model: EncoderDecoder, batch: Batch) -> Tensor:
+        return batch_loss(model, batch, self.label_smoothing)
+
+    def batch_tokens(self, batch: Batch) -> int:
+        return batch.ntokens
+
+    def evaluate(self, model: EncoderDecoder) -> dict[str, float]:
+        b = self.eval_batch
+        log_probs = model.generator(model(b.src, b.tgt, b.src_mask, b.tgt_mask))
+        real = b.tgt_y != PAD
+        val_loss = F.cross_entropy(log_probs.flatten(0, 1), b.tgt_y.flatten(), ignore_index=PAD)
+        token_acc = ((log_probs.argmax(-1) == b.tgt_y) & real).sum() / real.sum()
+        return {"exact_match": exact_match(model, self.task, self.eval_pairs, self.max_decode_len),
+                "val_loss": float(val_loss), "token_acc": float(token_acc)}
