@@ -27,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import make_hf_gpt2  # noqa: E402
+
 from transformer_explainer import SamplingParams, load_model  # noqa: E402
 
 
@@ -154,7 +155,8 @@ def main() -> None:
     same = [o.id for o in out] == ref[0, 32:].tolist()
     o, h = n / statistics.median(ours_t), n / statistics.median(hf_t)
     print(f"\ngeneration, {n} new tokens after 32: ours {o:.1f} tok/s, transformers generate {h:.1f} tok/s "
-          f"({o / h:.2f}x); identical greedy tokens: {same}; weight-streaming bound {bw * 1e9 / weight_bytes:.0f} tok/s")
+          f"({o / h:.2f}x); identical greedy tokens: {same}; "
+          f"weight-streaming bound {bw * 1e9 / weight_bytes:.0f} tok/s")
 
 
 if __name__ == "__main__":

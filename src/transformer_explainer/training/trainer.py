@@ -196,7 +196,7 @@ class Trainer:
         self.optimizer.step()
         self.state.step += 1
         self.state.tokens += self.task.batch_tokens(batch)
-        return float(loss)
+        return loss.item()
 
     def fit(self) -> TrainState:
         cfg = self.config
@@ -216,6 +216,8 @@ class Trainer:
             self._emit(TrainEvent("step", self.state.step, metrics))
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tps:.0f}")
+            if not self.progress and self.state.step % 50 == 0:
+                log.info("step %d loss %.4f lr %.2e %.0f tokens/s", self.state.step, loss, metrics["lr"], tps)
             out_of_time = cfg.max_minutes is not None and (now - t0) > cfg.max_minutes * 60
             stopped = out_of_time or self.should_stop()
             last = self.state.step == cfg.max_steps or stopped
