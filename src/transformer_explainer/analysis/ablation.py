@@ -1,0 +1,287 @@
+"""Head ablation: switch heads off and measure what changes.
+
+A head is ablated by replacing its `attn.z` (its weighted sum of values, before the output
+projection) with zeros, or with its mean over a reference set of texts (mean ablation keeps the
+average signal downstream layers are used to and removes only what depends on this input). The
+replacement is a recorder patch, so every downstream value of the ablated run is real.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..config import GPTConfig
+from ..engine import ExplainerModel
+from ..errors import InputError
+from ..models.recorder import Patch
+from ..names import block_name
+from ..trace import Trace
+from .reference import REFERENCE_TEXTS
+
+log = logging.getLogger(__name__)
+
+Head = tuple[int, int]  # (layer, head)
+AblationMode = Literal["zero", "mean"]
+MODES: tuple[str, ...] = ("zero", "mean")
+
+
+def all_heads(config: GPTConfig) -> list[Head]:
+    return [(layer, h) for layer in range(config.n_layer) for h in range(config.n_head)]
+
+
+def layer_heads(config: GPTConfig, layer: int) -> list[Head]:
+    """Every head of one layer: ablating them all switches the layer's attention off."""
+    _check_heads(config, [(layer, 0)])
+    return [(layer, h) for h in range(config.n_head)]
+
+
+def _check_heads(config: GPTConfig, heads: Iterable[Head]) -> list[Head]:
+    out: list[Head] = []
+    for layer, h in heads:
+        if not 0 <= layer < config.n_layer:
+            raise InputError(f"layer {layer} is outside 0..{config.n_layer - 1}")
+        if not 0 <= h < config.n_head:
+            raise InputError(f"head {h} is outside 0..{config.n_head - 1}")
+        if (layer, h) not in out:
+            out.append((layer, h))
+    return out
+
+
+def _ids(model: ExplainerModel, text: str | Sequence[int]) -> list[int]:
+    return model.encode(text) if isinstance(text, str) else list(text)
+
+
+@torch.inference_mode()
+def head_means(model: ExplainerModel, texts: Iterable[str] = REFERENCE_TEXTS) -> Tensor:
+    """(L, H, Dh) every head's `z` averaged over all positions of `texts`: the mean-ablation value."""
+    L = model.config.n_layer
+    total, count = None, 0
+    for text in texts:
+        trace = model.trace(text, truncate=True)
+        z = torch.stack([trace[block_name(i, "attn.z")] for i in range(L)])  # (L, H, T, Dh)
+        s = z.sum(dim=2)
+        total = s if total is None else total + s
+        count += z.shape[2]
+    if total is None:
+        raise InputError("mean ablation needs at least one reference text")
+    return total / count
+
+
+def ablation_patches(heads: Iterable[Head], mode: AblationMode = "zero",
+                     means: Tensor | None = None) -> dict[str, Patch]:
+    """Recorder patches on `blocks.{l}.attn.z` that replace the given heads' output.
+
+    `means` (L, H, Dh) is required for mode "mean" (see `head_means`).
+    """
+    if mode not in MODES:
+        raise InputError(f"ablation mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "mean" and means is None:
+        raise InputError("mean ablation needs the heads' mean outputs (head_means)")
+    by_layer: dict[int, list[int]] = {}
+    for layer, h in heads:
+        by_layer.setdefault(layer, []).append(h)
+
+    def patch_for(layer: int, hs: list[int]) -> Patch:
+        def patch(z: Tensor) -> Tensor:  # (B, H, T, Dh)
+            z = z.clone()
+            for h in hs:
+                z[:, h] = 0.0 if mode == "zero" else means[layer, h].to(z.dtype)
+            return z
+
+        return patch
+
+    return {block_name(layer, "attn.z"): patch_for(layer, hs) for layer, hs in by_layer.items()}
+
+
+def text_loss(logits: Tensor, ids: Sequence[int]) -> float:
+    """Mean cross-entropy (nats) of each next token of the text given the ones before it."""
+    if len(ids) < 2:
+        raise InputError("a loss needs a text of at least two tokens (one to read, one to predict)")
+    return float(F.cross_entropy(logits[:-1].float(), torch.tensor(list(ids[1:]))))
+
+
+def _kl(p_logits: Tensor, q_logits: Tensor) -> float:
+    """KL(p || q) in nats between the softmax distributions of two (V,) logit vectors."""
+    lp, lq = F.log_softmax(p_logits.double(), -1), F.log_softmax(q_logits.double(), -1)  # tiny KLs need float64
+    return float((lp.exp() * (lp - lq)).sum())
+
+
+@dataclass(frozen=True)
+class AblationResult:
+    heads: list[Head]
+    mode: str
+    clean: Trace
+    ablated: Trace
+    clean_loss: float | None  # None for a one-token text
+    ablated_loss: float | None
+    kl: float  # KL(clean || ablated) of the next-token distribution, nats
+
+    @property
+    def loss_change(self) -> float | None:
+        if self.clean_loss is None or self.ablated_loss is None:
+            return None
+        return self.ablated_loss - self.clean_loss
+
+    @property
+    def clean_probs(self) -> Tensor:
+        return torch.softmax(self.clean.next_token_logits().float(), -1)
+
+    @property
+    def ablated_probs(self) -> Tensor:
+        return torch.softmax(self.ablated.next_token_logits().float(), -1)
+
+    def top_changes(self, n: int = 10) -> list[tuple[int, float, float]]:
+        """(id, prob before, prob after) for the union of the top n before and after, by prob before."""
+        before, after = self.clean_probs, self.ablated_probs
+        n = min(n, before.shape[0])
+        ids = list(dict.fromkeys(before.topk(n).indices.tolist() + after.topk(n).indices.tolist()))
+        ids.sort(key=lambda i: -float(before[i]))
+        return [(i, float(before[i]), float(after[i])) for i in ids]
+
+    def to_dict(self, token_text: Callable[[int], str], n: int = 10) -> dict[str, Any]:
+        """JSON-ready summary; `token_text` maps an id to its text (the tokenizer's `token_text`)."""
+        before, after = self.clean_probs, self.ablated_probs
+        n = min(n, before.shape[0])
+
+        def row(i: int, p: Tensor) -> dict[str, Any]:
+            return {"token": token_text(i), "id": i, "prob": float(p[i])}
+
+        return {
+            "heads": [list(h) for h in self.heads],
+            "mode": self.mode,
+            "loss_before": self.clean_loss,
+            "loss_after": self.ablated_loss,
+            "loss_change": self.loss_change,
+            "kl": self.kl,
+            "before": [row(i, before) for i in before.topk(n).indices.tolist()],
+            "after": [row(i, after) for i in after.topk(n).indices.tolist()],
+            "changes": [{"token": token_text(i), "id": i, "before": b, "after": a}
+                        for i, b, a in self.top_changes(n)],
+        }
+
+
+def _run(model: ExplainerModel, ids: list[int], heads: list[Head], mode: AblationMode,
+         means: Tensor | None, text: str | None = None) -> Trace:
+    return model.trace_ids(ids, text=text, patches=ablation_patches(heads, mode, means) if heads else None)
+
+
+def ablate(model: ExplainerModel, text: str | Sequence[int], heads: Iterable[Head], *,
+           mode: AblationMode = "zero", means: Tensor | None = None) -> AblationResult:
+    """Run `text` with and without `heads`; compare the next-token distribution and the loss.
+
+    Mean ablation uses `means`, by default the heads' means over the built-in reference texts.
+    """
+    heads = _check_heads(model.config, heads)
+    ids = _ids(model, text)
+    txt = text if isinstance(text, str) else None
+    if mode == "mean" and means is None:
+        means = head_means(model)
+    clean = model.trace_ids(ids, text=txt)
+    ablated = _run(model, ids, heads, mode, means, txt)
+    has_loss = len(ids) >= 2
+    return AblationResult(
+        heads=heads,
+        mode=mode,
+        clean=clean,
+        ablated=ablated,
+        clean_loss=text_loss(clean.logits, ids) if has_loss else None,
+        ablated_loss=text_loss(ablated.logits, ids) if has_loss else None,
+        kl=_kl(clean.next_token_logits(), ablated.next_token_logits()),
+    )
+
+
+@dataclass(frozen=True)
+class HeadImportance:
+    """The effect of ablating each head alone: a layer x head map."""
+
+    mode: str
+    clean_loss: float
+    loss_change: Tensor  # (L, H) loss with the head ablated minus the clean loss
+    kl: Tensor  # (L, H) KL(clean || ablated) of the next-token distribution
+
+    def ranked(self, by: Literal["loss", "kl"] = "loss") -> list[tuple[Head, float]]:
+        """Heads from most to least important."""
+        m = self.loss_change if by == "loss" else self.kl
+        H = m.shape[1]
+        order = m.flatten().argsort(descending=True).tolist()
+        return [((i // H, i % H), float(m.flatten()[i])) for i in order]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "clean_loss": self.clean_loss, "loss_change": self.loss_change.tolist(),
+                "kl": self.kl.tolist()}
+
+
+def head_importance(model: ExplainerModel, text: str | Sequence[int], *, mode: AblationMode = "zero",
+                    means: Tensor | None = None) -> HeadImportance:
+    """Ablate every head on its own (L x H forward passes) and record the loss change and KL."""
+    ids = _ids(model, text)
+    if mode == "mean" and means is None:
+        means = head_means(model)
+    clean = model.trace_ids(ids).logits
+    clean_loss = text_loss(clean, ids)
+    L, H = model.config.n_layer, model.config.n_head
+    dloss, kl = torch.zeros(L, H), torch.zeros(L, H)
+    for layer, h in all_heads(model.config):
+        logits = _run(model, ids, [(layer, h)], mode, means).logits
+        dloss[layer, h] = text_loss(logits, ids) - clean_loss
+        kl[layer, h] = _kl(clean[-1], logits[-1])
+    return HeadImportance(mode, clean_loss, dloss, kl)
+
+
+@dataclass(frozen=True)
+class PruningCurve:
+    """Heads removed one at a time, least important first, and the loss after each removal."""
+
+    mode: str
+    clean_loss: float
+    heads: list[Head]  # in the order they were pruned
+    losses: list[float]  # loss after pruning heads[: i + 1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "clean_loss": self.clean_loss,
+                "steps": [{"head": list(h), "loss": loss} for h, loss in zip(self.heads, self.losses, strict=True)]}
+
+
+def prune_heads(model: ExplainerModel, text: str | Sequence[int], *, mode: AblationMode = "zero",
+                means: Tensor | None = None, max_heads: int | None = None, recompute: bool = True) -> PruningCurve:
+    """Greedy pruning: repeatedly remove the head whose removal (on top of those already removed)
+    raises the loss least.
+
+    `recompute=True` re-scores every remaining head at each step (about N^2 / 2 forward passes for N
+    heads); `recompute=False` scores each head once, alone, and prunes in that order (2N passes), as
+    in the head-importance pruning studies.
+    """
+    ids = _ids(model, text)
+    if mode == "mean" and means is None:
+        means = head_means(model)
+    clean_loss = text_loss(model.trace_ids(ids).logits, ids)
+    remaining = all_heads(model.config)
+    n = len(remaining) if max_heads is None else max(0, min(max_heads, len(remaining)))
+    pruned: list[Head] = []
+    losses: list[float] = []
+    if not recompute:
+        imp = head_importance(model, ids, mode=mode, means=means)
+        order = [h for h, _ in reversed(imp.ranked("loss"))][:n]
+        for head in order:
+            pruned.append(head)
+            losses.append(text_loss(_run(model, ids, pruned, mode, means).logits, ids))
+        return PruningCurve(mode, clean_loss, pruned, losses)
+    for step in range(n):
+        best: tuple[float, Head] | None = None
+        for head in remaining:
+            loss = text_loss(_run(model, ids, pruned + [head], mode, means).logits, ids)
+            if best is None or loss < best[0]:
+                best = (loss, head)
+        assert best is not None
+        pruned.append(best[1])
+        losses.append(best[0])
+        remaining.remove(best[1])
+        log.debug("pruning step %d: head %s, loss %.4f", step + 1, best[1], best[0])
+    return PruningCurve(mode, clean_loss, pruned, losses)
