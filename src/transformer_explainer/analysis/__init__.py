@@ -13,22 +13,30 @@ from .ablation import (
     prune_heads,
     text_loss,
 )
+from .attention_stats import AttentionStats, attention_stats
+from .head_roles import ROLES, HeadRoles, head_roles, reference_head_roles
 from .lens import LogitLens, lens_logits, logit_lens, residual_names
 from .reference import REFERENCE_TEXTS, repeated_random_tokens
 
 __all__ = [
     "REFERENCE_TEXTS",
+    "ROLES",
     "AblationResult",
+    "AttentionStats",
     "HeadImportance",
+    "HeadRoles",
     "LogitLens",
     "PruningCurve",
     "ablate",
     "ablation_patches",
+    "attention_stats",
     "head_importance",
     "head_means",
+    "head_roles",
     "lens_logits",
     "logit_lens",
     "prune_heads",
+    "reference_head_roles",
     "repeated_random_tokens",
     "residual_names",
     "text_loss",

@@ -1,0 +1,57 @@
+"""Attention statistics per head: how spread out its attention is, and how far back it looks."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..names import block_name
+from ..trace import Trace
+
+
+@dataclass(frozen=True)
+class AttentionStats:
+    """Averages over the query positions that can see at least two keys (the first sees only itself)."""
+
+    entropy: Tensor  # (L, H) nats; 0 = all attention on one key
+    normalized_entropy: Tensor  # (L, H) entropy / log(visible keys); 1 = uniform over what it can see
+    mean_distance: Tensor  # (L, H) attention-weighted query - key distance, in tokens
+    queries: int  # how many query positions were averaged
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"entropy": self.entropy.tolist(), "normalized_entropy": self.normalized_entropy.tolist(),
+                "mean_distance": self.mean_distance.tolist(), "queries": self.queries}
+
+
+def attention_stats(traces: Trace | Sequence[Trace]) -> AttentionStats:
+    """Entropy and mean attention distance of every head, pooled over one or more traces."""
+    if isinstance(traces, Trace):
+        traces = [traces]
+    ent = norm = dist = None
+    n = 0
+    for trace in traces:
+        L = trace.config.n_layer
+        p = torch.stack([trace[block_name(i, "attn.pattern")] for i in range(L)]).double()  # (L, H, T, S)
+        S = p.shape[-1]
+        q = torch.arange(trace.start, S)  # absolute query positions
+        rows = q >= 1
+        if not rows.any():
+            continue
+        p = p[..., rows, :]
+        q = q[rows]
+        plogp = torch.where(p > 0, p * p.clamp_min(1e-300).log(), torch.zeros((), dtype=p.dtype))
+        h = -plogp.sum(-1)  # (L, H, T')
+        visible = (q + 1).double()
+        d = (p * (q.unsqueeze(1) - torch.arange(S)).clamp_min(0).double()).sum(-1)
+        e, ne, di = h.sum(-1), (h / visible.log()).sum(-1), d.sum(-1)
+        ent, norm, dist = (e, ne, di) if ent is None else (ent + e, norm + ne, dist + di)
+        n += int(rows.sum())
+    if ent is None:
+        nan = torch.full((traces[0].config.n_layer, traces[0].config.n_head), math.nan)
+        return AttentionStats(nan, nan.clone(), nan.clone(), 0)
+    return AttentionStats((ent / n).float(), (norm / n).float(), (dist / n).float(), n)
