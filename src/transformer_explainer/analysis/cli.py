@@ -1,0 +1,177 @@
+"""CLI subcommands for the analyses: lens | ablate | heads | export (registered by `cli.py`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from ..cli import _load, _model_arg
+from ..errors import InputError
+
+
+def _fmt_tok(t: str, width: int = 0) -> str:
+    s = repr(t)
+    return f"{s:<{width}}" if width else s
+
+
+def _pct(p: float) -> str:
+    """A probability as a percentage that stays readable for the tiny ones of an untrained model."""
+    return f"{p:.2%}" if p >= 1e-4 or p == 0 else f"{p * 100:.1e}%"
+
+
+def _score(v: float) -> str:
+    return "    -" if v != v else f"{v:5.2f}"
+
+
+def cmd_lens(args: argparse.Namespace) -> int:
+    from .lens import logit_lens
+
+    model = _load(args)
+    trace = model.trace(args.text, truncate=args.truncate)
+    lens = logit_lens(model, trace, top=args.top, positions=[-1])
+    if args.json:
+        out = {"model": model.name, "tokens": trace.tokens, "token_ids": trace.token_ids, **lens.to_dict()}
+        print(json.dumps(out, ensure_ascii=False))
+        return 0
+    target = lens.token_text[lens.target_ids[0]]
+    print(f"logit lens at the last position ({lens.tokens[0]!r}, position {lens.positions[0]}): "
+          f"what each layer would predict next")
+    print(f"final prediction: {target!r}\n")
+    head = f"{'layer':<16} {'rank':>6} {'prob':>7}   top {args.top}"
+    print(head)
+    print("-" * len(head))
+    for li, label in enumerate(lens.labels):
+        tops = "  ".join(f"{t!r} {_pct(p)}" for t, p in lens.top_tokens(li, 0))
+        print(f"{label:<16} {int(lens.target_rank[li, 0]):>6} {_pct(float(lens.target_prob[li, 0])):>7}   {tops}")
+    print(f"\nrank and prob: of the final prediction {target!r} at that layer")
+    return 0
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    from .ablation import ablate, layer_heads
+
+    model = _load(args)
+    ids = model.encode(args.text, truncate=args.truncate)
+    heads = [(args.layer, h) for h in args.head] if args.head else layer_heads(model.config, args.layer)
+    res = ablate(model, ids, heads, mode=args.mode)
+    what = (f"layer {args.layer}, head{'s' if len(heads) > 1 else ''} {', '.join(str(h) for _, h in heads)}"
+            if args.head else f"all {len(heads)} heads of layer {args.layer}")
+    if args.json:
+        out = {"model": model.name, "tokens": res.clean.tokens, "token_ids": ids,
+               **res.to_dict(model.tokenizer.token_text, args.top)}
+        print(json.dumps(out, ensure_ascii=False))
+        return 0
+    print(f"{args.mode} ablation of {what}\n")
+    if res.clean_loss is not None:
+        print(f"loss on the text: {res.clean_loss:.4f} -> {res.ablated_loss:.4f} ({res.loss_change:+.4f} nats/token)")
+    print(f"KL(before || after), next token: {res.kl:.4f} nats\n")
+    print(f"  {'next token':<22} {'before':>8} {'after':>8} {'change':>9}")
+    for i, b, a in res.top_changes(args.top):
+        print(f"  {_fmt_tok(model.tokenizer.token_text(i), 22)} {_pct(b):>8} {_pct(a):>8} {(a - b) * 100:>+8.2f}pp")
+    return 0
+
+
+def cmd_heads(args: argparse.Namespace) -> int:
+    from .attention_stats import attention_stats
+    from .head_roles import ROLES, head_roles, reference_head_roles
+
+    model = _load(args)
+    trace = model.trace(args.text, truncate=args.truncate)
+    roles = head_roles(trace)
+    stats = attention_stats(trace)
+    ref = None if args.no_reference else reference_head_roles(model)
+    if args.json:
+        out = {"model": model.name, "tokens": trace.tokens, "token_ids": trace.token_ids, "roles": list(ROLES),
+               "text": roles.to_dict(), "stats": stats.to_dict()}
+        if ref is not None:
+            out["reference"] = ref.to_dict()
+        print(json.dumps(out, ensure_ascii=False))
+        return 0
+    short = {"previous_token": "prev", "first_token": "first", "duplicate_token": "dup",
+             "induction": "induct", "rare_token": "rare"}
+    cols = " ".join(f"{short[r]:>6}" for r in ROLES)
+    groups = f"{'':<11}{'on your text':-^35}"
+    header = f"{'layer':>5} {'head':>4} {cols}"
+    if ref is not None:
+        groups += f" {'on the reference set':-^35}"
+        header += f" {cols}"
+    groups += f" {'attention':-^15}"
+    header += f" {'entropy':>7} {'dist':>7}" + ("  role (reference set)" if ref is not None else "")
+    print("attention-head roles: share of attention where each kind of head looks (1 = all of it)")
+    print(groups)
+    print(header)
+    for layer in range(model.config.n_layer):
+        for h in range(model.config.n_head):
+            line = f"{layer:>5} {h:>4} " + " ".join(f" {_score(roles.scores[r][layer, h].item())}" for r in ROLES)
+            if ref is not None:
+                line += " " + " ".join(f" {_score(ref.scores[r][layer, h].item())}" for r in ROLES)
+            e, d = stats.normalized_entropy[layer, h].item(), stats.mean_distance[layer, h].item()
+            line += f" {e:>7.2f} {d:>7.2f}" if not math.isnan(e) else f" {'-':>7} {'-':>7}"
+            if ref is not None:
+                line += f"  {ref.role_of(layer, h) or ''}"
+            print(line)
+    print("\nentropy: normalised (1 = spread evenly over the visible tokens); dist: tokens back, on average;"
+          " '-': the text has no position to judge by")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import DEFAULT_JSON_NAMES, save_json, save_npz
+
+    out = Path(args.out)
+    suffix = out.suffix.lower()
+    if suffix not in (".npz", ".json"):
+        raise InputError(f"--out must end in .npz or .json, got {out.name!r}")
+    model = _load(args)
+    trace = model.trace(args.text, truncate=args.truncate)
+    names = [n.strip() for n in args.names.split(",") if n.strip()] if args.names else None
+    if suffix == ".npz":
+        save_npz(trace, out, names)
+    else:
+        save_json(trace, out, names or list(DEFAULT_JSON_NAMES))
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)", file=sys.stderr)
+    return 0
+
+
+def _text_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("text")
+    _model_arg(p)
+    p.add_argument("--truncate", action="store_true", help="keep the last tokens of an over-long text")
+
+
+def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction) -> None:
+    if "lens" in sub.choices:  # already registered on this parser
+        return
+    p = sub.add_parser("lens", help="logit lens: what each layer would predict next for TEXT")
+    _text_args(p)
+    p.add_argument("--top", type=int, default=5, help="tokens to list per layer (default 5)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_lens)
+
+    p = sub.add_parser("ablate", help="switch attention heads off and compare the next-token distribution")
+    _text_args(p)
+    p.add_argument("--layer", type=int, required=True)
+    p.add_argument("--head", type=int, action="append", default=[],
+                   help="head to ablate; repeat for several; omit to ablate the whole layer")
+    p.add_argument("--mode", choices=["zero", "mean"], default="zero",
+                   help="zero the heads' output, or replace it by its mean over a reference set")
+    p.add_argument("--top", type=int, default=10)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_ablate)
+
+    p = sub.add_parser("heads", help="attention-head roles and statistics for TEXT and a reference set")
+    _text_args(p)
+    p.add_argument("--no-reference", action="store_true", help="score TEXT only")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_heads)
+
+    p = sub.add_parser("export", help="save the trace of TEXT to .npz (all tensors) or .json")
+    _text_args(p)
+    p.add_argument("--out", required=True, help="FILE.npz or FILE.json")
+    p.add_argument("--names", default=None,
+                   help="comma-separated names or globs, e.g. 'blocks.*.attn.pattern,logits' "
+                        "(default: all for .npz, attention patterns for .json)")
+    p.set_defaults(func=cmd_export)

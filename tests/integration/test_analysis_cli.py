@@ -1,0 +1,85 @@
+"""The analysis subcommands end to end on a tiny local model: tables, --json, files, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_explainer import cli
+from transformer_explainer.analysis import load_npz
+
+TEXT = "The cat sat on the mat and the cat"
+
+
+@pytest.fixture
+def run(tiny_gpt2_dir: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
+    def go(*argv: str) -> tuple[int, str, str]:
+        # cli.EXTRA_COMMANDS grows on every build_parser(); start each run from a fresh list
+        monkeypatch.setattr(cli, "EXTRA_COMMANDS", [])
+        code = cli.main([*argv, "--model", str(tiny_gpt2_dir), "--offline"])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return go
+
+
+def test_lens_json_and_table(run):
+    code, out, _ = run("lens", TEXT, "--top", "3", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert len(d["layers"]) == 3 and d["positions"] == [len(d["tokens"]) - 1]
+    last = d["layers"][-1]["positions"][0]
+    assert last["target_rank"] == 1 and last["top"][0]["token"] == d["targets"][0]["token"]
+    assert len(last["top"]) == 3
+    code, out, _ = run("lens", TEXT)
+    assert code == 0 and "after block 1" in out and "embeddings" in out
+
+
+def test_ablate_json_and_table(run):
+    code, out, _ = run("ablate", TEXT, "--layer", "1", "--head", "2", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["heads"] == [[1, 2]] and d["mode"] == "zero"
+    assert d["loss_change"] == pytest.approx(d["loss_after"] - d["loss_before"])
+    assert {"before", "after", "kl", "changes"} <= set(d)
+    code, out, _ = run("ablate", TEXT, "--layer", "0", "--mode", "mean", "--json")
+    assert code == 0 and json.loads(out)["heads"] == [[0, h] for h in range(4)]
+    code, out, _ = run("ablate", TEXT, "--layer", "0", "--head", "1", "--head", "3")
+    assert code == 0 and "zero ablation of layer 0, heads 1, 3" in out and "before" in out
+
+
+def test_heads_json_and_table(run):
+    code, out, _ = run("heads", TEXT, "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert set(d["roles"]) == set(d["text"]["scores"]) == set(d["reference"]["scores"])
+    assert len(d["stats"]["entropy"]) == 2 and len(d["stats"]["entropy"][0]) == 4
+    code, out, _ = run("heads", TEXT, "--no-reference")
+    assert code == 0 and "induct" in out and "reference set" not in out
+    assert len([ln for ln in out.splitlines() if ln.strip()[:1].isdigit()]) == 8
+
+
+def test_export(run, tmp_path: Path):
+    code, _, err = run("export", TEXT, "--out", str(tmp_path / "t.npz"))
+    assert code == 0 and "wrote" in err
+    assert load_npz(tmp_path / "t.npz")["blocks.1.attn.z"].shape[0] == 4
+    code, _, _ = run("export", TEXT, "--out", str(tmp_path / "t.json"), "--names", "logits")
+    d = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
+    assert code == 0 and list(d["values"]) == ["logits"]
+    assert torch.tensor(d["values"]["logits"]).shape == (len(d["tokens"]), 50257)
+
+
+@pytest.mark.parametrize("argv", [
+    ("ablate", TEXT, "--layer", "7"),
+    ("ablate", TEXT, "--layer", "0", "--head", "9"),
+    ("export", TEXT, "--out", "trace.csv"),
+    ("export", TEXT, "--out", "t.json", "--names", "nope"),
+    ("lens", "", "--json"),
+])
+def test_bad_input_is_one_line(run, argv):
+    code, out, err = run(*argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") <= 2 and "error:" in err and "Traceback" not in err
