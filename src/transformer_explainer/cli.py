@@ -112,22 +112,24 @@ def cmd_train_lm(args: argparse.Namespace) -> int:
     return 0
 
 
-# Other features add their subcommands here: each is `register(subcommands, train_subcommands)`.
-EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction, argparse._SubParsersAction], None]] = []
+# Optional feature packages add their subcommands: each module has `register(subcommands, train_subcommands)`.
+FEATURE_CLIS = ("transformer_explainer.server.cli", "transformer_explainer.seq2seq.cli",
+                "transformer_explainer.analysis.cli")
 
 
-def _register_optional() -> None:
+def _feature_registrars() -> list[Callable[[argparse._SubParsersAction, argparse._SubParsersAction], None]]:
     from importlib import import_module
 
-    for mod in ("transformer_explainer.server.cli", "transformer_explainer.seq2seq.cli",
-                "transformer_explainer.analysis.cli"):
+    out = []
+    for mod in FEATURE_CLIS:
         try:
             m = import_module(mod)
         except ModuleNotFoundError as e:
             if e.name and mod.startswith(e.name):
                 continue
             raise
-        EXTRA_COMMANDS.append(m.register)
+        out.append(m.register)
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,8 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_lm_args(p)
     p.set_defaults(func=cmd_train_lm)
 
-    _register_optional()
-    for register in EXTRA_COMMANDS:
+    for register in _feature_registrars():
         register(sub, train)
     return parser
 

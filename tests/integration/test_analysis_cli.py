@@ -15,10 +15,8 @@ TEXT = "The cat sat on the mat and the cat"
 
 
 @pytest.fixture
-def run(tiny_gpt2_dir: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
+def run(tiny_gpt2_dir: Path, capsys: pytest.CaptureFixture):
     def go(*argv: str) -> tuple[int, str, str]:
-        # cli.EXTRA_COMMANDS grows on every build_parser(); start each run from a fresh list
-        monkeypatch.setattr(cli, "EXTRA_COMMANDS", [])
         code = cli.main([*argv, "--model", str(tiny_gpt2_dir), "--offline"])
         out, err = capsys.readouterr()
         return code, out, err

@@ -143,8 +143,6 @@ def _text_args(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction) -> None:
-    if "lens" in sub.choices:  # already registered on this parser
-        return
     p = sub.add_parser("lens", help="logit lens: what each layer would predict next for TEXT")
     _text_args(p)
     p.add_argument("--top", type=int, default=5, help="tokens to list per layer (default 5)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ log = logging.getLogger(__name__)
 def tokenize_file(tokenizer: TextTokenizer, path: Path, cache: bool = True) -> np.ndarray:
     """Token ids of a text file as uint16 (uint32 for large vocabularies); documents (blank-line
     separated) are joined with <|endoftext|>. Cached beside the file, keyed by the tokenizer."""
-    vocab_tag = f"{tokenizer.vocab_size}-{abs(hash(tokenizer.tokenizer.to_str())) % 10**8}"
+    digest = hashlib.sha1(tokenizer.tokenizer.to_str().encode()).hexdigest()[:10]
+    vocab_tag = f"{tokenizer.vocab_size}-{digest}"
     cached = path.with_suffix(f".{vocab_tag}.npy")
     if cache and cached.is_file() and cached.stat().st_mtime >= path.stat().st_mtime:
         return np.load(cached)
