@@ -1,0 +1,214 @@
+// The app's state: the input, the current trace overview, the focus (layer, head, token, view), the
+// sampling settings, and the tensors fetched for the current trace.
+import { tick } from "svelte";
+import { api, ApiError, specKey } from "./client";
+import type { ModelInfo, NextTokenOut, SamplingIn, TensorSpec, TraceOut } from "./generated/api";
+import { translate, type Key, type Lang } from "./i18n";
+import { decodeTensor, type Tensor } from "./tensor";
+import { specsFor, type LnWhich, type ViewId } from "./views";
+
+export const EXAMPLES = [
+  "Data visualization empowers users to",
+  "The capital of France is Paris, and the capital of Germany is",
+  "Once upon a time, in a small village by the sea, there lived a",
+  "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
+  "人工智能正在改变世界",
+];
+
+class AppState {
+  lang = $state<Lang>("en");
+  text = $state(EXAMPLES[0]);
+  models = $state.raw<ModelInfo[]>([]);
+  model = $state<string | null>(null);
+  trace = $state.raw<TraceOut | null>(null);
+  next = $state.raw<NextTokenOut | null>(null);
+  view = $state<ViewId>("tokens");
+  layer = $state(0);
+  head = $state(0);
+  pos = $state(0);
+  ln = $state<LnWhich>("ln1");
+  sampling = $state<SamplingIn>({ temperature: 1, top_k: null, top_p: null, seed: 42 });
+  loading = $state(false);
+  error = $state<string | null>(null);
+  tensors = $state.raw(new Map<string, Tensor>());
+  weightCache = $state.raw(new Map<string, Tensor>());
+  generating = $state(false);
+  tourOpen = $state(false);
+  lastUpdateMs = $state<number | null>(null);
+
+  #textIsIds = false; // the text came from generation: continue from its token ids, not a re-tokenization
+  #traceCtl: AbortController | null = null;
+  #nextCtl: AbortController | null = null;
+  #pending = new Set<string>();
+  #seq = 0;
+
+  get ids(): number[] | null {
+    return this.trace?.token_ids ?? null;
+  }
+
+  get nLayer(): number {
+    return this.trace?.config.n_layer ?? 0;
+  }
+
+  focus() {
+    return { layer: this.layer, head: this.head, pos: this.pos, nTokens: this.trace?.token_ids.length ?? 0,
+      nLayer: this.nLayer, ln: this.ln };
+  }
+
+  async loadModels(): Promise<void> {
+    try {
+      const list = await api.models();
+      this.models = list.models;
+      this.model ??= list.default;
+    } catch (e) {
+      this.error = (e as Error).message;
+    }
+  }
+
+  /** The user typed: forget the generated ids and trace the text. */
+  setText(text: string): void {
+    this.text = text;
+    this.#textIsIds = false;
+  }
+
+  /** Trace the current text (or ids) with the current view's tensors; the view updates in one round trip. */
+  async run(): Promise<void> {
+    const t0 = performance.now();
+    const seq = ++this.#seq;
+    this.#traceCtl?.abort();
+    const ctl = (this.#traceCtl = new AbortController());
+    this.loading = true;
+    try {
+      const input = this.#textIsIds && this.trace ? { ids: this.trace.token_ids } : { text: this.text };
+      // a new text puts the focus on its last token (position -1), whose tensors come with the trace
+      const include = specsFor(this.view, { ...this.focus(), pos: -1, nTokens: 0 });
+      const tr = await api.trace({ model: this.model, ...input, sampling: this.sampling, top_n: 15, include }, ctl.signal);
+      if (seq !== this.#seq) return;
+      this.#apply(tr, true);
+      this.error = null;
+      await this.ensure(specsFor(this.view, this.focus()));
+      await tick();
+      await new Promise((r) => requestAnimationFrame(() => r(null)));
+      if (seq === this.#seq) this.lastUpdateMs = performance.now() - t0;
+    } catch (e) {
+      if ((e as Error).name === "AbortError") return;
+      if (seq === this.#seq) this.error = (e as Error).message;
+    } finally {
+      if (seq === this.#seq) this.loading = false;
+    }
+  }
+
+  #apply(tr: TraceOut, keepLast: boolean): void {
+    const same = this.trace && this.trace.model === tr.model && this.trace.token_ids.join() === tr.token_ids.join();
+    const map = same ? new Map(this.tensors) : new Map<string, Tensor>();
+    const T = tr.token_ids.length;
+    for (const t of tr.tensors) {
+      const position = t.position != null && t.position < 0 ? T + t.position : t.position;
+      map.set(specKey({ ...t, position }), decodeTensor(t));
+    }
+    this.trace = tr;
+    this.next = tr.next;
+    this.tensors = map;
+    if (keepLast || this.pos >= T) this.pos = T - 1;
+    if (this.layer >= tr.config.n_layer) this.layer = tr.config.n_layer - 1;
+    if (this.head >= tr.config.n_head) this.head = tr.config.n_head - 1;
+  }
+
+  tensor(spec: TensorSpec): Tensor | undefined {
+    return this.tensors.get(specKey(spec));
+  }
+
+  /** Fetch the tensors among `specs` that this trace does not have yet. */
+  async ensure(specs: TensorSpec[]): Promise<void> {
+    const tr = this.trace;
+    if (!tr) return;
+    const missing = specs.filter((s) => !this.tensors.has(specKey(s)) && !this.#pending.has(specKey(s)));
+    if (!missing.length) return;
+    missing.forEach((s) => this.#pending.add(specKey(s)));
+    try {
+      const out = await api.tensors({ model: tr.model, ids: tr.token_ids, tensors: missing });
+      if (this.trace !== tr) return;
+      const map = new Map(this.tensors);
+      for (const t of out.tensors) map.set(specKey(t), decodeTensor(t));
+      this.tensors = map;
+    } catch (e) {
+      if (this.trace === tr) this.error = (e as Error).message;
+    } finally {
+      missing.forEach((s) => this.#pending.delete(specKey(s)));
+    }
+  }
+
+  /** Weights are fixed per model: fetched once and kept (they are small slices). */
+  weight(spec: TensorSpec): Tensor | undefined {
+    return this.weightCache.get(`${this.trace?.model}|${specKey(spec)}`);
+  }
+
+  async ensureWeights(specs: TensorSpec[]): Promise<void> {
+    const model = this.trace?.model;
+    if (!model) return;
+    const missing = specs.filter((s) => !this.weightCache.has(`${model}|${specKey(s)}`)
+      && !this.#pending.has(`w|${model}|${specKey(s)}`));
+    if (!missing.length) return;
+    missing.forEach((s) => this.#pending.add(`w|${model}|${specKey(s)}`));
+    try {
+      const out = await api.weights({ model, tensors: missing });
+      const map = new Map(this.weightCache);
+      for (const t of out.tensors) map.set(`${model}|${specKey(t)}`, decodeTensor(t));
+      this.weightCache = map;
+    } catch (e) {
+      this.error = (e as Error).message;
+    } finally {
+      missing.forEach((s) => this.#pending.delete(`w|${model}|${specKey(s)}`));
+    }
+  }
+
+  /** New sampling settings: only the next-token distribution changes, not the trace. */
+  async resample(): Promise<void> {
+    const tr = this.trace;
+    if (!tr) return;
+    this.#nextCtl?.abort();
+    const ctl = (this.#nextCtl = new AbortController());
+    try {
+      const nx = await api.nextToken({ model: tr.model, ids: tr.token_ids, sampling: this.sampling, top_n: 15 },
+        ctl.signal);
+      if (this.trace === tr) {
+        this.next = nx;
+        this.error = null;
+      }
+    } catch (e) {
+      if ((e as Error).name !== "AbortError") this.error = (e as Error).message;
+    }
+  }
+
+  /** Append a token (the sampled one, or `tokenId`) and trace the longer text; only the new position is computed. */
+  async generate(tokenId: number | null = null): Promise<void> {
+    const tr = this.trace;
+    if (!tr || this.generating) return;
+    this.generating = true;
+    const wasLast = this.pos >= tr.token_ids.length - 1;
+    try {
+      const out = await api.generate({ model: tr.model, ids: tr.token_ids, sampling: this.sampling, top_n: 15,
+        token_id: tokenId });
+      this.#textIsIds = true;
+      this.text = out.trace.text;
+      this.#apply(out.trace, wasLast);
+      this.error = null;
+      if (this.sampling.seed !== null && this.sampling.seed !== undefined) {
+        this.sampling = { ...this.sampling, seed: (this.sampling.seed + 1) % 2 ** 31 }; // a fresh draw next time
+        await this.resample();
+      }
+      await this.ensure(specsFor(this.view, this.focus()));
+    } catch (e) {
+      this.error = e instanceof ApiError ? e.message : String(e);
+    } finally {
+      this.generating = false;
+    }
+  }
+}
+
+export const app = new AppState();
+
+/** A UI string in the current language (reactive: components re-render when the language changes). */
+export function t(key: Key, vars?: Record<string, string | number>): string {
+  return translate(app.lang, key, vars);
+}

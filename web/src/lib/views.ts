@@ -1,0 +1,59 @@
+// The pipeline's views, in order, and the tensors each one shows for the current layer, head and
+// focus token. The app asks for these along with the trace, so one round trip updates the view.
+import { blockName } from "./generated/names";
+import type { TensorSpec } from "./generated/api";
+
+export const VIEWS = [
+  "tokens", "embedding", "blocks", "layernorm", "qkv", "attention", "heads", "residual", "mlp", "output",
+] as const;
+export type ViewId = (typeof VIEWS)[number];
+
+export type LnWhich = "ln1" | "ln2" | "ln_final";
+
+export interface Focus {
+  layer: number;
+  head: number;
+  pos: number;
+  nTokens: number;
+  nLayer: number;
+  ln: LnWhich;
+}
+
+export function specsFor(view: ViewId, f: Focus): TensorSpec[] {
+  const L = f.layer, h = f.head, p = f.pos;
+  const b = (s: Parameters<typeof blockName>[1]) => blockName(L, s);
+  switch (view) {
+    case "tokens":
+    case "blocks":
+      return [];
+    case "embedding":
+      return ["embed.token", "embed.position", "embed.sum"].map((name) => ({ name, position: p }));
+    case "layernorm": {
+      if (f.ln === "ln_final") {
+        const last = blockName(f.nLayer - 1, "resid_post");
+        return [{ name: last, position: p }, { name: "ln_final.mean" }, { name: "ln_final.var" },
+          { name: "ln_final.normalized", position: p }, { name: "ln_final.out", position: p }];
+      }
+      const input = f.ln === "ln1" ? b("resid_pre") : b("resid_mid");
+      return [{ name: input, position: p }, { name: b(`${f.ln}.mean`) }, { name: b(`${f.ln}.var`) },
+        { name: b(`${f.ln}.normalized`), position: p }, { name: b(`${f.ln}.out`), position: p }];
+    }
+    case "qkv":
+      return [{ name: b("ln1.out"), position: p }, { name: b("attn.q"), head: h }, { name: b("attn.k"), head: h },
+        { name: b("attn.v"), head: h }];
+    case "attention":
+      return [{ name: b("attn.scores"), head: h, position: p }, { name: b("attn.scaled_scores"), head: h, position: p },
+        { name: b("attn.masked_scores"), head: h, position: p }, { name: b("attn.pattern"), head: h }];
+    case "heads":
+      return [{ name: b("attn.pattern"), head: h, position: p }, { name: b("attn.v"), head: h },
+        { name: b("attn.z"), head: h }, { name: b("attn.concat"), position: p }, { name: b("attn_out"), position: p }];
+    case "residual":
+      return [{ name: b("resid_pre"), position: p }, { name: b("attn_out"), position: p },
+        { name: b("resid_mid"), position: p }, { name: b("mlp_out"), position: p }, { name: b("resid_post"), position: p }];
+    case "mlp":
+      return [{ name: b("ln2.out"), position: p }, { name: b("mlp.pre"), position: p },
+        { name: b("mlp.post"), position: p }, { name: b("mlp_out"), position: p }];
+    case "output":
+      return [{ name: "ln_final.out", position: f.pos < 0 ? -1 : f.nTokens - 1 }];
+  }
+}
