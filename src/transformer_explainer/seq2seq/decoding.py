@@ -71,6 +71,14 @@ class DecodeResult:
     beam_steps: list[BeamStep] = field(default_factory=list)  # the search, for beam_size > 1
 
 
+NEVER_OUTPUT = (PAD, BOS)  # never a training label, so never chosen, whatever a random model says
+
+
+def choosable(log_probs: Tensor) -> Tensor:
+    """`log_probs` (..., V) with the tokens that are never an output set to -inf."""
+    return log_probs.index_fill(-1, torch.tensor(NEVER_OUTPUT, device=log_probs.device), float("-inf"))
+
+
 def _top(model: Seq2SeqModel, log_probs: Tensor, k: int) -> list[TopToken]:
     probs = log_probs.exp()
     values, ids = probs.topk(min(k, probs.numel()))
@@ -114,7 +122,8 @@ def _result(model: Seq2SeqModel, src_ids: list[int], steps: list[DecodeStep], be
 def greedy_decode(model: Seq2SeqModel, src_ids: list[int], max_len: int | None = None, *, record: bool = False,
                   top_k: int = 5) -> DecodeResult:
     """At each step take the most probable next token."""
-    steps = _run(model, src_ids, lambda _t, lp: int(lp.argmax()), max_len or model.max_decode_len, record, top_k)
+    steps = _run(model, src_ids, lambda _t, lp: int(choosable(lp).argmax()), max_len or model.max_decode_len,
+                 record, top_k)
     return _result(model, src_ids, steps)
 
 
@@ -142,13 +151,14 @@ def beam_search(model: Seq2SeqModel, src_ids: list[int], beam_size: int, max_len
         for t in range(max_len):
             ys = torch.tensor([[BOS, *h.ids] for h in alive])  # (k, t + 1)
             lp = model.next_log_probs(memory.expand(len(alive), -1, -1), src_mask, ys)  # (k, V)
-            total = torch.tensor([h.score for h in alive]).unsqueeze(1) + lp
+            total = torch.tensor([h.score for h in alive]).unsqueeze(1) + choosable(lp)
             scores, flat = total.flatten().topk(min(2 * beam_size, total.numel()))  # enough to refill the beam
             grown: list[Hypothesis] = []
-            for s, f in zip(scores.tolist(), flat.tolist(), strict=True):
+            for rank, (s, f) in enumerate(zip(scores.tolist(), flat.tolist(), strict=True)):
                 h, tok = alive[f // lp.size(1)], f % lp.size(1)
                 if tok == EOS:
-                    finished.append(Hypothesis((*h.ids, tok), s, True))
+                    if rank < beam_size:  # an ending counts only if it ranks within the beam
+                        finished.append(Hypothesis((*h.ids, tok), s, True))
                 elif len(grown) < beam_size:
                     grown.append(Hypothesis((*h.ids, tok), s, False))
             finished = sorted(finished, key=lambda h: -h.score)[:beam_size]
@@ -173,7 +183,7 @@ def greedy_decode_batch(net: EncoderDecoder, src: Tensor, max_len: int) -> list[
     done = torch.zeros(src.size(0), dtype=torch.bool)
     for _ in range(max_len):
         out = net.decode(memory, src_mask, ys, subsequent_mask(ys.size(1)))
-        nxt = net.generator(out[:, -1]).argmax(-1)
+        nxt = choosable(net.generator(out[:, -1])).argmax(-1)
         nxt = nxt.masked_fill(done, PAD)
         ys = torch.cat([ys, nxt.unsqueeze(1)], dim=1)
         done |= nxt == EOS
