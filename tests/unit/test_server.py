@@ -88,9 +88,11 @@ def test_tensors_endpoint_slices_by_head_and_position(client, tiny_model):
         {"name": "blocks.0.attn.masked_scores", "head": 0, "dtype": "float32"},
         {"name": "blocks.0.ln1.mean", "dtype": "float32"},
         {"name": "logits", "position": 2, "dtype": "float32"},
+        {"name": "blocks.0.mlp.pre", "position": -1, "dtype": "float32"},
     ])
     assert r.status_code == 200, r.text
-    q, masked, mean, logits = r.json()["tensors"]
+    q, masked, mean, logits, last = r.json()["tensors"]
+    np.testing.assert_allclose(arr(last), tr["blocks.0.mlp.pre"][-1].numpy(), atol=1e-6)  # -1: the last token
     assert q["dims"] == ["Dh"]
     np.testing.assert_allclose(arr(q), tr["blocks.1.attn.q"][1, 3].numpy(), atol=1e-6)
     m = arr(masked)
@@ -296,7 +298,10 @@ def test_queue_full_gives_503_with_retry_after(tiny_model):
         await asyncio.gather(first, second)
         pool.shutdown()
 
-    asyncio.run(scenario())
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as ex:  # its own thread: another test's event loop may be running in this one
+        ex.submit(asyncio.run, scenario()).result()
     # and over HTTP: a pool with no room answers 503 with Retry-After
     app = create_app({"tiny": tiny_model}, ServerSettings(max_queue=0))
     with TestClient(app) as c:

@@ -51,9 +51,9 @@ def lower_triangle_u8(thumbs: Tensor) -> np.ndarray:
     """(L, H, n, n) values in [0, 1] -> uint8 (L, H, n(n+1)/2): row i keeps its entries 0..i, which is
     all a causal pattern has."""
     n = thumbs.shape[-1]
-    rows, cols = torch.tril_indices(n, n)
-    q = (thumbs[..., rows, cols].clamp(0, 1) * 255).round()
-    return q.to(torch.uint8).numpy()
+    a = thumbs.to(torch.float32).numpy()
+    rows, cols = np.tril_indices(n)
+    return np.rint(np.clip(a[..., rows, cols], 0, 1) * 255).astype(np.uint8)
 
 
 def finite_or_none(x: float) -> float | None:

@@ -47,7 +47,8 @@ class TensorSpec(_Strict):
 
     name: Annotated[str, Field(min_length=1, max_length=64, examples=["blocks.0.attn.pattern"])]
     head: Annotated[int, Field(ge=0)] | None = None  # index into the H dim, if the tensor has one
-    position: Annotated[int, Field(ge=0)] | None = None  # index into the T dim (query position)
+    # index into the T dim (the query position); negative counts from the end, -1 is the last token
+    position: Annotated[int, Field(ge=-MAX_IDS, lt=MAX_IDS)] | None = None
     row: Annotated[int, Field(ge=0)] | None = None  # weights only: index into the first non-head dim
     dtype: TensorDtype = "float16"
 

@@ -163,7 +163,7 @@ def _take(t: Tensor, dims: list[str], dim: str, index: int, what: str, name: str
         raise InputError(f"{name} has no {what} dimension (its dims are {', '.join(dims)})")
     axis = dims.index(dim)
     n = t.shape[axis]
-    i = index - offset
+    i = n + index if index < 0 else index - offset
     if not 0 <= i < n:
         hi = offset + n - 1
         raise InputError(f"{what} {index} is out of range for {name} ({offset}..{hi})")
@@ -232,8 +232,10 @@ def next_token_out(model: ExplainerModel, logits: Tensor, sp: SamplingIn, top_n:
     logits32 = dist.logits
     if params.greedy:
         no_cut = dist.probs
+    elif params.top_k is None and params.top_p is None:
+        no_cut = dist.probs  # nothing was cut: the same softmax
     else:
-        no_cut = torch.softmax(logits32 / params.temperature, dim=-1)
+        no_cut = torch.softmax(dist.scaled_logits, dim=-1)
     tok = model.tokenizer
     cands = [
         Candidate(id=i, text=tok.token_text(i), logit=float(logits32[i]), scaled_logit=float(dist.scaled_logits[i]),

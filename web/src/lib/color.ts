@@ -18,12 +18,13 @@ export function diverging(range: number): ColorFn {
   };
 }
 
-/** For probabilities and attention weights: white at 0, dark purple at `max`. */
-export function sequential(max = 1): ColorFn {
+/** For probabilities and attention weights: white at 0, dark purple at `max`. A `gamma` below 1
+ * stretches the small values (attention over many tokens is spread thin). */
+export function sequential(max = 1, gamma = 1): ColorFn {
   const lut = Array.from({ length: 257 }, (_, i) => toRgb(interpolatePurples(i / 256)));
   return (v) => {
     if (!Number.isFinite(v)) return [215, 215, 215];
-    return lut[Math.round(Math.max(0, Math.min(1, v / max)) * 256)];
+    return lut[Math.round(Math.max(0, Math.min(1, v / max)) ** gamma * 256)];
   };
 }
 

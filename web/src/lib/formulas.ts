@@ -18,6 +18,6 @@ export const FORMULAS: Record<string, string> = {
     `${sub(v("x"), "out")} = ${sub(v("x"), "mid")} + MLP(LN<sub>2</sub>(${sub(v("x"), "mid")}))<br>Dropout<sub>inference</sub>(${v("x")}) = ${v("x")}`,
   mlp: `MLP(${v("x")}) = GELU(${v("x")}${sub(v("W"), "in")} + ${sub(v("b"), "in")}) ${sub(v("W"), "out")} + ${sub(v("b"), "out")}<br>` +
     `GELU(${v("u")}) ≈ ½${v("u")}(1 + tanh(√(2/π)(${v("u")} + 0.044715${v("u")}³)))`,
-  output: `logits = LN<sub>f</sub>(${sub(v("x"), "T−1")}) ${sub(v("W"), "U")}, &nbsp;${sub(v("W"), "U")} = ${sub(v("W"), "E")}<sup>⊤</sup> (no bias)<br>` +
+  output: `logits = LN<sub>f</sub>(${sub(v("x"), "T−1")}) ${sub(v("W"), "U")}, &nbsp;${sub(v("W"), "U")} = ${sub(v("W"), "E")}<sup>⊤</sup><br>` +
     `${sub(v("p"), "i")} ∝ exp(${sub("logit", "i")} / ${v("T")}) · 1[${v("i")} ∈ top-k ∩ top-p]`,
 };

@@ -1,0 +1,98 @@
+"""Browser tests: the real server (tiny random GPT-2) in a thread on a free 127.0.0.1 port, driven
+by Playwright through Debian's Chromium. Requests to anywhere but that server are blocked and
+recorded, and each test fails if there were any."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    def __init__(self, app) -> None:
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def live_server(tiny_model) -> Iterator[LiveServer]:
+    from transformer_explainer.server import create_app
+
+    static = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "web_dist"
+    if not (static / "index.html").is_file():
+        pytest.skip("the web UI is not built (cd web && npm ci && npm run build)")
+    with LiveServer(create_app({"tiny": tiny_model})) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, live_server):
+    """A fresh page on the app, 1280 px wide; fails the test if anything left 127.0.0.1."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+    outside: list[str] = []
+    errors: list[str] = []
+
+    def guard(route) -> None:
+        u = urlparse(route.request.url)
+        if u.scheme in ("data", "blob") or (u.hostname == "127.0.0.1" and u.port == live_server.port):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", guard)
+    pg = context.new_page()
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(live_server.url)
+    pg.wait_for_selector("body[data-ready='1']", timeout=30_000)
+    yield pg
+    context.close()
+    assert not outside, f"requests left 127.0.0.1: {outside}"
+    assert not errors, f"errors in the page: {errors}"

@@ -1,0 +1,201 @@
+"""The app in a real browser: what the page shows equals what the API computes."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+import torch
+
+from .conftest import ARTIFACTS
+
+pytestmark = pytest.mark.browser
+
+TEXT = "The quick brown fox jumps over the lazy dog"
+
+
+def visible(text: str) -> str:
+    return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
+
+
+def number(s: str) -> float:
+    """A value as the page prints it: '−0.1234', '3.721e-5', '0.003721%'."""
+    m = re.search(r"[−-]?[\d.]+(?:e[−-]?\d+)?%?", s.replace("−", "-"))
+    assert m, f"no number in {s!r}"
+    v = m.group(0)
+    return float(v[:-1]) / 100 if v.endswith("%") else float(v)
+
+
+def api(server, path: str, **body) -> dict:
+    r = httpx.post(server.url + "api/" + path, json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def f32(t: dict):
+    from transformer_explainer.server.encoding import decode_array
+
+    return decode_array(t["data"], t["shape"], t["dtype"])
+
+
+def wait_tokens(page, n: int) -> None:
+    page.wait_for_function("n => document.querySelectorAll('[data-testid=token-chip]').length === n", arg=n,
+                           timeout=30_000)
+
+
+def hover_cell(page, testid: str, r: int, c: int, rows: int, cols: int) -> str:
+    box = page.locator(f"[data-testid={testid}] .pic").bounding_box()
+    page.mouse.move(box["x"] + (c + 0.5) * box["width"] / cols, box["y"] + (r + 0.5) * box["height"] / rows)
+    ro = page.locator(f"[data-testid={testid}-readout]")
+    page.wait_for_function("el => el.textContent.trim().length > 0", arg=ro.element_handle())
+    return ro.inner_text()
+
+
+def shot(page, name: str, full_page: bool = True) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
+
+
+def test_page_values_equal_api_values(page, live_server):
+    ref = api(live_server, "trace", text=TEXT, top_n=15, sampling={"temperature": 1, "seed": 42})
+    T = len(ref["token_ids"])
+    page.fill("[data-testid=text]", TEXT)
+    wait_tokens(page, T)
+    page.wait_for_selector(".view:not(.busy)")
+    # tokens, with their leading spaces visible, and ids
+    chips = page.locator("[data-testid=token-chip]")
+    for i, tok in enumerate(ref["tokens"]):
+        assert chips.nth(i).locator(".txt").inner_text() == visible(tok["text"])
+        assert chips.nth(i).locator(".id").inner_text() == str(tok["id"])
+    shot(page, "01-tokens")
+
+    # an attention cell: layer 1, head 2, query 3 looking at key 1
+    page.click("[data-testid=nav-attention]")
+    page.click("[aria-label='Layer 1'][role=radio]")
+    page.click("[data-testid=head-picker] button:text-is('2')")
+    page.wait_for_selector("[data-testid=attn-pattern] .pic")
+    pat = api(live_server, "tensors", ids=ref["token_ids"],
+              tensors=[{"name": "blocks.1.attn.pattern", "head": 2, "dtype": "float32"}])["tensors"][0]
+    text = hover_cell(page, "attn-pattern", 3, 1, T, T)
+    q, k = visible(ref["tokens"][3]["text"]), visible(ref["tokens"][1]["text"])
+    assert f"query token “{q}” (3) attends to key token “{k}” (1)" in text, text
+    assert number(text.split(":")[-1]) == pytest.approx(float(f32(pat)[3, 1]), abs=6e-4)
+    masked = hover_cell(page, "attn-pattern", 1, 3, T, T)
+    assert "cannot see" in masked
+    shot(page, "06-attention")
+
+    # an MLP value: unit 5 after GELU at the focus token (the last one), layer 1
+    page.click("[data-testid=nav-mlp]")
+    page.wait_for_selector("[data-testid=mlp-post] .pic")
+    mlp = api(live_server, "tensors", ids=ref["token_ids"],
+              tensors=[{"name": "blocks.1.mlp.post", "position": T - 1, "dtype": "float32"}])["tensors"][0]
+    M = mlp["shape"][0]
+    text = hover_cell(page, "mlp-post", 0, 5, 1, M)
+    assert text.startswith("[5] ")
+    assert number(text[4:]) == pytest.approx(float(f32(mlp)[5]), abs=2e-3, rel=2e-3)
+    shot(page, "09-mlp")
+
+    # the top probabilities
+    page.click("[data-testid=nav-output]")
+    page.wait_for_selector("[data-testid=cand-prob-0]")
+    for i, c in enumerate(ref["next"]["candidates"][:10]):
+        assert page.locator(f"[data-testid=cand-token-{i}]").inner_text() == visible(c["text"])
+        assert number(page.locator(f"[data-testid=cand-prob-{i}]").inner_text()) == pytest.approx(c["prob"], rel=2e-3)
+    shot(page, "10-output")
+
+
+def test_temperature_follows_softmax(page, live_server, tiny_model):
+    page.fill("[data-testid=text]", TEXT)
+    ids = tiny_model.encode(TEXT)
+    wait_tokens(page, len(ids))
+    page.click("[data-testid=nav-output]")
+    page.wait_for_selector("[data-testid=cand-prob-0]")
+    logits = tiny_model.trace(TEXT).next_token_logits()
+    for temperature in (0.5, 1.5):
+        before = page.locator("[data-testid=cand-prob-0]").inner_text()
+        page.fill("[data-testid=temperature-number]", str(temperature))
+        page.press("[data-testid=temperature-number]", "Enter")
+        page.wait_for_function("b => document.querySelector('[data-testid=cand-prob-0]').textContent !== b",
+                               arg=before, timeout=30_000)
+        probs = torch.softmax(logits / temperature, -1)
+        top = torch.topk(logits, 10).indices.tolist()
+        for i, tid in enumerate(top):
+            shown = number(page.locator(f"[data-testid=cand-prob-{i}]").inner_text())
+            assert shown == pytest.approx(float(probs[tid]), rel=2e-3), (temperature, i)
+    # greedy: one token keeps all the mass
+    page.fill("[data-testid=temperature-number]", "0")
+    page.press("[data-testid=temperature-number]", "Enter")
+    page.wait_for_function("() => document.querySelector('[data-testid=cand-prob-0]').textContent === '100%'",
+                           timeout=30_000)
+    assert "1 tokens survive" in page.locator("[data-testid=n-kept]").inner_text()
+
+
+def test_generate_appends_a_token(page, live_server):
+    page.fill("[data-testid=text]", TEXT)
+    n = len(api(live_server, "trace", text=TEXT)["token_ids"])
+    wait_tokens(page, n)
+    page.click("[data-testid=nav-output]")
+    sampled = page.locator("[data-testid=sampled-token]").inner_text()
+    page.click("[data-testid=append-sampled]")
+    wait_tokens(page, n + 1)
+    last = page.locator("[data-testid=token-chip]").nth(n).locator(".txt").inner_text()
+    assert last == sampled
+    assert page.locator("[data-testid=text]").input_value().endswith(sampled.replace("␣", " "))
+    assert str(n) in page.locator("[data-testid=computed-note]").inner_text()  # only position n was computed
+    # pick another candidate instead of the sampled one
+    pick = page.locator("[data-testid=cand-token-3]").inner_text()
+    page.click("[data-testid=cand-token-3]")
+    wait_tokens(page, n + 2)
+    assert page.locator("[data-testid=token-chip]").nth(n + 1).locator(".txt").inner_text() == pick
+    shot(page, "11-generation")
+
+
+def test_language_switch(page):
+    assert page.locator("h1").inner_text() == "Transformer Explainer"
+    page.click("[data-testid=lang]")
+    page.wait_for_function("() => document.querySelector('h1').textContent === 'Transformer 图解'")
+    assert page.locator("[data-testid=nav-attention]").inner_text().strip() == "带掩码的自注意力"
+    assert page.evaluate("document.documentElement.lang") == "zh-CN"
+    page.click("[data-testid=nav-output]")
+    shot(page, "12-chinese")
+    page.click("[data-testid=lang]")
+    page.wait_for_function("() => document.querySelector('h1').textContent === 'Transformer Explainer'")
+
+
+def test_every_view_renders_and_tour(page):
+    views = ["tokens", "embedding", "blocks", "layernorm-ln1", "qkv", "attention", "heads", "residual",
+             "layernorm-ln2", "mlp", "layernorm-final", "output"]
+    for i, v in enumerate(views):
+        page.click(f"[data-testid=nav-{v}]")
+        page.wait_for_selector("section.view")
+        page.wait_for_function("() => !document.querySelector('.view .placeholder')", timeout=30_000)
+        assert page.locator("section.view .formula").inner_text().strip()
+        shot(page, f"view-{i:02d}-{v}")
+    page.click("[data-testid=tour-open]")
+    for i in range(9):
+        page.wait_for_selector("[data-testid=tour]")
+        if i in (0, 5, 8):
+            shot(page, f"tour-{i + 1}", full_page=False)  # the outline is fixed to the viewport
+        if i < 8:
+            page.click("[data-testid=tour-next]")
+    page.keyboard.press("Escape")
+    assert page.locator("[data-testid=tour]").count() == 0
+
+
+def test_keyboard_and_long_input(page, tiny_model):
+    text = " ".join(["word"] * 100)
+    page.fill("[data-testid=text]", text)
+    n = len(tiny_model.encode(text))
+    wait_tokens(page, n)
+    page.locator("[data-testid=token-chip][aria-selected=true]").focus()
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("ArrowLeft")
+    assert "position 97" in page.locator(".wrap .head").inner_text() or f"position {n - 3}" in page.locator(
+        ".wrap .head").inner_text()
+    page.click("[data-testid=nav-attention]")
+    page.wait_for_selector("[data-testid=attn-pattern] .pic")
+    shot(page, "long-attention")
+    too_long = " ".join(["word"] * 200)
+    page.fill("[data-testid=text]", too_long)
+    page.wait_for_selector("[data-testid=error]", timeout=30_000)
+    assert "truncation" in page.locator("[data-testid=error]").inner_text()
