@@ -188,6 +188,10 @@ def test_openapi_served(client):
     for p in ("/api/trace", "/api/tensors", "/api/next_token", "/api/generate", "/api/models"):
         assert p in paths
     assert client.get("/docs").status_code == 404  # no page that would load scripts from a CDN
+    import importlib.util
+
+    if importlib.util.find_spec("transformer_explainer.seq2seq.api") is not None:
+        assert any(p.startswith("/api/seq2seq/") for p in paths)  # the encoder-decoder API is mounted
 
 
 # -- bad input: 4xx with a message -----------------------------------------------------------------
