@@ -6,6 +6,7 @@ Weights are read with safetensors only; every tensor is checked against the conf
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from functools import lru_cache
 from importlib import resources
@@ -54,6 +55,9 @@ def save_seq2seq(model: Seq2SeqModel, folder: Path, dtype: torch.dtype = torch.f
     atomic_write_bytes(folder / "config.json", (json.dumps(config, ensure_ascii=False, indent=2) + "\n").encode())
     if readme is not None:
         atomic_write_bytes(folder / "README.md", readme.encode())
+    for name in ("model.safetensors", "vocab.json", "config.json", "README.md"):
+        if (folder / name).is_file():
+            os.chmod(folder / name, 0o644)  # package data, readable by all (the temp files were private)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

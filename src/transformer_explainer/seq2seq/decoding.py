@@ -39,6 +39,7 @@ class DecodeStep:
     token_id: int  # the token chosen at this step
     token: str
     prob: float  # its probability under the model
+    log_prob: float
     top: list[TopToken]  # the most probable next tokens
     trace: Seq2SeqTrace | None = None  # the pass that made this step, when recorded
 
@@ -80,7 +81,8 @@ def choosable(log_probs: Tensor) -> Tensor:
 
 
 def _top(model: Seq2SeqModel, log_probs: Tensor, k: int) -> list[TopToken]:
-    probs = log_probs.exp()
+    """The k most probable output tokens (padding and start token left out), unrenormalised."""
+    probs = choosable(log_probs).exp()
     values, ids = probs.topk(min(k, probs.numel()))
     return [TopToken(int(i), model.tgt_vocab.tokens[int(i)], float(p)) for p, i in zip(values, ids, strict=True)]
 
@@ -102,7 +104,7 @@ def _run(model: Seq2SeqModel, src_ids: list[int], choose: Callable[[int, Tensor]
             if rec is not None:
                 trace = model.make_trace(src_ids, ys, enc_values | {k: v[0] for k, v in rec.values.items()})
             steps.append(DecodeStep(t, list(ys), model.tgt_vocab.token_texts(ys), tok, model.tgt_vocab.tokens[tok],
-                                    float(lp[tok].exp()), _top(model, lp, top_k), trace))
+                                    float(lp[tok].exp()), float(lp[tok]), _top(model, lp, top_k), trace))
             ys.append(tok)
             if tok == EOS:
                 break
@@ -114,7 +116,7 @@ def _result(model: Seq2SeqModel, src_ids: list[int], steps: list[DecodeStep], be
     ids = [s.token_id for s in steps]
     finished = bool(ids) and ids[-1] == EOS
     out = ids[:-1] if finished else ids
-    score = float(sum(torch.log(torch.tensor(max(s.prob, 1e-45))) for s in steps))
+    score = sum(s.log_prob for s in steps)
     return DecodeResult(list(src_ids), model.src_vocab.token_texts(src_ids), out, model.tgt_vocab.token_texts(out),
                         model.tgt_vocab.decode(out), finished, score, steps, beam, beam_steps or [])
 
@@ -156,6 +158,8 @@ def beam_search(model: Seq2SeqModel, src_ids: list[int], beam_size: int, max_len
             grown: list[Hypothesis] = []
             for rank, (s, f) in enumerate(zip(scores.tolist(), flat.tolist(), strict=True)):
                 h, tok = alive[f // lp.size(1)], f % lp.size(1)
+                if s == float("-inf"):
+                    break  # only impossible tokens are left
                 if tok == EOS:
                     if rank < beam_size:  # an ending counts only if it ranks within the beam
                         finished.append(Hypothesis((*h.ids, tok), s, True))

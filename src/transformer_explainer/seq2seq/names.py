@@ -102,8 +102,8 @@ DERIVED: dict[str, str] = {
     **{f"{a}.concat": f"{a}.z" for a in ("attn", "self_attn", "cross_attn")},
     "encoder.embed_sum": "encoder.blocks.0.resid_pre",
     "decoder.embed_sum": "decoder.blocks.0.resid_pre",
-    "encoder.out": "encoder.blocks.-1.resid_post",
-    "decoder.out": "decoder.blocks.-1.resid_post",
+    "encoder.out": "encoder.blocks.{last}.resid_post",
+    "decoder.out": "decoder.blocks.{last}.resid_post",
     "log_probs": "logits",
 }
 

@@ -41,20 +41,22 @@ class Seq2SeqTask(ABC):
     max_src_len: int  # longest source, in tokens (specials excluded)
     max_tgt_len: int  # longest target, in tokens (specials excluded)
     examples: tuple[str, ...] = ()  # inputs to try
+    held_out_note = "a tenth of the inputs (by a stable hash) is never drawn for training"
 
     @abstractmethod
     def draw(self, rng: np.random.Generator) -> tuple[Pair, str]:
         """One random (source, target) pair and the key that decides its split."""
 
     def split_of(self, key: str) -> Split | None:
-        """Which split a key belongs to; None for keys in both."""
+        """Which split a key belongs to; None for keys always trained on, never held out."""
         return "test" if _held_out(key) else "train"
 
     def sample(self, rng: np.random.Generator, split: Split = "train") -> Pair:
         """A random pair from `split`: drawn until its key falls on that side."""
+        allowed = ("train", None) if split == "train" else ("test",)
         while True:
             pair, key = self.draw(rng)
-            if self.split_of(key) in (split, None):
+            if self.split_of(key) in allowed:
                 return pair
 
     def samples(self, n: int, seed: int, split: Split = "test") -> list[Pair]:
@@ -182,6 +184,8 @@ class NumberWordsTask(Seq2SeqTask):
             self.max_tgt_len = len(chinese_number(97_979_797))
             self.examples = ("1234", "100010", "20050607")
         self.max_src_len = self.max_digits
+        self.held_out_note = ("a tenth of the numbers from 1000 up (by a stable hash) is never drawn for training "
+                              "and is what accuracy is measured on; the 1000 numbers below are too few to hold out")
         self.convert: Callable[[int], str] = english_number if lang == "en" else chinese_number
 
     def draw(self, rng: np.random.Generator) -> tuple[Pair, str]:
@@ -190,7 +194,7 @@ class NumberWordsTask(Seq2SeqTask):
         return (str(n), self.convert(n)), str(n)
 
     def split_of(self, key: str) -> Split | None:
-        # Under 1000 there are too few numbers to hold some out: all of them are in both splits.
+        # Under 1000 there are too few numbers to hold some out: all of them are trained on.
         return None if int(key) < 1000 else super().split_of(key)
 
     def reference(self, source: str) -> str | None:
@@ -246,6 +250,7 @@ def parse_date(text: str) -> dt.date | None:
 class DatesTask(Seq2SeqTask):
     name = "dates"
     description = "normalise a written date to ISO 8601 (March 5, 2021 -> 2021-03-05): a reordering"
+    held_out_note = "a tenth of the dates (by a stable hash) is never drawn for training, in any format"
 
     def __init__(self, first_year: int = 1900, last_year: int = 2099) -> None:
         self.first = dt.date(first_year, 1, 1)
@@ -317,6 +322,9 @@ class TsvTask(Seq2SeqTask):
             else {"train": self.pairs, "test": self.pairs}
         )
         self.examples = tuple(s for s, _ in self.by_split["test"][:3])
+        self.held_out_note = (f"{len(test)} of the {len(self.pairs)} pairs (by a stable hash) are never drawn for "
+                              "training" if self.held_out else "too few pairs to hold some out: evaluation uses "
+                              "the training pairs")
 
     def draw(self, rng: np.random.Generator) -> tuple[Pair, str]:
         pair = self.pairs[int(rng.integers(0, len(self.pairs)))]

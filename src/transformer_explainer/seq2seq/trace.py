@@ -12,7 +12,7 @@ from torch import Tensor
 
 from .config import Seq2SeqConfig
 from .model import subsequent_mask
-from .names import DERIVED, activation_names, decoder_names, describe, encoder_names, parse_name
+from .names import DERIVED, activation_names, describe, parse_name
 
 
 @dataclass
@@ -74,12 +74,7 @@ class Seq2SeqTrace:
 
     def names(self) -> list[str]:
         """Every name this trace answers, in computation order."""
-        if "logits" not in self.values:  # an encoder-only trace
-            return encoder_names(self.config.n_encoder_layers)
         return activation_names(self.config.n_encoder_layers, self.config.n_decoder_layers)
-
-    def decoder_names(self) -> list[str]:
-        return decoder_names(self.config.n_decoder_layers)
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {n: tuple(self[n].shape) for n in self.names()}

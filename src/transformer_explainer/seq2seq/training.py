@@ -152,7 +152,7 @@ def model_card(model_name: str, m, state, recipe: dict, accuracy: float, n_sampl
         "",
         "Trained by `transformer-explainer train seq2seq` (teacher forcing, label smoothing "
         f"{recipe['label_smoothing']}, warmup then {recipe['schedule']} schedule) on pairs generated on the fly; "
-        "the held-out tenth of the task's inputs was never drawn for training.",
+        f"{task.held_out_note if task is not None else 'see the task for its held-out split'}.",
         "",
         "| | |",
         "|---|---|",
@@ -162,10 +162,10 @@ def model_card(model_name: str, m, state, recipe: dict, accuracy: float, n_sampl
         f"(d_k {c.d_k}), d_ff {c.d_ff}, post-LN, sinusoidal positions |",
         f"| parameters | {m.net.num_params() / 1e6:.2f} M, stored as float16 ({size_mb:.2f} MB) |",
         f"| vocabularies | source {c.src_vocab_size}, target {c.tgt_vocab_size} tokens (`vocab.json`) |",
-        f"| training | {state.step} steps x {recipe['batch_size']} pairs, AdamW lr {recipe['lr']} "
-        f"warmup {recipe['warmup']}, {state.tokens} target tokens |",
-        f"| time and machine | {state.elapsed_s / 60:.1f} min on {threads} CPU thread(s) "
-        f"({platform.processor() or platform.machine()}) |",
+        f"| training | {state.step} steps x {recipe['batch_size']} pairs, AdamW (betas 0.9, 0.98) peak lr "
+        f"{recipe['lr']}, warmup {recipe['warmup']}, {recipe['schedule']}; {state.tokens} target tokens |",
+        f"| time and machine | {state.elapsed_s / 60:.1f} min wall-clock on {threads} CPU thread(s) "
+        f"({platform.processor() or platform.machine()}, shared with other jobs) |",
     ]
     if ex:
         lines += ["", "| input | greedy output |", "|---|---|", *ex]

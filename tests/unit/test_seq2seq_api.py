@@ -1,0 +1,127 @@
+"""The seq2seq JSON API through FastAPI's TestClient, on a tiny random model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from transformer_explainer.errors import InputError
+from transformer_explainer.seq2seq.api import model_loader, router
+from transformer_explainer.seq2seq.config import PRESETS
+from transformer_explainer.seq2seq.decoding import greedy_decode
+from transformer_explainer.seq2seq.engine import Seq2SeqModel
+from transformer_explainer.seq2seq.model import EncoderDecoder
+from transformer_explainer.seq2seq.tasks import ReverseTask
+
+
+@pytest.fixture(scope="module")
+def model() -> Seq2SeqModel:
+    task = ReverseTask(max_len=6, alphabet="abcdef")
+    torch.manual_seed(0)
+    net = EncoderDecoder(PRESETS["tiny"].with_vocab(len(task.src_vocab), len(task.tgt_vocab)))
+    return Seq2SeqModel.for_task(net, task)
+
+
+@pytest.fixture(scope="module")
+def client(model: Seq2SeqModel) -> TestClient:
+    def load(task: str) -> Seq2SeqModel:
+        if task != "reverse":
+            raise InputError(f"no shipped checkpoint for task {task!r}")
+        return model
+
+    app = FastAPI()
+    app.include_router(router, prefix="/api/seq2seq")
+    app.dependency_overrides[model_loader] = lambda: load
+    return TestClient(app)
+
+
+def test_tasks(client: TestClient):
+    r = client.get("/api/seq2seq/tasks")
+    assert r.status_code == 200
+    tasks = {t["name"]: t for t in r.json()["tasks"]}
+    assert set(tasks) == {"reverse", "number_words", "number_words_zh", "dates"}
+    assert tasks["number_words"]["tgt_level"] == "word" and tasks["reverse"]["examples"]
+
+
+def test_decode_greedy_with_step_traces(client: TestClient, model: Seq2SeqModel):
+    r = client.post("/api/seq2seq/decode", json={"task": "reverse", "text": "cafe"})
+    assert r.status_code == 200
+    d = r.json()
+    expected = greedy_decode(model, model.encode_source("cafe"))
+    assert d["tokens"] == expected.tokens and d["output"] == expected.text
+    assert d["src_tokens"] == list("cafe")
+    L, H = model.config.n_decoder_layers, model.config.n_head
+    assert len(d["steps"]) == len(expected.steps)
+    assert len(d["encoder_attn"]) == model.config.n_encoder_layers
+    for s in d["steps"]:
+        assert s["input_tokens"][0] == "<s>" and len(s["input_tokens"]) == s["step"] + 1
+        assert len(s["cross_attn"]) == L and len(s["cross_attn"][0]) == H
+        assert len(s["cross_attn"][0][0]) == 4  # one weight per source token
+        assert len(s["self_attn"][0][0]) == s["step"] + 1  # the growing decoder input
+        for layer in s["cross_attn"] + s["self_attn"]:
+            for head in layer:
+                assert math.isclose(sum(head), 1.0, abs_tol=1e-4)
+        assert s["top"][0]["prob"] >= s["top"][-1]["prob"]
+
+
+def test_decode_beam(client: TestClient):
+    d = client.post("/api/seq2seq/decode", json={"task": "reverse", "text": "abc", "beam": 3}).json()
+    assert d["beam"] == 3 and d["beams"] and all(len(b["alive"]) <= 3 for b in d["beams"])
+    g = client.post("/api/seq2seq/decode", json={"task": "reverse", "text": "abc", "beam": 1}).json()
+    assert g["beams"] == []
+    if d["finished"] and g["finished"]:
+        assert d["score"] >= g["score"] - 1e-4
+
+
+@pytest.mark.parametrize("body, status", [
+    ({"task": "reverse", "text": ""}, 422),
+    ({"task": "reverse", "text": "   "}, 422),
+    ({"task": "reverse", "text": "x" * 500}, 422),
+    ({"task": "reverse", "text": "abc", "beam": 0}, 422),
+    ({"task": "reverse", "text": "abc", "beam": 99}, 422),
+    ({"task": "reverse"}, 422),
+    ({"task": "reverse", "text": "xyz"}, 400),  # outside the vocabulary
+    ({"task": "reverse", "text": "abcdefab"}, 400),  # longer than trained
+    ({"task": "dates", "text": "March 5, 2021"}, 404),  # no checkpoint behind this loader
+])
+def test_decode_rejects_bad_input(client: TestClient, body, status):
+    r = client.post("/api/seq2seq/decode", json=body)
+    assert r.status_code == status, r.text
+    if status == 400:
+        assert "vocabulary" in r.json()["detail"] or "at most" in r.json()["detail"]
+
+
+def test_positional_encoding_beyond_the_trained_length(client: TestClient, model: Seq2SeqModel):
+    r = client.post("/api/seq2seq/positional-encoding", json={"task": "reverse", "n_positions": 40})
+    assert r.status_code == 200
+    d = r.json()
+    assert d["d_model"] == model.config.d_model and d["trained_length"] == 7 and d["n_positions"] == 40
+    pe = torch.tensor(d["encoding"])
+    sim = torch.tensor(d["similarity"])
+    assert pe.shape == (40, model.config.d_model) and sim.shape == (40, 40)
+    torch.testing.assert_close(sim, pe @ pe.T, atol=1e-3, rtol=1e-4)
+    torch.testing.assert_close(torch.diagonal(sim), torch.full((40,), d["norm"] ** 2), atol=1e-3, rtol=1e-4)
+    r = client.post("/api/seq2seq/positional-encoding", json={"d_model": 16, "n_positions": 5})
+    assert r.status_code == 200 and r.json()["trained_length"] is None
+    for body in ({"d_model": 15}, {"n_positions": 0, "d_model": 8}, {"n_positions": 100000, "d_model": 8}):
+        assert client.post("/api/seq2seq/positional-encoding", json=body).status_code == 422
+    assert client.post("/api/seq2seq/positional-encoding", json={}).status_code == 400
+
+
+def test_compare_teacher_forced_and_free_running(client: TestClient):
+    r = client.post("/api/seq2seq/compare", json={"task": "reverse", "text": "abcd"})
+    assert r.status_code == 200
+    d = r.json()
+    assert d["target"] == "dcba" and d["gold_tokens"] == list("dcba")  # the task's own answer
+    assert len(d["teacher_tokens"]) == 5
+    for s in d["steps"]:
+        if s["teacher_input"]:
+            assert s["teacher_input"] == ["<s>", *"dcba"][: s["step"] + 1]
+    r = client.post("/api/seq2seq/compare", json={"task": "reverse", "text": "abcd", "target": "ddd"})
+    assert r.status_code == 200 and r.json()["gold_tokens"] == ["d", "d", "d"]
+    assert client.post("/api/seq2seq/compare", json={"task": "reverse", "text": "abcd", "target": "dxz"}
+                       ).status_code == 400
