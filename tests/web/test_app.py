@@ -162,7 +162,7 @@ def test_language_switch(page):
     page.wait_for_function("() => document.querySelector('h1').textContent === 'Transformer Explainer'")
 
 
-def test_every_view_renders_and_tour(page):
+def test_every_view_renders_and_tour(page, tiny_model):
     views = ["tokens", "embedding", "blocks", "layernorm-ln1", "qkv", "attention", "heads", "residual",
              "layernorm-ln2", "mlp", "layernorm-final", "output"]
     for i, v in enumerate(views):
@@ -171,10 +171,20 @@ def test_every_view_renders_and_tour(page):
         page.wait_for_function("() => !document.querySelector('.view .placeholder')", timeout=30_000)
         assert page.locator("section.view .formula").inner_text().strip()
         shot(page, f"view-{i:02d}-{v}")
+    # the output projection W_O of a head (which the original Transformer Explainer leaves out), real values
+    page.click("[data-testid=nav-heads]")
+    page.click("[data-testid=show-wo]")
+    page.wait_for_selector("[data-testid=heads-wo] .pic")
+    wo = tiny_model.weight("blocks.0.attn.W_O")[0]
+    text = hover_cell(page, "heads-wo", 2, 7, wo.shape[0], wo.shape[1])
+    assert text.startswith("W_O[0][2, 7] = ")
+    assert number(text.split("=")[1]) == pytest.approx(float(wo[2, 7]), abs=1e-3, rel=1e-3)
+    shot(page, "view-heads-wo")
     page.click("[data-testid=tour-open]")
     for i in range(9):
         page.wait_for_selector("[data-testid=tour]")
         if i in (0, 5, 8):
+            page.wait_for_timeout(400)  # the outline glides to its target
             shot(page, f"tour-{i + 1}", full_page=False)  # the outline is fixed to the viewport
         if i < 8:
             page.click("[data-testid=tour-next]")

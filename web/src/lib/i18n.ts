@@ -168,6 +168,8 @@ const en = {
   tour9t: "Generate",
   tour9b: "Append the sampled token, or pick another one, and the text grows by one token.",
   skipToView: "View",
+  showWo: "Show this head's rows of W_O",
+  woTitle: "W_O rows of head {h} (d_head × d_model): they turn z into this head's share of attn_out",
   bytes: "bytes",
   vocabEntry: "vocabulary entry",
 };
@@ -335,6 +337,8 @@ const zh: Record<Key, string> = {
   tour9t: "生成",
   tour9b: "追加抽中的词元，或另选一个，文本就增长一个词元。",
   skipToView: "视图",
+  showWo: "显示该头对应的 W_O 行",
+  woTitle: "第 {h} 个头对应的 W_O 行（每头维度 × 模型维度）：它们把 z 变成该头在 attn_out 中的份额",
   bytes: "字节",
   vocabEntry: "词表条目",
 };
