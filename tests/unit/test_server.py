@@ -154,6 +154,15 @@ def test_generate_step_computes_only_the_new_position(client, tiny_model):
     np.testing.assert_allclose(arr(d["trace"]["tensors"][0]), full["blocks.1.attn.pattern"][0].numpy(), atol=1e-5)
     chosen = post(client, "/api/generate", ids=first["token_ids"], token_id=11).json()
     assert chosen["chosen"] and chosen["trace"]["token_ids"][-1] == 11
+    # a prefix that is no longer cached is computed again, and the answer says so
+    explainer = client.app.state.explainer
+    kept, explainer.cache = explainer.cache, type(explainer.cache)(max_bytes=0)
+    try:
+        again = post(client, "/api/generate", ids=first["token_ids"], token_id=11).json()
+    finally:
+        explainer.cache = kept
+    assert again["trace"]["computed_positions"] == [0, len(first["token_ids"]) + 1]
+    assert again["trace"]["token_ids"] == chosen["trace"]["token_ids"]
 
 
 def test_merged_trace_equals_full_trace(tiny_model):

@@ -267,13 +267,15 @@ def api_router(registry: ModelRegistry, explainer: service.Explainer, pool: Mode
             if len(res.ids) >= m.context_length:
                 raise InputError(f"the text already fills the context of {m.name} ({m.context_length} tokens): "
                                  f"nothing more can be generated")
-            prefix, _ = explainer.trace(name, m, res.ids)
+            prefix, prefix_computed = explainer.trace(name, m, res.ids)
             tok = service.choose_next(m, prefix.next_token_logits(), body.sampling, body.token_id)
             merged = explainer.extend(name, m, prefix, tok.id)
             t1 = time.perf_counter()
             n = len(res.ids)
+            # normally only the new position; all of them when the prefix was no longer cached
+            computed = [n, n + 1] if prefix_computed[0] == prefix_computed[1] else [0, n + 1]
             out = explainer.overview(name, m, merged, truncated=res.truncated, sampling=body.sampling, top_n=body.top_n,
-                                     include=body.include, computed=[n, n + 1], t0=t0, t_traced=t1)
+                                     include=body.include, computed=computed, t0=t0, t_traced=t1)
             return GenerateOut(token=tok, chosen=body.token_id is not None, trace=out)
 
         return await pool.run(work)
