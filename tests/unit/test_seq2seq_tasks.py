@@ -140,3 +140,10 @@ def test_tsv_errors(tmp_path: Path, content, message):
         make_task("tsv", path=str(tmp_path / "missing.tsv"))
     with pytest.raises(InputError, match="unknown task"):
         make_task("nope")
+
+
+@pytest.mark.parametrize("name", BUILTIN_TASKS)
+def test_options_rebuild_the_task(name):
+    t = make_task(name)
+    again = make_task(name, **t.options())
+    assert (again.src_vocab, again.tgt_vocab, again.name) == (t.src_vocab, t.tgt_vocab, name)

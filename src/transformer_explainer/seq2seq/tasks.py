@@ -203,7 +203,7 @@ class NumberWordsTask(Seq2SeqTask):
         return self.convert(int(source))
 
     def options(self) -> dict[str, Any]:
-        return {"lang": self.lang}
+        return {}  # the language comes with the name: number_words or number_words_zh
 
 
 # -- dates -----------------------------------------------------------------------------------------
