@@ -60,7 +60,7 @@ def live_server(tiny_model) -> Iterator[LiveServer]:
         yield srv
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # Playwright's sync API holds an event loop: close it with the module
 def browser():
     if not Path(CHROMIUM).is_file():
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")

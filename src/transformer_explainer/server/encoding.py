@@ -4,7 +4,6 @@ and the dims from the name scheme, so a client can decode without guessing."""
 from __future__ import annotations
 
 import base64
-import math
 
 import numpy as np
 import torch
@@ -55,6 +54,3 @@ def lower_triangle_u8(thumbs: Tensor) -> np.ndarray:
     rows, cols = np.tril_indices(n)
     return np.rint(np.clip(a[..., rows, cols], 0, 1) * 255).astype(np.uint8)
 
-
-def finite_or_none(x: float) -> float | None:
-    return x if math.isfinite(x) else None

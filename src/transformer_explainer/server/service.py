@@ -12,7 +12,6 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -366,8 +365,3 @@ class Explainer:
             timings_ms={"model": round((t_traced - t0) * 1e3, 2), "encode": round((t_done - t_traced) * 1e3, 2)},
         )
 
-
-def as_numpy(t: EncodedTensor) -> np.ndarray:
-    from .encoding import decode_array
-
-    return decode_array(t.data, t.shape, t.dtype)
