@@ -45,10 +45,10 @@ def register(subcommands: argparse._SubParsersAction, train_subcommands: argpars
     p.add_argument("--steps", type=int, help="optimizer steps (default: the task's recipe)")
     p.add_argument("--batch-size", type=int)
     p.add_argument("--lr", type=float, help="peak learning rate")
-    p.add_argument("--min-lr", type=float, default=1e-5)
+    p.add_argument("--min-lr", type=float, help="floor of the schedule (default 1e-5)")
     p.add_argument("--warmup", type=int, help="linear warmup steps")
     p.add_argument("--schedule", choices=["inverse_sqrt", "cosine"],
-                   help="after warmup: the paper's inverse square root (default) or cosine decay")
+                   help="after warmup: the paper's inverse square root or cosine decay (default: the task's recipe)")
     p.add_argument("--label-smoothing", type=float, help="epsilon of label smoothing (default 0.1, the paper's)")
     p.add_argument("--eval-interval", type=int, default=500)
     p.add_argument("--eval-samples", type=int, default=500, help="held-out pairs for validation exact match")
@@ -159,29 +159,29 @@ def cmd_train_seq2seq(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     run_file = out / "run.json"
     given = {"preset": args.preset, "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
-             "warmup": args.warmup, "schedule": args.schedule, "label_smoothing": args.label_smoothing}
+             "warmup": args.warmup, "schedule": args.schedule, "label_smoothing": args.label_smoothing,
+             "min_lr": args.min_lr}
     given = {k: v for k, v in given.items() if v is not None}
     if run_file.is_file():  # resuming: the shape and task are the ones the run started with
         run = json.loads(run_file.read_text())
         if run["task"] != args.task:
             raise InputError(f"{out} holds a run of task {run['task']!r}; choose another --out")
         options, config = run["task_options"], Seq2SeqConfig.from_dict(run["model"])
-        recipe = {**run["recipe"], **given}  # e.g. more --steps
+        recipe = {"min_lr": 1e-5, **run["recipe"], **given}  # e.g. more --steps
         task = make_task(args.task, **options)
     else:
         task = make_task(args.task, **options)
-        recipe = {**asdict(RECIPES.get(args.task, TaskRecipe())), "schedule": "inverse_sqrt", "label_smoothing": 0.1,
-                  "seed": args.seed, **given}
+        recipe = {**asdict(RECIPES.get(args.task, TaskRecipe())), "label_smoothing": 0.1, "seed": args.seed, **given}
         shape = {k: v for k, v in {"n_encoder_layers": args.layers, "n_decoder_layers": args.layers,
                                    "d_model": args.d_model, "n_head": args.heads, "d_ff": args.d_ff,
                                    "dropout": args.dropout}.items() if v is not None}
         config = replace(PRESETS[recipe["preset"]], **shape).with_vocab(len(task.src_vocab), len(task.tgt_vocab))
     run = {"task": args.task, "task_options": task.options(), "model": config.to_dict(), "recipe": recipe}
     run_file.write_text(json.dumps(run, indent=1, ensure_ascii=False))
-    tcfg = TrainConfig(max_steps=recipe["steps"], lr=recipe["lr"], min_lr=args.min_lr, warmup_steps=recipe["warmup"],
-                       weight_decay=0.0, betas=(0.9, 0.98), eval_interval=args.eval_interval,
-                       checkpoint_interval=args.checkpoint_interval, max_minutes=args.max_minutes, seed=recipe["seed"],
-                       schedule=recipe["schedule"])
+    tcfg = TrainConfig(max_steps=recipe["steps"], lr=recipe["lr"], min_lr=recipe["min_lr"],
+                       warmup_steps=recipe["warmup"], weight_decay=0.0, betas=(0.9, 0.98),  # the paper's Adam
+                       eval_interval=args.eval_interval, checkpoint_interval=args.checkpoint_interval,
+                       max_minutes=args.max_minutes, seed=recipe["seed"], schedule=recipe["schedule"])
     torch.manual_seed(recipe["seed"])
     net = EncoderDecoder(config)
     train_task = Seq2SeqTrainTask(task, recipe["batch_size"], recipe["seed"], recipe["label_smoothing"],
