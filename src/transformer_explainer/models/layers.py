@@ -81,9 +81,17 @@ class CausalSelfAttention(nn.Module):
                 z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         else:
             q, k, v = rec("q", q), rec("k", k), rec("v", v)
-            # raw scores are not stored: the trace recomputes them from q and k when asked
-            scores = rec.derived("scores", q @ k.transpose(-2, -1))  # (B, H, T, S)
-            masked = (scores * (1.0 / math.sqrt(hs))).masked_fill_(causal_mask(T, S, x.device), float("-inf"))
+            scale = 1.0 / math.sqrt(hs)
+            mask = causal_mask(T, S, x.device)
+            if rec.wants("scores"):  # an experiment edits the raw scores: compute them on their own
+                scores = rec.derived("scores", q @ k.transpose(-2, -1))  # (B, H, T, S)
+                masked = (scores * scale).masked_fill_(mask, float("-inf"))
+            else:  # scale and mask fused into the matmul: -inf + anything = -inf
+                bias = torch.zeros(T, S, dtype=q.dtype, device=x.device).masked_fill_(mask, float("-inf"))
+                masked = torch.baddbmm(bias, q.reshape(B * self.n_head, T, hs),
+                                       k.reshape(B * self.n_head, S, hs).transpose(1, 2), alpha=scale)
+                masked = masked.view(B, self.n_head, T, S)
+            # raw, scaled and masked scores are not stored: the trace recomputes them from q and k
             pattern = rec("pattern", torch.softmax(masked, dim=-1))
             z = rec("z", self.attn_dropout(pattern) @ v)  # (B, H, T, hs)
         y = z.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side again

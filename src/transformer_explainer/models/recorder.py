@@ -38,6 +38,10 @@ class Recorder:
         self.values[full] = value.detach()
         return value
 
+    def wants(self, name: str) -> bool:
+        """True if a patch is registered for `name` under this prefix."""
+        return self.prefix + name in self.patches
+
     def derived(self, name: str, value: Tensor) -> Tensor:
         """For a value the trace can recompute from others (so it is not stored): apply and record
         a patch if one is registered for it, else pass the value through untouched."""

@@ -1,0 +1,78 @@
+"""The shipped model: loads offline through the same path as GPT-2 and behaves like a language model."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_explainer import load_model
+from transformer_explainer.loading.resolve import BUILTIN_DEFAULT, builtin_models
+
+FOLDER = builtin_models().get(BUILTIN_DEFAULT)
+
+
+def test_builtin_model_is_shipped():
+    assert FOLDER is not None, f"the package must ship {BUILTIN_DEFAULT!r}"
+    files = {p.name for p in FOLDER.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "MODEL_CARD.md"} <= files
+    size = sum(p.stat().st_size for p in FOLDER.iterdir())
+    assert size <= 20e6, f"built-in model is {size / 1e6:.1f} MB, over the 20 MB budget"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_model(BUILTIN_DEFAULT, allow_download=False)
+
+
+def test_loads_in_transformers_with_same_logits(model):
+    from transformers import GPT2LMHeadModel
+
+    hf = GPT2LMHeadModel.from_pretrained(FOLDER, attn_implementation="eager", dtype=torch.float32).eval()
+    trace = model.trace("The king said that the people of the city were")
+    with torch.no_grad():
+        out = hf(torch.tensor([trace.token_ids]), output_attentions=True)
+    torch.testing.assert_close(trace["logits"], out.logits[0], atol=1e-4, rtol=0)
+    torch.testing.assert_close(trace["blocks.2.attn.pattern"], out.attentions[2][0], atol=1e-5, rtol=0)
+
+
+def test_trace_properties(model):
+    trace = model.trace("Data visualization empowers users to")
+    assert "".join(trace.tokens) == "Data visualization empowers users to"
+    assert any(t.startswith(" ") for t in trace.tokens)
+    for i in range(model.config.n_layer):
+        p = trace[f"blocks.{i}.attn.pattern"]
+        torch.testing.assert_close(p.sum(-1), torch.ones(p.shape[:-1]), atol=1e-5, rtol=0)
+        assert (torch.triu(p, diagonal=1) == 0).all()
+
+
+def test_predicts_english(model):
+    """A trained model, not a random one: common continuations are likely."""
+    dist = model.next_token("The king said that the")
+    top = [model.tokenizer.token_text(i) for i in dist.top(20)]
+    assert any(t.strip().isalpha() for t in top)
+    ids = model.encode("It was the best of times, it was the worst of times.")
+    with torch.no_grad():
+        logits = model.gpt(torch.tensor([ids]))[0, :-1]
+    loss = torch.nn.functional.cross_entropy(logits, torch.tensor(ids[1:]))
+    assert loss < 6.0, f"loss {loss:.2f} nats/token: the shipped model looks untrained"
+
+
+def test_explain_with_network_cut_off(tmp_path: Path):
+    """`explain` with no --model, no Hugging Face cache, and (where possible) no network at all."""
+    env = {**os.environ, "HF_HOME": str(tmp_path / "empty-hf-home"), "HF_HUB_OFFLINE": "0"}
+    cmd = [sys.executable, "-m", "transformer_explainer.cli", "explain", "The king said", "--json"]
+    if shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0:
+        cmd = ["unshare", "-n", *cmd]  # a new network namespace: only a down loopback
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["model"] == BUILTIN_DEFAULT
+    assert result["tokens"] == ["The", " king", " said"]
+    assert f"model: {BUILTIN_DEFAULT}" in out.stderr
