@@ -22,6 +22,7 @@ def test_every_builtin_task_ships_a_small_checkpoint():
         assert {p.name for p in folder.iterdir()} == {"config.json", "model.safetensors", "vocab.json", "README.md"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BUILTIN_TASKS)
 def test_shipped_checkpoint_reaches_its_accuracy(name):
     m = load_seq2seq(SHIPPED[name])

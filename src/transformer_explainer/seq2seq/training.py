@@ -134,7 +134,7 @@ RECIPES: dict[str, TaskRecipe] = {
     # With the inverse square root schedule, reverse reached 99% then wandered between 95 and 99%.
     "reverse": TaskRecipe(steps=4000, schedule="cosine"),
     "number_words": TaskRecipe(),
-    "number_words_zh": TaskRecipe(),
+    "number_words_zh": TaskRecipe(steps=4000, schedule="cosine"),  # longer outputs, the 零 rules
     "dates": TaskRecipe(),
     "tsv": TaskRecipe(),
 }
@@ -179,5 +179,5 @@ def model_card(model_name: str, m: Seq2SeqModel, state: TrainState, recipe: dict
     if ex:
         lines += ["", "| input | greedy output |", "|---|---|", *ex]
     lines += ["", "Reproduce (the task's default recipe, seed 0; a little slower or faster per machine):", "",
-              f"    transformer-explainer train seq2seq --task {m.task_name} --threads 1 --export {model_name}"]
+              f"    transformer-explainer train seq2seq --task {m.task_name} --threads 1 --export DIR"]
     return "\n".join(lines) + "\n"
