@@ -366,6 +366,8 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     install_error_handlers(app)
     app.include_router(api_router(registry, explainer, pool))
     _mount_optional_routers(app)
+    from ..analysis.api import router as analysis_router  # here: the analysis package imports server.schemas
+    app.include_router(analysis_router, prefix="/api/analysis")
     static_routes(app, settings.static_dir or package_static_dir())
     app.add_middleware(GZipMiddleware, minimum_size=2048)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
