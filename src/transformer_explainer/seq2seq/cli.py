@@ -74,6 +74,9 @@ def _load(args: argparse.Namespace):
         raise InputError("name a task with --task (see `transformer-explainer seq2seq --list`) or a --checkpoint")
     if args.task not in TASKS:
         raise InputError(f"unknown task {args.task!r}; choose one of {', '.join(TASKS)}")
+    if args.task == "tsv":
+        raise InputError("a tsv model is your own: pass the folder that `train seq2seq --task tsv` wrote "
+                         "with --checkpoint (RUN/model, or its --export folder)")
     return load_builtin(args.task)
 
 
