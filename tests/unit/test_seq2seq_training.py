@@ -41,7 +41,7 @@ def _config(**kw) -> TrainConfig:
 
 
 def test_resume_continues_with_identical_optimizer_state(tmp_path: Path):
-    tt = Seq2SeqTrainTask(TASK, batch_size=16, seed=1, eval_samples=20)
+    tt = Seq2SeqTrainTask(TASK, batch_size=8, seed=1, eval_samples=8)
     straight = _net()
     Trainer(straight, tt, _config(), tmp_path / "a", progress=False).fit()
 
