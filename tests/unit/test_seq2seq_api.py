@@ -14,7 +14,7 @@ from transformer_explainer.seq2seq.api import model_loader, router
 from transformer_explainer.seq2seq.config import PRESETS
 from transformer_explainer.seq2seq.decoding import greedy_decode
 from transformer_explainer.seq2seq.engine import Seq2SeqModel
-from transformer_explainer.seq2seq.model import EncoderDecoder
+from transformer_explainer.seq2seq.model import EncoderDecoder, positional_encoding
 from transformer_explainer.seq2seq.tasks import ReverseTask
 
 
@@ -45,6 +45,22 @@ def test_tasks(client: TestClient):
     tasks = {t["name"]: t for t in r.json()["tasks"]}
     assert set(tasks) == {"reverse", "number_words", "number_words_zh", "dates"}
     assert tasks["number_words"]["tgt_level"] == "word" and tasks["reverse"]["examples"]
+    assert tasks["number_words"]["src_vocab"] == list("0123456789")  # what may be typed, specials left out
+    card = tasks["reverse"]["checkpoint"]  # the shipped one's shape and accuracy, from its config.json
+    assert card["d_model"] > 0 and card["exact_match"] >= 0.99
+
+
+def test_decode_shows_the_source_entering_the_encoder(client: TestClient, model: Seq2SeqModel):
+    d = client.post("/api/seq2seq/decode", json={"task": "reverse", "text": "bead"}).json()
+    ids = model.encode_source("bead")
+    assert d["src_ids"] == ids and d["embed_scale"] == pytest.approx(math.sqrt(model.config.d_model))
+    embed = torch.tensor(d["source"]["embed"])
+    pe = torch.tensor(d["source"]["pos_encoding"])
+    with torch.no_grad():
+        expected = model.net.src_embed.lut.weight[ids] * math.sqrt(model.config.d_model)
+    torch.testing.assert_close(embed, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(pe, positional_encoding(4, model.config.d_model), atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.tensor(d["source"]["embed_sum"]), embed + pe, atol=1e-5, rtol=1e-5)
 
 
 def test_decode_greedy_with_step_traces(client: TestClient, model: Seq2SeqModel):
