@@ -76,6 +76,8 @@ class CausalSelfAttention(nn.Module):
             p = self.dropout if self.training else 0.0
             if S == T:
                 z = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            elif T == 1:  # one new position after a cached prefix sees every key: no mask needed
+                z = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
             else:  # queries continue a cached prefix: they may see every earlier key
                 mask = ~causal_mask(T, S, x.device)
                 z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
