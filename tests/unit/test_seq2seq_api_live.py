@@ -58,6 +58,8 @@ def test_a_run_streams_falling_loss_and_sharper_attention(client: TestClient, ru
     assert r.status_code == 202, r.text
     run_id = r.json()["run"]
     assert r.json()["reference"] == "fedcba"
+    early = client.post("/api/seq2seq/decode", json={"task": "reverse", "text": "abc", "run": run_id})
+    assert early.status_code == 409 and "not ended yet" in early.json()["detail"]
     busy = client.post("/api/seq2seq/train", json={"task": "dates", "steps": 40})
     assert busy.status_code == 409 and "already going" in busy.json()["detail"]
     assert client.get("/api/seq2seq/train").json()["run"]["run"] == run_id
@@ -94,6 +96,13 @@ def test_a_run_streams_falling_loss_and_sharper_attention(client: TestClient, ru
     assert run is not None and run.join(10)
     assert run.workdir is not None and not run.workdir.exists()  # the checkpoints' temporary folder is gone
     assert torch.get_num_threads() == threads
+    # the model the run ended with decodes and compares like a shipped one
+    d = client.post("/api/seq2seq/decode", json={"task": "reverse", "text": "abc", "run": run_id})
+    assert d.status_code == 200 and d.json()["run"] == run_id and d.json()["steps"]
+    c = client.post("/api/seq2seq/compare", json={"task": "reverse", "text": "abc", "run": run_id})
+    assert c.status_code == 200 and c.json()["gold_tokens"] == list("cba")
+    wrong = client.post("/api/seq2seq/decode", json={"task": "dates", "text": "5 Mar 1999", "run": run_id})
+    assert wrong.status_code == 400 and "learned the 'reverse' task" in wrong.json()["detail"]
     # asked again after the end, the stream says there is nothing more (EventSource stops reconnecting)
     assert client.get(f"/api/seq2seq/train/{run_id}/events", headers={"Last-Event-ID": str(len(events))}
                       ).status_code == 204

@@ -78,6 +78,8 @@ class TaskRequest(BaseModel):
 
 
 class DecodeRequest(TaskRequest):
+    run: str | None = Field(None, min_length=1, max_length=32,
+                            description="decode with the model of this ended live training run, not the shipped one")
     text: str = Field(min_length=1, max_length=MAX_TEXT)
     beam: int = Field(1, ge=1, le=MAX_BEAM, description="1 = greedy")
     top_k: int = Field(5, ge=1, le=20, description="candidates listed per step")
@@ -166,9 +168,21 @@ def _decode_json(m: Seq2SeqModel, r: DecodeResult) -> dict[str, Any]:
             "source": source, "encoder_attn": encoder_attn, "steps": steps, "beams": beams}
 
 
+def _chosen_model(load: ModelLoader, runs: LiveTraining, req: DecodeRequest) -> Seq2SeqModel:
+    """The shipped checkpoint of the task, or the model a live training run ended with."""
+    if req.run is None:
+        return _model(load, req.task)
+    run = _run(runs, req.run)
+    if run.config.task != req.task:
+        raise HTTPException(400, f"training run {run.id} learned the {run.config.task!r} task, not {req.task!r}")
+    if run.model is None:
+        raise HTTPException(409, f"training run {run.id} has not ended yet: wait for it or stop it, then use its model")
+    return run.model
+
+
 @router.post("/decode")
-def decode(req: DecodeRequest, load: Loader) -> dict[str, Any]:
-    m = _model(load, req.task)
+def decode(req: DecodeRequest, load: Loader, runs: Runs) -> dict[str, Any]:
+    m = _chosen_model(load, runs, req)
     try:
         src = m.encode_source(req.text)
         if req.beam == 1:
@@ -177,7 +191,7 @@ def decode(req: DecodeRequest, load: Loader) -> dict[str, Any]:
             r = beam_search(m, src, req.beam, record=True, top_k=req.top_k)
     except InputError as e:
         raise HTTPException(400, str(e)) from None
-    return {"task": req.task, "input": req.text, **_decode_json(m, r)}
+    return {"task": req.task, "run": req.run, "input": req.text, **_decode_json(m, r)}
 
 
 @router.post("/positional-encoding")
@@ -198,8 +212,8 @@ def positional(req: PositionalRequest, load: Loader) -> dict[str, Any]:
 
 
 @router.post("/compare")
-def compare(req: CompareRequest, load: Loader) -> dict[str, Any]:
-    m = _model(load, req.task)
+def compare(req: CompareRequest, load: Loader, runs: Runs) -> dict[str, Any]:
+    m = _chosen_model(load, runs, req)
     try:
         src = m.encode_source(req.text)
         target = req.target
@@ -214,7 +228,7 @@ def compare(req: CompareRequest, load: Loader) -> dict[str, Any]:
         raise HTTPException(400, str(e)) from None
     c = teacher_forced_vs_free_running(m, src, gold)
     steps = [{k: _round(v) for k, v in vars(s).items()} for s in c.steps]
-    return {"task": req.task, "input": req.text, "target": target, **{k: v for k, v in vars(c).items()
+    return {"task": req.task, "run": req.run, "input": req.text, "target": target, **{k: v for k, v in vars(c).items()
             if k != "steps"}, "steps": steps}
 
 
