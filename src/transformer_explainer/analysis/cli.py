@@ -1,4 +1,4 @@
-"""CLI subcommands for the analyses: lens | ablate | heads | export (registered by `cli.py`)."""
+"""CLI subcommands for the analyses: lens | ablate | heads | export | snapshot (registered by `cli.py`)."""
 
 from __future__ import annotations
 
@@ -136,6 +136,34 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from ..notebook.snapshot import page_html, snapshot_data
+
+    out = Path(args.out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise InputError(f"--out must end in .html, got {out.name!r}")
+    if args.max_mb <= 0:
+        raise InputError(f"--max-mb must be positive, got {args.max_mb}")
+    model = _load(args)
+    trace = model.trace(args.text, truncate=args.truncate)
+    data, info = snapshot_data(model, trace, max_mb=args.max_mb, ablations=not args.no_ablations,
+                               bundle_bytes=_bundle_bytes())
+    out.write_text(page_html(data), encoding="utf-8")
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB, {trace.n_tokens} tokens); open it in any browser, "
+          f"no server needed", file=sys.stderr)
+    if info.omitted:
+        print(f"left out to stay under {args.max_mb:g} MB (the views that show them say so): "
+              f"{', '.join(info.omitted)}", file=sys.stderr)
+    return 0
+
+
+def _bundle_bytes() -> int:
+    from ..server.app import package_static_dir
+
+    assets = package_static_dir() / "assets"
+    return sum(p.stat().st_size for p in assets.glob("*")) if assets.is_dir() else 0
+
+
 def _text_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("text")
     _model_arg(p)
@@ -173,3 +201,12 @@ def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction)
                    help="comma-separated names or globs, e.g. 'blocks.*.attn.pattern,logits' "
                         "(default: all for .npz, attention patterns for .json)")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("snapshot", help="write one self-contained HTML page explaining TEXT (opens offline)")
+    _text_args(p)
+    p.add_argument("--out", required=True, help="FILE.html")
+    p.add_argument("--max-mb", type=float, default=4.5,
+                   help="size budget: the largest tensors are left out first beyond it (default 4.5)")
+    p.add_argument("--no-ablations", action="store_true",
+                   help="skip the head-importance map and per-head ablations (layers x heads forward passes)")
+    p.set_defaults(func=cmd_snapshot)

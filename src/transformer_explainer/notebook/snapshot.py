@@ -1,0 +1,262 @@
+"""A self-contained HTML snapshot of one trace: the packaged web app (its JS and CSS inlined) plus the
+trace's data, in one file that opens from file:// in any browser with no server and no network.
+
+The data are what the app would ask the server for: the overview (tokens, next-token distribution,
+attention thumbnails), the full activation tensors the views slice (float16, as the API sends them),
+the layer-norm weights, and the analyses (logit lens at every position, head roles and attention
+statistics, the head-importance map with each head's ablation, embedding neighbours of the text's
+tokens). To stay small, the largest tensors are left out first when they would not fit in
+`max_mb`; the views that need them then say so.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..analysis.api import (
+    ablate_json,
+    analogy_json,
+    finite,
+    heads_json,
+    importance_json,
+    lens_json,
+    neighbours_json,
+    project_json,
+    reference_roles,
+)
+from ..engine import ExplainerModel
+from ..errors import InputError
+from ..names import block_name, describe
+from ..server.app import package_static_dir
+from ..server.schemas import ModelInfo, ModelList, SamplingIn
+from ..server.service import Explainer, config_out
+from ..trace import Trace
+
+log = logging.getLogger(__name__)
+
+FORMAT = "transformer-explainer-snapshot"
+VERSION = 1
+# What the app asks for on its first trace (web/src/lib/state.svelte.ts): the snapshot's stored
+# next-token distribution must be for these settings.
+APP_SAMPLING = {"temperature": 1.0, "top_k": None, "top_p": None, "seed": 42}
+APP_TOP_N = 15
+LENS_TOP = 5  # the app's lens table shows 5 tokens per layer
+ABLATION_TOP = 10
+NEIGHBOURS = 10
+ANALOGY = ([" king", " woman"], [" man"])  # the explorer's default: king - man + woman
+MAX_PROJECTED = 64
+LENS_CHUNK = 32  # positions per logit-lens call: (L+1) x chunk x V logits at a time
+
+# Activations by priority: each is kept for every layer or not at all. The first ones serve several
+# views and are small; the MLP's hidden layer (4 x d_model per token) comes last.
+GLOBAL_FIRST = ["embed.token", "embed.position", "ln_final.mean", "ln_final.var", "ln_final.normalized",
+                "ln_final.out"]
+BLOCK_ORDER = ["attn.pattern", "attn.scores", "ln1.mean", "ln1.var", "ln2.mean", "ln2.var", "resid_pre",
+               "attn_out", "resid_mid", "mlp_out", "resid_post", "ln1.normalized", "ln1.out", "ln2.normalized",
+               "ln2.out", "attn.q", "attn.k", "attn.v", "attn.z", "mlp.pre", "mlp.post"]
+SMALL_WEIGHTS = ["ln1.w", "ln1.b", "ln2.w", "ln2.b"]
+LARGE_WEIGHTS = ["attn.W_O", "attn.W_Q", "attn.W_K", "attn.W_V"]  # shown per head on request
+
+
+def _stored(t: Any, dims: tuple[str, ...]) -> dict[str, Any]:
+    a = np.ascontiguousarray(t.detach().float().cpu().numpy(), dtype="<f2")
+    return {"dims": list(dims), "shape": list(a.shape), "dtype": "float16",
+            "data": base64.b64encode(a.tobytes()).decode("ascii")}
+
+
+def _b64_size(n_values: int) -> int:
+    return (2 * n_values + 2) // 3 * 4 + 40  # base64 of float16, plus the JSON around it
+
+
+def _lens_all(model: ExplainerModel, trace: Trace) -> dict[str, Any]:
+    """The logit lens at every position, computed in chunks of positions (bounded memory)."""
+    T = trace.n_tokens
+    out: dict[str, Any] | None = None
+    for s in range(0, T, LENS_CHUNK):
+        part = lens_json(model, trace, list(range(s, min(T, s + LENS_CHUNK))), LENS_TOP)
+        if out is None:
+            out = part
+            continue
+        for k in ("positions", "position_tokens", "targets"):
+            out[k] += part[k]
+        for la, lb in zip(out["layers"], part["layers"], strict=True):
+            la["positions"] += lb["positions"]
+    assert out is not None
+    return out
+
+
+def _try(f: Any) -> tuple[Any, str | None]:
+    try:
+        return f(), None
+    except InputError as e:
+        return None, str(e)
+
+
+def snapshot_analyses(model: ExplainerModel, trace: Trace, *, ablations: bool = True) -> dict[str, Any]:
+    """The analyses the Experiments area shows, answered ahead of time for this trace."""
+    ids = list(trace.token_ids)
+    c = model.config
+    out: dict[str, Any] = {"lens": {"top": LENS_TOP, "out": _lens_all(model, trace)},
+                           "heads": heads_json(trace, reference_roles(model)),
+                           "importance": None, "ablations": {}, "ablation_top": ABLATION_TOP, "neighbours": {}}
+    if ablations and len(ids) >= 2:
+        out["importance"] = importance_json(model, ids, "zero")
+        for layer in range(c.n_layer):
+            for h in range(c.n_head):
+                out["ablations"][f"{layer}.{h}"] = ablate_json(model, ids, [(layer, h)], "zero", ABLATION_TOP)
+    for tid in dict.fromkeys(ids):
+        out["neighbours"][str(tid)] = neighbours_json(model, tid, NEIGHBOURS)
+    pos, neg = ANALOGY
+    res, err = _try(lambda: analogy_json(model, list(pos), list(neg), NEIGHBOURS))
+    out["analogy"] = {"request": {"positive": pos, "negative": neg}, "out": res, "error": err}
+    distinct = list(dict.fromkeys(ids))[:MAX_PROJECTED]
+    res, err = _try(lambda: project_json(model, list(distinct)))
+    out["projection"] = {"request": distinct, "out": res, "error": err}
+    return finite(out)
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """What went into a snapshot, for the CLI's report."""
+
+    kept: list[str]  # tensor groups included, e.g. "blocks.*.attn.pattern"
+    omitted: list[str]
+    nbytes: int
+
+
+def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, ablations: bool = True,
+                  bundle_bytes: int = 0) -> tuple[dict[str, Any], SnapshotInfo]:
+    """The JSON the snapshot page carries (see web/src/snapshot/static.ts for its reader)."""
+    if trace.start != 0:  # a generation step's trace covers only its new positions: trace it all
+        trace = model.trace_ids(list(trace.prefix_ids) + list(trace.token_ids), text=trace.text)
+    sampling = SamplingIn(**APP_SAMPLING)
+    t0 = time.perf_counter()
+    overview = Explainer(0).overview(model.name, model, trace, truncated=False, sampling=sampling, top_n=APP_TOP_N,
+                                     include=[], computed=[0, trace.n_tokens], t0=t0, t_traced=t0)
+    models = ModelList(default=model.name, models=[ModelInfo(name=model.name, source=model.source, loaded=True,
+                                                             default=True, config=config_out(model),
+                                                             n_params=model.gpt.num_params())])
+    L = model.config.n_layer
+    weights = {n: _stored(model.weight(n), describe(n)[0])
+               for n in [block_name(i, s) for i in range(L) for s in SMALL_WEIGHTS] + ["ln_final.w", "ln_final.b"]}
+    data: dict[str, Any] = {
+        "format": FORMAT, "version": VERSION, "models": models.model_dump(), "trace": overview.model_dump(),
+        "sampling": sampling.model_dump(), "top_n": APP_TOP_N, "tensors": {}, "weights": weights, "omitted": [],
+        "analysis": snapshot_analyses(model, trace, ablations=ablations),
+    }
+    used = bundle_bytes + len(json.dumps(data, ensure_ascii=False)) + 2048
+    budget = int(max_mb * 1e6) - used
+
+    groups: list[tuple[str, list[str], bool]] = [(n, [n], False) for n in GLOBAL_FIRST]
+    groups += [(f"blocks.*.{s}", [block_name(i, s) for i in range(L)], False) for s in BLOCK_ORDER]
+    groups += [(f"blocks.*.{s}", [block_name(i, s) for i in range(L)], True) for s in LARGE_WEIGHTS]
+    kept: list[str] = []
+    omitted: list[str] = []
+    for label, names, is_weight in groups:
+        values = [model.weight(n) if is_weight else trace[n] for n in names]
+        size = sum(_b64_size(v.numel()) for v in values)
+        if size > budget:
+            omitted.append(label)
+            continue
+        budget -= size
+        target = data["weights"] if is_weight else data["tensors"]
+        for n, v in zip(names, values, strict=True):
+            target[n] = _stored(v, describe(n)[0])
+        kept.append(label)
+    data["omitted"] = omitted
+    if omitted:
+        log.info("snapshot: left out %s to stay under %.1f MB", ", ".join(omitted), max_mb)
+    return data, SnapshotInfo(kept, omitted, int(max_mb * 1e6) - budget)
+
+
+# -- the page --------------------------------------------------------------------------------------
+
+
+def _bundle_dir() -> Path:
+    return package_static_dir()
+
+
+def _asset(root: Path, rel: str) -> str:
+    path = (root / rel).resolve()
+    if root.resolve() not in path.parents:
+        raise InputError(f"the web bundle refers to {rel!r} outside its folder")
+    return path.read_text(encoding="utf-8")
+
+
+def _script_safe(js: str) -> str:
+    """JS that cannot end or re-open the inline <script> element it sits in (the escapes mean the
+    same characters inside JS strings, templates and regexes, where these sequences occur)."""
+    return re.sub(r"<(/?script|!--)", r"\\x3C\1", js, flags=re.IGNORECASE)
+
+
+def _json_safe(data: dict[str, Any]) -> str:
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def page_html(data: dict[str, Any], static_dir: Path | None = None) -> str:
+    """The app's index.html with its scripts and styles inlined and `data` embedded."""
+    root = static_dir or _bundle_dir()
+    index = root / "index.html"
+    if not index.is_file():
+        raise InputError("the web app is not built in this installation (cd web && npm ci && npm run build)")
+    html = index.read_text(encoding="utf-8")
+    scripts = re.findall(r'<script type="module"[^>]*\bsrc="\./([^"]+)"[^>]*></script>', html)
+    styles = re.findall(r'<link rel="stylesheet"[^>]*\bhref="\./([^"]+)"[^>]*>', html)
+    if not scripts:
+        raise InputError(f"no module script found in {index}")
+    html = re.sub(r'\s*<script type="module"[^>]*\bsrc="[^"]+"[^>]*></script>', "", html)
+    html = re.sub(r'\s*<link rel="stylesheet"[^>]*>', "", html)
+    if re.search(r'\b(src|href)="\./', html):
+        raise InputError("the web bundle's index.html loads a file this snapshot does not inline")
+    css = "".join(_asset(root, s) for s in styles).replace("</style", "<\\/style")
+    js = "\n".join(_script_safe(_asset(root, s)) for s in scripts)
+    title = f"{data['trace']['text'][:60]} · Transformer Explainer snapshot"
+    head = (f'<meta name="generator" content="transformer-explainer snapshot v{VERSION}">\n'
+            f"<style>{css}</style>\n"
+            # the snapshot holds one text: the text box is read-only and the examples are hidden
+            f"<style>.examples{{display:none!important}}{BANNER_CSS}</style>\n"
+            f'<script type="application/json" id="te-snapshot">{_json_safe(data)}</script>\n'
+            f'<script type="module">{js}</script>\n')
+    html = html.replace('<div id="app"></div>', BANNER + '<div id="app"></div>', 1)
+    html = re.sub(r"<title>.*?</title>", lambda _: f"<title>{_escape(title)}</title>", html, count=1)
+    return html.replace("</head>", head + "</head>", 1)
+
+
+BANNER = ('<div class="te-snapshot-banner" data-testid="snapshot-banner">Offline snapshot of one text: no server '
+          "needed; views that need new computation say so. · "
+          "单一文本的离线快照：无需服务器；需要重新计算的视图会给出提示。</div>")
+BANNER_CSS = (".te-snapshot-banner{background:#fff6d6;color:#5c4a00;font:13px system-ui,sans-serif;padding:4px 20px;"
+              "border-bottom:1px solid #eadb9f}")
+
+
+def _escape(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def snapshot_html(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: float = 4.5, ablations: bool = True,
+                  static_dir: Path | None = None) -> str:
+    """One self-contained HTML page explaining `text_or_trace` with `model`: opens offline from file://."""
+    trace = model.trace(text_or_trace) if isinstance(text_or_trace, str) else text_or_trace
+    if trace.config != model.config:
+        raise InputError(f"the trace was made by {trace.model_name}, not by {model.name}")
+    root = static_dir or _bundle_dir()
+    bundle = sum(p.stat().st_size for p in (root / "assets").glob("*")) if (root / "assets").is_dir() else 0
+    data, _ = snapshot_data(model, trace, max_mb=max_mb, ablations=ablations, bundle_bytes=bundle)
+    return page_html(data, root)
+
+
+def save_snapshot(model: ExplainerModel, text_or_trace: str | Trace, path: str | Path, **kwargs: Any) -> Path:
+    """Write `snapshot_html(...)` to `path` (UTF-8)."""
+    path = Path(path)
+    path.write_text(snapshot_html(model, text_or_trace, **kwargs), encoding="utf-8")
+    return path

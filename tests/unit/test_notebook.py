@@ -1,0 +1,171 @@
+"""The HTML snapshot and the notebook widget: one self-contained file carrying the trace's own
+values, under its size budget, and the widget's front end shipped in the package."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from transformer_explainer import InputError
+from transformer_explainer.analysis.api import heads_json, lens_json, reference_roles
+from transformer_explainer.cli import main
+from transformer_explainer.notebook import SnapshotView, show, snapshot_data, snapshot_html, widget_class
+from transformer_explainer.notebook.snapshot import page_html
+from transformer_explainer.notebook.widget import widget_esm
+
+TEXT = "The cat sat on the mat, and then the cat slept."
+
+
+@pytest.fixture(scope="module")
+def static(tmp_path_factory) -> Path:
+    """A stand-in for the built bundle (the real one is tested in the browser tests)."""
+    root = tmp_path_factory.mktemp("web_dist")
+    (root / "assets").mkdir()
+    (root / "assets" / "app.js").write_text('const s = "</script><!-- <script>"; document.title = s;')
+    (root / "assets" / "app.css").write_text("body { color: red }")
+    (root / "index.html").write_text(
+        '<!doctype html><html><head><meta charset="utf-8"><title>x</title>'
+        '<script type="module" crossorigin src="./assets/app.js"></script>'
+        '<link rel="stylesheet" crossorigin href="./assets/app.css"></head><body><div id="app"></div></body></html>')
+    return root
+
+
+@pytest.fixture(scope="module")
+def data(tiny_model):
+    return snapshot_data(tiny_model, tiny_model.trace(TEXT))
+
+
+def f16(stored: dict) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(stored["data"]), "<f2").astype(np.float32).reshape(stored["shape"])
+
+
+def embedded(page: str) -> dict:
+    m = re.search(r'<script type="application/json" id="te-snapshot">(.*?)</script>', page, re.S)
+    assert m
+    return json.loads(m.group(1))
+
+
+def test_snapshot_carries_the_traces_values(tiny_model, data):
+    d, info = data
+    trace = tiny_model.trace(TEXT)
+    assert d["format"] == "transformer-explainer-snapshot"
+    assert d["trace"]["token_ids"] == trace.token_ids
+    assert [t["text"] for t in d["trace"]["tokens"]] == trace.tokens
+    assert not info.omitted  # a tiny model fits whole
+    for name in ("blocks.1.attn.pattern", "blocks.0.mlp.post", "embed.token", "ln_final.out"):
+        np.testing.assert_allclose(f16(d["tensors"][name]), trace[name].numpy(), rtol=1e-3, atol=1e-4)
+        assert d["tensors"][name]["dims"]
+    np.testing.assert_allclose(f16(d["weights"]["blocks.0.ln1.w"]), tiny_model.weight("blocks.0.ln1.w").numpy(),
+                               rtol=1e-3)
+    a = d["analysis"]
+    assert a["lens"]["out"]["positions"] == list(range(trace.n_tokens))
+    got = a["lens"]["out"]["layers"][1]["positions"][4]
+    ref = lens_json(tiny_model, trace, [4], 5)["layers"][1]["positions"][0]
+    assert [c["id"] for c in got["top"]] == [c["id"] for c in ref["top"]]  # one column alone agrees to rounding
+    assert [c["prob"] for c in got["top"]] == pytest.approx([c["prob"] for c in ref["top"]], rel=1e-5)
+    assert got["target_rank"] == ref["target_rank"]
+    assert a["heads"] == json.loads(json.dumps(heads_json(trace, reference_roles(tiny_model))))
+    L, H = tiny_model.config.n_layer, tiny_model.config.n_head
+    assert len(a["ablations"]) == L * H and a["importance"]["n_head"] == H
+    assert set(a["neighbours"]) == {str(i) for i in trace.token_ids}
+    # the app's first request asks for this sampling; the stored distribution must be for it
+    assert d["sampling"] == {"temperature": 1.0, "top_k": None, "top_p": None, "seed": 42}
+
+
+def test_budget_leaves_out_the_largest_tensors_first(tiny_model):
+    trace = tiny_model.trace(TEXT)
+    full, _ = snapshot_data(tiny_model, trace, ablations=False)
+    mlp_post = sum(len(json.dumps(v)) for n, v in full["tensors"].items() if n.endswith("mlp.post"))
+    for n in [n for n in full["weights"] if ".attn.W_" in n]:
+        del full["weights"][n]
+    budget = len(json.dumps(full)) - mlp_post // 2  # room for everything but half of the last group
+    d, info = snapshot_data(tiny_model, trace, max_mb=budget / 1e6, ablations=False)
+    assert info.omitted[0] == "blocks.*.mlp.post"
+    assert "blocks.*.attn.pattern" in info.kept and "blocks.*.mlp.pre" in info.kept
+    assert len(json.dumps(d)) < budget
+    assert d["omitted"] == info.omitted
+    assert not any(n.endswith("mlp.post") for n in d["tensors"])
+
+
+def test_page_is_one_file_with_everything_inlined(tiny_model, static, data):
+    page = page_html(data[0], static)
+    assert 'src="' not in page and 'href="./' not in page  # nothing to fetch
+    assert "<style>body { color: red }</style>" in page
+    # the script's own "</script" and "<!--" cannot close or confuse the element it sits in
+    js = re.search(r'<script type="module">(.*?)</script>', page, re.S).group(1)
+    assert 'const s = "\\x3C/script>\\x3C!-- \\x3Cscript>"' in js
+    assert embedded(page)["trace"]["token_ids"] == tiny_model.encode(TEXT)
+    assert "snapshot-banner" in page
+
+
+def test_text_with_markup_stays_data(tiny_model, static):
+    text = "</script><script>alert(1)</script> & <b>"
+    page = snapshot_html(tiny_model, text, static_dir=static, ablations=False)
+    assert "<script>alert(1)" not in page
+    assert embedded(page)["trace"]["text"] == text
+
+
+def test_size_for_32_tokens_of_a_small_model(small_model, static):
+    text = " ".join(["word"] * 32)
+    trace = small_model.trace(text)
+    assert trace.n_tokens == 32
+    d, info = snapshot_data(small_model, trace, ablations=False)
+    size = len(page_html(d, static).encode())
+    assert size < 5e6, size
+    assert not [g for g in info.omitted if not g.startswith("blocks.*.attn.W")]  # every activation fits
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    """The shape of the built-in small model (6 layers, 8 heads, d_model 256), random weights."""
+    from tests.conftest import make_hf_gpt2
+    from transformer_explainer import load_model
+
+    folder = make_hf_gpt2(tmp_path_factory.mktemp("small"), n_layer=6, n_head=8, n_embd=256, n_positions=256)
+    return load_model(str(folder), allow_download=False)
+
+
+def test_show_returns_a_widget_or_html(tiny_model, monkeypatch, static):
+    monkeypatch.setattr("transformer_explainer.notebook.snapshot._bundle_dir", lambda: static)
+    trace = tiny_model.trace(TEXT)
+    view = show(trace, tiny_model, widget=False, ablations=False)
+    assert isinstance(view, SnapshotView)
+    out = view._repr_html_()
+    assert out.startswith('<iframe sandbox="allow-scripts"')
+    assert embedded(html.unescape(re.search(r'srcdoc="(.*?)"', out, re.S).group(1)))["trace"]["text"] == TEXT
+    cls = widget_class()
+    if cls is None:
+        pytest.skip("anywidget is not installed")
+    w = show(TEXT, tiny_model, ablations=False)
+    assert isinstance(w, cls) and embedded(w.html)["trace"]["token_ids"] == trace.token_ids
+
+
+def test_show_needs_a_model_for_a_text(tiny_model):
+    with pytest.raises(InputError, match="needs the model"):
+        show(TEXT)
+    other = tiny_model.trace(TEXT)
+    other.model_name = "no-such-model"
+    with pytest.raises(InputError, match="pass it"):
+        show(other)
+
+
+def test_widget_front_end_ships_in_the_package():
+    js = widget_esm().read_text()
+    assert "export default" in js and "srcdoc" in js
+    assert "http" not in js  # it loads nothing
+
+
+def test_cli_snapshot(tiny_gpt2_dir, tmp_path, capsys):
+    out = tmp_path / "page.html"
+    assert main(["snapshot", TEXT, "--out", str(out), "--model", str(tiny_gpt2_dir), "--offline",
+                 "--no-ablations"]) == 0
+    page = out.read_text()
+    assert embedded(page)["analysis"]["importance"] is None
+    assert "wrote" in capsys.readouterr().err
+    assert main(["snapshot", TEXT, "--out", str(tmp_path / "x.txt"), "--model", str(tiny_gpt2_dir)]) != 0
