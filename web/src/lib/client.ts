@@ -3,6 +3,7 @@ import type {
   ErrorOut, GenerateIn, GenerateOut, ModelInfo, ModelList, NextTokenIn, NextTokenOut, TensorSpec, TensorsIn,
   TensorsOut, TraceIn, TraceOut, WeightIn,
 } from "./generated/api";
+import { snapshot, snapshotCall } from "../snapshot/static";
 
 export class ApiError extends Error {
   constructor(public status: number, message: string) {
@@ -10,7 +11,10 @@ export class ApiError extends Error {
   }
 }
 
-async function call<T>(path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+export async function call<T>(path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+  if (snapshot) { // an offline snapshot page: the answers come from the data it carries
+    try { return (await snapshotCall(path, body)) as T; } catch (e) { throw new ApiError(404, (e as Error).message); }
+  }
   const res = await fetch(`api/${path}`, {
     method: body === undefined ? "GET" : "POST",
     headers: body === undefined ? {} : { "content-type": "application/json" },

@@ -42,6 +42,7 @@ const en = {
   v_residual: "Residual & dropout",
   v_mlp: "MLP",
   v_output: "Output & sampling",
+  v_experiments: "Experiments",
   e_tokens:
     "The text is cut into subword tokens by GPT-2's byte-level BPE. Each token has an id: its row in the " +
     "vocabulary. A leading space belongs to the token (shown as ␣), so “ the” and “the” are different tokens.",
@@ -216,6 +217,7 @@ const zh: Record<Key, string> = {
   v_residual: "残差与 Dropout",
   v_mlp: "多层感知机",
   v_output: "输出与采样",
+  v_experiments: "实验",
   e_tokens:
     "GPT-2 的字节级 BPE 把文本切成子词词元。每个词元有一个编号，即它在词表中的行号。" +
     "词首的空格属于词元本身（显示为 ␣），所以 “ the” 和 “the” 是两个不同的词元。",

@@ -4,7 +4,7 @@ import { blockName } from "./generated/names";
 import type { TensorSpec } from "./generated/api";
 
 export const VIEWS = [
-  "tokens", "embedding", "blocks", "layernorm", "qkv", "attention", "heads", "residual", "mlp", "output",
+  "tokens", "embedding", "blocks", "layernorm", "qkv", "attention", "heads", "residual", "mlp", "output", "experiments",
 ] as const;
 export type ViewId = (typeof VIEWS)[number];
 
@@ -25,6 +25,7 @@ export function specsFor(view: ViewId, f: Focus): TensorSpec[] {
   switch (view) {
     case "tokens":
     case "blocks":
+    case "experiments": // asks /api/analysis itself
       return [];
     case "embedding":
       return ["embed.token", "embed.position", "embed.sum"].map((name) => ({ name, position: p }));

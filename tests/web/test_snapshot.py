@@ -1,0 +1,128 @@
+"""The self-contained HTML snapshot, opened from file:// with every network request blocked and
+recorded: it needs none, and the values it shows are the trace's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from transformer_explainer.analysis.api import ablate_json, lens_json
+from transformer_explainer.notebook import save_snapshot
+
+from .conftest import ARTIFACTS
+from .test_app import hover_cell, number, visible
+
+pytestmark = pytest.mark.browser
+
+TEXT = "The quick brown fox jumps over the lazy dog"
+
+
+@pytest.fixture(scope="module")
+def snapshot_file(tiny_model, tmp_path_factory) -> Path:
+    static = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "web_dist"
+    if not (static / "index.html").is_file():
+        pytest.skip("the web UI is not built (cd web && npm ci && npm run build)")
+    return save_snapshot(tiny_model, TEXT, tmp_path_factory.mktemp("snap") / "page.html")
+
+
+@pytest.fixture
+def offline_page(browser, snapshot_file):
+    """The snapshot in a page where every request except the file itself is blocked and recorded."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+    requests: list[str] = []
+    blocked: list[str] = []
+    errors: list[str] = []
+    own = snapshot_file.as_uri()
+
+    def guard(route) -> None:
+        if route.request.url == own:
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", guard)
+    pg = context.new_page()
+    pg.on("request", lambda r: requests.append(r.url))
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(own)
+    pg.wait_for_selector("body[data-ready='1']", timeout=30_000)
+    yield pg
+    context.close()
+    assert not blocked, f"the snapshot tried to load: {blocked}"
+    others = [u for u in requests if u != own and urlparse(u).scheme not in ("data", "blob")]
+    assert not others, f"the snapshot made requests: {others}"
+    assert not errors, f"errors in the page: {errors}"
+
+
+def test_snapshot_opens_offline_with_the_traces_values(offline_page, tiny_model):
+    page = offline_page
+    trace = tiny_model.trace(TEXT)
+    chips = page.locator("[data-testid=token-chip]")
+    assert chips.count() == trace.n_tokens
+    for i, (tok, tid) in enumerate(zip(trace.tokens, trace.token_ids, strict=True)):
+        assert chips.nth(i).locator(".txt").inner_text() == visible(tok)
+        assert chips.nth(i).locator(".id").inner_text() == str(tid)
+    page.screenshot(path=str(ARTIFACTS / "snapshot-01-tokens.png"), full_page=True)
+
+    # an attention weight, read off the picture: layer 1, head 2, query 3 -> key 1
+    T = trace.n_tokens
+    page.click("[data-testid=nav-attention]")
+    page.click("[aria-label='Layer 1'][role=radio]")
+    page.click("[data-testid=head-picker] button:text-is('2')")
+    page.wait_for_selector("[data-testid=attn-pattern] .pic")
+    text = hover_cell(page, "attn-pattern", 3, 1, T, T)
+    assert number(text.split(":")[-1]) == pytest.approx(float(trace["blocks.1.attn.pattern"][2, 3, 1]), abs=6e-4)
+    page.screenshot(path=str(ARTIFACTS / "snapshot-02-attention.png"), full_page=True)
+
+    # the next-token probabilities
+    page.click("[data-testid=nav-output]")
+    page.wait_for_selector("[data-testid=cand-prob-0]")
+    import torch
+
+    probs = torch.softmax(trace.next_token_logits(), -1)
+    for i, tid in enumerate(torch.topk(trace.next_token_logits(), 5).indices.tolist()):
+        tok = visible(tiny_model.tokenizer.token_text(tid))
+        assert page.locator(f"[data-testid=cand-token-{i}]").inner_text() == tok
+        assert number(page.locator(f"[data-testid=cand-prob-{i}]").inner_text()) == pytest.approx(float(probs[tid]),
+                                                                                                   rel=2e-3)
+    # every view renders from the file alone
+    for v in ["embedding", "blocks", "layernorm-ln1", "qkv", "heads", "residual", "mlp", "layernorm-final"]:
+        page.click(f"[data-testid=nav-{v}]")
+        page.wait_for_selector("section.view")
+        page.wait_for_function("() => !document.querySelector('.view .placeholder')", timeout=30_000)
+    assert page.locator("[data-testid=error]").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "snapshot-03-mlp.png"), full_page=True)
+
+
+def test_snapshot_experiments(offline_page, tiny_model):
+    page = offline_page
+    trace = tiny_model.trace(TEXT)
+    page.click("[data-testid=nav-experiments]")
+    page.wait_for_selector("[data-testid=lens-table]")
+    lens = lens_json(tiny_model, trace, [trace.n_tokens - 1], 5)
+    rows = page.locator("[data-testid=lens-row]")
+    assert rows.count() == tiny_model.config.n_layer + 1
+    for i, layer in enumerate(lens["layers"]):
+        col = layer["positions"][0]
+        assert rows.nth(i).locator("[data-testid=lens-rank]").inner_text() == str(col["target_rank"])
+        assert number(rows.nth(i).locator("[data-testid=lens-prob]").inner_text()) == pytest.approx(
+            col["target_prob"], rel=2e-3)
+    page.screenshot(path=str(ARTIFACTS / "snapshot-04-lens.png"), full_page=True)
+
+    page.click("[data-testid=exp-tab-heads]")
+    page.wait_for_selector("[data-testid=head-cell-1-2]")
+    page.click("[data-testid=head-cell-1-2]")
+    page.wait_for_selector("[data-testid=ablation-table]")
+    ref = ablate_json(tiny_model, trace.token_ids, [(1, 2)], "zero", 10)
+    after = [number(x) for x in page.locator("[data-testid=abl-after]").all_inner_texts()]
+    assert after == pytest.approx([c["after"] for c in ref["changes"]], rel=2e-3)
+    page.screenshot(path=str(ARTIFACTS / "snapshot-05-heads.png"), full_page=True)
+
+    page.click("[data-testid=exp-tab-embed]")
+    page.wait_for_selector("[data-testid=neighbours] li")
+    page.wait_for_selector("[data-testid=pca] circle")
+    page.screenshot(path=str(ARTIFACTS / "snapshot-06-embeddings.png"), full_page=True)
