@@ -23,7 +23,7 @@ class Seq2SeqState {
   text = $state("hello");
   beam = $state(1);
   run = $state<string | null>(null); // decode with this live run's model instead of the shipped one
-  tab = $state<Tab>("decoder");
+  tab = $state<Tab>("encoder");
   decoded = $state.raw<DecodeOut | null>(null);
   loading = $state(false);
   error = $state<string | null>(null);
