@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from transformer_explainer import InputError
 from transformer_explainer.analysis import (
     ablate,
+    ablate_each_head,
     ablation_patches,
     head_importance,
     head_means,
@@ -104,6 +105,17 @@ def test_importance_map_and_pruning(tiny_model, ids):
     assert static.heads == [h for h, _ in reversed(imp.ranked())][:2]
     full = ablate(tiny_model, ids, static.heads)
     assert static.losses[-1] == pytest.approx(full.ablated_loss, abs=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_each_head_in_one_sweep_equals_ablate_and_importance(tiny_model, ids, means, mode):
+    each, imp = ablate_each_head(tiny_model, ids, mode=mode, means=means, clean=tiny_model.trace_ids(ids))
+    ref = head_importance(tiny_model, ids, mode=mode, means=means)
+    assert torch.equal(imp.loss_change, ref.loss_change) and torch.equal(imp.kl, ref.kl)
+    assert len(each) == tiny_model.config.n_layer * tiny_model.config.n_head
+    one = ablate(tiny_model, ids, [(1, 2)], mode=mode, means=means)
+    assert torch.equal(each[(1, 2)].ablated.logits, one.ablated.logits)
+    assert each[(1, 2)].kl == one.kl and each[(1, 2)].ablated_loss == one.ablated_loss
 
 
 def test_bad_ablations(tiny_model, ids):

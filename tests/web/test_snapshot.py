@@ -94,8 +94,11 @@ def test_snapshot_opens_offline_with_the_traces_values(offline_page, tiny_model)
         page.click(f"[data-testid=nav-{v}]")
         page.wait_for_selector("section.view")
         page.wait_for_function("() => !document.querySelector('.view .placeholder')", timeout=30_000)
+    page.click("[aria-label='Layer 0'][role=radio]")  # block 0's output is stored as block 1's input
+    page.click("[data-testid=nav-residual]")
+    page.wait_for_function("() => !document.querySelector('.view .placeholder')", timeout=30_000)
     assert page.locator("[data-testid=error]").count() == 0
-    page.screenshot(path=str(ARTIFACTS / "snapshot-03-mlp.png"), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / "snapshot-03-residual.png"), full_page=True)
 
 
 def test_snapshot_experiments(offline_page, tiny_model):

@@ -235,6 +235,33 @@ def head_importance(model: ExplainerModel, text: str | Sequence[int], *, mode: A
     return HeadImportance(mode, clean_loss, dloss, kl)
 
 
+def ablate_each_head(model: ExplainerModel, text: str | Sequence[int], *, mode: AblationMode = "zero",
+                     means: Tensor | None = None, clean: Trace | None = None
+                     ) -> tuple[dict[Head, AblationResult], HeadImportance]:
+    """Every head ablated alone, sharing one clean pass (or `clean`, a trace of the same ids): each
+    head's `AblationResult` and the importance map they make (the same numbers as `ablate` and
+    `head_importance`, in L x H + 1 forward passes instead of 3 L x H)."""
+    ids = _ids(model, text)
+    txt = text if isinstance(text, str) else None
+    if mode == "mean" and means is None:
+        means = head_means(model)
+    if clean is None or list(clean.token_ids) != ids or clean.start != 0:
+        clean = model.trace_ids(ids, text=txt)
+    clean_loss = text_loss(clean.logits, ids)
+    L, H = model.config.n_layer, model.config.n_head
+    dloss, kl = torch.zeros(L, H), torch.zeros(L, H)
+    results: dict[Head, AblationResult] = {}
+    for layer, h in all_heads(model.config):
+        ablated = _run(model, ids, [(layer, h)], mode, means, txt)
+        loss = text_loss(ablated.logits, ids)
+        res = AblationResult([(layer, h)], mode, clean, ablated, clean_loss, loss,
+                             _kl(clean.next_token_logits(), ablated.next_token_logits()))
+        results[(layer, h)] = res
+        dloss[layer, h] = loss - clean_loss
+        kl[layer, h] = res.kl
+    return results, HeadImportance(mode, clean_loss, dloss, kl)
+
+
 @dataclass(frozen=True)
 class PruningCurve:
     """Heads removed one at a time, least important first, and the loss after each removal."""

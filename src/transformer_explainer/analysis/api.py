@@ -23,7 +23,7 @@ from ..engine import ExplainerModel
 from ..errors import InputError
 from ..server.schemas import MAX_TOP_N, InputIn
 from ..trace import Trace
-from .ablation import Head, ablate, head_importance, head_means, prune_heads
+from .ablation import AblationResult, Head, HeadImportance, ablate, head_importance, head_means, prune_heads
 from .attention_stats import attention_stats
 from .embeddings import analogy, nearest_tokens, project_2d
 from .head_roles import ROLES, HeadRoles, head_roles, reference_head_roles
@@ -65,14 +65,20 @@ def lens_json(model: ExplainerModel, trace: Trace, positions: list[int] | None, 
 
 def ablate_json(model: ExplainerModel, ids: list[int], heads: list[Head], mode: str, top: int,
                 means: Any = None) -> dict[str, Any]:
-    res = ablate(model, ids, heads, mode=mode, means=means)  # type: ignore[arg-type]
-    return finite({"model": model.name, **_tokens(res.clean), **res.to_dict(model.tokenizer.token_text, top)})
+    return ablation_dict(model, ablate(model, ids, heads, mode=mode, means=means), top)  # type: ignore[arg-type]
 
 
 def importance_json(model: ExplainerModel, ids: list[int], mode: str, means: Any = None) -> dict[str, Any]:
-    imp = head_importance(model, ids, mode=mode, means=means)  # type: ignore[arg-type]
+    return importance_dict(model, head_importance(model, ids, mode=mode, means=means))  # type: ignore[arg-type]
+
+
+def importance_dict(model: ExplainerModel, imp: HeadImportance) -> dict[str, Any]:
     return finite({"model": model.name, "n_layer": model.config.n_layer, "n_head": model.config.n_head,
                    **imp.to_dict(), "ranked": [list(h) for h, _ in imp.ranked("loss")]})
+
+
+def ablation_dict(model: ExplainerModel, res: AblationResult, top: int) -> dict[str, Any]:
+    return finite({"model": model.name, **_tokens(res.clean), **res.to_dict(model.tokenizer.token_text, top)})
 
 
 def prune_json(model: ExplainerModel, ids: list[int], mode: str, max_heads: int | None, recompute: bool,

@@ -22,12 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.ablation import ablate_each_head
 from ..analysis.api import (
-    ablate_json,
+    ablation_dict,
     analogy_json,
     finite,
     heads_json,
-    importance_json,
+    importance_dict,
     lens_json,
     neighbours_json,
     project_json,
@@ -104,15 +105,13 @@ def _try(f: Any) -> tuple[Any, str | None]:
 def snapshot_analyses(model: ExplainerModel, trace: Trace, *, ablations: bool = True) -> dict[str, Any]:
     """The analyses the Experiments area shows, answered ahead of time for this trace."""
     ids = list(trace.token_ids)
-    c = model.config
     out: dict[str, Any] = {"lens": {"top": LENS_TOP, "out": _lens_all(model, trace)},
                            "heads": heads_json(trace, reference_roles(model)),
                            "importance": None, "ablations": {}, "ablation_top": ABLATION_TOP, "neighbours": {}}
     if ablations and len(ids) >= 2:
-        out["importance"] = importance_json(model, ids, "zero")
-        for layer in range(c.n_layer):
-            for h in range(c.n_head):
-                out["ablations"][f"{layer}.{h}"] = ablate_json(model, ids, [(layer, h)], "zero", ABLATION_TOP)
+        each, imp = ablate_each_head(model, ids, mode="zero", clean=trace)
+        out["importance"] = importance_dict(model, imp)
+        out["ablations"] = {f"{layer}.{h}": ablation_dict(model, res, ABLATION_TOP) for (layer, h), res in each.items()}
     for tid in dict.fromkeys(ids):
         out["neighbours"][str(tid)] = neighbours_json(model, tid, NEIGHBOURS)
     pos, neg = ANALOGY
@@ -157,7 +156,9 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     budget = int(max_mb * 1e6) - used
 
     groups: list[tuple[str, list[str], bool]] = [(n, [n], False) for n in GLOBAL_FIRST]
-    groups += [(f"blocks.*.{s}", [block_name(i, s) for i in range(L)], False) for s in BLOCK_ORDER]
+    # each block's resid_post is the next block's resid_pre (the same tensor): only the last is stored
+    groups += [(f"blocks.*.{s}", [block_name(i, s) for i in (range(L) if s != "resid_post" else [L - 1])], False)
+               for s in BLOCK_ORDER]
     groups += [(f"blocks.*.{s}", [block_name(i, s) for i in range(L)], True) for s in LARGE_WEIGHTS]
     kept: list[str] = []
     omitted: list[str] = []
