@@ -148,6 +148,8 @@ function encode(name: string, spec: TensorSpec, t: Full): EncodedTensor {
 function activation(d: SnapshotData, name: string): Full {
   if (name in d.tensors) return decode(name, d.tensors[name]);
   if (name === "embed.sum") return activation(d, "blocks.0.resid_pre");
+  const post = /^blocks\.(\d+)\.resid_post$/.exec(name); // a block's output is the next block's input
+  if (post && Number(post[1]) < d.trace.config.n_layer - 1) return activation(d, `blocks.${Number(post[1]) + 1}.resid_pre`);
   const m = /^blocks\.(\d+)\.(attn\.concat|attn\.scaled_scores|attn\.masked_scores)$/.exec(name);
   if (m && m[2] === "attn.concat") { // (H, T, Dh) -> (T, H * Dh)
     const z = activation(d, `blocks.${m[1]}.attn.z`);
