@@ -129,3 +129,47 @@ def test_snapshot_experiments(offline_page, tiny_model):
     page.wait_for_selector("[data-testid=neighbours] li")
     page.wait_for_selector("[data-testid=pca] circle")
     page.screenshot(path=str(ARTIFACTS / "snapshot-06-embeddings.png"), full_page=True)
+
+
+def test_notebook_widget_front_end_renders_the_snapshot_offline(browser, snapshot_file, tiny_model):
+    """The anywidget module, driven as anywidget drives it (a model with get/on/off), shows the page in
+    a sandboxed iframe; the only requests are for the host page and the module, served here."""
+    from transformer_explainer.notebook.widget import widget_esm
+
+    host = "http://notebook.test/"
+    page_html = ('<!doctype html><meta charset="utf-8"><div id="out"></div><script type="module">'
+                 'import w from "./widget.js";'
+                 'const html = await (await fetch("./snapshot.html")).text();'
+                 'const handlers = {};'
+                 'const model = { get: (k) => ({ html, height: 700 })[k], on: (e, f) => { handlers[e] = f; },'
+                 ' off: (e) => { delete handlers[e]; } };'
+                 'window.cleanup = w.render({ model, el: document.getElementById("out") });'
+                 '</script>')
+    files = {host: ("text/html", page_html), host + "widget.js": ("text/javascript", widget_esm().read_text()),
+             host + "snapshot.html": ("text/html", snapshot_file.read_text())}
+    context = browser.new_context(viewport={"width": 1300, "height": 800})
+    outside: list[str] = []
+
+    def serve(route) -> None:
+        url = route.request.url
+        if url in files:
+            ctype, body = files[url]
+            route.fulfill(status=200, content_type=ctype, body=body)
+        else:
+            outside.append(url)
+            route.abort()
+
+    context.route("**/*", serve)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(host)
+    page.wait_for_selector("iframe[sandbox='allow-scripts']")
+    frame = page.frame_locator("iframe")
+    frame.locator("body[data-ready='1']").wait_for(timeout=30_000)
+    chips = frame.locator("[data-testid=token-chip] .txt")
+    assert chips.all_inner_texts() == [visible(t) for t in tiny_model.trace(TEXT).tokens]
+    page.screenshot(path=str(ARTIFACTS / "snapshot-07-widget.png"))
+    context.close()
+    assert not outside, f"the widget loaded: {outside}"
+    assert not errors, errors
