@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -105,6 +106,12 @@ class Trace:
     def to_numpy(self, names: list[str] | None = None) -> dict[str, np.ndarray]:
         """Plain float32 arrays by name, for serialisation (`np.savez`, JSON)."""
         return {n: self[n].to(torch.float32).cpu().numpy() for n in (names or self.names())}
+
+    def show(self, model: Any = None, **kwargs: Any) -> Any:
+        """The app's views of this trace in a notebook cell, offline (see `notebook.show`)."""
+        from .notebook import show
+
+        return show(self, model, **kwargs)
 
     def summary(self) -> str:
         lines = [f"Trace of {self.n_tokens} tokens through {self.model_name}"]

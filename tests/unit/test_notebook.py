@@ -169,3 +169,12 @@ def test_cli_snapshot(tiny_gpt2_dir, tmp_path, capsys):
     assert embedded(page)["analysis"]["importance"] is None
     assert "wrote" in capsys.readouterr().err
     assert main(["snapshot", TEXT, "--out", str(tmp_path / "x.txt"), "--model", str(tiny_gpt2_dir)]) != 0
+
+
+def test_trace_show_is_notebook_show(tiny_model, monkeypatch, static):
+    monkeypatch.setattr("transformer_explainer.notebook.snapshot._bundle_dir", lambda: static)
+    trace = tiny_model.trace(TEXT)
+    view = trace.show(tiny_model, widget=False, ablations=False)
+    assert isinstance(view, SnapshotView)
+    assert embedded(html.unescape(re.search(r'srcdoc="(.*?)"', view._repr_html_(), re.S).group(1)))["trace"][
+        "token_ids"] == trace.token_ids
