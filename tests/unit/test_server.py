@@ -318,10 +318,16 @@ def test_queue_full_gives_503_with_retry_after(tiny_model):
     # and over HTTP: a pool with no room answers 503 with Retry-After
     app = create_app({"tiny": tiny_model}, ServerSettings(max_queue=0))
     with TestClient(app) as c:
-        app.state.pool._pending = 1  # as if a call were running
-        r = c.post("/api/trace", json={"text": "hi"})
+        ids = c.post("/api/trace", json={"text": "hi"}).json()["token_ids"]
+        app.state.pool._heavy.pending = 1  # as if a model call were running
+        r = c.post("/api/trace", json={"text": "hi there"})
         assert r.status_code == 503 and "Retry-After" in r.headers and "busy" in r.json()["detail"]
-        app.state.pool._pending = 0
+        # a slice of a trace already in memory needs no forward pass: the light lane answers it
+        r = c.post("/api/tensors", json={"ids": ids, "tensors": [{"name": "blocks.0.attn.pattern", "head": 0}]})
+        assert r.status_code == 200, r.text
+        assert c.post("/api/weights", json={"tensors": [{"name": "ln_final.w"}]}).status_code == 200
+        assert c.post("/api/next_token", json={"ids": [*ids, 11]}).status_code == 503  # not cached: a forward pass
+        app.state.pool._heavy.pending = 0
 
 
 def test_trace_cache_is_bounded(tiny_model):

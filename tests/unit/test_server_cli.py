@@ -43,7 +43,14 @@ def test_exposed_host_warns_before_anything_else(capsys, monkeypatch):
     monkeypatch.setattr("socket.socket.bind", no_bind)
     with pytest.raises(Refuse):
         serve(ServeConfig(models=["x"], host="0.0.0.0", port=1))
-    assert "warning" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "warning" in err and "reachable from other machines" in err and "--api-downloads" not in err
+    with pytest.raises(Refuse):
+        serve(ServeConfig(models=["x"], host="0.0.0.0", port=1, api_downloads=True))
+    assert "--api-downloads is on" in capsys.readouterr().err
+    with pytest.raises(Refuse):
+        serve(ServeConfig(models=["x"], host="127.0.0.1", port=1))
+    assert capsys.readouterr().err == ""  # no warning on this machine only
 
 
 def test_serve_prints_its_url_and_answers(tiny_gpt2_dir):

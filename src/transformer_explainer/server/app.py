@@ -8,21 +8,24 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..engine import ExplainerModel
 from ..errors import CheckpointError, ExplainerError, InputError, ModelNotFoundError
+from ..trace import Trace
 from . import service
 from .pool import Busy, ModelPool
 from .registry import ModelRegistry
@@ -30,6 +33,7 @@ from .schemas import (
     ErrorOut,
     GenerateIn,
     GenerateOut,
+    InputIn,
     ModelInfo,
     ModelList,
     NamesOut,
@@ -50,11 +54,12 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline';
 
 @dataclass(frozen=True)
 class ServerSettings:
-    model_threads: int = 1  # model calls run at once per process (torch already uses every core per call)
+    model_threads: int = 1  # forward passes at once per process
     max_queue: int = 16  # calls waiting beyond those; more get 503 + Retry-After
     request_timeout_s: float = 60.0
     trace_cache_mb: int = 256  # recent traces kept for lazy tensor requests
     max_body_bytes: int = 1_000_000
+    max_tokens: int | None = None  # tokens per request; None: the model's context length
     static_dir: Path | None = None  # the built UI; None: the package's web_dist/
 
 
@@ -144,7 +149,26 @@ def _validation_message(errors: list[dict]) -> tuple[int, str]:
     return 422, "; ".join(parts)
 
 
+def body_error_message(cause: BaseException) -> str:
+    """Why a request body could not be read as JSON, in words (FastAPI only says it could not)."""
+    if isinstance(cause, UnicodeDecodeError):
+        return (f"the request body is not valid UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset "
+                f"{cause.start}); send JSON encoded as UTF-8")
+    if isinstance(cause, RecursionError):
+        return "the request body nests arrays or objects too deeply to be read; send a flat JSON object"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        return "a number in the request body has too many digits to be read"
+    return f"the request body could not be read as JSON ({type(cause).__name__})"
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(req: Request, exc: StarletteHTTPException) -> Response:
+        # FastAPI turns a body it cannot decode (bad UTF-8, deep nesting, huge numbers) into a bare 400
+        if exc.status_code == 400 and exc.__cause__ is not None:
+            return _error(400, body_error_message(exc.__cause__))
+        return await http_exception_handler(req, exc)
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
         errs = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
@@ -178,8 +202,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorOut, "description": "malformed JSON"},
-    404: {"model": ErrorOut, "description": "unknown model"},
+    400: {"model": ErrorOut, "description": "the body cannot be read (malformed JSON, not UTF-8), or the input "
+                                           "cannot be used"},
+    404: {"model": ErrorOut, "description": "unknown model (or task)"},
     413: {"model": ErrorOut, "description": "request body too large"},
     422: {"model": ErrorOut, "description": "invalid input: the message says what to change"},
     503: {"model": ErrorOut, "description": "busy (see Retry-After) or timed out"},
@@ -188,9 +213,53 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 # -- the API ---------------------------------------------------------------------------------------
 
+T = TypeVar("T")
 
-def api_router(registry: ModelRegistry, explainer: service.Explainer, pool: ModelPool) -> APIRouter:
+
+@dataclass
+class Traced:
+    """A request's input, resolved, with its trace."""
+
+    name: str
+    model: ExplainerModel
+    res: service.Resolved
+    trace: Trace
+    computed: list[int]  # [first, last + 1) of the positions computed for it
+    t0: float
+    t_traced: float
+
+
+def api_router(registry: ModelRegistry, explainer: service.Explainer, pool: ModelPool,
+               max_tokens: int | None = None) -> APIRouter:
     r = APIRouter(prefix="/api", responses=ERRORS)
+
+    def resolve(m: ExplainerModel, body: InputIn) -> service.Resolved:
+        return service.resolve_input(m, body, max_tokens)
+
+    async def with_trace(body: InputIn, finish: Callable[[Traced], T]) -> T:
+        """Find the trace of the request's input and `finish` with it: in the light lane when the
+        trace is in memory (no forward pass), else in the model lane."""
+        if registry.loaded_name(body.model) is not None:
+            def light() -> T | None:
+                t0 = time.perf_counter()
+                name, m = registry.lookup(body.model)
+                res = resolve(m, body)
+                hit = explainer.cache.get((name, tuple(res.ids)), count_miss=False)  # the model lane counts it
+                n = len(res.ids)
+                return None if hit is None else finish(Traced(name, m, res, hit, [n, n], t0, time.perf_counter()))
+
+            out = await pool.run(light, light=True)
+            if out is not None:
+                return out
+
+        def heavy() -> T:
+            t0 = time.perf_counter()
+            name, m = registry.lookup(body.model)
+            res = resolve(m, body)
+            tr, computed = explainer.trace(name, m, res.ids)
+            return finish(Traced(name, m, res, tr, computed, t0, time.perf_counter()))
+
+        return await pool.run(heavy)
 
     def model_info(name: str) -> ModelInfo:
         m = registry.loaded_model(name)
@@ -200,7 +269,8 @@ def api_router(registry: ModelRegistry, explainer: service.Explainer, pool: Mode
 
     @r.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "pending": pool.pending}
+        return {"status": "ok", "pending": pool.pending, "pending_light": pool.pending_light,
+                "cache": explainer.cache.stats()}
 
     @r.get("/models", response_model=ModelList)
     async def models() -> ModelList:
@@ -208,7 +278,7 @@ def api_router(registry: ModelRegistry, explainer: service.Explainer, pool: Mode
 
     @r.get("/models/{name}", response_model=ModelInfo)
     async def model(name: str) -> ModelInfo:
-        canonical, _ = await pool.run(registry.lookup, name)
+        canonical, _ = await pool.run(registry.lookup, name, light=registry.loaded_name(name) is not None)
         return model_info(canonical)
 
     @r.get("/names", response_model=NamesOut)
@@ -217,27 +287,20 @@ def api_router(registry: ModelRegistry, explainer: service.Explainer, pool: Mode
 
     @r.post("/trace", response_model=TraceOut)
     async def trace(body: TraceIn) -> TraceOut:
-        def work() -> TraceOut:
-            t0 = time.perf_counter()
-            name, m = registry.lookup(body.model)
-            res = service.resolve_input(m, body)
-            tr, computed = explainer.trace(name, m, res.ids)
-            t1 = time.perf_counter()
-            return explainer.overview(name, m, tr, truncated=res.truncated, sampling=body.sampling, top_n=body.top_n,
-                                      include=body.include, computed=computed, t0=t0, t_traced=t1)
+        def finish(t: Traced) -> TraceOut:
+            return explainer.overview(t.name, t.model, t.trace, truncated=t.res.truncated, sampling=body.sampling,
+                                      top_n=body.top_n, include=body.include, computed=t.computed, t0=t.t0,
+                                      t_traced=t.t_traced)
 
-        return await pool.run(work)
+        return await with_trace(body, finish)
 
     @r.post("/tensors", response_model=TensorsOut)
     async def tensors(body: TensorsIn) -> TensorsOut:
-        def work() -> TensorsOut:
-            name, m = registry.lookup(body.model)
-            res = service.resolve_input(m, body)
-            tr, _ = explainer.trace(name, m, res.ids)
-            return TensorsOut(model=name, token_ids=tr.token_ids,
-                              tensors=[service.activation_tensor(tr, s) for s in body.tensors])
+        def finish(t: Traced) -> TensorsOut:
+            return TensorsOut(model=t.name, token_ids=t.trace.token_ids,
+                              tensors=[service.activation_tensor(t.trace, s) for s in body.tensors])
 
-        return await pool.run(work)
+        return await with_trace(body, finish)
 
     @r.post("/weights", response_model=TensorsOut)
     async def weights(body: WeightIn) -> TensorsOut:
@@ -245,35 +308,45 @@ def api_router(registry: ModelRegistry, explainer: service.Explainer, pool: Mode
             name, m = registry.lookup(body.model)
             return TensorsOut(model=name, token_ids=[], tensors=[service.weight_tensor(m, s) for s in body.tensors])
 
-        return await pool.run(work)
+        return await pool.run(work, light=registry.loaded_name(body.model) is not None)
 
     @r.post("/next_token", response_model=NextTokenOut)
     async def next_token(body: NextTokenIn) -> NextTokenOut:
-        def work() -> NextTokenOut:
+        def work(cached_only: bool) -> NextTokenOut | None:
             name, m = registry.lookup(body.model)
-            res = service.resolve_input(m, body)
-            cached = explainer.cache.get((name, tuple(res.ids)))
+            res = resolve(m, body)
+            cached = explainer.cache.get((name, tuple(res.ids)), count_miss=not cached_only)
+            if cached is None and cached_only:
+                return None
+            # without a trace, the fast path: no recording, logits of the last position only
             logits = cached.next_token_logits() if cached is not None else service.last_logits(m, res.ids)
             return service.next_token_out(m, logits, body.sampling, body.top_n, len(res.ids) - 1)
 
-        return await pool.run(work)
+        if registry.loaded_name(body.model) is not None:
+            out = await pool.run(work, True, light=True)
+            if out is not None:
+                return out
+        out = await pool.run(work, False)
+        assert out is not None
+        return out
 
     @r.post("/generate", response_model=GenerateOut)
     async def generate(body: GenerateIn) -> GenerateOut:
         def work() -> GenerateOut:
             t0 = time.perf_counter()
             name, m = registry.lookup(body.model)
-            res = service.resolve_input(m, body)
-            if len(res.ids) >= m.context_length:
-                raise InputError(f"the text already fills the context of {m.name} ({m.context_length} tokens): "
-                                 f"nothing more can be generated")
+            res = resolve(m, body)
+            limit = service.token_limit(m, max_tokens)
+            if len(res.ids) >= limit:
+                what = f"the context of {m.name}" if limit == m.context_length else "this server's limit per request"
+                raise InputError(f"the text already fills {what} ({limit} tokens): nothing more can be generated")
             prefix, prefix_computed = explainer.trace(name, m, res.ids)
             tok = service.choose_next(m, prefix.next_token_logits(), body.sampling, body.token_id)
             merged = explainer.extend(name, m, prefix, tok.id)
             t1 = time.perf_counter()
             n = len(res.ids)
-            # normally only the new position; all of them when the prefix was no longer cached
-            computed = [n, n + 1] if prefix_computed[0] == prefix_computed[1] else [0, n + 1]
+            # normally only the new position; more when the prefix was no longer cached
+            computed = [min(prefix_computed[0], n), n + 1]
             out = explainer.overview(name, m, merged, truncated=res.truncated, sampling=body.sampling, top_n=body.top_n,
                                      include=body.include, computed=computed, t0=t0, t_traced=t1)
             return GenerateOut(token=tok, chosen=body.token_id is not None, trace=out)
@@ -343,7 +416,7 @@ def _mount_optional_routers(app: FastAPI) -> None:
         raise
     router = getattr(mod, "router", None)
     if router is not None:
-        app.include_router(router, prefix="/api/seq2seq")
+        app.include_router(router, prefix="/api/seq2seq", responses=ERRORS)
 
 
 def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: ServerSettings | None = None,
@@ -364,10 +437,10 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
                   description="Every intermediate value of a GPT-2-family model for your text, by name.")
     app.state.registry, app.state.pool, app.state.explainer = registry, pool, explainer
     install_error_handlers(app)
-    app.include_router(api_router(registry, explainer, pool))
+    app.include_router(api_router(registry, explainer, pool, settings.max_tokens))
     _mount_optional_routers(app)
     from ..analysis.api import router as analysis_router  # here: the analysis package imports server.schemas
-    app.include_router(analysis_router, prefix="/api/analysis")
+    app.include_router(analysis_router, prefix="/api/analysis", responses=ERRORS)
     static_routes(app, settings.static_dir or package_static_dir())
     app.add_middleware(GZipMiddleware, minimum_size=2048)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

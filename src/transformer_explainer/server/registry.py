@@ -1,6 +1,8 @@
 """The models a server may use: those it was started with, plus (when asked) the built-in models and
 the GPT-2 checkpoints already in the local cache. A client picks among these by name only, so no
-request can make the server read an arbitrary path or start a download."""
+request can make the server read an arbitrary path. A request starts a download only when the
+server was started with API downloads on (`serve --api-downloads`), and only of the known GPT-2
+hub checkpoints."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 
 from ..engine import ExplainerModel
 from ..errors import ModelNotFoundError
-from ..loading.resolve import ResolvedModel, builtin_models, cached_gpt2_models
+from ..loading.resolve import KNOWN_HUB_MODELS, ResolvedModel, builtin_models, cached_gpt2_models, resolve
 
 log = logging.getLogger(__name__)
 
@@ -21,19 +23,21 @@ log = logging.getLogger(__name__)
 class _Entry:
     name: str
     source: str  # "given", "builtin", "local", "hub"
-    folder: Path | None  # None for models handed in already loaded
+    folder: Path | None  # None for models handed in already loaded, and for hub models not yet downloaded
     pinned: bool  # never evicted (models handed in, and the default)
 
 
 class ModelRegistry:
     """Name -> model, loaded on first use; at most `max_loaded` unpinned models kept in memory."""
 
-    def __init__(self, default: str, max_loaded: int = 2) -> None:
+    def __init__(self, default: str, max_loaded: int = 2, *, api_downloads: bool = False) -> None:
         self._entries: dict[str, _Entry] = {}
         self._loaded: OrderedDict[str, ExplainerModel] = OrderedDict()
         self._lock = threading.Lock()
+        self._download_lock = threading.Lock()  # one download at a time
         self.default = default
         self.max_loaded = max_loaded
+        self.api_downloads = api_downloads  # may a request download a known hub model (off by default)
 
     @classmethod
     def from_models(cls, models: dict[str, ExplainerModel], default: str | None = None) -> ModelRegistry:
@@ -48,7 +52,7 @@ class ModelRegistry:
         self._entries[name] = _Entry(name, "given", model.folder, pinned=True)
         self._loaded[name] = model
 
-    def add_folder(self, name: str, folder: Path, source: str, *, pinned: bool = False) -> None:
+    def add_folder(self, name: str, folder: Path | None, source: str, *, pinned: bool = False) -> None:
         if name not in self._entries:
             self._entries[name] = _Entry(name, source, folder, pinned)
 
@@ -61,6 +65,9 @@ class ModelRegistry:
             self.add_folder(name, folder, "builtin")
         for name, folder in cached_gpt2_models().items():
             self.add_folder(name, folder, "hub")
+        if self.api_downloads:
+            for name in KNOWN_HUB_MODELS:
+                self.add_folder(name, None, "hub")  # downloaded on first use
 
     def names(self) -> list[str]:
         return list(self._entries)
@@ -77,12 +84,28 @@ class ModelRegistry:
     def get(self, name: str | None) -> ExplainerModel:
         return self.lookup(name)[1]
 
+    def canonical(self, name: str | None) -> str:
+        return self.default if name in (None, "", "default") else name
+
+    def loaded_name(self, name: str | None) -> str | None:
+        """The name here of `name` if that model is in memory (nothing is loaded), else None."""
+        name = self.canonical(name)
+        return name if name in self._loaded else None
+
     def lookup(self, name: str | None) -> tuple[str, ExplainerModel]:
         """(its name here, the model) for `name` (the default for None), loading it if needed."""
-        name = self.default if name in (None, "", "default") else name
+        name = self.canonical(name)
         entry = self._entries.get(name)
         if entry is None:
-            raise ModelNotFoundError(f"unknown model {name!r}; this server offers: {', '.join(self._entries)}")
+            hint = ""
+            if name in KNOWN_HUB_MODELS and not self.api_downloads:
+                hint = (f" ({name} is not downloaded on this server, and downloads from the API are off: "
+                        f"start the server with --model {name} or --api-downloads)")
+            raise ModelNotFoundError(f"unknown model {name!r}{hint}; this server offers: {', '.join(self._entries)}")
+        if entry.folder is None and name not in self._loaded:
+            with self._download_lock:  # outside the registry lock: a download takes minutes
+                if entry.folder is None:
+                    entry.folder = resolve(name, allow_download=True).folder
         with self._lock:
             model = self._loaded.get(name)
             if model is not None:

@@ -30,12 +30,34 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = 1  # processes
-    model_threads: int = 1
+    model_threads: int | None = None  # forward passes at once per process; None: see `model_threads`
+    torch_threads: int | None = None  # threads per model call; None: the cores shared out (see `torch_threads`)
     max_queue: int = 16
     request_timeout_s: float = 60.0
     trace_cache_mb: int = 256
+    max_body_bytes: int = 1_000_000
+    max_tokens: int | None = None  # tokens per request; None: the model's context
     allow_download: bool = False  # may `--model gpt2` download at startup
+    api_downloads: bool = False  # may a request download a known GPT-2 hub model (never any other)
     discover: bool = True  # also offer the built-in and cached models
+
+
+def model_threads(cfg: ServeConfig) -> int:
+    """Forward passes at once per process: the given number, else 2 where each process has two
+    cores or more (two calls, one core each, keep up better under many users than one call on two
+    cores, and much better when another program is busy on one of them), else 1."""
+    if cfg.model_threads is not None:
+        return cfg.model_threads
+    return min(2, max(1, len(os.sched_getaffinity(0)) // cfg.workers))
+
+
+def torch_threads(cfg: ServeConfig) -> int:
+    """Threads for one forward pass: the given number, else this machine's cores shared out among
+    the passes that may run at once (processes x model threads), at least 1. More threads than that
+    make the passes wait on each other's threads."""
+    if cfg.torch_threads is not None:
+        return cfg.torch_threads
+    return max(1, len(os.sched_getaffinity(0)) // (cfg.workers * model_threads(cfg)))
 
 
 def is_loopback(host: str) -> bool:
@@ -52,7 +74,7 @@ def build_registry(cfg: ServeConfig) -> ModelRegistry:
 
     specs = cfg.models or [default_spec()]
     resolved = [resolve(s, allow_download=cfg.allow_download) for s in specs]
-    reg = ModelRegistry(default=resolved[0].name)
+    reg = ModelRegistry(default=resolved[0].name, api_downloads=cfg.api_downloads)
     for r in resolved:
         reg.add_resolved(r, pinned=True)
     if cfg.discover:
@@ -62,8 +84,12 @@ def build_registry(cfg: ServeConfig) -> ModelRegistry:
 
 
 def build_app(cfg: ServeConfig) -> FastAPI:
-    settings = ServerSettings(model_threads=cfg.model_threads, max_queue=cfg.max_queue,
-                              request_timeout_s=cfg.request_timeout_s, trace_cache_mb=cfg.trace_cache_mb)
+    import torch
+
+    torch.set_num_threads(torch_threads(cfg))  # this process serves; the setting is its own
+    settings = ServerSettings(model_threads=model_threads(cfg), max_queue=cfg.max_queue,
+                              request_timeout_s=cfg.request_timeout_s, trace_cache_mb=cfg.trace_cache_mb,
+                              max_body_bytes=cfg.max_body_bytes, max_tokens=cfg.max_tokens)
     return create_app(build_registry(cfg), settings)
 
 
@@ -85,6 +111,9 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
     if not is_loopback(cfg.host):
         print(f"warning: serving on {cfg.host}, reachable from other machines. Anyone who can reach this port "
               f"can use the model; bind to 127.0.0.1 unless you mean to share it.", file=sys.stderr)
+        if cfg.api_downloads:
+            print("warning: --api-downloads is on: any client can make this server download and load GPT-2 "
+                  "checkpoints (up to 6.4 GB for gpt2-xl).", file=sys.stderr)
     family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

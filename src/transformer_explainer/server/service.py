@@ -10,6 +10,7 @@ import random
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import torch
@@ -65,6 +66,8 @@ class TraceCache:
         self._items: OrderedDict[tuple[str, tuple[int, ...]], tuple[Trace, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
 
     @property
     def nbytes(self) -> int:
@@ -73,13 +76,30 @@ class TraceCache:
     def __len__(self) -> int:
         return len(self._items)
 
-    def get(self, key: tuple[str, tuple[int, ...]]) -> Trace | None:
+    def get(self, key: tuple[str, tuple[int, ...]], *, count_miss: bool = True) -> Trace | None:
         with self._lock:
             hit = self._items.get(key)
             if hit is None:
+                self.misses += count_miss
                 return None
+            self.hits += 1
             self._items.move_to_end(key)
             return hit[0]
+
+    def longest_prefix(self, key: tuple[str, tuple[int, ...]]) -> Trace | None:
+        """The cached trace of the longest proper prefix of `key`'s ids (same model), if any: a text
+        being typed grows at its end, so its previous trace usually is one."""
+        name, ids = key
+        with self._lock:
+            best = None
+            for (m, k), (trace, _) in self._items.items():
+                if m == name and len(k) < len(ids) and (best is None or len(k) > best.n_tokens) and ids[:len(k)] == k:
+                    best = trace
+            return best
+
+    def stats(self) -> dict[str, int | float]:
+        return {"traces": len(self._items), "mb": round(self._bytes / 2**20, 1), "max_mb": self.max_bytes // 2**20,
+                "hits": self.hits, "misses": self.misses}
 
     def put(self, key: tuple[str, tuple[int, ...]], trace: Trace) -> None:
         size = trace_nbytes(trace)
@@ -103,26 +123,40 @@ class Resolved:
     truncated: bool
 
 
-def resolve_input(model: ExplainerModel, inp: InputIn) -> Resolved:
+def token_limit(model: ExplainerModel, max_tokens: int | None) -> int:
+    """Tokens one request may hold: the model's context, or less where the server says so."""
+    return model.context_length if max_tokens is None else min(max_tokens, model.context_length)
+
+
+def resolve_input(model: ExplainerModel, inp: InputIn, max_tokens: int | None = None) -> Resolved:
+    """The token ids of a request, within the model's context and the server's `max_tokens`; an
+    over-long input is refused with a message that offers truncation, or cut when it was asked for."""
     ctx = model.context_length
     if inp.text is not None:
         try:
-            return Resolved(model.encode(inp.text), False)
+            ids, truncated = model.encode(inp.text), False
         except InputError:
             if not inp.truncate:
                 raise
-            return Resolved(model.encode(inp.text, truncate=True), True)
-    ids = list(inp.ids or [])
-    V = model.config.vocab_size
-    bad = [i for i in ids if not 0 <= i < V]
-    if bad:
-        raise InputError(f"token id {bad[0]} is outside the vocabulary of {model.name} (0..{V - 1})")
-    if len(ids) > ctx:
+            ids, truncated = model.encode(inp.text, truncate=True), True
+    else:
+        ids, truncated = list(inp.ids or []), False
+        V = model.config.vocab_size
+        bad = [i for i in ids if not 0 <= i < V]
+        if bad:
+            raise InputError(f"token id {bad[0]} is outside the vocabulary of {model.name} (0..{V - 1})")
+        if len(ids) > ctx:
+            if not inp.truncate:
+                raise InputError(f"{len(ids)} tokens exceed the context of {model.name} ({ctx}); shorten the input "
+                                 f"or ask for truncation")
+            ids, truncated = ids[-ctx:], True
+    limit = token_limit(model, max_tokens)
+    if len(ids) > limit:
         if not inp.truncate:
-            raise InputError(f"{len(ids)} tokens exceed the context of {model.name} ({ctx}); shorten the input "
-                             f"or ask for truncation")
-        return Resolved(ids[-ctx:], True)
-    return Resolved(ids, False)
+            raise InputError(f"{len(ids)} tokens exceed this server's limit of {limit} tokens per request "
+                             f"(the model's context is {ctx}); shorten the input or ask for truncation")
+        ids, truncated = ids[-limit:], True
+    return Resolved(ids, truncated)
 
 
 def config_out(model: ExplainerModel) -> ModelConfigOut:
@@ -310,25 +344,52 @@ class Explainer:
 
     def __init__(self, cache_bytes: int) -> None:
         self.cache = TraceCache(cache_bytes)
+        self._inflight: dict[tuple[str, tuple[int, ...]], Future[Trace]] = {}
+        self._lock = threading.Lock()
 
     def trace(self, name: str, model: ExplainerModel, ids: list[int]) -> tuple[Trace, list[int]]:
         """The full trace of `ids` by the model called `name`, and the positions computed for it
-        ([n, n] when it came from the cache)."""
+        ([n, n] when it came from the cache or from the same request of another client at the same
+        time, [p, n] when the trace of the first p tokens was cached and only the rest computed)."""
         key = (name, tuple(ids))
+        n = len(ids)
         hit = self.cache.get(key)
         if hit is not None:
-            return hit, [len(ids), len(ids)]
-        trace = model.trace_ids(ids)
+            return hit, [n, n]
+        with self._lock:  # a class typing the same example text: compute it once
+            pending = self._inflight.get(key)
+            if pending is None:
+                mine = self._inflight[key] = Future()
+        if pending is not None:  # computed by another worker thread right now: it only has to finish
+            return pending.result(), [n, n]
+        try:
+            prefix = self.cache.longest_prefix(key)
+            if prefix is not None:
+                trace = self._extend(model, prefix, ids[prefix.n_tokens:])
+                computed = [prefix.n_tokens, n]
+            else:
+                trace, computed = model.trace_ids(ids), [0, n]
+            mine.set_result(trace)
+        except BaseException as e:
+            mine.set_exception(e)
+            raise
+        finally:
+            with self._lock:
+                del self._inflight[key]
         self.cache.put(key, trace)
-        return trace, [0, len(ids)]
+        return trace, computed
 
-    def extend(self, name: str, model: ExplainerModel, prefix: Trace, token_id: int) -> Trace:
-        """Trace one more token: only the new position is computed, with the prefix's keys and
-        values as the cache."""
+    @staticmethod
+    def _extend(model: ExplainerModel, prefix: Trace, new_ids: list[int]) -> Trace:
+        """The trace of prefix + `new_ids`, computing only the new positions (the prefix's keys and
+        values are the KV cache)."""
         L = model.config.n_layer
         cache = KVCache([(prefix[f"blocks.{i}.attn.k"][None], prefix[f"blocks.{i}.attn.v"][None]) for i in range(L)])
-        new = model.trace_ids([token_id], cache=cache, prefix_ids=prefix.token_ids)
-        merged = merge_traces(prefix, new)
+        return merge_traces(prefix, model.trace_ids(new_ids, cache=cache, prefix_ids=prefix.token_ids))
+
+    def extend(self, name: str, model: ExplainerModel, prefix: Trace, token_id: int) -> Trace:
+        """Trace one more token: only the new position is computed."""
+        merged = self._extend(model, prefix, [token_id])
         self.cache.put((name, tuple(merged.token_ids)), merged)
         return merged
 

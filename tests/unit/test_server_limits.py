@@ -1,0 +1,267 @@
+"""What keeps one server up for a classroom: limits (body size, tokens per request), bodies that
+cannot be read, model choice limited to the registry (no paths, downloads off unless switched on),
+the bounded pool's two lanes and its Retry-After, and traces computed once for many clients or
+from a cached prefix holding the same values as a trace computed alone."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from transformer_explainer.server import ModelRegistry, ServerSettings, create_app
+from transformer_explainer.server.pool import Busy, ModelPool
+from transformer_explainer.server.service import Explainer
+
+TEXT = "The quick brown fox jumps over the lazy dog"
+JSON = {"content-type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def client(tiny_model):
+    with TestClient(create_app({"tiny": tiny_model}, ServerSettings(max_tokens=8, max_body_bytes=20_000))) as c:
+        yield c
+
+
+def in_thread(coro):
+    """Run `coro` in a fresh event loop on its own thread (a test client's loop may be running here)."""
+    with ThreadPoolExecutor(1) as ex:
+        return ex.submit(asyncio.run, coro).result()
+
+
+# -- bodies that cannot be read: 400 with the reason -----------------------------------------------
+
+
+@pytest.mark.parametrize(("raw", "words"), [
+    (b'{"text": "caf\xe9"}', "not valid UTF-8"),  # Latin-1, as an old client might send
+    (b'{"text": "a\xffb"}', "byte 0xff"),
+    (b'{"text": "hi", "sampling": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nests"),
+    (b'{"text": "hi", "top_n": ' + b"9" * 5000 + b"}", "digits"),
+    (b'{"text": "hi"', "not valid JSON"),
+])
+def test_unreadable_bodies_say_why(client, raw, words):
+    r = client.post("/api/trace", content=raw, headers=JSON)
+    assert r.status_code == 400, r.text
+    assert words in r.json()["detail"]
+
+
+def test_body_limit_is_a_setting(client):
+    r = client.post("/api/trace", content=b'{"text": "' + b"a" * 30_000 + b'"}', headers=JSON)
+    assert r.status_code == 413 and "20,000 bytes" in r.json()["detail"]
+
+
+# -- tokens per request ----------------------------------------------------------------------------
+
+
+def test_token_limit_refuses_or_truncates(client):
+    r = client.post("/api/trace", json={"text": TEXT})  # 9 tokens, the server allows 8
+    assert r.status_code == 422
+    assert "limit of 8 tokens per request" in r.json()["detail"] and "truncation" in r.json()["detail"]
+    ok = client.post("/api/trace", json={"text": TEXT, "truncate": True}).json()
+    assert ok["truncated"] and len(ok["token_ids"]) == 8
+    ids = ok["token_ids"]
+    assert client.post("/api/tensors", json={"ids": ids + [11], "tensors": [{"name": "embed.sum"}]}).status_code == 422
+    g = client.post("/api/generate", json={"ids": ids})
+    assert g.status_code == 422 and "limit per request (8 tokens)" in g.json()["detail"]
+    assert client.post("/api/generate", json={"ids": ids[:7]}).status_code == 200
+
+
+# -- model choice: names in the registry only ------------------------------------------------------
+
+
+def test_a_model_folder_path_is_not_a_model_name(client, tiny_gpt2_dir):
+    # the folder exists and holds a loadable model: still only registry names are accepted
+    for spec in (str(tiny_gpt2_dir), str(tiny_gpt2_dir / "config.json"), "../" + tiny_gpt2_dir.name, "gpt2"):
+        r = client.post("/api/trace", json={"text": "hi", "model": spec})
+        assert r.status_code == 404, r.text
+        assert "unknown model" in r.json()["detail"]
+    r = client.post("/api/trace", json={"text": "hi", "model": "gpt2-medium"})
+    assert "downloads from the API are off" in r.json()["detail"]
+
+
+def test_api_downloads_only_when_switched_on(tiny_model, tiny_gpt2_dir, monkeypatch):
+    from transformer_explainer.loading.resolve import ResolvedModel
+    from transformer_explainer.server import registry as registry_mod
+
+    fetched = []
+
+    def fake_resolve(spec, *, allow_download):
+        assert allow_download
+        fetched.append(spec)
+        return ResolvedModel(spec, tiny_gpt2_dir, "hub")
+
+    monkeypatch.setattr(registry_mod, "resolve", fake_resolve)
+    monkeypatch.setattr(registry_mod, "builtin_models", dict)
+    monkeypatch.setattr(registry_mod, "cached_gpt2_models", dict)
+
+    off = ModelRegistry.from_models({"tiny": tiny_model})
+    off.discover()
+    assert off.names() == ["tiny"]
+    with TestClient(create_app(off)) as c:
+        assert c.post("/api/trace", json={"text": "hi", "model": "distilgpt2"}).status_code == 404
+    assert fetched == []
+
+    on = ModelRegistry.from_models({"tiny": tiny_model})
+    on.api_downloads = True
+    on.discover()
+    assert "distilgpt2" in on.names() and "gpt2-xl" in on.names()
+    with TestClient(create_app(on)) as c:
+        listed = {m["name"]: m for m in c.get("/api/models").json()["models"]}
+        assert listed["distilgpt2"]["source"] == "hub" and not listed["distilgpt2"]["loaded"]
+        r = c.post("/api/trace", json={"text": "hi", "model": "distilgpt2"})
+        assert r.status_code == 200 and r.json()["model"] == "distilgpt2"
+        assert c.post("/api/trace", json={"text": "hi", "model": "/etc"}).status_code == 404  # still names only
+    assert fetched == ["distilgpt2"]
+
+
+# -- the pool ----------------------------------------------------------------------------------------
+
+
+def test_light_lane_is_not_held_up_by_model_calls():
+    async def scenario() -> None:
+        gate = threading.Event()
+        pool = ModelPool(workers=1, max_queue=0, timeout_s=10)
+        slow = asyncio.ensure_future(pool.run(gate.wait))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Busy):
+            await pool.run(lambda: 1)  # the model lane is full
+        assert await pool.run(lambda: 2, light=True) == 2  # a light call still goes through
+        gate.set()
+        await slow
+        assert pool.pending == 0 and pool.pending_light == 0
+        pool.shutdown()
+
+    in_thread(scenario())
+
+
+def test_retry_after_follows_the_rate_calls_finish_at():
+    async def scenario() -> None:
+        pool = ModelPool(workers=1, max_queue=2, timeout_s=10)
+        for _ in range(4):  # calls of ~0.1 s: a queue of 3 drains in well under 2 s
+            await pool.run(lambda: threading.Event().wait(0.1))
+        gate = threading.Event()
+        held = [asyncio.ensure_future(pool.run(gate.wait)) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        with pytest.raises(Busy) as e:
+            await pool.run(lambda: 1)
+        assert 1 <= e.value.retry_after <= 2
+        gate.set()
+        await asyncio.gather(*held)
+        pool.shutdown()
+
+    in_thread(scenario())
+
+
+def test_timed_out_call_frees_its_place_when_it_finishes():
+    async def scenario() -> None:
+        gate = threading.Event()
+        pool = ModelPool(workers=1, max_queue=1, timeout_s=0.2)
+        with pytest.raises(Busy) as e:
+            await pool.run(gate.wait)
+        assert "longer than 0.2 s" in str(e.value)
+        assert pool.pending == 1  # still running: it still counts, so memory stays bounded
+        gate.set()
+        await asyncio.sleep(0.1)
+        assert pool.pending == 0
+        pool.shutdown()
+
+    in_thread(scenario())
+
+
+# -- forward passes --------------------------------------------------------------------------------
+
+
+def assert_same_trace(a, b, atol=1e-5):
+    assert a.token_ids == b.token_ids and a.tokens == b.tokens and a.text == b.text and a.start == b.start == 0
+    assert a.values.keys() == b.values.keys()
+    for name, v in b.values.items():
+        assert a.values[name].shape == v.shape, name
+        torch.testing.assert_close(a.values[name], v, atol=atol, rtol=1e-4, msg=name)
+
+
+def test_same_text_at_once_is_computed_once(tiny_model, monkeypatch):
+    explainer = Explainer(2**28)
+    calls = []
+    started, release = threading.Event(), threading.Event()
+    real = tiny_model.trace_ids
+
+    def slow_trace(ids, **kw):
+        calls.append(list(ids))
+        started.set()
+        release.wait(10)
+        return real(ids, **kw)
+
+    monkeypatch.setattr(tiny_model, "trace_ids", slow_trace)
+    ids = tiny_model.encode(TEXT)
+    with ThreadPoolExecutor(3) as ex:
+        first = ex.submit(explainer.trace, "tiny", tiny_model, ids)
+        started.wait(10)
+        others = [ex.submit(explainer.trace, "tiny", tiny_model, ids) for _ in range(2)]
+        threading.Event().wait(0.1)
+        release.set()
+        results = [first.result(), *(f.result() for f in others)]
+    assert len(calls) == 1
+    assert all(tr is results[0][0] for tr, _ in results)
+    assert results[0][1] == [0, len(ids)] and results[1][1] == [len(ids), len(ids)]
+
+
+def test_a_longer_text_reuses_the_trace_of_its_prefix(client, tiny_model):
+    short = client.post("/api/trace", json={"text": "The quick brown"}).json()
+    n0 = len(short["token_ids"])
+    longer = client.post("/api/trace", json={"text": "The quick brown fox jumps"}).json()
+    assert longer["computed_positions"] == [n0, len(longer["token_ids"])]  # only the new positions
+    got = client.app.state.explainer.cache.get(("tiny", tuple(longer["token_ids"])))
+    assert_same_trace(got, tiny_model.trace_ids(longer["token_ids"]), atol=1e-4)
+
+
+def test_health_reports_the_bounded_state(client):
+    h = client.get("/api/health").json()
+    assert h["status"] == "ok" and h["pending"] == 0
+    assert h["cache"]["mb"] <= h["cache"]["max_mb"] and {"hits", "misses", "traces"} <= h["cache"].keys()
+
+
+# -- serve options ---------------------------------------------------------------------------------
+
+
+def test_serve_flags_reach_the_settings(monkeypatch):
+    from transformer_explainer.cli import build_parser
+    from transformer_explainer.server import run
+
+    got = {}
+    monkeypatch.setattr(run, "serve", lambda cfg, open_browser=False: got.setdefault("cfg", cfg))
+    args = build_parser().parse_args(["serve", "--max-tokens", "256", "--max-body-bytes", "50000",
+                                      "--torch-threads", "1", "--model-threads", "2", "--queue", "4",
+                                      "--api-downloads"])
+    assert args.func(args) == 0
+    cfg = got["cfg"]
+    assert (cfg.max_tokens, cfg.max_body_bytes, cfg.torch_threads, cfg.model_threads, cfg.max_queue,
+            cfg.api_downloads) == (256, 50_000, 1, 2, 4, True)
+    defaults = build_parser().parse_args(["serve"])
+    assert not defaults.api_downloads and defaults.host == "127.0.0.1" and defaults.max_tokens is None
+
+
+@pytest.mark.parametrize("bad", [["--model-threads", "0"], ["--max-tokens", "0"], ["--queue", "-1"],
+                                 ["--timeout", "0"]])
+def test_serve_refuses_nonsense_limits(bad):
+    from transformer_explainer.cli import build_parser
+    from transformer_explainer.errors import InputError
+
+    args = build_parser().parse_args(["serve", *bad])
+    with pytest.raises(InputError):
+        args.func(args)
+
+
+def test_torch_threads_share_the_cores(monkeypatch):
+    from transformer_explainer.server.run import ServeConfig, model_threads, torch_threads
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(8)))
+    assert model_threads(ServeConfig()) == 2 and torch_threads(ServeConfig()) == 4
+    assert torch_threads(ServeConfig(workers=4)) == 1 and model_threads(ServeConfig(workers=4)) == 2
+    assert torch_threads(ServeConfig(workers=16)) == 1 and model_threads(ServeConfig(workers=16)) == 1
+    assert torch_threads(ServeConfig(torch_threads=3)) == 3
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0})
+    assert model_threads(ServeConfig()) == 1 and torch_threads(ServeConfig()) == 1
