@@ -1,0 +1,89 @@
+"""`serve --workers 2`: two server processes behind one listening socket answer the API, and the
+whole tree stops cleanly on SIGTERM (what a process manager sends)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
+def test_two_worker_processes_answer_and_stop_cleanly(tiny_gpt2_dir):
+    proc = subprocess.Popen([sys.executable, "-m", "transformer_explainer.cli", "serve", "--model", str(tiny_gpt2_dir),
+                             "--only", "--port", "0", "--workers", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving on http://127.0.0.1:") and "2 processes" in line, (
+            line, proc.stderr.read() if proc.poll() is not None else "")
+        url = line.split()[2]
+        deadline = time.monotonic() + 90
+        while True:  # the URL is printed before the workers have loaded the model
+            try:
+                if httpx.get(url + "api/health", timeout=10).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else "slow"
+            time.sleep(0.2)
+        # uvicorn's workers, started by multiprocessing (which may add a resource-tracker process)
+        workers = [p for p in children(proc.pid) if "resource_tracker" not in cmdline(p)]
+        assert len(workers) == 2, [cmdline(p) for p in children(proc.pid)]
+
+        with httpx.Client(base_url=url, timeout=60) as c:
+            # stateless per request: each call carries its whole input, so any process can answer it
+            for text in ("The cat sat", "on the mat", "and looked at the door"):
+                tr = c.post("api/trace", json={"text": text})
+                assert tr.status_code == 200, tr.text
+                ids = tr.json()["token_ids"]
+                t = c.post("api/tensors", json={"ids": ids, "tensors": [{"name": "blocks.0.attn.pattern", "head": 0}]})
+                assert t.status_code == 200 and t.json()["token_ids"] == ids
+                nx = c.post("api/next_token", json={"ids": ids, "sampling": {"temperature": 0}})
+                assert nx.status_code == 200
+                assert nx.json()["candidates"][0]["id"] == tr.json()["next"]["candidates"][0]["id"]
+            assert c.post("api/trace", json={"text": ""}).status_code == 422
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+    assert proc.returncode == 0, proc.stderr.read()
+    time.sleep(0.5)
+    assert not [w for w in workers if alive(w)], "worker processes outlived the server"
+    assert "Traceback" not in proc.stderr.read()
