@@ -1,0 +1,398 @@
+"""A classroom against one server: N simulated students (default 50) use the JSON API the way the web
+app does, for a bounded time, against a real `transformer-explainer serve` process on 127.0.0.1.
+
+Each student arrives during a ramp-up, then repeats until the time is up:
+- types a text: the trace is requested a few times as the text grows (with the current view's tensors);
+- steps through views (embedding, layer norm, Q/K/V, attention, heads, residual, MLP, output): the
+  tensors of each view for a layer, head and the last token (POST /api/tensors by token ids, as the app
+  does), and the layer-norm weights;
+- moves the temperature twice (POST /api/next_token) and appends one generated token (POST
+  /api/generate, then that view's tensors for the longer text);
+with think times between actions. A 503 is counted apart from errors; the student waits for its
+Retry-After and tries again. Latency is per answered request (a retried request counts from its
+first attempt: what the person waited).
+
+Reported: answered requests per second, p50/p99 latency per endpoint and overall, errors by status,
+503s, and the peak memory of the server's process tree (VmHWM from /proc, summed over its processes).
+
+    .venv/bin/python benchmarks/load_classroom.py [--students 50] [--duration 90] [--model DIR]
+        [--server-arg=--workers=2 ...] [--json out.json]
+    .venv/bin/python benchmarks/load_classroom.py --long-input-probe [--server-arg=--max-tokens=256]
+
+The model is GPT-2 small's shape with random weights (made once in /tmp by the tests' helper): the
+cost of a forward pass depends on the shape, not the values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TEXTS = [
+    "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined movable type",
+    "In the middle of the ocean there is a small island where the fishermen tell stories about a whale",
+    "Researchers at the university announced on Tuesday that a new kind of battery could store twice as much",
+    "My favourite teacher always said that the best way to learn something is to explain it to a friend",
+    "When the train finally arrived at the station, the children ran to the window to see the mountains",
+    "A transformer reads every word of the sentence at once and decides which earlier words matter most",
+    "The recipe asks for two cups of flour, a pinch of salt, three eggs and a spoonful of honey",
+    "After the storm had passed, the village gathered in the square to count the fallen trees and",
+    "Alice was beginning to get very tired of sitting by her sister on the bank, and of having",
+    "The capital of France is Paris, the capital of Italy is Rome, and the capital of Spain is",
+    "Once upon a time there lived a king who had three daughters, and the youngest was so beautiful",
+    "Photosynthesis is the process by which green plants use sunlight to turn water and carbon dioxide into",
+]
+VIEWS = ["embedding", "layernorm", "qkv", "attention", "heads", "residual", "mlp", "output"]
+
+
+def specs_for(view: str, layer: int, head: int, pos: int) -> list[dict]:
+    """The tensors a view shows (the web app's `specsFor`, web/src/lib/views.ts)."""
+    def b(s: str) -> str:
+        return f"blocks.{layer}.{s}"
+
+    if view == "embedding":
+        return [{"name": n, "position": pos} for n in ("embed.token", "embed.position", "embed.sum")]
+    if view == "layernorm":
+        return [{"name": b("resid_pre"), "position": pos}, {"name": b("ln1.mean")}, {"name": b("ln1.var")},
+                {"name": b("ln1.normalized"), "position": pos}, {"name": b("ln1.out"), "position": pos}]
+    if view == "qkv":
+        return [{"name": b("ln1.out"), "position": pos}] + [{"name": b(f"attn.{x}"), "head": head} for x in "qkv"]
+    if view == "attention":
+        return [{"name": b(f"attn.{x}"), "head": head, "position": pos}
+                for x in ("scores", "scaled_scores", "masked_scores")] + [{"name": b("attn.pattern"), "head": head}]
+    if view == "heads":
+        return [{"name": b("attn.pattern"), "head": head, "position": pos}, {"name": b("attn.v"), "head": head},
+                {"name": b("attn.z"), "head": head}, {"name": b("attn.concat"), "position": pos},
+                {"name": b("attn_out"), "position": pos}]
+    if view == "residual":
+        return [{"name": b(n), "position": pos}
+                for n in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post")]
+    if view == "mlp":
+        return [{"name": b(n), "position": pos} for n in ("ln2.out", "mlp.pre", "mlp.post", "mlp_out")]
+    if view == "output":
+        return [{"name": "ln_final.out", "position": pos}]
+    return []
+
+
+@dataclass
+class Stats:
+    latency: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # endpoint -> seconds
+    errors: Counter = field(default_factory=Counter)  # "endpoint status" -> count (not 503)
+    busy: Counter = field(default_factory=Counter)  # endpoint -> 503 answers
+    retry_after: list[float] = field(default_factory=list)
+    gave_up: int = 0
+    bytes_in: int = 0
+
+
+class Student:
+    def __init__(self, i: int, client: httpx.AsyncClient, stats: Stats, rng: random.Random, deadline: float,
+                 think: float, n_layer: int, n_head: int) -> None:
+        self.i, self.client, self.stats, self.rng, self.deadline = i, client, stats, rng, deadline
+        self.think_scale, self.n_layer, self.n_head = think, n_layer, n_head
+        self.sampling: dict = {"temperature": 1.0, "seed": rng.randrange(2**31)}
+
+    def over(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    async def think(self, lo: float, hi: float) -> None:
+        await asyncio.sleep(self.rng.uniform(lo, hi) * self.think_scale)
+
+    async def call(self, endpoint: str, body: dict | None = None) -> dict | None:
+        """One request as the person sees it: retried after Retry-After on 503, timed from the first try."""
+        t0 = time.monotonic()
+        for _ in range(20):
+            try:
+                if body is None:
+                    r = await self.client.get("/api/" + endpoint)
+                else:
+                    r = await self.client.post("/api/" + endpoint, json=body)
+            except httpx.TimeoutException:
+                self.stats.errors[f"{endpoint} timeout"] += 1
+                return None
+            except httpx.TransportError as e:
+                self.stats.errors[f"{endpoint} {type(e).__name__}"] += 1
+                return None
+            if r.status_code == 503:
+                self.stats.busy[endpoint] += 1
+                wait = float(r.headers.get("retry-after", "1"))
+                self.stats.retry_after.append(wait)
+                await asyncio.sleep(wait * self.rng.uniform(1.0, 1.5))  # honour it, with jitter
+                continue
+            if r.status_code != 200:
+                self.stats.errors[f"{endpoint} {r.status_code}"] += 1
+                return None
+            self.stats.latency[endpoint].append(time.monotonic() - t0)
+            self.stats.bytes_in += len(r.content)
+            return r.json()
+        self.stats.gave_up += 1
+        return None
+
+    async def run(self, ramp: float) -> None:
+        await asyncio.sleep(self.rng.uniform(0, ramp))
+        if await self.call("models") is None:
+            return
+        while not self.over():
+            await self.session()
+
+    async def session(self) -> None:
+        words = self.rng.choice(TEXTS).split()
+        view = "tokens"
+        tr = None
+        # typing: the trace follows the text as it grows (the app waits for a pause in typing)
+        n_steps = self.rng.randint(3, 4)
+        for k in range(1, n_steps + 1):
+            text = " ".join(words[: max(2, len(words) * k // n_steps)])
+            tr = await self.call("trace", {"text": text, "sampling": self.sampling, "top_n": 15, "include": []})
+            if tr is None or self.over():
+                return
+            await self.think(0.8, 2.0)
+        ids = tr["token_ids"]
+        # stepping through the views for one layer and head, at the last token
+        layer, head = self.rng.randrange(self.n_layer), self.rng.randrange(self.n_head)
+        for view in self.rng.sample(VIEWS, self.rng.randint(4, 6)):
+            if self.rng.random() < 0.3:  # sometimes another layer or head
+                layer, head = self.rng.randrange(self.n_layer), self.rng.randrange(self.n_head)
+            out = await self.call("tensors", {"model": tr["model"], "ids": ids,
+                                              "tensors": specs_for(view, layer, head, len(ids) - 1)})
+            if out is None or self.over():
+                return
+            if view == "layernorm":
+                await self.call("weights", {"model": tr["model"], "tensors": [{"name": f"blocks.{layer}.ln1.w"},
+                                                                              {"name": f"blocks.{layer}.ln1.b"}]})
+            await self.think(1.5, 4.0)
+        # sampling: the temperature slider moves twice
+        for t in (round(self.rng.uniform(0.3, 0.9), 2), round(self.rng.uniform(1.1, 2.0), 2)):
+            self.sampling = {**self.sampling, "temperature": t}
+            if await self.call("next_token", {"model": tr["model"], "ids": ids, "sampling": self.sampling,
+                                              "top_n": 15}) is None or self.over():
+                return
+            await self.think(1.0, 2.5)
+        # one generation step, then the current view's tensors for the longer text
+        g = await self.call("generate", {"model": tr["model"], "ids": ids, "sampling": self.sampling, "top_n": 15})
+        if g is None or self.over():
+            return
+        ids2 = g["trace"]["token_ids"]
+        await self.call("tensors", {"model": tr["model"], "ids": ids2,
+                                    "tensors": specs_for(view, layer, head, len(ids2) - 1)})
+        await self.think(2.0, 5.0)
+
+
+# -- the server and its memory ---------------------------------------------------------------------
+
+
+def process_tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def vm_kb(pid: int, key: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+async def watch_memory(pid: int, peak: dict[int, int], cpu: dict[int, float], stop: asyncio.Event) -> None:
+    """Peak resident memory (VmHWM) and CPU time of each process of the server's tree, sampled until `stop`."""
+    while not stop.is_set():
+        for p in process_tree(pid):
+            peak[p] = max(peak.get(p, 0), vm_kb(p, "VmHWM"))
+            cpu[p] = max(cpu.get(p, 0.0), cpu_s(p))
+        try:
+            await asyncio.wait_for(stop.wait(), 0.5)
+        except TimeoutError:
+            pass
+
+
+def gpt2_small_shape(folder: Path) -> Path:
+    if (folder / "config.json").is_file():
+        return folder
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import make_hf_gpt2
+
+    print(f"creating a random GPT-2-small-shape model in {folder} ...", file=sys.stderr)
+    return make_hf_gpt2(folder, n_layer=12, n_head=12, n_embd=768, n_positions=1024)
+
+
+def start_server(folder: Path, extra: list[str]) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "transformer_explainer.cli", "serve", "--model", str(folder), "--only",
+           "--port", "0", *extra]
+    print("$ " + " ".join(cmd), file=sys.stderr)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=sys.stderr, text=True, cwd=ROOT)
+    line = proc.stdout.readline()
+    if "serving on " not in line:
+        proc.kill()
+        raise SystemExit(f"the server did not start: {line!r}")
+    url = line.split("serving on ", 1)[1].split()[0]
+    for _ in range(600):  # with --workers N the URL is printed before the workers have loaded the model
+        try:
+            if httpx.get(url + "api/health", timeout=5).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    return proc, url
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def pct(xs: list[float], p: float) -> float:
+    """Nearest-rank percentile."""
+    s = sorted(xs)
+    return s[max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))]
+
+
+async def classroom(url: str, args: argparse.Namespace, pid: int) -> dict:
+    stats = Stats()
+    limits = httpx.Limits(max_connections=args.students * 2, max_keepalive_connections=args.students * 2)
+    async with httpx.AsyncClient(base_url=url, timeout=args.request_timeout, limits=limits) as client:
+        info = (await client.get("/api/models")).json()
+        cfg = next(m for m in info["models"] if m["name"] == info["default"])["config"]
+        peak: dict[int, int] = {}
+        cpu: dict[int, float] = {}
+        stop = asyncio.Event()
+        cpu0 = {p: cpu_s(p) for p in process_tree(pid)}
+        watcher = asyncio.create_task(watch_memory(pid, peak, cpu, stop))
+        t0 = time.monotonic()
+        deadline = t0 + args.duration
+        rng = random.Random(args.seed)
+        students = [Student(i, client, stats, random.Random(rng.random()), deadline, args.think, cfg["n_layer"],
+                            cfg["n_head"]) for i in range(args.students)]
+        tasks = [asyncio.create_task(s.run(min(args.ramp, args.duration / 2))) for s in students]
+        # a hard stop: requests in flight at the deadline may finish, within the client's own timeout
+        _, late = await asyncio.wait(tasks, timeout=args.duration + args.request_timeout + 5)
+        for t in late:
+            t.cancel()
+        wall = time.monotonic() - t0
+        stop.set()
+        await watcher
+        health = (await client.get("/api/health")).json()  # one process's trace cache, with --workers N
+    everything = [x for v in stats.latency.values() for x in v]
+    per = {ep: {"n": len(v), "p50_ms": round(pct(v, 50) * 1e3), "p99_ms": round(pct(v, 99) * 1e3),
+                "max_ms": round(max(v) * 1e3)} for ep, v in sorted(stats.latency.items())}
+    return {
+        "students": args.students, "duration_s": args.duration, "wall_s": round(wall, 1),
+        "answered": len(everything), "requests_per_s": round(len(everything) / wall, 2),
+        "overall": {"p50_ms": round(pct(everything, 50) * 1e3), "p99_ms": round(pct(everything, 99) * 1e3),
+                    "max_ms": round(max(everything) * 1e3)} if everything else {},
+        "per_endpoint": per,
+        "errors": dict(stats.errors), "errors_total": sum(stats.errors.values()) + stats.gave_up,
+        "busy_503": dict(stats.busy), "busy_503_total": sum(stats.busy.values()),
+        "gave_up_after_retries": stats.gave_up,
+        "mb_received": round(stats.bytes_in / 2**20, 1),
+        "server_peak_rss_mb": round(sum(peak.values()) / 1024),
+        "server_processes": len(peak),
+        # CPU the server got: on a shared machine, less than its cores; per answer, its cost
+        "server_cpu_s": round(sum(cpu.values()) - sum(cpu0.values()), 1),
+        "server_cores_used": round((sum(cpu.values()) - sum(cpu0.values())) / wall, 2),
+        "server_cpu_ms_per_answer": round(1e3 * (sum(cpu.values()) - sum(cpu0.values())) / max(1, len(everything))),
+        "unfinished_students": len(late),
+        "retry_after_s": {"n": len(stats.retry_after), "max": max(stats.retry_after, default=0)},
+        "server_cache": health.get("cache"),
+        "client_cpu_s": round(time.process_time(), 1),  # the simulated students share the machine too
+    }
+
+
+def long_input_probe(url: str, pid: int) -> dict:
+    """Peak memory of the server for the longest input it allows: a full trace, then a generation
+    step after it (which holds the prefix's trace and the longer one)."""
+    text = (" ".join(TEXTS) * 40)[:30_000]  # well over any context, under the 40 000 characters a text may have
+    out = {"after_start_mb": round(sum(vm_kb(p, "VmHWM") for p in process_tree(pid)) / 1024)}
+    with httpx.Client(base_url=url, timeout=600) as c:
+        t0 = time.monotonic()
+        r = c.post("/api/trace", json={"text": text, "truncate": True})
+        if r.status_code != 200:
+            raise SystemExit(f"the trace failed: {r.status_code} {r.text[:300]}")
+        tr = r.json()
+        out["tokens"] = len(tr["token_ids"])
+        out["trace_s"] = round(time.monotonic() - t0, 1)
+        out["after_trace_mb"] = round(sum(vm_kb(p, "VmHWM") for p in process_tree(pid)) / 1024)
+        t0 = time.monotonic()
+        g = c.post("/api/generate", json={"ids": tr["token_ids"][:-1]})
+        out["generate_status"] = g.status_code
+        out["generate_s"] = round(time.monotonic() - t0, 1)
+        out["after_generate_mb"] = round(sum(vm_kb(p, "VmHWM") for p in process_tree(pid)) / 1024)
+        out["cache"] = c.get("/api/health").json().get("cache")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--students", type=int, default=50)
+    ap.add_argument("--duration", type=float, default=90.0, help="seconds of load (after which students stop)")
+    ap.add_argument("--ramp", type=float, default=15.0, help="students arrive over this many seconds")
+    ap.add_argument("--think", type=float, default=1.0, help="scale of the think times (1: as a person)")
+    ap.add_argument("--request-timeout", type=float, default=60.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", type=Path, default=Path("/tmp/te-bench-gpt2-small-shape"))
+    ap.add_argument("--server-arg", action="append", default=[], help="passed to `serve` (repeat)")
+    ap.add_argument("--url", help="use a running server instead of starting one (no memory figure then)")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--long-input-probe", action="store_true",
+                    help="instead of the class: peak memory for one longest input (trace, then a generation step)")
+    args = ap.parse_args()
+
+    if args.url:
+        proc, url, pid = None, args.url.rstrip("/") + "/", -1
+    else:
+        proc, url = start_server(gpt2_small_shape(args.model), args.server_arg)
+        pid = proc.pid
+    try:
+        res = long_input_probe(url, pid) if args.long_input_probe else asyncio.run(classroom(url, args, pid))
+    finally:
+        if proc is not None:
+            stop_server(proc)
+    res["server_args"] = args.server_arg
+    res["load_average_1m"] = os.getloadavg()[0]
+    print(json.dumps(res, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2) + "\n")
+    return 0 if res.get("errors_total", 0) == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
