@@ -93,6 +93,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write, fsync, rename: a reader sees the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
