@@ -70,6 +70,13 @@ def test_token_limit_refuses_or_truncates(client):
     assert client.post("/api/generate", json={"ids": ids[:7]}).status_code == 200
 
 
+def test_no_generation_length_to_abuse(client):
+    # one token per request: a length parameter is an unknown field, refused by name
+    for extra in ({"max_new_tokens": 10**9}, {"n": 10**9}, {"steps": -1}):
+        r = client.post("/api/generate", json={"ids": [464, 2068], **extra})
+        assert r.status_code == 422 and next(iter(extra)) in r.json()["detail"], r.text
+
+
 # -- model choice: names in the registry only ------------------------------------------------------
 
 
