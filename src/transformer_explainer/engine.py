@@ -41,7 +41,7 @@ class ExplainerModel:
             raise CheckpointError(
                 f"tokenizer has {tokenizer.vocab_size} tokens but the model only {gpt.config.vocab_size}"
             )
-        self.gpt = gpt.eval()
+        self.gpt = gpt.eval().inference_layout_()
         self.tokenizer = tokenizer
         self.name = name
         self.source = source

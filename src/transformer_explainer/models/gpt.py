@@ -57,6 +57,16 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
+    def inference_layout_(self) -> GPT:
+        """Keep each projection matrix input-major in memory ((in, out), as HF's Conv1D stores it):
+        the same values and shapes, but one-row matrix-vector products, i.e. generation steps, run
+        markedly faster on CPU BLAS. In place; returns the model."""
+        with torch.no_grad():
+            for module in self.transformer.h.modules():
+                if isinstance(module, nn.Linear):
+                    module.weight.data = module.weight.data.t().contiguous().t()
+        return self
+
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
