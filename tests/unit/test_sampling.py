@@ -97,4 +97,4 @@ def test_distribution_is_valid(logits, t, k, p):
     assert (d.probs[~d.kept] == 0).all()
     assert d.kept[torch.argmax(x)]  # the most likely token always survives
     if k is not None:
-        assert int(d.kept.sum()) <= k or len(set(logits)) < len(logits)
+        assert int(d.kept.sum()) <= k or len(set(x.tolist())) < len(logits)  # ties in float32 keep all tied
