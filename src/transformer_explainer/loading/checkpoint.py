@@ -10,6 +10,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -18,10 +19,22 @@ from safetensors.torch import load_file, save_file
 from ..config import GPTConfig
 from ..errors import CheckpointError
 from ..models.gpt import GPT
-from .tokenizer import read_json
 
 TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")  # HF's causal-mask buffers in old checkpoints
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from `path`, or a CheckpointError saying what is wrong with the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path} is not readable JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} does not hold a JSON object")
+    return data
 
 
 def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -79,10 +78,3 @@ class TextTokenizer:
 
     def eos_id(self) -> int | None:
         return self.tokenizer.token_to_id("<|endoftext|>")
-
-
-def read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path} could not be read as JSON: {e}") from None

@@ -6,19 +6,17 @@ Weights are read with safetensors only; every tensor is checked against the conf
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ..errors import CheckpointError, InputError
-from ..loading.checkpoint import atomic_write_bytes
+from ..loading.checkpoint import atomic_write_bytes, read_json
 from .config import Seq2SeqConfig
 from .engine import Seq2SeqModel
 from .model import EncoderDecoder
@@ -55,21 +53,6 @@ def save_seq2seq(model: Seq2SeqModel, folder: Path, dtype: torch.dtype = torch.f
     atomic_write_bytes(folder / "config.json", (json.dumps(config, ensure_ascii=False, indent=2) + "\n").encode())
     if readme is not None:
         atomic_write_bytes(folder / "README.md", readme.encode())
-    for name in ("model.safetensors", "vocab.json", "config.json", "README.md"):
-        if (folder / name).is_file():
-            os.chmod(folder / name, 0o644)  # package data, readable by all (the temp files were private)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"{path} is missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path} is not readable JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path} does not hold a JSON object")
-    return data
 
 
 def load_seq2seq(folder: Path) -> Seq2SeqModel:
@@ -77,10 +60,10 @@ def load_seq2seq(folder: Path) -> Seq2SeqModel:
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder} is not a folder")
-    meta = _read_json(folder / "config.json")
+    meta = read_json(folder / "config.json")
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{folder / 'config.json'} is not a seq2seq checkpoint (format {meta.get('format')!r})")
-    vocab = _read_json(folder / "vocab.json")
+    vocab = read_json(folder / "vocab.json")
     try:
         config = Seq2SeqConfig.from_dict(meta["model"])
         src_vocab, tgt_vocab = Vocab.from_dict(vocab["src"]), Vocab.from_dict(vocab["tgt"])
