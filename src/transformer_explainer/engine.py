@@ -104,7 +104,7 @@ class ExplainerModel:
         """
         self._check_ids(ids, cache)
         rec = Recorder(patches=patches)
-        self.gpt(torch.tensor([ids]), cache=cache, rec=rec)
+        last = self.gpt(torch.tensor([ids]), cache=cache, rec=rec, logits_for="last")[0, -1]
         values = {k: v[0] for k, v in rec.values.items()}  # drop the batch dimension
         prefix = list(prefix_ids or [])
         return Trace(
@@ -116,6 +116,8 @@ class ExplainerModel:
             values=values,
             start=len(prefix),
             prefix_ids=prefix,
+            unembed=self.gpt.weight("unembed.W_U"),
+            last_logits=last,
         )
 
     def _check_ids(self, ids: list[int], cache: KVCache | None) -> None:

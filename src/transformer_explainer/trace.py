@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from .config import GPTConfig
-from .models.layers import causal_mask
+from .models.layers import causal_mask, linear
 from .names import DERIVED, activation_names, describe, parse_name
 
 
@@ -21,7 +21,10 @@ class Trace:
     """Intermediates of one text through a GPT-2, without the batch dimension.
 
     `trace["blocks.0.attn.pattern"]` is (heads, query, key). Stages that are cheap to derive
-    (scaled and masked scores, the concatenated heads, the embedding sum) are computed on access.
+    (scaled and masked scores, the concatenated heads, the embedding sum) are computed on access, and
+    so are the logits at every position (`ln_final.out @ W_U`) when the pass computed only the last
+    position's (`last_logits`), which is all that next-token prediction needs. (Those two agree to
+    float rounding: one row and many rows take different kernels.)
     `start` is the position of the first traced token: it is above 0 when the trace covers only the
     new positions of a generation step, whose keys and values came from a cache.
     """
@@ -34,6 +37,8 @@ class Trace:
     values: dict[str, Tensor] = field(repr=False)
     start: int = 0
     prefix_ids: list[int] = field(default_factory=list)  # ids before `start`, from the cache
+    unembed: Tensor | None = field(default=None, repr=False)  # W_U (D, V), to derive unrecorded logits
+    last_logits: Tensor | None = field(default=None, repr=False)  # (V,) as the pass computed them
 
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.token_ids):
@@ -44,6 +49,8 @@ class Trace:
     def __getitem__(self, name: str) -> Tensor:
         if name in self.values:
             return self.values[name]
+        if name == "logits" and self.unembed is not None:  # the unembedding's own arithmetic (`lm_head`)
+            return linear(self.values["ln_final.out"].unsqueeze(0), self.unembed.T)[0]  # (T, V)
         p = parse_name(name)  # KeyError for names outside the scheme
         key = p.suffix
         if p.layer is not None and not 0 <= p.layer < self.config.n_layer:
@@ -97,11 +104,16 @@ class Trace:
 
     @property
     def logits(self) -> Tensor:
-        return self.values["logits"]
+        """(T, V): the logits at every position."""
+        return self["logits"]
 
     def next_token_logits(self) -> Tensor:
         """Logits at the last position: the model's scores for the token that comes next."""
-        return self.values["logits"][-1]
+        if "logits" in self.values:
+            return self.values["logits"][-1]
+        if self.last_logits is not None:
+            return self.last_logits
+        return self["logits"][-1]
 
     def to_numpy(self, names: list[str] | None = None) -> dict[str, np.ndarray]:
         """Plain float32 arrays by name, for serialisation (`np.savez`, JSON)."""

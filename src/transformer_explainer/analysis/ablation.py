@@ -224,14 +224,14 @@ def head_importance(model: ExplainerModel, text: str | Sequence[int], *, mode: A
     ids = _ids(model, text)
     if mode == "mean" and means is None:
         means = head_means(model)
-    clean = model.trace_ids(ids).logits
-    clean_loss = text_loss(clean, ids)
+    clean = model.trace_ids(ids)
+    clean_loss = text_loss(clean.logits, ids)
     L, H = model.config.n_layer, model.config.n_head
     dloss, kl = torch.zeros(L, H), torch.zeros(L, H)
     for layer, h in all_heads(model.config):
-        logits = _run(model, ids, [(layer, h)], mode, means).logits
-        dloss[layer, h] = text_loss(logits, ids) - clean_loss
-        kl[layer, h] = _kl(clean[-1], logits[-1])
+        ablated = _run(model, ids, [(layer, h)], mode, means)
+        dloss[layer, h] = text_loss(ablated.logits, ids) - clean_loss
+        kl[layer, h] = _kl(clean.next_token_logits(), ablated.next_token_logits())
     return HeadImportance(mode, clean_loss, dloss, kl)
 
 

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from ..config import GPTConfig
 from ..names import parse_name
-from .layers import KV, Block, LayerNorm
+from .layers import KV, Block, LayerNorm, Linear
 from .recorder import Recorder, scope
 
 LogitsFor = Literal["all", "last"]
@@ -41,7 +41,7 @@ class GPT(nn.Module):
                 ln_f=LayerNorm(config.n_embd, config.layer_norm_epsilon),
             )
         )
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2's scaled init of the residual projections
@@ -58,11 +58,13 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def inference_layout_(self) -> GPT:
-        """Keep each projection matrix input-major in memory ((in, out), as HF's Conv1D stores it):
-        the same values and shapes, but one-row matrix-vector products, i.e. generation steps, run
-        markedly faster on CPU BLAS. In place; returns the model."""
+        """Keep each projection matrix input-major in memory ((in, out), as HF's Conv1D stores it),
+        the unembedding (tied to the token embedding) included: the same values and shapes, but
+        one-row products, i.e. generation steps, run markedly faster on CPU BLAS and can be split
+        over cores (see `Linear`). The embedding lookup reads the same tensor through a
+        transposed view. In place; returns the model."""
         with torch.no_grad():
-            for module in self.transformer.h.modules():
+            for module in self.modules():
                 if isinstance(module, nn.Linear):
                     module.weight.data = module.weight.data.t().contiguous().t()
         return self
@@ -82,7 +84,8 @@ class GPT(nn.Module):
 
         `cache`: keys/values of earlier positions; it is extended with this call's positions.
         `rec`: record every intermediate (explicit attention path). `logits_for="last"` runs the
-        unembedding on the last position only, which is all that next-token prediction needs.
+        unembedding on the last position only, which is all that next-token prediction needs; with a
+        recorder, the logits are then returned and not recorded (unless a patch edits them).
         """
         B, T = idx.shape
         start = cache.length if cache is not None else 0
@@ -102,11 +105,16 @@ class GPT(nn.Module):
             presents.append(present)
         if cache is not None:
             cache.layers = presents
-        if logits_for == "last":
+        if logits_for == "last" and rec is None:
             x = x[:, -1:, :]
         x = self.transformer.ln_f(x, scope(rec, "ln_final"))
-        logits = self.lm_head(x)
-        return logits if rec is None else rec("logits", logits)
+        if rec is None:
+            return self.lm_head(x)
+        if logits_for == "last" and not rec.wants("logits"):
+            # recorded: the final LayerNorm at every position; the trace derives the logits of the
+            # other positions from it when asked (for a short text the unembedding is a third of the work)
+            return self.lm_head(x[:, -1:, :])
+        return rec("logits", self.lm_head(x))
 
     # -- weights by name ---------------------------------------------------------------------------
 

@@ -18,6 +18,44 @@ from .recorder import Recorder
 KV = tuple[Tensor, Tensor]  # (keys, values), each (B, H, S, Dh)
 
 
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """`F.linear` (weight (out, in)), with one-row products (a generation step) read on every core.
+
+    CPU BLAS multiplies a single row by a matrix on one thread, and that product is bound by how
+    fast the weight streams from memory. When the weight is input-major in memory (see
+    `GPT.inference_layout_`), the product splits along the input dimension into equal slices,
+    multiplied as one batched matmul that torch spreads over its threads; the partial sums are
+    then added. Same values up to float rounding (the order of the additions changes).
+    """
+    out_features, in_features = weight.shape
+    chunks = _row_chunks(x, weight)
+    if chunks == 1:
+        return F.linear(x, weight, bias)
+    part = torch.bmm(x.reshape(chunks, 1, -1), weight.t().view(chunks, -1, out_features))
+    y = part.sum(0) if bias is None else torch.add(bias, part.sum(0))
+    return y.view(*x.shape[:-1], out_features)
+
+
+def _row_chunks(x: Tensor, weight: Tensor) -> int:
+    in_features = weight.shape[1]
+    if x.numel() != in_features or x.device.type != "cpu" or weight.stride(0) != 1:
+        return 1
+    threads = torch.get_num_threads()
+    if threads < 2:
+        return 1
+    chunks = 4 * threads  # a few slices per thread balance the load
+    while in_features % chunks:
+        chunks -= 1
+    return chunks
+
+
+class Linear(nn.Linear):
+    """`nn.Linear` through `linear`: generation steps use every core."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias)
+
+
 class LayerNorm(nn.Module):
     """LayerNorm with a bias; records its mean, variance and normalised vector when asked."""
 
@@ -55,8 +93,8 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.n_head = config.n_head
         self.n_embd = config.n_embd
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)  # Q, K, V for all heads at once
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd)  # W_O
+        self.c_attn = Linear(config.n_embd, 3 * config.n_embd)  # Q, K, V for all heads at once
+        self.c_proj = Linear(config.n_embd, config.n_embd)  # W_O
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.dropout = config.dropout
@@ -104,8 +142,8 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, config.d_mlp)
-        self.c_proj = nn.Linear(config.d_mlp, config.n_embd)
+        self.c_fc = Linear(config.n_embd, config.d_mlp)
+        self.c_proj = Linear(config.d_mlp, config.n_embd)
         self.dropout = nn.Dropout(config.dropout)
         self.approximate = "none" if config.activation == "gelu" else "tanh"
 

@@ -319,7 +319,9 @@ def merge_traces(prefix: Trace, new: Trace) -> Trace:
         raise ValueError("the new trace must continue the prefix trace")
     values: dict[str, Tensor] = {}
     for name, a in prefix.values.items():
-        b = new.values[name]
+        b = new.values.get(name)
+        if b is None:  # recorded in one pass only (logits a patch asked for): the merged trace derives it
+            continue
         dims, _ = describe(name)
         if "S" in dims and "T" not in dims:  # keys, values: the new trace already spans every position
             values[name] = b
@@ -336,7 +338,8 @@ def merge_traces(prefix: Trace, new: Trace) -> Trace:
         values[name] = torch.cat([a, b], dim=dims.index("T"))
     ids = prefix.token_ids + new.token_ids
     return Trace(model_name=prefix.model_name, config=prefix.config, text=new.text, token_ids=ids,
-                 tokens=prefix.tokens + new.tokens, values=values, start=0, prefix_ids=[])
+                 tokens=prefix.tokens + new.tokens, values=values, start=0, prefix_ids=[],
+                 unembed=new.unembed, last_logits=new.last_logits)
 
 
 class Explainer:
