@@ -262,13 +262,39 @@ def test_serve_refuses_nonsense_limits(bad):
         args.func(args)
 
 
-def test_torch_threads_share_the_cores(monkeypatch):
-    from transformer_explainer.server.run import ServeConfig, model_threads, torch_threads
+def test_thread_budget_is_the_cores_of_each_process(monkeypatch):
+    from transformer_explainer.server.run import ServeConfig, model_threads, thread_budget
 
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(8)))
-    assert model_threads(ServeConfig()) == 2 and torch_threads(ServeConfig()) == 4
-    assert torch_threads(ServeConfig(workers=4)) == 1 and model_threads(ServeConfig(workers=4)) == 2
-    assert torch_threads(ServeConfig(workers=16)) == 1 and model_threads(ServeConfig(workers=16)) == 1
-    assert torch_threads(ServeConfig(torch_threads=3)) == 3
+    assert model_threads(ServeConfig()) == 2 and thread_budget(ServeConfig()) == 8
+    assert thread_budget(ServeConfig(workers=4)) == 2 and model_threads(ServeConfig(workers=4)) == 2
+    assert thread_budget(ServeConfig(workers=16)) == 1 and model_threads(ServeConfig(workers=16)) == 1
+    assert thread_budget(ServeConfig(torch_threads=3)) is None  # fixed threads per pass instead
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0})
-    assert model_threads(ServeConfig()) == 1 and torch_threads(ServeConfig()) == 1
+    assert model_threads(ServeConfig()) == 1 and thread_budget(ServeConfig()) == 1
+
+
+def test_model_calls_share_the_thread_budget():
+    """A lone call runs on the whole budget; calls running together split it (at least 1 each)."""
+    import torch
+
+    async def scenario() -> None:
+        pool = ModelPool(workers=2, max_queue=0, timeout_s=10, thread_budget=2)
+        assert await pool.run(torch.get_num_threads) == 2
+        gate, started = threading.Event(), threading.Event()
+
+        def held() -> int:
+            started.set()
+            gate.wait()
+            return torch.get_num_threads()
+
+        first = asyncio.ensure_future(pool.run(held))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        assert await pool.run(torch.get_num_threads) == 1  # one other call running: half the budget
+        gate.set()
+        assert await first == 2  # set when it started, alone
+        assert await pool.run(torch.get_num_threads) == 2
+        pool.shutdown()
+
+    in_thread(scenario())

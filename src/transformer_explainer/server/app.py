@@ -55,6 +55,7 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline';
 @dataclass(frozen=True)
 class ServerSettings:
     model_threads: int = 1  # forward passes at once per process
+    thread_budget: int | None = None  # torch threads shared out among the running passes; None: torch's setting
     max_queue: int = 16  # calls waiting beyond those; more get 503 + Retry-After
     request_timeout_s: float = 60.0
     trace_cache_mb: int = 256  # recent traces kept for lazy tensor requests
@@ -424,7 +425,8 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     """The app serving `models` (name -> loaded model, or a registry) and the packaged UI."""
     settings = settings or ServerSettings()
     registry = models if isinstance(models, ModelRegistry) else ModelRegistry.from_models(models, default)
-    pool = ModelPool(settings.model_threads, settings.max_queue, settings.request_timeout_s)
+    pool = ModelPool(settings.model_threads, settings.max_queue, settings.request_timeout_s,
+                     thread_budget=settings.thread_budget)
     explainer = service.Explainer(settings.trace_cache_mb * 2**20)
 
     @asynccontextmanager

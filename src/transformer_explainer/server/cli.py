@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction
     p.add_argument("--model-threads", type=int, default=None,
                    help="forward passes at once per process (default 2 with two or more cores per process, else 1)")
     p.add_argument("--torch-threads", type=int, default=None,
-                   help="threads per forward pass (default: cores / (workers x model threads), at least 1)")
+                   help="threads per forward pass, fixed (default: each pass gets the cores of its process shared "
+                        "among the passes running, e.g. all of them for a lone user)")
     p.add_argument("--queue", type=int, default=16, help="requests that may wait for the model; more get 503")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds one model call may take (default 60)")
     p.add_argument("--cache-mb", type=int, default=256, help="memory for recent traces per process (default 256)")

@@ -5,7 +5,14 @@ memory and latency. Each call has a time limit.
 Two lanes: model calls (a forward pass: hundreds of milliseconds for GPT-2 small) and light calls
 (a slice of a cached trace, a weight: milliseconds). Light calls have their own thread, so a
 student stepping through views of a text already traced does not wait behind other students'
-forward passes."""
+forward passes.
+
+Threads per forward pass: with a `thread_budget` (the cores this process may use), each model call
+gets the budget shared among the calls running when it starts (at least one). A lone user's pass
+runs on every core; when a class keeps several calls running, each gets one core, which keeps up
+better than passes contending for the same cores. torch's thread setting is per calling thread
+(OpenMP), so each worker sets its own before each call.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +24,8 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
+
+import torch
 
 T = TypeVar("T")
 
@@ -34,6 +43,7 @@ class _Lane:
         self.workers, self.max_queue = workers, max_queue
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
         self.pending = 0  # submitted and not finished (running or queued)
+        self.running = 0  # of those, started
         self.done_at: deque[float] = deque(maxlen=32)  # when recent calls finished, for Retry-After
         self.lock = threading.Lock()
 
@@ -53,10 +63,15 @@ class _Lane:
 
 
 class ModelPool:
-    def __init__(self, workers: int = 1, max_queue: int = 16, timeout_s: float = 60.0, light_workers: int = 1) -> None:
-        """`workers` model calls run at once, `max_queue` more may wait; the light lane alike."""
-        if workers < 1 or light_workers < 1 or max_queue < 0 or timeout_s <= 0:
-            raise ValueError("workers >= 1, light_workers >= 1, max_queue >= 0 and timeout_s > 0 are required")
+    def __init__(self, workers: int = 1, max_queue: int = 16, timeout_s: float = 60.0, light_workers: int = 1,
+                 thread_budget: int | None = None) -> None:
+        """`workers` model calls run at once, `max_queue` more may wait; the light lane alike.
+        `thread_budget`: torch threads shared out among the running model calls; None leaves torch's
+        thread setting alone."""
+        if workers < 1 or light_workers < 1 or max_queue < 0 or timeout_s <= 0 or (thread_budget or 1) < 1:
+            raise ValueError("workers >= 1, light_workers >= 1, max_queue >= 0, timeout_s > 0 and thread_budget >= 1 "
+                             "are required")
+        self.thread_budget = thread_budget
         self.workers = workers
         self.max_queue = max_queue
         self.timeout_s = timeout_s
@@ -81,9 +96,16 @@ class ModelPool:
             lane.pending += 1
 
         def timed() -> T:
+            with lane.lock:
+                lane.running += 1
+                threads = max(1, (self.thread_budget or 1) // lane.running)
             try:
+                if self.thread_budget is not None and not light:
+                    torch.set_num_threads(threads)
                 return fn(*args)
             finally:
+                with lane.lock:
+                    lane.running -= 1
                 lane.finished(True)
 
         try:

@@ -31,7 +31,7 @@ class ServeConfig:
     port: int = 8000
     workers: int = 1  # processes
     model_threads: int | None = None  # forward passes at once per process; None: see `model_threads`
-    torch_threads: int | None = None  # threads per model call; None: the cores shared out (see `torch_threads`)
+    torch_threads: int | None = None  # threads per model call; None: shared out as calls run (`thread_budget`)
     max_queue: int = 16
     request_timeout_s: float = 60.0
     trace_cache_mb: int = 256
@@ -51,13 +51,13 @@ def model_threads(cfg: ServeConfig) -> int:
     return min(2, max(1, len(os.sched_getaffinity(0)) // cfg.workers))
 
 
-def torch_threads(cfg: ServeConfig) -> int:
-    """Threads for one forward pass: the given number, else this machine's cores shared out among
-    the passes that may run at once (processes x model threads), at least 1. More threads than that
-    make the passes wait on each other's threads."""
+def thread_budget(cfg: ServeConfig) -> int | None:
+    """Torch threads this process shares out among its running forward passes (each gets the
+    budget divided by the passes running when it starts, at least 1): its share of the machine's
+    cores. None when `--torch-threads` fixes the threads of every pass instead."""
     if cfg.torch_threads is not None:
-        return cfg.torch_threads
-    return max(1, len(os.sched_getaffinity(0)) // (cfg.workers * model_threads(cfg)))
+        return None
+    return max(1, len(os.sched_getaffinity(0)) // cfg.workers)
 
 
 def is_loopback(host: str) -> bool:
@@ -86,8 +86,9 @@ def build_registry(cfg: ServeConfig) -> ModelRegistry:
 def build_app(cfg: ServeConfig) -> FastAPI:
     import torch
 
-    torch.set_num_threads(torch_threads(cfg))  # this process serves; the setting is its own
-    settings = ServerSettings(model_threads=model_threads(cfg), max_queue=cfg.max_queue,
+    budget = thread_budget(cfg)
+    torch.set_num_threads(cfg.torch_threads or budget or 1)  # this process serves; the setting is its own
+    settings = ServerSettings(model_threads=model_threads(cfg), thread_budget=budget, max_queue=cfg.max_queue,
                               request_timeout_s=cfg.request_timeout_s, trace_cache_mb=cfg.trace_cache_mb,
                               max_body_bytes=cfg.max_body_bytes, max_tokens=cfg.max_tokens)
     return create_app(build_registry(cfg), settings)
