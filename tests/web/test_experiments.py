@@ -101,6 +101,42 @@ def test_head_map_and_ablation(page, live_server):
     shot(page, "exp-03-roles")
 
 
+def test_pruning_curve(page, live_server):
+    ref = open_experiments(page, live_server)
+    ids = ref["token_ids"]
+    page.click("[data-testid=exp-tab-heads]")
+    page.wait_for_selector("[data-testid=head-map][data-metric=loss]")
+    page.fill("[data-testid=prune-limit]", "5")
+    page.click("[data-testid=prune-run]")
+    page.wait_for_selector("[data-testid=prune-curve][data-steps='5']", timeout=60_000)
+    curve = api(live_server, "analysis/prune", ids=ids, mode="zero", max_heads=5, recompute=False)
+    assert float(page.get_attribute("[data-testid=prune-curve]", "data-clean")) == pytest.approx(curve["clean_loss"])
+    steps = page.locator("[data-testid=prune-step]")
+    assert steps.all_inner_texts() == [f"L{s['head'][0]}H{s['head'][1]}" for s in curve["steps"]]
+    shown = [float(steps.nth(i).get_attribute("data-loss")) for i in range(steps.count())]
+    assert shown == pytest.approx([s["loss"] for s in curve["steps"]], rel=1e-6)
+    # the curve is drawn: one path through the clean loss and the five losses, and hovering reads a step out
+    box = page.locator("[data-testid=prune-chart] svg").bounding_box()
+    page.mouse.move(box["x"] + box["width"] - 20, box["y"] + box["height"] / 2)
+    readout = page.locator("[data-testid=prune-chart] .readout").inner_text()
+    last = curve["steps"][-1]["head"]
+    assert f"5 heads off, the last L{last[0]} H{last[1]}" in readout
+    # a pruned head is one click from its views, like the map's cells
+    steps.nth(0).click()
+    assert page.locator("[data-testid=layer-value]").inner_text() == str(curve["steps"][0]["head"][0])
+    shot(page, "exp-04-pruning")
+
+    # re-scoring at each step (greedy): the first removal is the single head that raises the loss least
+    page.check("[data-testid=prune-rescore]")
+    page.fill("[data-testid=prune-limit]", "2")
+    page.click("[data-testid=prune-run]")
+    page.wait_for_selector("[data-testid=prune-curve][data-steps='2']", timeout=60_000)
+    imp = api(live_server, "analysis/importance", ids=ids)
+    least = min(imp["loss_change"][layer][h] for layer in range(imp["n_layer"]) for h in range(imp["n_head"]))
+    first = float(page.locator("[data-testid=prune-step]").nth(0).get_attribute("data-loss"))
+    assert first == pytest.approx(imp["clean_loss"] + least, rel=1e-5)
+
+
 def test_embedding_explorer(page, live_server):
     ref = open_experiments(page, live_server)
     page.click("[data-testid=exp-tab-embed]")

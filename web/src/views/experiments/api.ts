@@ -1,6 +1,7 @@
 // Calls to /api/analysis through the app's one `call` (so the offline snapshot can answer them too).
 import { call } from "../../lib/client";
-import type { AblateOut, AnalogyOut, HeadsOut, ImportanceOut, LensOut, NeighboursOut, ProjectOut, TokenArg } from "./types";
+import type { AblateOut, AnalogyOut, HeadsOut, ImportanceOut, LensOut, NeighboursOut, ProjectOut, PruneOut,
+  TokenArg } from "./types";
 
 interface Input { model: string; ids: number[] }
 
@@ -9,6 +10,8 @@ export const analysis = {
   ablate: (b: Input & { heads: [number, number][]; mode: "zero" | "mean"; top: number }) =>
     call<AblateOut>("analysis/ablate", b),
   importance: (b: Input & { mode: "zero" | "mean" }) => call<ImportanceOut>("analysis/importance", b),
+  prune: (b: Input & { mode: "zero" | "mean"; max_heads: number | null; recompute: boolean }) =>
+    call<PruneOut>("analysis/prune", b),
   heads: (b: Input & { reference: boolean }) => call<HeadsOut>("analysis/heads", b),
   neighbours: (b: { model: string; token: TokenArg; n: number }) => call<NeighboursOut>("analysis/neighbours", b),
   analogy: (b: { model: string; positive: TokenArg[]; negative: TokenArg[]; n: number }) =>

@@ -64,6 +64,20 @@ const en = {
   projection: "PCA of tokens",
   projHelp: "comma-separated words or ids; empty: the tokens of your text",
   explained: "PC1 explains {a}, PC2 {b} of these tokens' variance",
+  pruneTitle: "Pruning: switch heads off one by one",
+  pruneHeads: "heads to prune",
+  rescore: "re-score the remaining heads at every step",
+  rescoreTooMany: "too slow here: {n} forward passes; prune fewer heads to allow it",
+  pruneRun: "Prune",
+  pruneHelp: "Least important head first, each on top of those already off; the loss on your text after each " +
+    "removal ({passes} forward passes). Without re-scoring, the order is the importance map's.",
+  pruneClean: "no head off: loss {v} nats/token",
+  pruneStep: "{n} heads off, the last L{l} H{h}: loss {v} ({d}) nats/token",
+  pruneStale: "computed for another text or ablation mode: press Prune again",
+  pruneKnee: "+10 % at {n}",
+  pruneX: "heads switched off",
+  pruneY: "loss (nats/token)",
+  pruneOrder: "order:",
   offline: "offline snapshot",
 };
 
@@ -127,6 +141,20 @@ const zh: Record<keyof typeof en, string> = {
   projection: "词元的主成分分析",
   projHelp: "用逗号分隔的词或编号；留空则使用你文本中的词元",
   explained: "第一主成分解释了这些词元方差的 {a}，第二主成分 {b}",
+  pruneTitle: "剪枝：逐个关闭注意力头",
+  pruneHeads: "要剪掉的头数",
+  rescore: "每一步重新评估剩余的头",
+  rescoreTooMany: "在这里太慢：需要 {n} 次前向计算；减少剪枝的头数即可启用",
+  pruneRun: "剪枝",
+  pruneHelp: "先关闭最不重要的头，每次都在已关闭的头之上再关一个；显示每次关闭后文本上的损失（共 {passes} 次前向计算）。" +
+    "不重新评估时，顺序取自重要性图。",
+  pruneClean: "未关闭任何头：损失 {v} 奈特/词元",
+  pruneStep: "已关闭 {n} 个头，最后一个是 L{l} H{h}：损失 {v}（{d}）奈特/词元",
+  pruneStale: "这是为另一段文本或另一种消融方式计算的：请再按一次“剪枝”",
+  pruneKnee: "第 {n} 个时 +10%",
+  pruneX: "已关闭的头数",
+  pruneY: "损失（奈特/词元）",
+  pruneOrder: "顺序：",
   offline: "离线快照",
 };
 

@@ -58,3 +58,11 @@ export interface AnalogyOut { model: string; positive: TokenRef[]; negative: Tok
 export interface ProjectOut { model: string; points: (TokenRef & { x: number; y: number })[]; explained_variance: number[] }
 
 export type TokenArg = string | number;
+
+export interface PruneOut {
+  model: string;
+  mode: "zero" | "mean";
+  recompute: boolean;
+  clean_loss: number;
+  steps: { head: [number, number]; loss: number | null }[];
+}
