@@ -21,6 +21,7 @@ def run(tiny_gpt2_dir: Path, capsys: pytest.CaptureFixture):
         out, err = capsys.readouterr()
         return code, out, err
 
+    go.folder = tiny_gpt2_dir
     return go
 
 
@@ -47,6 +48,33 @@ def test_ablate_json_and_table(run):
     assert code == 0 and json.loads(out)["heads"] == [[0, h] for h in range(4)]
     code, out, _ = run("ablate", TEXT, "--layer", "0", "--head", "1", "--head", "3")
     assert code == 0 and "zero ablation of layer 0, heads 1, 3" in out and "before" in out
+
+
+def test_importance_and_prune(run):
+    from transformer_explainer import load_model
+    from transformer_explainer.analysis import head_importance, prune_heads
+
+    code, out, _ = run("importance", TEXT, "--json")
+    assert code == 0
+    d = json.loads(out)
+    code, table, _ = run("importance", TEXT)
+    assert code == 0 and "most important" in table
+    model = load_model(str(run.folder), allow_download=False)
+    ref = head_importance(model, TEXT)
+    assert torch.tensor(d["loss_change"]) == pytest.approx(ref.loss_change, abs=1e-6)
+    assert [tuple(h) for h in d["ranked"]] == [h for h, _ in ref.ranked()]
+    assert len([ln for ln in table.splitlines() if ln.strip()[:1].isdigit() and "nats" not in ln]) == 2
+
+    code, out, _ = run("prune", TEXT, "--max-heads", "3", "--json")
+    assert code == 0
+    d = json.loads(out)
+    curve = prune_heads(model, TEXT, max_heads=3, recompute=False)
+    assert [tuple(s["head"]) for s in d["steps"]] == curve.heads
+    assert [s["loss"] for s in d["steps"]] == pytest.approx(curve.losses, abs=1e-6)
+    code, out, _ = run("prune", TEXT, "--max-heads", "2", "--rescore")
+    assert code == 0 and "re-scoring" in out and len(out.strip().splitlines()) == 2 + 2 + 2
+    code, _, err = run("prune", TEXT, "--max-heads", "0")
+    assert code != 0 and "--max-heads" in err
 
 
 def test_heads_json_and_table(run):

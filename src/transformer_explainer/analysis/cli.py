@@ -1,4 +1,5 @@
-"""CLI subcommands for the analyses: lens | ablate | heads | export | snapshot (registered by `cli.py`)."""
+"""CLI subcommands for the analyses: lens | ablate | importance | prune | heads | export | snapshot
+(registered by `cli.py`)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,54 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     print(f"  {'next token':<22} {'before':>8} {'after':>8} {'change':>9}")
     for i, b, a in res.top_changes(args.top):
         print(f"  {_fmt_tok(model.tokenizer.token_text(i), 22)} {_pct(b):>8} {_pct(a):>8} {(a - b) * 100:>+8.2f}pp")
+    return 0
+
+
+def cmd_importance(args: argparse.Namespace) -> int:
+    from .ablation import head_importance
+
+    model = _load(args)
+    ids = model.encode(args.text, truncate=args.truncate)
+    if len(ids) < 2:
+        raise InputError("head importance is the loss change on the text: give at least two tokens")
+    imp = head_importance(model, ids, mode=args.mode)
+    if args.json:
+        out = {"model": model.name, "token_ids": ids, **imp.to_dict(),
+               "ranked": [list(h) for h, _ in imp.ranked(args.by)]}
+        print(json.dumps(out, ensure_ascii=False))
+        return 0
+    m = imp.loss_change if args.by == "loss" else imp.kl
+    what = "loss increase (nats/token)" if args.by == "loss" else "KL of the next token (nats)"
+    print(f"head importance, {args.mode} ablation of each head alone: {what}")
+    print(f"loss on the text without ablation: {imp.clean_loss:.4f} nats/token\n")
+    H = model.config.n_head
+    print("layer " + " ".join(f"{'h' + str(h):>8}" for h in range(H)))
+    for layer in range(model.config.n_layer):
+        print(f"{layer:>5} " + " ".join(f"{float(m[layer, h]):>+8.4f}" for h in range(H)))
+    top = ", ".join(f"L{layer}H{h} ({v:+.4f})" for (layer, h), v in imp.ranked(args.by)[:5])
+    print(f"\nmost important: {top}")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from .ablation import prune_heads
+
+    model = _load(args)
+    ids = model.encode(args.text, truncate=args.truncate)
+    if len(ids) < 2:
+        raise InputError("pruning follows the loss on the text: give at least two tokens")
+    if args.max_heads is not None and args.max_heads < 1:
+        raise InputError(f"--max-heads must be at least 1, got {args.max_heads}")
+    curve = prune_heads(model, ids, mode=args.mode, max_heads=args.max_heads, recompute=args.rescore)
+    if args.json:
+        print(json.dumps({"model": model.name, "token_ids": ids, "recompute": args.rescore, **curve.to_dict()}))
+        return 0
+    how = "re-scoring the remaining heads at each step" if args.rescore else "in the order of head importance"
+    print(f"pruning heads one by one ({args.mode} ablation), least important first, {how}\n")
+    print(f"{'heads off':>9} {'last removed':>12} {'loss':>9} {'change':>9}")
+    print(f"{0:>9} {'-':>12} {curve.clean_loss:>9.4f} {0:>+9.4f}")
+    for i, ((layer, h), loss) in enumerate(zip(curve.heads, curve.losses, strict=True), 1):
+        print(f"{i:>9} {f'L{layer} H{h}':>12} {loss:>9.4f} {loss - curve.clean_loss:>+9.4f}")
     return 0
 
 
@@ -187,6 +236,22 @@ def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction)
     p.add_argument("--top", type=int, default=10)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_ablate)
+
+    p = sub.add_parser("importance", help="ablate each head alone: a layer x head map of the loss change")
+    _text_args(p)
+    p.add_argument("--mode", choices=["zero", "mean"], default="zero")
+    p.add_argument("--by", choices=["loss", "kl"], default="loss", help="what to show and rank by (default loss)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_importance)
+
+    p = sub.add_parser("prune", help="switch heads off one by one, least important first, with the loss after each")
+    _text_args(p)
+    p.add_argument("--mode", choices=["zero", "mean"], default="zero")
+    p.add_argument("--max-heads", type=int, default=None, help="stop after this many heads (default: all)")
+    p.add_argument("--rescore", action="store_true",
+                   help="re-score every remaining head at each step (greedy; about N^2/2 forward passes)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser("heads", help="attention-head roles and statistics for TEXT and a reference set")
     _text_args(p)
