@@ -6,7 +6,9 @@ GPT-2 small's shape with random weights (saved in HF format with transformers, l
 Contenders, interleaved round by round so drift hits all alike:
   ours fast      next-token logits, nothing recorded (what prediction and generation need)
   ours fast/all  all positions' logits, nothing recorded
-  ours trace     every intermediate recorded (explicit attention path)
+  ours trace     every intermediate recorded (explicit attention path); logits at the last position,
+                 the other positions' derived on access
+  ours trace+lg  the same, plus deriving the logits at every position
   hf plain       transformers GPT2LMHeadModel forward (default attention kernel)
   hf outputs     transformers with output_attentions + output_hidden_states (eager attention)
   tl cache       TransformerLens HookedTransformer.run_with_cache (if installed)
@@ -109,6 +111,8 @@ def main() -> None:
         "ours fast": lambda ids: ours.gpt(ids, logits_for="last"),
         "ours fast/all": lambda ids: ours.gpt(ids),
         "ours trace": lambda ids: ours.trace_ids(ids[0].tolist()),
+        # the trace's logits at every position are derived on access: this column pays for them too
+        "ours trace+lg": lambda ids: ours.trace_ids(ids[0].tolist())["logits"],
         "hf plain": lambda ids: hf_plain(ids),
         "hf outputs": lambda ids: hf_eager(ids, output_attentions=True, output_hidden_states=True),
     }
