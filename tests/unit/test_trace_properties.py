@@ -143,3 +143,37 @@ def test_patch_changes_downstream(tiny_model):
     assert (patched["blocks.1.attn.z"][0] == 0).all()
     assert torch.equal(patched["blocks.0.resid_post"], base["blocks.0.resid_post"])
     assert not torch.allclose(patched["logits"], base["logits"])
+
+
+def test_logits_derived_on_access_equal_the_recorded_ones(tiny_model, trace):
+    """A trace computes the last position's logits in the pass and derives every position's on
+    access; a patch on `logits` makes the pass record them all. The three agree."""
+    assert "logits" not in trace.values and trace.last_logits is not None
+    recorded = tiny_model.trace_ids(trace.token_ids, patches={"logits": lambda x: x})
+    assert "logits" in recorded.values
+    torch.testing.assert_close(trace["logits"], recorded["logits"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(trace.next_token_logits(), recorded.next_token_logits(), atol=1e-5, rtol=0)
+    assert trace["logits"].shape == (trace.n_tokens, tiny_model.config.vocab_size)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_row_products_split_over_threads_equal_f_linear(threads):
+    """`linear` splits a one-row product over the input dimension when the weight is input-major
+    and torch has several threads: the same values as `F.linear` to float rounding."""
+    from transformer_explainer.models.layers import _row_chunks, linear
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(3072, 768, generator=g).t().contiguous().t()  # (out, in), input-major in memory
+    b = torch.randn(3072, generator=g)
+    x = torch.randn(1, 1, 768, generator=g)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert _row_chunks(x, w) == (1 if threads == 1 else 8)
+        assert _row_chunks(torch.randn(2, 768), w) == 1  # several rows: BLAS parallelises those itself
+        assert _row_chunks(x, w.contiguous()) == 1  # output-major: nothing to split along
+        y = linear(x, w, b)
+    finally:
+        torch.set_num_threads(before)
+    assert y.shape == (1, 1, 3072)
+    torch.testing.assert_close(y, torch.nn.functional.linear(x, w, b), atol=1e-4, rtol=1e-5)
