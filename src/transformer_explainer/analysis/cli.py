@@ -75,13 +75,19 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_importance(args: argparse.Namespace) -> int:
-    from .ablation import head_importance
-
+def _loss_input(args: argparse.Namespace, what: str):
+    """The model and the text's ids, for an analysis judged by the loss on the text (>= 2 tokens)."""
     model = _load(args)
     ids = model.encode(args.text, truncate=args.truncate)
     if len(ids) < 2:
-        raise InputError("head importance is the loss change on the text: give at least two tokens")
+        raise InputError(f"{what} follows the loss on the text: give at least two tokens")
+    return model, ids
+
+
+def cmd_importance(args: argparse.Namespace) -> int:
+    from .ablation import head_importance
+
+    model, ids = _loss_input(args, "head importance")
     imp = head_importance(model, ids, mode=args.mode)
     if args.json:
         out = {"model": model.name, "token_ids": ids, **imp.to_dict(),
@@ -104,10 +110,7 @@ def cmd_importance(args: argparse.Namespace) -> int:
 def cmd_prune(args: argparse.Namespace) -> int:
     from .ablation import prune_heads
 
-    model = _load(args)
-    ids = model.encode(args.text, truncate=args.truncate)
-    if len(ids) < 2:
-        raise InputError("pruning follows the loss on the text: give at least two tokens")
+    model, ids = _loss_input(args, "pruning")
     if args.max_heads is not None and args.max_heads < 1:
         raise InputError(f"--max-heads must be at least 1, got {args.max_heads}")
     curve = prune_heads(model, ids, mode=args.mode, max_heads=args.max_heads, recompute=args.rescore)
