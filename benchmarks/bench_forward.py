@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from fixtures import gpt2_small_shape
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.conftest import make_hf_gpt2  # noqa: E402
-
-from transformer_explainer import SamplingParams, load_model  # noqa: E402
+from transformer_explainer import SamplingParams, load_model
 
 
 def median_ms(samples: list[float]) -> float:
@@ -95,7 +92,7 @@ def main() -> None:
     from transformers import GPT2LMHeadModel
 
     tmp = Path(tempfile.mkdtemp())
-    folder = make_hf_gpt2(tmp / "gpt2-small-shape", n_layer=12, n_head=12, n_embd=768, n_positions=1024)
+    folder = gpt2_small_shape(tmp / "gpt2-small-shape")
     ours = load_model(str(folder), allow_download=False)
     hf_plain = GPT2LMHeadModel.from_pretrained(folder).eval()
     hf_eager = GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()

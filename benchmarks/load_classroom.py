@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from fixtures import gpt2_small_shape
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -239,16 +240,6 @@ async def watch_memory(pid: int, peak: dict[int, int], cpu: dict[int, float], st
             await asyncio.wait_for(stop.wait(), 0.5)
         except TimeoutError:
             pass
-
-
-def gpt2_small_shape(folder: Path) -> Path:
-    if (folder / "config.json").is_file():
-        return folder
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import make_hf_gpt2
-
-    print(f"creating a random GPT-2-small-shape model in {folder} ...", file=sys.stderr)
-    return make_hf_gpt2(folder, n_layer=12, n_head=12, n_embd=768, n_positions=1024)
 
 
 def start_server(folder: Path, extra: list[str]) -> tuple[subprocess.Popen, str]:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
+from fixtures import gpt2_small_shape
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -37,16 +38,6 @@ TEXTS = [
     "Researchers at the university announced on Tuesday that a new kind of battery could store twice as much "
     "energy as the ones used in",
 ]
-
-
-def gpt2_small_shape(folder: Path) -> Path:
-    if (folder / "config.json").is_file():
-        return folder
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import make_hf_gpt2
-
-    print(f"creating a random GPT-2-small-shape model in {folder} ...", file=sys.stderr)
-    return make_hf_gpt2(folder, n_layer=12, n_head=12, n_embd=768, n_positions=1024)
 
 
 def fit_32_tokens(url: str, text: str) -> str:
