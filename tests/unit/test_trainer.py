@@ -16,7 +16,7 @@ import torch
 from transformer_explainer.config import GPTConfig
 from transformer_explainer.errors import CheckpointError
 from transformer_explainer.models.gpt import GPT
-from transformer_explainer.training.lm import LMTask
+from transformer_explainer.training.lm import LMTask, evaluate_lm
 from transformer_explainer.training.trainer import TrainConfig, Trainer
 
 CFG = GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
@@ -37,6 +37,22 @@ def make_trainer(out: Path, steps: int, **kw) -> Trainer:
     model = GPT(CFG)
     cfg = TrainConfig(max_steps=steps, lr=3e-3, warmup_steps=5, eval_interval=10, checkpoint_interval=5, **kw)
     return Trainer(model, make_task(), cfg, out, progress=False)
+
+
+def test_capped_evaluation_spreads_over_the_whole_set():
+    torch.manual_seed(0)
+    model = GPT(CFG)
+    B = CFG.block_size
+    ids = np.array([3] * (5 * B) + [7] * (5 * B + 1), dtype=np.uint16)  # two "sources", one after the other
+    ones = np.ones(64, dtype=np.int64)
+    first = evaluate_lm(model, ids[: 5 * B + 1], ones, B)["loss"]
+    second = evaluate_lm(model, ids[5 * B :], ones, B)["loss"]
+    capped = evaluate_lm(model, ids, ones, B, max_tokens=4 * B)
+    assert capped["tokens"] == 4 * B
+    lo, hi = sorted((first, second))
+    assert hi - lo > 0.01
+    assert lo + 0.2 * (hi - lo) < capped["loss"] < hi - 0.2 * (hi - lo)  # windows from both halves are in it
+    assert evaluate_lm(model, ids, ones, B, max_tokens=100 * B) == evaluate_lm(model, ids, ones, B)
 
 
 def test_loss_goes_down(tmp_path: Path):

@@ -56,12 +56,17 @@ def evaluate_lm(model: GPT, ids: np.ndarray, token_bytes: np.ndarray, block_size
 
     Each window of `block_size` tokens predicts its tokens 1..T from those before it within the
     window; bits per byte divides the total negative log-likelihood, in bits, by the UTF-8 bytes of
-    the predicted tokens.
+    the predicted tokens. With `max_tokens`, about that many tokens are scored in windows spread
+    evenly over the whole of `ids` (held-out files are often ordered by source, so a prefix would
+    measure only the first sources).
     """
     was_training = model.training
     model.eval()
-    n = len(ids) if max_tokens is None else min(len(ids), max_tokens)
-    windows = [ids[s : s + block_size + 1] for s in range(0, n - 1, block_size)]
+    starts = np.arange(0, max(len(ids) - 1, 0), block_size)
+    if max_tokens is not None and len(starts) * block_size > max_tokens:
+        keep = max(1, max_tokens // block_size)
+        starts = starts[np.unique(np.linspace(0, len(starts) - 1, keep).round().astype(np.int64))]
+    windows = [ids[s : s + block_size + 1] for s in starts]
     windows = [w for w in windows if len(w) >= 2]
     nll, count, nbytes = 0.0, 0, 0
     for i in range(0, len(windows), batch_size):
