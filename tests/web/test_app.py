@@ -181,13 +181,17 @@ def test_every_view_renders_and_tour(page, tiny_model):
     assert number(text.split("=")[1]) == pytest.approx(float(wo[2, 7]), abs=1e-3, rel=1e-3)
     shot(page, "view-heads-wo")
     page.click("[data-testid=tour-open]")
-    for i in range(9):
+    i = 0
+    while True:  # every step of the lesson, to its last
         page.wait_for_selector("[data-testid=tour]")
-        if i in (0, 5, 8):
+        i += 1
+        if i == 1:
             page.wait_for_timeout(400)  # the outline glides to its target
-            shot(page, f"tour-{i + 1}", full_page=False)  # the outline is fixed to the viewport
-        if i < 8:
-            page.click("[data-testid=tour-next]")
+            shot(page, f"tour-{i}", full_page=False)  # the outline is fixed to the viewport
+        if page.locator("[data-testid=tour-next]").count() == 0:
+            break
+        page.click("[data-testid=tour-next]")
+    assert i >= 3
     page.keyboard.press("Escape")
     assert page.locator("[data-testid=tour]").count() == 0
 

@@ -33,7 +33,8 @@ class AppState {
   tensors = $state.raw(new Map<string, Tensor>());
   weightCache = $state.raw(new Map<string, Tensor>());
   generating = $state(false);
-  tourOpen = $state(false);
+  /** The guided lesson that is open, if any (src/lessons/). */
+  lesson = $state<string | null>(null);
   lastUpdateMs = $state<number | null>(null);
 
   #textIsIds = false; // the text came from generation: continue from its token ids, not a re-tokenization
