@@ -3,6 +3,8 @@ const v = (s: string) => `<i>${s}</i>`;
 const sub = (s: string, x: string) => `${s}<sub>${x}</sub>`;
 
 export const FORMULAS: Record<string, string> = {
+  overview: `${sub(v("x"), "0")} = embed(${v("t")}) &nbsp;→&nbsp; ${sub(v("x"), "ℓ+1")} = ${sub(v("x"), "ℓ")} + Attn(…) + MLP(…) &nbsp;→&nbsp; ` +
+    `logits = LN<sub>f</sub>(${sub(v("x"), "L")}) ${sub(v("W"), "U")}`,
   tokens: `${v("text")} → [${sub(v("t"), "0")}, ${sub(v("t"), "1")}, …, ${sub(v("t"), "T−1")}], &nbsp;${sub(v("t"), "i")} ∈ {0, …, ${v("V")}−1}`,
   embedding: `${sub(v("x"), "i")} = ${sub("W", "E")}[${sub(v("t"), "i")}] + ${sub("W", "pos")}[${v("i")}]`,
   blocks: `${sub(v("x"), "ℓ+1")} = Block<sub>ℓ</sub>(${sub(v("x"), "ℓ")}), &nbsp; ℓ = 0, …, ${v("L")}−1`,

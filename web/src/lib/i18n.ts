@@ -43,6 +43,30 @@ const en = {
   v_mlp: "MLP",
   v_output: "Output & sampling",
   v_experiments: "Experiments",
+  v_overview: "The whole model",
+  e_overview:
+    "Each row is one of your tokens, each column a stage; a dot's size is the length ‖x‖ of that token's vector " +
+    "there. Every token goes through the same stages, side by side; only attention lets them read each other " +
+    "(the arcs, in the opened block). Press Play to follow the focus token's vector, with its real numbers below.",
+  ovEmbed: "embed",
+  ovAttn: "attn",
+  ovAdd: "+",
+  ovMlp: "MLP",
+  ovFinalLn: "LN_f",
+  ovLogits: "next token",
+  ovBlocks: "blocks",
+  ovBlock: "block {l}",
+  ovPlay: "▶ Play",
+  ovPause: "❚❚ Pause",
+  ovStage: "Stage",
+  ovSay_embed: "token embedding + position embedding: the vector every block will read and add to.",
+  ovSay_block: "this block's output: its input plus what its attention and MLP added.",
+  ovSay_attn_out: "what attention adds: a mix of the other tokens' values, weighted by the arcs.",
+  ovSay_resid_mid: "the stream after the first addition (input + attention).",
+  ovSay_mlp_out: "what the MLP adds, computed from this token's vector alone.",
+  ovSay_resid_post: "the block's output (middle + MLP), the next block's input.",
+  ovSay_ln_f: "the final layer norm: the last vector is normalised before the unembedding.",
+  ovSay_logits: "one score per vocabulary entry, turned into the probabilities of the next token.",
   e_tokens:
     "The text is cut into subword tokens by GPT-2's byte-level BPE. Each token has an id: its row in the " +
     "vocabulary. A leading space belongs to the token (shown as ␣), so “ the” and “the” are different tokens.",
@@ -218,6 +242,30 @@ const zh: Record<Key, string> = {
   v_mlp: "多层感知机",
   v_output: "输出与采样",
   v_experiments: "实验",
+  v_overview: "模型全景",
+  e_overview:
+    "每一行是你的一个词元，每一列是一个计算环节；圆点的大小表示该词元在这一环节的向量长度 ‖x‖。" +
+    "所有词元并排走过同样的环节，只有注意力让它们互相读取（即展开的那个块里的弧线）。" +
+    "按“播放”，跟着焦点词元的向量走一遍，下方显示它的真实数值。",
+  ovEmbed: "嵌入",
+  ovAttn: "注意力",
+  ovAdd: "+",
+  ovMlp: "MLP",
+  ovFinalLn: "LN_f",
+  ovLogits: "下一个词元",
+  ovBlocks: "各块",
+  ovBlock: "第 {l} 块",
+  ovPlay: "▶ 播放",
+  ovPause: "❚❚ 暂停",
+  ovStage: "环节",
+  ovSay_embed: "词元嵌入加位置嵌入：此后每个块都读取这个向量，并在上面累加。",
+  ovSay_block: "这个块的输出：输入加上本块注意力和 MLP 的结果。",
+  ovSay_attn_out: "注意力加上的部分：按弧线的权重，把其他词元的值混合起来。",
+  ovSay_resid_mid: "第一次相加之后的残差流（输入 + 注意力）。",
+  ovSay_mlp_out: "MLP 加上的部分，只由这个词元自己的向量算出。",
+  ovSay_resid_post: "块的输出（中间结果 + MLP），也就是下一个块的输入。",
+  ovSay_ln_f: "最终层归一化：最后的向量先归一化，再做反嵌入。",
+  ovSay_logits: "为词表中每个词元打一个分数，再换算成下一个词元的概率。",
   e_tokens:
     "GPT-2 的字节级 BPE 把文本切成子词词元。每个词元有一个编号，即它在词表中的行号。" +
     "词首的空格属于词元本身（显示为 ␣），所以 “ the” 和 “the” 是两个不同的词元。",

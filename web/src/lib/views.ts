@@ -4,7 +4,7 @@ import { blockName } from "./generated/names";
 import type { TensorSpec } from "./generated/api";
 
 export const VIEWS = [
-  "tokens", "embedding", "blocks", "layernorm", "qkv", "attention", "heads", "residual", "mlp", "output", "experiments",
+  "overview", "tokens", "embedding", "blocks", "layernorm", "qkv", "attention", "heads", "residual", "mlp", "output", "experiments",
 ] as const;
 export type ViewId = (typeof VIEWS)[number];
 
@@ -27,6 +27,14 @@ export function specsFor(view: ViewId, f: Focus): TensorSpec[] {
     case "blocks":
     case "experiments": // asks /api/analysis itself
       return [];
+    case "overview": {
+      // the focus token's vector at every stop of its journey, and its attention in the focus block
+      const out: TensorSpec[] = [{ name: "embed.sum", position: p }, { name: "ln_final.out", position: p },
+        { name: b("attn.pattern"), head: h, position: p }];
+      for (const s of ["attn_out", "resid_mid", "mlp_out"] as const) out.push({ name: b(s), position: p });
+      for (let l = 0; l < f.nLayer; l++) out.push({ name: blockName(l, "resid_post"), position: p });
+      return out;
+    }
     case "embedding":
       return ["embed.token", "embed.position", "embed.sum"].map((name) => ({ name, position: p }));
     case "layernorm": {
