@@ -165,3 +165,42 @@ class StandInHub:
             h.wfile.flush()
             h.close_connection = True
             h.connection.shutdown(2)
+
+
+@contextmanager
+def serve_with_hub(hub_url: str, hf_home: Path, *args: str, timeout_s: float = 90) -> Iterator[str]:
+    """`transformer-explainer serve --port 0 *args` in a subprocess whose huggingface_hub talks to
+    `hub_url` and caches under `hf_home`; yields the app's URL once it answers."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    env = {**os.environ, "HF_ENDPOINT": hub_url, "HF_HOME": str(hf_home), "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env.pop("HF_HUB_OFFLINE", None)
+    log = hf_home.parent / f"serve-{hf_home.name}.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "transformer_explainer.cli", "serve", "--port", "0", *args],
+                                stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        try:
+            line = proc.stdout.readline() if proc.stdout else ""
+            assert line.startswith("serving on http://127.0.0.1:"), (line, log.read_text())
+            url = line.split()[2]
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    if httpx.get(url + "api/health", timeout=5).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+                time.sleep(0.1)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
