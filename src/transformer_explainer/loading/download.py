@@ -171,6 +171,7 @@ class DownloadManager:
         self._jobs: dict[str, DownloadJob] = {}  # the latest attempt per model
         self._lock = threading.Lock()
         self._count = 0
+        self._thread: threading.Thread | None = None  # the latest job's; a cancelled one may still be stopping
 
     def jobs(self) -> list[DownloadJob]:
         with self._lock:
@@ -191,20 +192,33 @@ class DownloadManager:
             self._count += 1
             job = DownloadJob(id=f"{model}-{self._count}", model=model, repo=KNOWN_HUB_MODELS[model][0])
             self._jobs[model] = job
-        threading.Thread(target=self._run, args=(job,), name=f"download-{job.id}", daemon=True).start()
+            previous = self._thread
+            self._thread = threading.Thread(target=self._run, args=(job, previous), name=f"download-{job.id}",
+                                            daemon=True)
+            self._thread.start()
         return job
 
     def cancel(self, job_id: str) -> DownloadJob:
+        """Stop a job. It reads as cancelled at once; its thread stops when the hub client next
+        reports progress (every 10 MiB), and a new job waits for that before it touches the files."""
         job = self.job(job_id)
         if job is None:
             raise ModelNotFoundError(f"no download {job_id!r}")
-        job._cancel.set()
+        with self._lock:
+            job._cancel.set()
+            if job.active:
+                job.state, job.finished = "cancelled", time.monotonic()
         return job
 
     # -- the work, in the job's thread -------------------------------------------------------------
 
-    def _run(self, job: DownloadJob) -> None:
-        job.state = "running"
+    def _run(self, job: DownloadJob, previous: threading.Thread | None) -> None:
+        if previous is not None:
+            previous.join()  # a cancelled job still writing its last chunk
+        with self._lock:
+            if job._cancel.is_set():
+                return
+            job.state = "running"
         try:
             folder = self._fetch(job)
             job.folder = folder
@@ -214,12 +228,16 @@ class DownloadManager:
         except DownloadCancelled:
             job.state = "cancelled"
         except Exception as e:  # every failure ends the job with a message; nothing is lost from the cache
-            job.failure, job.error = self._explain(job, e)
-            job.state = "failed"
-            log.warning("download of %s failed: %s", job.repo, job.error)
+            if job._cancel.is_set():
+                job.state = "cancelled"
+            else:
+                job.failure, job.error = self._explain(job, e)
+                job.state = "failed"
+                log.warning("download of %s failed: %s", job.repo, job.error)
         finally:
             job.current_file = None
-            job.finished = time.monotonic()
+            if job.finished is None:
+                job.finished = time.monotonic()
 
     def _explain(self, job: DownloadJob, e: Exception) -> tuple[FailureKind, str]:
         from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
