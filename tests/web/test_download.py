@@ -126,3 +126,4 @@ def test_offline_shows_a_message_not_a_spinner_en_and_zh(browser, tmp_path):
                 if lang == "zh":
                     assert "自带的小模型" in notice.inner_text()
                 notice.screenshot(path=str(ARTIFACTS / f"download-offline-{lang}.png"))
+                page.screenshot(path=str(ARTIFACTS / f"download-offline-page-{lang}.png"))
