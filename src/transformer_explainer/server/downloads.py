@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..loading.download import DownloadBusy, DownloadJob, DownloadManager, FailureKind, JobState
 from ..loading.resolve import KNOWN_HUB_MODELS
 from .registry import ModelRegistry
+from .schemas import ErrorOut
 
 
 class DownloadIn(BaseModel):
@@ -65,6 +66,7 @@ class DownloadsOut(BaseModel):
     jobs: list[DownloadJobOut]
 
 
+REFUSED = {403: {"model": ErrorOut, "description": "this server does not download models"}}
 NOT_ALLOWED = ("this server does not download models: it is reachable from other machines and was started "
                "without --api-downloads")
 
@@ -96,8 +98,8 @@ def downloads_router(registry: ModelRegistry, allowed: bool, manager: DownloadMa
     async def downloads() -> DownloadsOut:
         return state()
 
-    @r.post("", response_model=DownloadJobOut, responses={403: {"description": "downloads are off here"},
-                                                          409: {"description": "another download is running"}})
+    @r.post("", response_model=DownloadJobOut,
+            responses={**REFUSED, 409: {"model": ErrorOut, "description": "another download is running"}})
     async def start(body: DownloadIn) -> DownloadJobOut | JSONResponse:
         if not allowed:
             return refused()
@@ -107,7 +109,7 @@ def downloads_router(registry: ModelRegistry, allowed: bool, manager: DownloadMa
             return JSONResponse({"detail": str(e)}, status_code=409)
         return job_out(job)
 
-    @r.post("/{job_id}/cancel", response_model=DownloadJobOut)
+    @r.post("/{job_id}/cancel", response_model=DownloadJobOut, responses=REFUSED)
     async def cancel(job_id: str) -> DownloadJobOut | JSONResponse:
         if not allowed:
             return refused()
