@@ -27,6 +27,7 @@ from ..engine import ExplainerModel
 from ..errors import CheckpointError, ExplainerError, InputError, ModelNotFoundError
 from ..trace import Trace
 from . import service
+from .downloads import downloads_router
 from .pool import Busy, ModelPool
 from .registry import ModelRegistry
 from .schemas import (
@@ -62,6 +63,7 @@ class ServerSettings:
     max_body_bytes: int = 1_000_000
     max_tokens: int | None = None  # tokens per request; None: the model's context length
     static_dir: Path | None = None  # the built UI; None: the package's web_dist/
+    downloads: bool = False  # may the app's download panel fetch known GPT-2 checkpoints (see downloads.py)
 
 
 def package_static_dir() -> Path:
@@ -443,6 +445,7 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     _mount_optional_routers(app)
     from ..analysis.api import router as analysis_router  # here: the analysis package imports server.schemas
     app.include_router(analysis_router, prefix="/api/analysis", responses=ERRORS)
+    app.include_router(downloads_router(registry, settings.downloads), responses=ERRORS)
     static_routes(app, settings.static_dir or package_static_dir())
     app.add_middleware(GZipMiddleware, minimum_size=2048)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

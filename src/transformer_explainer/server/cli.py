@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction
                    help="largest request body accepted (default 1000000); larger ones get 413")
     p.add_argument("--allow-download", action="store_true", help="let --model name an uncached hub model")
     p.add_argument("--api-downloads", action="store_true",
-                   help="let a request download a known GPT-2 checkpoint (gpt2 ... gpt2-xl, distilgpt2) on first use; "
-                        "off by default: a client can then only pick models already here")
+                   help="let a request download a known GPT-2 checkpoint (gpt2 ... gpt2-xl, distilgpt2) on first use, "
+                        "and offer the app's download panel on a server reachable from other machines (a server "
+                        "bound to 127.0.0.1 offers the panel anyway); off by default")
     p.add_argument("--only", action="store_true", help="offer only the --model models, not the built-in/cached ones")
     p.set_defaults(func=cmd_serve)

@@ -69,6 +69,20 @@ class ModelRegistry:
             for name in KNOWN_HUB_MODELS:
                 self.add_folder(name, None, "hub")  # downloaded on first use
 
+    def add_downloaded(self, name: str, folder: Path) -> None:
+        """A hub model just downloaded (serve's download panel): offer it from now on."""
+        with self._lock:
+            entry = self._entries.get(name)
+            if entry is None:
+                self._entries[name] = _Entry(name, "hub", folder, pinned=False)
+            elif entry.folder is None:
+                entry.folder = folder
+
+    def has_files(self, name: str) -> bool:
+        """Whether `name` is offered and on disk (or in memory), so using it downloads nothing."""
+        entry = self._entries.get(name)
+        return entry is not None and (entry.folder is not None or name in self._loaded)
+
     def names(self) -> list[str]:
         return list(self._entries)
 

@@ -69,6 +69,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def downloads_allowed(cfg: ServeConfig) -> bool:
+    """May the app's download panel fetch a known GPT-2 checkpoint: by default only on a server
+    bound to this machine; on an exposed one only with --api-downloads. One process only: each
+    worker would keep its own downloads."""
+    return (cfg.api_downloads or is_loopback(cfg.host)) and cfg.workers == 1
+
+
 def build_registry(cfg: ServeConfig) -> ModelRegistry:
     from ..loading.resolve import default_spec, resolve
 
@@ -90,7 +97,8 @@ def build_app(cfg: ServeConfig) -> FastAPI:
     torch.set_num_threads(cfg.torch_threads or budget or 1)  # this process serves; the setting is its own
     settings = ServerSettings(model_threads=model_threads(cfg), thread_budget=budget, max_queue=cfg.max_queue,
                               request_timeout_s=cfg.request_timeout_s, trace_cache_mb=cfg.trace_cache_mb,
-                              max_body_bytes=cfg.max_body_bytes, max_tokens=cfg.max_tokens)
+                              max_body_bytes=cfg.max_body_bytes, max_tokens=cfg.max_tokens,
+                              downloads=downloads_allowed(cfg))
     return create_app(build_registry(cfg), settings)
 
 

@@ -20,6 +20,46 @@ export interface Candidate {
   prob_no_cut: number;
 }
 
+/** Start downloading a model, or resume its interrupted download. */
+export interface DownloadIn {
+  model: string;
+}
+
+/** One download attempt and its progress. */
+export interface DownloadJobOut {
+  id: string;
+  model: string;
+  repo: string;
+  state: "queued" | "running" | "done" | "failed" | "cancelled";
+  files: string[];
+  current_file: string | null;
+  bytes_total: number | null;
+  bytes_done: number;
+  bytes_resumed: number;
+  speed_bps: number | null;
+  eta_s: number | null;
+  elapsed_s: number;
+  failure: "offline" | "interrupted" | "error" | null;
+  error: string | null;
+}
+
+/** A model this server can download. */
+export interface DownloadOffer {
+  model: string;
+  repo: string;
+  params: string;
+  approx_bytes: number;
+  available: boolean;
+}
+
+/** Whether this server downloads models, what it offers, and its downloads. */
+export interface DownloadsOut {
+  allowed: boolean;
+  reason: string | null;
+  offers: DownloadOffer[];
+  jobs: DownloadJobOut[];
+}
+
 export interface EncodedTensor {
   name: string;
   head?: number | null;

@@ -1,0 +1,333 @@
+"""Download a known GPT-2 checkpoint from the Hugging Face hub in the background, into the normal
+hub cache, with progress (bytes, speed, time left), cancel, and resume after an interruption.
+
+huggingface_hub's own `hf_hub_download` resumes a broken transfer only within one call (it retries a
+few times, then deletes its temporary file), so a download that fails for longer, or that the user
+cancels, would start again from zero. Here each file is fetched with the hub client's `http_get`
+into `blobs/<etag>.incomplete` in the cache, which is kept when a transfer stops; the next attempt
+asks for the rest with an HTTP range. A finished file is checked against its etag (the SHA-256 of
+a large file, the git blob hash of a small one), moved to `blobs/<etag>`, and `hf_hub_download`
+then links it into the snapshot folder exactly as it does for its own downloads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from ..errors import ExplainerError, ModelNotFoundError
+from .resolve import HUB_FILES, KNOWN_HUB_MODELS, cached_hub_folder
+
+log = logging.getLogger(__name__)
+
+JobState = Literal["queued", "running", "done", "failed", "cancelled"]
+# why a job failed: the hub could not be reached at all; the connection broke during the transfer
+# (what is downloaded is kept); anything else (no such repo, a file that fails its checksum, no disk space)
+FailureKind = Literal["offline", "interrupted", "error"]
+
+METADATA_TIMEOUT_S = 5.0  # a hub that does not answer the file list in this time counts as unreachable
+SPEED_WINDOW_S = 8.0  # speed = bytes over the last seconds (the hub client reports every 10 MiB)
+
+
+class DownloadBusy(ExplainerError):
+    """Another download is running (one at a time)."""
+
+
+class DownloadCancelled(Exception):
+    pass
+
+
+@dataclass
+class DownloadJob:
+    """One attempt at fetching a model; a new attempt after a failure or a cancel resumes from the
+    bytes kept in the cache."""
+
+    id: str
+    model: str  # short name, e.g. "gpt2"
+    repo: str  # hub repo, e.g. "openai-community/gpt2"
+    state: JobState = "queued"
+    files: list[str] = field(default_factory=list)
+    bytes_total: int | None = None  # known once the hub has given the files' sizes
+    bytes_done: int = 0  # including bytes kept from an earlier attempt
+    bytes_resumed: int = 0  # bytes already in the cache when this attempt began
+    current_file: str | None = None
+    failure: FailureKind | None = None
+    error: str | None = None
+    folder: Path | None = None  # the snapshot folder, once done
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    _samples: deque[tuple[float, int]] = field(default_factory=deque, repr=False)
+    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def active(self) -> bool:
+        return self.state in ("queued", "running")
+
+    def speed(self) -> float | None:
+        """Bytes per second over the last few seconds; None before there is enough to tell."""
+        with self._lock:
+            if self.state != "running" or len(self._samples) < 2:
+                return None
+            (t0, b0), (t1, b1) = self._samples[0], self._samples[-1]
+        if t1 - t0 < 0.2:
+            return None
+        return max(0.0, (b1 - b0) / (t1 - t0))
+
+    def eta_s(self) -> float | None:
+        speed = self.speed()
+        if not speed or self.bytes_total is None:
+            return None
+        return max(0.0, (self.bytes_total - self.bytes_done) / speed)
+
+    def advance(self, n: int) -> None:
+        """`n` more bytes arrived (negative when the server ignored a range and the file restarts)."""
+        if self._cancel.is_set():
+            raise DownloadCancelled
+        now = time.monotonic()
+        with self._lock:
+            self.bytes_done += n
+            self._samples.append((now, self.bytes_done))
+            while len(self._samples) > 2 and now - self._samples[0][0] > SPEED_WINDOW_S:
+                self._samples.popleft()
+
+
+def _progress_class(job: DownloadJob) -> type:
+    """A tqdm class for the hub client that feeds `job` and prints nothing."""
+    from huggingface_hub.utils import tqdm
+
+    class JobProgress(tqdm):
+        def __init__(self, *args, **kwargs) -> None:
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+        def update(self, n: float | None = 1) -> bool | None:
+            job.advance(int(n or 0))
+            return super().update(n)
+
+    return JobProgress
+
+
+def git_blob_sha1(path: Path) -> str:
+    """The hash git gives a file's content: the etag the hub sends for files not stored in LFS."""
+    h = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def matches_etag(path: Path, etag: str) -> bool | None:
+    """Whether the file's content has the hash the etag names; None when the etag is not a hash."""
+    if len(etag) == 64:
+        return file_sha256(path) == etag
+    if len(etag) == 40:
+        return git_blob_sha1(path) == etag
+    return None
+
+
+def _is_network_error(e: BaseException) -> bool:
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    root = type(e).__module__.split(".")[0]
+    return isinstance(e, (ConnectionError, TimeoutError, OfflineModeIsEnabled)) or root in (
+        "httpx", "httpx2", "requests", "urllib3")
+
+
+@dataclass
+class _RemoteFile:
+    name: str
+    url: str
+    etag: str
+    size: int | None
+
+
+class DownloadManager:
+    """Background downloads of the known GPT-2 checkpoints, one at a time. `on_done(name, folder)`
+    is called when a model is in the cache (the server's registry learns it there)."""
+
+    def __init__(self, *, cache_dir: Path | None = None,
+                 on_done: Callable[[str, Path], None] | None = None,
+                 metadata_timeout_s: float = METADATA_TIMEOUT_S) -> None:
+        self.cache_dir = cache_dir
+        self.on_done = on_done
+        self.metadata_timeout_s = metadata_timeout_s
+        self._jobs: dict[str, DownloadJob] = {}  # the latest attempt per model
+        self._lock = threading.Lock()
+        self._count = 0
+        self._thread: threading.Thread | None = None  # the latest job's; a cancelled one may still be stopping
+
+    def jobs(self) -> list[DownloadJob]:
+        with self._lock:
+            return list(self._jobs.values())
+
+    def job(self, job_id: str) -> DownloadJob | None:
+        return next((j for j in self.jobs() if j.id == job_id), None)
+
+    def start(self, model: str) -> DownloadJob:
+        """Start (or resume) downloading `model`, a short name from KNOWN_HUB_MODELS."""
+        if model not in KNOWN_HUB_MODELS:
+            raise ModelNotFoundError(f"{model!r} is not a model this server downloads; it offers "
+                                     f"{', '.join(KNOWN_HUB_MODELS)}")
+        with self._lock:
+            running = next((j for j in self._jobs.values() if j.active), None)
+            if running is not None:
+                raise DownloadBusy(f"{running.model} is downloading; one download at a time (cancel it first)")
+            self._count += 1
+            job = DownloadJob(id=f"{model}-{self._count}", model=model, repo=KNOWN_HUB_MODELS[model][0])
+            self._jobs[model] = job
+            previous = self._thread
+            self._thread = threading.Thread(target=self._run, args=(job, previous), name=f"download-{job.id}",
+                                            daemon=True)
+            self._thread.start()
+        return job
+
+    def cancel(self, job_id: str) -> DownloadJob:
+        """Stop a job. It reads as cancelled at once; its thread stops when the hub client next
+        reports progress (every 10 MiB), and a new job waits for that before it touches the files."""
+        job = self.job(job_id)
+        if job is None:
+            raise ModelNotFoundError(f"no download {job_id!r}")
+        with self._lock:
+            job._cancel.set()
+            if job.active:
+                job.state, job.finished = "cancelled", time.monotonic()
+        return job
+
+    # -- the work, in the job's thread -------------------------------------------------------------
+
+    def _run(self, job: DownloadJob, previous: threading.Thread | None) -> None:
+        if previous is not None:
+            previous.join()  # a cancelled job still writing its last chunk
+        with self._lock:
+            if job._cancel.is_set():
+                return
+            job.state = "running"
+        try:
+            folder = self._fetch(job)
+            job.folder = folder
+            if self.on_done is not None:
+                self.on_done(job.model, folder)
+            job.state = "done"
+        except DownloadCancelled:
+            job.state = "cancelled"
+        except Exception as e:  # every failure ends the job with a message; nothing is lost from the cache
+            if job._cancel.is_set():
+                job.state = "cancelled"
+            else:
+                job.failure, job.error = self._explain(job, e)
+                job.state = "failed"
+                log.warning("download of %s failed: %s", job.repo, job.error)
+        finally:
+            job.current_file = None
+            if job.finished is None:
+                job.finished = time.monotonic()
+
+    def _explain(self, job: DownloadJob, e: Exception) -> tuple[FailureKind, str]:
+        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+        if isinstance(e, (RepositoryNotFoundError, GatedRepoError)):
+            return "error", f"the hub has no public repo {job.repo!r}"
+        if _is_network_error(e):
+            if job.bytes_total is None:
+                return "offline", (f"the Hugging Face hub cannot be reached ({type(e).__name__}); check the "
+                                   f"connection and try again")
+            return "interrupted", (f"the connection broke ({type(e).__name__}); {job.bytes_done:,} of "
+                                   f"{job.bytes_total:,} bytes are kept, and the next attempt resumes from there")
+        if isinstance(e, ExplainerError):
+            return "error", str(e)
+        return "error", f"{type(e).__name__}: {e}"
+
+    def _storage(self, repo: str) -> Path:
+        from huggingface_hub import constants
+        from huggingface_hub.file_download import repo_folder_name
+
+        return Path(self.cache_dir or constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo, repo_type="model")
+
+    def _remote_files(self, job: DownloadJob) -> list[_RemoteFile]:
+        """The files to fetch (from the repo's file list) with their etags and sizes."""
+        from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
+
+        info = HfApi().model_info(job.repo, revision="main", timeout=self.metadata_timeout_s)
+        present = {s.rfilename for s in info.siblings or []}
+        wanted = [f for f in HUB_FILES if f in present]
+        if "model.safetensors" not in present and "pytorch_model.bin" in present:  # older repos
+            wanted.append("pytorch_model.bin")
+        if "config.json" not in wanted or not any(w in wanted for w in ("model.safetensors", "pytorch_model.bin")):
+            raise ExplainerError(f"the hub repo {job.repo!r} has no config.json and weights to download")
+        out = []
+        for name in wanted:
+            meta = get_hf_file_metadata(hf_hub_url(job.repo, name, revision="main"), timeout=self.metadata_timeout_s)
+            if meta.etag is None:
+                raise ExplainerError(f"the hub sent no etag for {job.repo}/{name}")
+            out.append(_RemoteFile(name, meta.location, meta.etag, meta.size))
+        return out
+
+    def _fetch(self, job: DownloadJob) -> Path:
+        from huggingface_hub import hf_hub_download
+
+        remote = self._remote_files(job)
+        job.files = [r.name for r in remote]
+        blobs = self._storage(job.repo) / "blobs"
+        blobs.mkdir(parents=True, exist_ok=True)
+        done = 0
+        for r in remote:
+            blob, part = blobs / r.etag, blobs / f"{r.etag}.incomplete"
+            if blob.is_file():
+                done += blob.stat().st_size
+            elif part.is_file():
+                done += part.stat().st_size
+        job.bytes_resumed = job.bytes_done = done
+        job.bytes_total = sum(r.size or 0 for r in remote)
+        for r in remote:
+            if job._cancel.is_set():
+                raise DownloadCancelled
+            job.current_file = r.name
+            self._fetch_blob(job, r, blobs)
+        # every blob is in place: the hub client links them into the snapshot folder and writes refs/main
+        progress = _progress_class(job)  # it downloads only if the repo changed since the file list
+        pointer = Path(hf_hub_download(job.repo, remote[0].name, cache_dir=self.cache_dir, tqdm_class=progress))
+        for r in remote[1:]:
+            hf_hub_download(job.repo, r.name, cache_dir=self.cache_dir, tqdm_class=progress)
+        folder = pointer.parent
+        if self.cache_dir is None and cached_hub_folder(job.repo) != folder:
+            raise ExplainerError(f"the download of {job.repo} finished but the cache does not list it")
+        return folder
+
+    def _fetch_blob(self, job: DownloadJob, r: _RemoteFile, blobs: Path) -> None:
+        from huggingface_hub.file_download import http_get
+        from huggingface_hub.utils import build_hf_headers
+
+        blob, part = blobs / r.etag, blobs / f"{r.etag}.incomplete"
+        if blob.is_file():
+            return
+        have = part.stat().st_size if part.is_file() else 0
+        if r.size is not None and have > r.size:  # not a prefix of this file: start it again
+            job.advance(-have)
+            part.unlink()
+            have = 0
+        with part.open("ab") as f:
+            http_get(r.url, f, resume_size=have, headers=build_hf_headers(), expected_size=r.size,
+                     displayed_filename=r.name, tqdm_class=_progress_class(job))
+        if matches_etag(part, r.etag) is False:
+            job.advance(-part.stat().st_size)
+            part.unlink()
+            raise ExplainerError(f"{r.name} arrived damaged (its hash does not match the hub's); it was deleted, "
+                                 f"try again")
+        os.replace(part, blob)
