@@ -173,6 +173,11 @@ const en = {
   woTitle: "W_O rows of head {h} (d_head × d_model): they turn z into this head's share of attn_out",
   bytes: "bytes",
   vocabEntry: "vocabulary entry",
+  // -- phones and tablets; over-long input
+  keepLastN: "Keep the last {n} tokens",
+  keepLastFit: "Keep the last tokens that fit",
+  tapHint: "Tap a cell to pin its value; tap elsewhere to clear.",
+  navToggle: "Stages",
 };
 
 export type Key = keyof typeof en;
@@ -343,6 +348,11 @@ const zh: Record<Key, string> = {
   woTitle: "第 {h} 个头对应的 W_O 行（每头维度 × 模型维度）：它们把 z 变成该头在 attn_out 中的份额",
   bytes: "字节",
   vocabEntry: "词表条目",
+  // -- phones and tablets; over-long input
+  keepLastN: "保留最后 {n} 个词元",
+  keepLastFit: "保留放得下的最后若干词元",
+  tapHint: "轻点格子可固定显示其数值；轻点别处即可清除。",
+  navToggle: "各环节",
 };
 
 const DICTS: Record<Lang, Record<Key, string>> = { en, zh };
