@@ -177,7 +177,6 @@ const en = {
   keepLastN: "Keep the last {n} tokens",
   keepLastFit: "Keep the last tokens that fit",
   tapHint: "Tap a cell to pin its value; tap elsewhere to clear.",
-  navToggle: "Stages",
 };
 
 export type Key = keyof typeof en;
@@ -352,7 +351,6 @@ const zh: Record<Key, string> = {
   keepLastN: "保留最后 {n} 个词元",
   keepLastFit: "保留放得下的最后若干词元",
   tapHint: "轻点格子可固定显示其数值；轻点别处即可清除。",
-  navToggle: "各环节",
 };
 
 const DICTS: Record<Lang, Record<Key, string>> = { en, zh };
