@@ -223,6 +223,10 @@ const en = {
   mnProgressLabel: "Download progress",
   mnSeconds: "{n} s",
   mnMinutes: "{n} min",
+  // -- phones and tablets; over-long input
+  keepLastN: "Keep the last {n} tokens",
+  keepLastFit: "Keep the last tokens that fit",
+  tapHint: "Tap a cell to pin its value; tap elsewhere to clear.",
 };
 
 export type Key = keyof typeof en;
@@ -443,6 +447,10 @@ const zh: Record<Key, string> = {
   mnProgressLabel: "下载进度",
   mnSeconds: "{n} 秒",
   mnMinutes: "{n} 分钟",
+  // -- phones and tablets; over-long input
+  keepLastN: "保留最后 {n} 个词元",
+  keepLastFit: "保留放得下的最后若干词元",
+  tapHint: "轻点格子可固定显示其数值；轻点别处即可清除。",
 };
 
 const DICTS: Record<Lang, Record<Key, string>> = { en, zh };

@@ -30,6 +30,10 @@ class AppState {
   sampling = $state<SamplingIn>({ temperature: 1, top_k: null, top_p: null, seed: 42 });
   loading = $state(false);
   error = $state<string | null>(null);
+  /** The last error was an over-long input: the page offers to keep its last `fit` tokens (null: count unknown). */
+  overLong = $state<{ fit: number | null } | null>(null);
+  /** Keep the last tokens of an over-long text (the user asked for it); dropped once a text fits again. */
+  truncate = $state(false);
   tensors = $state.raw(new Map<string, Tensor>());
   weightCache = $state.raw(new Map<string, Tensor>());
   generating = $state(false);
@@ -83,10 +87,13 @@ class AppState {
       const input = this.#textIsIds && this.trace ? { ids: this.trace.token_ids } : { text: this.text };
       // a new text puts the focus on its last token (position -1), whose tensors come with the trace
       const include = specsFor(this.view, { ...this.focus(), pos: -1, nTokens: 0 });
-      const tr = await api.trace({ model: this.model, ...input, sampling: this.sampling, top_n: 15, include }, ctl.signal);
+      const tr = await api.trace({ model: this.model, ...input, truncate: this.truncate, sampling: this.sampling,
+        top_n: 15, include }, ctl.signal);
       if (seq !== this.#seq) return;
       this.#apply(tr, true);
       this.error = null;
+      this.overLong = null;
+      if (!tr.truncated) this.truncate = false;
       await this.ensure(specsFor(this.view, this.focus()));
       await tick();
       await new Promise((r) => requestAnimationFrame(() => r(null)));
@@ -98,10 +105,25 @@ class AppState {
       }
     } catch (e) {
       if ((e as Error).name === "AbortError") return;
-      if (seq === this.#seq) this.error = (e as Error).message;
+      if (seq === this.#seq) this.#fail((e as Error).message);
     } finally {
       if (seq === this.#seq) this.loading = false;
     }
+  }
+
+  /** Keep the last tokens that fit (the answer to an over-long input) and trace again. */
+  async runTruncated(): Promise<void> {
+    this.truncate = true;
+    await this.run();
+  }
+
+  /** The text could not be traced: the old tokens and views no longer belong to it, so they go. */
+  #fail(message: string): void {
+    this.error = message;
+    this.trace = null;
+    this.next = null;
+    this.tensors = new Map();
+    this.overLong = overLongError(message);
   }
 
   #apply(tr: TraceOut, keepLast: boolean): void {
@@ -210,6 +232,15 @@ class AppState {
       this.generating = false;
     }
   }
+}
+
+/** Whether an error message is the server's refusal of an over-long input (it then offers truncation), and
+ * how many tokens would be kept, when the message says. */
+export function overLongError(message: string): { fit: number | null } | null {
+  if (!/ask for truncation/.test(message)) return null;
+  const m = /keep the last (\d+) tokens/.exec(message) ?? /limit of (\d+) tokens/.exec(message)
+    ?? /context of .*?\((\d+)\)/.exec(message);
+  return { fit: m ? Number(m[1]) : null };
 }
 
 export const app = new AppState();

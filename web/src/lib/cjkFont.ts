@@ -1,0 +1,27 @@
+// The bundled CJK font: a subset of Noto Sans CJK SC (SIL OFL 1.1) holding exactly the Chinese characters
+// of the UI strings, built by scripts/build_cjk_font.py into web/public/fonts/. Systems without a CJK font
+// would otherwise draw the 中文 UI as boxes. It is registered (and fetched, about 130 kB) only once the
+// language is 中文; app.css then lists the family in --sans and --mono, so it is used for CJK characters only
+// (unicode-range) and system fonts keep drawing everything else; it joins those lists once it has loaded.
+export const CJK_FAMILY = "TE Noto Sans SC";
+export const CJK_FONT_FILE = "fonts/noto-sans-sc-subset.woff2";
+// The same ranges as CJK_RANGES in scripts/build_cjk_font.py (a unit test checks they agree).
+export const CJK_UNICODE_RANGE =
+  "U+2E80-2FDF, U+3000-303F, U+3040-30FF, U+3400-4DBF, U+4E00-9FFF, U+F900-FAFF, U+FE30-FE4F, U+FF00-FFEF";
+
+let loading: Promise<boolean> | null = null;
+
+/** Register and load the CJK font (once); resolves to whether it loaded (an offline snapshot has no font file). */
+export function loadCjkFont(): Promise<boolean> {
+  if (loading) return loading;
+  if (typeof FontFace === "undefined" || !document.fonts) return (loading = Promise.resolve(false));
+  const url = new URL(CJK_FONT_FILE, document.baseURI).href;
+  const face = new FontFace(CJK_FAMILY, `url("${url}") format("woff2")`,
+    { unicodeRange: CJK_UNICODE_RANGE, display: "swap" });
+  document.fonts.add(face);
+  loading = face.load().then(
+    () => { document.documentElement.dataset.cjkFont = "loaded"; return true; },
+    () => { document.fonts.delete(face); document.documentElement.dataset.cjkFont = "unavailable"; return false; },
+  );
+  return loading;
+}
