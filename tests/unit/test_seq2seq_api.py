@@ -6,16 +6,16 @@ import math
 
 import pytest
 import torch
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from transformer_explainer.errors import InputError
-from transformer_explainer.seq2seq.api import model_loader, router
 from transformer_explainer.seq2seq.config import PRESETS
 from transformer_explainer.seq2seq.decoding import greedy_decode
 from transformer_explainer.seq2seq.engine import Seq2SeqModel
 from transformer_explainer.seq2seq.model import EncoderDecoder, positional_encoding
 from transformer_explainer.seq2seq.tasks import ReverseTask
+from transformer_explainer.server import create_app
+from transformer_explainer.server.routes.seq2seq import model_loader
 
 
 @pytest.fixture(scope="module")
@@ -27,14 +27,13 @@ def model() -> Seq2SeqModel:
 
 
 @pytest.fixture(scope="module")
-def client(model: Seq2SeqModel) -> TestClient:
+def client(model: Seq2SeqModel, tiny_model) -> TestClient:
     def load(task: str) -> Seq2SeqModel:
         if task != "reverse":
             raise InputError(f"no shipped checkpoint for task {task!r}")
         return model
 
-    app = FastAPI()
-    app.include_router(router, prefix="/api/seq2seq")
+    app = create_app({"tiny": tiny_model})
     app.dependency_overrides[model_loader] = lambda: load
     return TestClient(app)
 

@@ -13,9 +13,9 @@ import torch
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
+from transformer_explainer.encoding import decode_array  # noqa: E402
 from transformer_explainer.server import ServerSettings, create_app  # noqa: E402
-from transformer_explainer.server.encoding import decode_array  # noqa: E402
-from transformer_explainer.server.service import merge_traces  # noqa: E402
+from transformer_explainer.trace import merge_traces  # noqa: E402
 
 TEXT = "The quick brown fox jumps over the lazy dog"
 
@@ -197,10 +197,8 @@ def test_openapi_served(client):
     for p in ("/api/trace", "/api/tensors", "/api/next_token", "/api/generate", "/api/models"):
         assert p in paths
     assert client.get("/docs").status_code == 404  # no page that would load scripts from a CDN
-    import importlib.util
-
-    if importlib.util.find_spec("transformer_explainer.seq2seq.api") is not None:
-        assert any(p.startswith("/api/seq2seq/") for p in paths)  # the encoder-decoder API is mounted
+    assert any(p.startswith("/api/seq2seq/") for p in paths)  # the encoder-decoder API is mounted
+    assert any(p.startswith("/api/analysis/") for p in paths)
 
 
 # -- bad input: 4xx with a message -----------------------------------------------------------------
