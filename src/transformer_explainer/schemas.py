@@ -241,6 +241,21 @@ class NamesOut(BaseModel):
     derived: dict[str, str]
 
 
+class CacheStats(BaseModel):
+    traces: int
+    mb: float
+    max_mb: int
+    hits: int
+    misses: int
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+    pending: int  # model calls running or waiting
+    pending_light: int
+    cache: CacheStats
+
+
 class ErrorOut(BaseModel):
     detail: str  # what went wrong and what to do, in a sentence
     errors: list[dict] | None = None  # field-level details for invalid requests

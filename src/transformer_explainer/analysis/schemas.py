@@ -139,7 +139,7 @@ class AblateOut(_Tokens):
     loss_before: float | None
     loss_after: float | None
     loss_change: float | None
-    kl: float | None
+    kl: float
     before: list[TokenProb]
     after: list[TokenProb]
     changes: list[TokenChange]
@@ -150,9 +150,9 @@ class ImportanceOut(BaseModel):
     n_layer: int
     n_head: int
     mode: AblationMode
-    clean_loss: float | None
-    loss_change: Matrix
-    kl: Matrix
+    clean_loss: float
+    loss_change: list[list[float]]
+    kl: list[list[float]]
     ranked: list[tuple[int, int]]
 
 
@@ -165,7 +165,7 @@ class PruneOut(BaseModel):
     model: str
     mode: AblationMode
     recompute: bool
-    clean_loss: float | None
+    clean_loss: float
     steps: list[PruneStep]
 
 

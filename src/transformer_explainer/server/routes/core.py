@@ -18,6 +18,7 @@ from ...overview import choose_next, config_out, names_out, next_token_out, trac
 from ...schemas import (
     GenerateIn,
     GenerateOut,
+    HealthOut,
     InputIn,
     ModelInfo,
     ModelList,
@@ -86,7 +87,7 @@ def model_info(ctx: ServerContext, name: str) -> ModelInfo:
                      n_params=m.gpt.num_params() if m else None)
 
 
-@router.get("/health")
+@router.get("/health", response_model=HealthOut)
 async def health(ctx: Context) -> dict[str, Any]:
     return {"status": "ok", "pending": ctx.pool.pending, "pending_light": ctx.pool.pending_light,
             "cache": ctx.explainer.cache.stats()}
