@@ -18,8 +18,14 @@ MAX_TENSORS_PER_REQUEST = 16
 TensorDtype = Literal["float16", "float32"]
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
+    """A request body: unknown fields are refused, so a misspelt option is an error, not a silent default."""
+
     model_config = ConfigDict(extra="forbid")
+
+
+# a model by its name on this server; None: the server's default model
+ModelName = Annotated[str, Field(max_length=200)] | None
 
 
 def check_text(text: str) -> str:
@@ -35,7 +41,7 @@ def check_text(text: str) -> str:
     return text
 
 
-class SamplingIn(_Strict):
+class SamplingIn(Strict):
     """How the next token is chosen. Temperature 0 means greedy (always the most likely token)."""
 
     temperature: Annotated[float, Field(ge=0, le=MAX_TEMPERATURE, allow_inf_nan=False)] = 1.0
@@ -44,7 +50,7 @@ class SamplingIn(_Strict):
     seed: Annotated[int, Field(ge=0, lt=2**63)] | None = None
 
 
-class TensorSpec(_Strict):
+class TensorSpec(Strict):
     """One tensor (or a slice of it) by its name in the shared name scheme."""
 
     name: Annotated[str, Field(min_length=1, max_length=64, examples=["blocks.0.attn.pattern"])]
@@ -55,11 +61,11 @@ class TensorSpec(_Strict):
     dtype: TensorDtype = "float16"
 
 
-class InputIn(_Strict):
+class InputIn(Strict):
     """A text, or token ids (what generation continues from: re-tokenizing decoded text can merge
     tokens). Exactly one of the two."""
 
-    model: Annotated[str, Field(max_length=200)] | None = None  # None: the server's default model
+    model: ModelName = None
     text: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] | None = None
     ids: Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=MAX_IDS)] | None = None
     truncate: bool = False  # keep the last tokens of an over-long input instead of refusing it
@@ -100,8 +106,8 @@ class GenerateIn(NextTokenIn):
     include: Annotated[list[TensorSpec], Field(max_length=MAX_TENSORS_PER_REQUEST)] = []
 
 
-class WeightIn(_Strict):
-    model: Annotated[str, Field(max_length=200)] | None = None
+class WeightIn(Strict):
+    model: ModelName = None
     tensors: Annotated[list[TensorSpec], Field(min_length=1, max_length=MAX_TENSORS_PER_REQUEST)]
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from ..limits import ABLATION_TOP, MAX_LENS_POSITIONS, MAX_TOKENS_LIST, MAX_TOP_N
-from ..schemas import InputIn
+from ..schemas import InputIn, ModelName, Strict
 
 MAX_TOKEN_CHARS = 100
 
@@ -18,10 +18,6 @@ AblationMode = Literal["zero", "mean"]
 TokenArg = int | Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS)]
 HeadIn = tuple[Annotated[int, Field(ge=0, le=1000)], Annotated[int, Field(ge=0, le=1000)]]
 Matrix = list[list[float | None]]  # (layers, heads)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 # -- requests --------------------------------------------------------------------------------------
@@ -62,22 +58,22 @@ class HeadsIn(InputIn):
     reference: bool = True  # also score the heads on the built-in reference set
 
 
-class NeighboursIn(_Strict):
-    model: Annotated[str, Field(max_length=200)] | None = None
+class NeighboursIn(Strict):
+    model: ModelName = None
     token: TokenArg
     n: Annotated[int, Field(ge=1, le=MAX_TOP_N)] = 10
 
 
-class AnalogyIn(_Strict):
-    model: Annotated[str, Field(max_length=200)] | None = None
+class AnalogyIn(Strict):
+    model: ModelName = None
     positive: Annotated[list[TokenArg], Field(min_length=1, max_length=MAX_TOKENS_LIST)]
     negative: Annotated[list[TokenArg], Field(max_length=MAX_TOKENS_LIST)] = []
     n: Annotated[int, Field(ge=1, le=MAX_TOP_N)] = 10
     exclude_inputs: bool = True
 
 
-class ProjectIn(_Strict):
-    model: Annotated[str, Field(max_length=200)] | None = None
+class ProjectIn(Strict):
+    model: ModelName = None
     tokens: Annotated[list[TokenArg], Field(min_length=2, max_length=MAX_TOKENS_LIST)]
 
 
