@@ -140,3 +140,17 @@ def test_compare_teacher_forced_and_free_running(client: TestClient):
     assert r.status_code == 200 and r.json()["gold_tokens"] == ["d", "d", "d"]
     assert client.post("/api/seq2seq/compare", json={"task": "reverse", "text": "abcd", "target": "dxz"}
                        ).status_code == 400
+
+
+def test_model_calls_wait_in_the_servers_bounded_pool(client: TestClient):
+    """Decoding runs a model: with the pool's model lane full it is refused (503, Retry-After) like
+    the core's traces, instead of piling up in FastAPI's own thread pool."""
+    pool = client.app.state.context.pool
+    pool._heavy.pending = pool.workers + pool.max_queue  # as if every worker and queue place were taken
+    try:
+        r = client.post("/api/seq2seq/decode", json={"task": "reverse", "text": "bead"})
+        assert r.status_code == 503 and "Retry-After" in r.headers and "busy" in r.json()["detail"]
+        assert client.get("/api/seq2seq/tasks").status_code == 200  # listing tasks runs no model: the light lane
+    finally:
+        pool._heavy.pending = 0
+    assert client.post("/api/seq2seq/decode", json={"task": "reverse", "text": "bead"}).status_code == 200
