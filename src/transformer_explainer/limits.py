@@ -9,6 +9,8 @@ MIN_TEMPERATURE = 0.01  # above 0 (greedy), the smallest temperature accepted
 MAX_TEMPERATURE = 100.0
 MAX_TOP_N = 100  # candidates (or lens tokens, or neighbours) one answer may list
 ABLATION_TOP = 10  # tokens whose probability change an ablation lists
+LENS_TOP = 5  # tokens per layer in the app's logit-lens table
+NEIGHBOURS = 10  # nearest tokens the embedding explorer lists
 MAX_TOKENS_LIST = 64  # tokens in one analogy or embedding projection
 MAX_LENS_POSITIONS = 64  # logit-lens columns per request: each costs n_layer + 1 unembeddings
 

@@ -6,5 +6,7 @@ export const MIN_TEMPERATURE = 0.01;
 export const MAX_TEMPERATURE = 100.0;
 export const MAX_TOP_N = 100;
 export const ABLATION_TOP = 10;
+export const LENS_TOP = 5;
+export const NEIGHBOURS = 10;
 export const MAX_TOKENS_LIST = 64;
 export const MAX_LENS_POSITIONS = 64;
