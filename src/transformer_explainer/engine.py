@@ -19,7 +19,7 @@ from .loading.tokenizer import TextTokenizer
 from .models.gpt import GPT, KVCache
 from .models.recorder import Patch, Recorder
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, next_token_distribution
-from .trace import Trace
+from .trace import Trace, merge_traces
 
 log = logging.getLogger(__name__)
 
@@ -120,13 +120,17 @@ class ExplainerModel:
             last_logits=last,
         )
 
-    def _check_ids(self, ids: list[int], cache: KVCache | None) -> None:
-        if not ids:
-            raise InputError("no tokens to run")
+    def check_vocabulary(self, ids: list[int]) -> None:
+        """An InputError naming the first id outside the vocabulary, if any."""
         V = self.config.vocab_size
         bad = [i for i in ids if not 0 <= i < V]
         if bad:
-            raise InputError(f"token id {bad[0]} is outside the vocabulary (0..{V - 1})")
+            raise InputError(f"token id {bad[0]} is outside the vocabulary of {self.name} (0..{V - 1})")
+
+    def _check_ids(self, ids: list[int], cache: KVCache | None) -> None:
+        if not ids:
+            raise InputError("no tokens to run")
+        self.check_vocabulary(ids)
         start = cache.length if cache is not None else 0
         if start + len(ids) > self.context_length:
             raise InputError(f"{start + len(ids)} tokens exceed the context of {self.context_length}")
@@ -178,6 +182,26 @@ class ExplainerModel:
     def weight(self, name: str) -> Tensor:
         """A weight matrix by name, e.g. `blocks.0.attn.W_Q` (heads, d_model, d_head)."""
         return self.gpt.weight(name)
+
+    @torch.inference_mode()
+    def last_logits(self, ids: list[int]) -> Tensor:
+        """The next-token logits (V,) after `ids`, recording nothing (the fast path)."""
+        self._check_ids(ids, None)
+        return self.gpt(torch.tensor([ids]), logits_for="last")[0, -1]
+
+    @torch.inference_mode()
+    def extend_trace(self, prefix: Trace, new_ids: list[int]) -> Trace:
+        """The trace of `prefix`'s tokens + `new_ids`, computing only the new positions: the prefix's
+        keys and values are the KV cache. Equal to tracing the whole sequence, to float rounding."""
+        L = self.config.n_layer
+        cache = KVCache([(prefix[f"blocks.{i}.attn.k"][None], prefix[f"blocks.{i}.attn.v"][None]) for i in range(L)])
+        return merge_traces(prefix, self.trace_ids(new_ids, cache=cache, prefix_ids=prefix.token_ids))
+
+    def residual_logits(self, x: Tensor) -> Tensor:
+        """The logits (T, V) the model would give were the residual stream `x` (T, D) its last: the
+        final norm and the unembedding, with the forward pass's own kernels (the logit lens)."""
+        normed = self.gpt.transformer.ln_f(x.unsqueeze(0), Recorder())
+        return self.gpt.lm_head(normed)[0]
 
 
 def load_model(spec: str | None = None, *, allow_download: bool = True) -> ExplainerModel:

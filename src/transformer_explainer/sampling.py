@@ -51,6 +51,14 @@ class NextTokenDistribution:
     probs: Tensor  # (V,) softmax over the kept scaled logits; 0 elsewhere
     params: SamplingParams
 
+    @property
+    def probs_before_cuts(self) -> Tensor:
+        """(V,) softmax of the scaled logits over the whole vocabulary, before top-k and top-p (the
+        probabilities themselves when nothing was cut, or when greedy)."""
+        if self.params.greedy or (self.params.top_k is None and self.params.top_p is None):
+            return self.probs
+        return torch.softmax(self.scaled_logits, dim=-1)
+
     def top(self, n: int) -> list[int]:
         """Ids of the n most likely tokens under the raw logits."""
         n = min(n, self.logits.shape[-1])

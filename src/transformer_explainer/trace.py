@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from .config import GPTConfig
 from .models.layers import causal_mask, linear
 from .names import DERIVED, activation_names, describe, parse_name
+from .trace_base import TraceBase
 
 
 @dataclass
-class Trace:
+class Trace(TraceBase):
     """Intermediates of one text through a GPT-2, without the batch dimension.
 
     `trace["blocks.0.attn.pattern"]` is (heads, query, key). Stages that are cheap to derive
@@ -39,6 +37,8 @@ class Trace:
     prefix_ids: list[int] = field(default_factory=list)  # ids before `start`, from the cache
     unembed: Tensor | None = field(default=None, repr=False)  # W_U (D, V), to derive unrecorded logits
     last_logits: Tensor | None = field(default=None, repr=False)  # (V,) as the pass computed them
+
+    describe_name = staticmethod(describe)
 
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.token_ids):
@@ -74,23 +74,9 @@ class Trace:
         t, s = scaled.shape[-2:]
         return scaled.masked_fill(causal_mask(t, s, scaled.device), float("-inf"))
 
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self.names()
-
     def names(self) -> list[str]:
         """Every name this trace answers, in computation order."""
         return activation_names(self.config.n_layer)
-
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {n: tuple(self[n].shape) for n in self.names()}
-
-    def describe(self, name: str) -> str:
-        dims, text = describe(name)
-        return f"{name} {tuple(self[name].shape)} [{', '.join(dims)}]: {text}"
-
-    def items(self) -> Iterator[tuple[str, Tensor]]:
-        for n in self.names():
-            yield n, self[n]
 
     # -- convenience -----------------------------------------------------------------------------
 
@@ -115,17 +101,36 @@ class Trace:
             return self.last_logits
         return self["logits"][-1]
 
-    def to_numpy(self, names: list[str] | None = None) -> dict[str, np.ndarray]:
-        """Plain float32 arrays by name, for serialisation (`np.savez`, JSON)."""
-        return {n: self[n].to(torch.float32).cpu().numpy() for n in (names or self.names())}
+    def title(self) -> str:
+        return f"Trace of {self.n_tokens} tokens through {self.model_name}"
 
-    def show(self, model: Any = None, **kwargs: Any) -> Any:
-        """The app's views of this trace in a notebook cell, offline (see `notebook.show`)."""
-        from .notebook import show
 
-        return show(self, model, **kwargs)
-
-    def summary(self) -> str:
-        lines = [f"Trace of {self.n_tokens} tokens through {self.model_name}"]
-        lines += [self.describe(n) for n in self.names()]
-        return "\n".join(lines)
+def merge_traces(prefix: Trace, new: Trace) -> Trace:
+    """The trace of prefix + new positions, where `new` was computed with a KV cache holding the
+    prefix. Equal (up to float rounding) to tracing the whole sequence at once: the prefix's score
+    rows get their entries for the new keys (computed, then hidden by the mask: pattern 0)."""
+    if new.start != prefix.n_tokens + prefix.start or prefix.start != 0:
+        raise ValueError("the new trace must continue the prefix trace")
+    values: dict[str, Tensor] = {}
+    for name, a in prefix.values.items():
+        b = new.values.get(name)
+        if b is None:  # recorded in one pass only (logits a patch asked for): the merged trace derives it
+            continue
+        dims, _ = describe(name)
+        if "S" in dims and "T" not in dims:  # keys, values: the new trace already spans every position
+            values[name] = b
+            continue
+        if "S" in dims:  # (H, T, S) scores or pattern: extend the old rows to the new keys
+            layer = parse_name(name).layer
+            n_new = b.shape[-1] - a.shape[-1]
+            if name.endswith("attn.scores"):
+                k_new = new.values[f"blocks.{layer}.attn.k"][:, -n_new:, :]  # (H, n_new, Dh)
+                extra = prefix.values[f"blocks.{layer}.attn.q"] @ k_new.transpose(-2, -1)
+            else:
+                extra = a.new_zeros(*a.shape[:-1], n_new)
+            a = torch.cat([a, extra], dim=-1)
+        values[name] = torch.cat([a, b], dim=dims.index("T"))
+    ids = prefix.token_ids + new.token_ids
+    return Trace(model_name=prefix.model_name, config=prefix.config, text=new.text, token_ids=ids,
+                 tokens=prefix.tokens + new.tokens, values=values, start=0, prefix_ids=[],
+                 unembed=new.unembed, last_logits=new.last_logits)

@@ -1,5 +1,6 @@
-"""`serve --workers 2`: two server processes behind one listening socket answer the API, and the
-whole tree stops cleanly on SIGTERM (what a process manager sends)."""
+"""`serve --workers 2`: two server processes behind one listening socket answer the API, share the
+access token the parent generated, and the whole tree stops cleanly on SIGTERM (what a process
+manager sends)."""
 
 from __future__ import annotations
 
@@ -43,17 +44,18 @@ def alive(pid: int) -> bool:
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
 def test_two_worker_processes_answer_and_stop_cleanly(tiny_gpt2_dir):
     proc = subprocess.Popen([sys.executable, "-m", "transformer_explainer.cli", "serve", "--model", str(tiny_gpt2_dir),
-                             "--only", "--port", "0", "--workers", "2"],
+                             "--only", "--host", "0.0.0.0", "--port", "0", "--workers", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         assert line.startswith("serving on http://127.0.0.1:") and "2 processes" in line, (
             line, proc.stderr.read() if proc.poll() is not None else "")
-        url = line.split()[2]
+        url, token = line.split()[2].split("?token=")
+        auth = {"Authorization": f"Bearer {token}"}
         deadline = time.monotonic() + 90
         while True:  # the URL is printed before the workers have loaded the model
             try:
-                if httpx.get(url + "api/health", timeout=10).status_code == 200:
+                if httpx.get(url + "api/health", headers=auth, timeout=10).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
@@ -63,7 +65,11 @@ def test_two_worker_processes_answer_and_stop_cleanly(tiny_gpt2_dir):
         workers = [p for p in children(proc.pid) if "resource_tracker" not in cmdline(p)]
         assert len(workers) == 2, [cmdline(p) for p in children(proc.pid)]
 
-        with httpx.Client(base_url=url, timeout=60) as c:
+        # one token for both processes: fresh connections, spread by the kernel, are all let in
+        for _ in range(12):
+            assert httpx.get(url + "api/models", headers=auth, timeout=30).status_code == 200
+            assert httpx.get(url + "api/models", timeout=30).status_code == 401
+        with httpx.Client(base_url=url, headers=auth, timeout=60) as c:
             # stateless per request: each call carries its whole input, so any process can answer it
             for text in ("The cat sat", "on the mat", "and looked at the door"):
                 tr = c.post("api/trace", json={"text": text})

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from transformer_explainer import InputError
-from transformer_explainer.analysis.api import heads_json, lens_json, reference_roles
+from transformer_explainer.analysis.answers import heads_json, lens_json, reference_roles
 from transformer_explainer.cli import main
 from transformer_explainer.notebook import SnapshotView, show, snapshot_data, snapshot_html, widget_class
 from transformer_explainer.notebook.snapshot import page_html
@@ -171,10 +171,10 @@ def test_cli_snapshot(tiny_gpt2_dir, tmp_path, capsys):
     assert main(["snapshot", TEXT, "--out", str(tmp_path / "x.txt"), "--model", str(tiny_gpt2_dir)]) != 0
 
 
-def test_trace_show_is_notebook_show(tiny_model, monkeypatch, static):
+def test_show_a_trace_without_a_widget(tiny_model, monkeypatch, static):
     monkeypatch.setattr("transformer_explainer.notebook.snapshot._bundle_dir", lambda: static)
     trace = tiny_model.trace(TEXT)
-    view = trace.show(tiny_model, widget=False, ablations=False)
+    view = show(trace, tiny_model, widget=False, ablations=False)
     assert isinstance(view, SnapshotView)
     assert embedded(html.unescape(re.search(r'srcdoc="(.*?)"', view._repr_html_(), re.S).group(1)))["trace"][
         "token_ids"] == trace.token_ids

@@ -6,16 +6,16 @@ import math
 
 import pytest
 import torch
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from transformer_explainer.errors import InputError
-from transformer_explainer.seq2seq.api import model_loader, router
 from transformer_explainer.seq2seq.config import PRESETS
 from transformer_explainer.seq2seq.decoding import greedy_decode
 from transformer_explainer.seq2seq.engine import Seq2SeqModel
 from transformer_explainer.seq2seq.model import EncoderDecoder, positional_encoding
 from transformer_explainer.seq2seq.tasks import ReverseTask
+from transformer_explainer.server import create_app
+from transformer_explainer.server.routes.seq2seq import model_loader
 
 
 @pytest.fixture(scope="module")
@@ -27,14 +27,13 @@ def model() -> Seq2SeqModel:
 
 
 @pytest.fixture(scope="module")
-def client(model: Seq2SeqModel) -> TestClient:
+def client(model: Seq2SeqModel, tiny_model) -> TestClient:
     def load(task: str) -> Seq2SeqModel:
         if task != "reverse":
             raise InputError(f"no shipped checkpoint for task {task!r}")
         return model
 
-    app = FastAPI()
-    app.include_router(router, prefix="/api/seq2seq")
+    app = create_app({"tiny": tiny_model})
     app.dependency_overrides[model_loader] = lambda: load
     return TestClient(app)
 
@@ -141,3 +140,17 @@ def test_compare_teacher_forced_and_free_running(client: TestClient):
     assert r.status_code == 200 and r.json()["gold_tokens"] == ["d", "d", "d"]
     assert client.post("/api/seq2seq/compare", json={"task": "reverse", "text": "abcd", "target": "dxz"}
                        ).status_code == 400
+
+
+def test_model_calls_wait_in_the_servers_bounded_pool(client: TestClient):
+    """Decoding runs a model: with the pool's model lane full it is refused (503, Retry-After) like
+    the core's traces, instead of piling up in FastAPI's own thread pool."""
+    pool = client.app.state.context.pool
+    pool._heavy.pending = pool.workers + pool.max_queue  # as if every worker and queue place were taken
+    try:
+        r = client.post("/api/seq2seq/decode", json={"task": "reverse", "text": "bead"})
+        assert r.status_code == 503 and "Retry-After" in r.headers and "busy" in r.json()["detail"]
+        assert client.get("/api/seq2seq/tasks").status_code == 200  # listing tasks runs no model: the light lane
+    finally:
+        pool._heavy.pending = 0
+    assert client.post("/api/seq2seq/decode", json={"task": "reverse", "text": "bead"}).status_code == 200

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from transformer_explainer.seq2seq.api import live_training, router
 from transformer_explainer.seq2seq.live_training import LiveTraining
+from transformer_explainer.server import create_app
+from transformer_explainer.server.routes.seq2seq import live_training
 
 
 @pytest.fixture
@@ -25,9 +25,8 @@ def runs() -> Iterator[LiveTraining]:
 
 
 @pytest.fixture
-def client(runs: LiveTraining) -> TestClient:
-    app = FastAPI()
-    app.include_router(router, prefix="/api/seq2seq")
+def client(runs: LiveTraining, tiny_model) -> TestClient:
+    app = create_app({"tiny": tiny_model})
     app.dependency_overrides[live_training] = lambda: runs
     return TestClient(app)
 

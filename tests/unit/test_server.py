@@ -13,9 +13,9 @@ import torch
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
+from transformer_explainer.encoding import decode_array  # noqa: E402
 from transformer_explainer.server import ServerSettings, create_app  # noqa: E402
-from transformer_explainer.server.encoding import decode_array  # noqa: E402
-from transformer_explainer.server.service import merge_traces  # noqa: E402
+from transformer_explainer.trace import merge_traces  # noqa: E402
 
 TEXT = "The quick brown fox jumps over the lazy dog"
 
@@ -175,8 +175,11 @@ def test_merged_trace_equals_full_trace(tiny_model):
     new = tiny_model.trace_ids(ids[-2:], cache=cache, prefix_ids=ids[:-2])
     merged = merge_traces(prefix, new)
     full = tiny_model.trace_ids(ids)
+    extended = tiny_model.extend_trace(prefix, ids[-2:])  # the engine builds the cache itself
+    assert extended.token_ids == ids and extended.start == 0
     for name in full.values:
         torch.testing.assert_close(merged.values[name], full.values[name], atol=1e-4, rtol=1e-4, msg=name)
+        torch.testing.assert_close(extended.values[name], full.values[name], atol=1e-4, rtol=1e-4, msg=name)
 
 
 def test_models_and_info(client, tiny_model):
@@ -197,10 +200,19 @@ def test_openapi_served(client):
     for p in ("/api/trace", "/api/tensors", "/api/next_token", "/api/generate", "/api/models"):
         assert p in paths
     assert client.get("/docs").status_code == 404  # no page that would load scripts from a CDN
-    import importlib.util
-
-    if importlib.util.find_spec("transformer_explainer.seq2seq.api") is not None:
-        assert any(p.startswith("/api/seq2seq/") for p in paths)  # the encoder-decoder API is mounted
+    assert any(p.startswith("/api/seq2seq/") for p in paths)  # the encoder-decoder API is mounted
+    assert any(p.startswith("/api/analysis/") for p in paths)
+    # one contract: every JSON answer is a named model (the client's types are generated from them)
+    untyped = []
+    for path, methods in paths.items():
+        for method, op in methods.items():
+            ok = next(v for k, v in op["responses"].items() if k.startswith("2"))
+            schema = ok.get("content", {}).get("application/json", {}).get("schema", {})
+            if path.endswith("/events"):  # server-sent events: their models are in the generated types
+                continue
+            if "$ref" not in schema:
+                untyped.append(f"{method.upper()} {path}")
+    assert untyped == []
 
 
 # -- bad input: 4xx with a message -----------------------------------------------------------------

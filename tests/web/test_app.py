@@ -34,7 +34,7 @@ def api(server, path: str, **body) -> dict:
 
 
 def f32(t: dict):
-    from transformer_explainer.server.encoding import decode_array
+    from transformer_explainer.encoding import decode_array
 
     return decode_array(t["data"], t["shape"], t["dtype"])
 

@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from transformer_explainer.analysis.api import ablate_json, lens_json
+from transformer_explainer.analysis.answers import ablate_json, lens_json
 from transformer_explainer.notebook import save_snapshot
 
 from .conftest import ARTIFACTS

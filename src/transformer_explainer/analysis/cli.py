@@ -210,7 +210,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def _bundle_bytes() -> int:
-    from ..server.app import package_static_dir
+    from ..web_bundle import package_static_dir
 
     assets = package_static_dir() / "assets"
     return sum(p.stat().st_size for p in assets.glob("*")) if assets.is_dir() else 0

@@ -16,7 +16,6 @@ from torch import Tensor
 
 from ..engine import ExplainerModel
 from ..errors import InputError
-from ..models.recorder import Recorder
 from ..names import block_name
 from ..trace import Trace
 
@@ -56,10 +55,8 @@ def lens_logits(model: ExplainerModel, trace: Trace, layer: int, positions: Sequ
     x = trace[residual_names(L)[layer]]  # (T, D)
     if positions is not None:
         x = x[_positions(trace, positions)]
-    # The recording path of ln_f, on the batch shape the model used: the same kernels as the real
-    # forward pass, so the final lens equals the logits exactly rather than to rounding.
-    normed = model.gpt.transformer.ln_f(x.unsqueeze(0), Recorder())
-    return model.gpt.lm_head(normed)[0]
+    # the forward pass's own kernels, so the final lens equals the logits exactly rather than to rounding
+    return model.residual_logits(x)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis.ablation import ablate_each_head
-from ..analysis.api import (
+from ..analysis.answers import (
     ablation_dict,
     analogy_json,
     finite,
@@ -36,11 +36,12 @@ from ..analysis.api import (
 )
 from ..engine import ExplainerModel
 from ..errors import InputError
+from ..limits import ABLATION_TOP, APP_TOP_N, DEFAULT_SEED, LENS_TOP, MAX_TOKENS_LIST, NEIGHBOURS
 from ..names import block_name, describe
-from ..server.app import package_static_dir
-from ..server.schemas import ModelInfo, ModelList, SamplingIn
-from ..server.service import Explainer, config_out
+from ..overview import config_out, trace_overview
+from ..schemas import ModelInfo, ModelList, SamplingIn
 from ..trace import Trace
+from ..web_bundle import package_static_dir
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,9 @@ FORMAT = "transformer-explainer-snapshot"
 VERSION = 1
 # What the app asks for on its first trace (web/src/lib/state.svelte.ts): the snapshot's stored
 # next-token distribution must be for these settings.
-APP_SAMPLING = {"temperature": 1.0, "top_k": None, "top_p": None, "seed": 42}
-APP_TOP_N = 15
-LENS_TOP = 5  # the app's lens table shows 5 tokens per layer
-ABLATION_TOP = 10
-NEIGHBOURS = 10
+APP_SAMPLING = {"temperature": 1.0, "top_k": None, "top_p": None, "seed": DEFAULT_SEED}
 ANALOGY = ([" king", " woman"], [" man"])  # the explorer's default: king - man + woman
-MAX_PROJECTED = 64
+MAX_PROJECTED = MAX_TOKENS_LIST
 LENS_CHUNK = 32  # positions per logit-lens call: (L+1) x chunk x V logits at a time
 
 # Activations by priority: each is kept for every layer or not at all. The first ones serve several
@@ -139,8 +136,8 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
         trace = model.trace_ids(list(trace.prefix_ids) + list(trace.token_ids), text=trace.text)
     sampling = SamplingIn(**APP_SAMPLING)
     t0 = time.perf_counter()
-    overview = Explainer(0).overview(model.name, model, trace, truncated=False, sampling=sampling, top_n=APP_TOP_N,
-                                     include=[], computed=[0, trace.n_tokens], t0=t0, t_traced=t0)
+    overview = trace_overview(model.name, model, trace, truncated=False, sampling=sampling, top_n=APP_TOP_N,
+                              include=[], computed=[0, trace.n_tokens], t0=t0, t_traced=t0)
     models = ModelList(default=model.name, models=[ModelInfo(name=model.name, source=model.source, loaded=True,
                                                              default=True, config=config_out(model),
                                                              n_params=model.gpt.num_params())])

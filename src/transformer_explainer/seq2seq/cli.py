@@ -81,7 +81,7 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_seq2seq(args: argparse.Namespace) -> int:
-    from .decoding import MAX_BEAM
+    from .decoding import MAX_BEAM, translate
 
     if args.list:
         return _list(args.json)
@@ -92,7 +92,7 @@ def cmd_seq2seq(args: argparse.Namespace) -> int:
     if not 1 <= args.beam <= MAX_BEAM:
         raise InputError(f"--beam must be between 1 and {MAX_BEAM}, got {args.beam}")
     model = _load(args)
-    result = model.translate(args.text, args.beam)
+    result = translate(model, args.text, args.beam)
     if args.json:
         print(json.dumps({"task": model.task_name, "input": args.text, "output": result.text,
                           "tokens": result.tokens}, ensure_ascii=False))

@@ -283,3 +283,11 @@ def teacher_forced_vs_free_running(model: Seq2SeqModel, src_ids: list[int], gold
         first_divergence=first_divergence,
         steps=steps,
     )
+
+
+def translate(model: Seq2SeqModel, text: str, beam: int = 1, *, record: bool = False) -> DecodeResult:
+    """Decode `text` greedily (beam 1) or with beam search."""
+    src = model.encode_source(text)
+    if beam == 1:
+        return greedy_decode(model, src, record=record)
+    return beam_search(model, src, beam, record=record)

@@ -123,12 +123,3 @@ class Seq2SeqModel:
     def make_trace(self, src_ids: list[int], tgt_ids: list[int], values: dict[str, Tensor]) -> Seq2SeqTrace:
         return Seq2SeqTrace(self.config, list(src_ids), self.src_vocab.token_texts(src_ids), list(tgt_ids),
                             self.tgt_vocab.token_texts(tgt_ids), values)
-
-    def translate(self, text: str, beam: int = 1, *, record: bool = False):
-        """Decode `text` greedily (beam 1) or with beam search; see `decoding.DecodeResult`."""
-        from .decoding import beam_search, greedy_decode
-
-        src = self.encode_source(text)
-        if beam == 1:
-            return greedy_decode(self, src, record=record)
-        return beam_search(self, src, beam, record=record)

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from torch import Tensor
 
+from ..trace_base import TraceBase
 from .config import Seq2SeqConfig
 from .model import subsequent_mask
 from .names import DERIVED, activation_names, describe, parse_name
 
 
 @dataclass
-class Seq2SeqTrace:
+class Seq2SeqTrace(TraceBase):
     """Intermediates of one source and one decoder input, without the batch dimension.
 
     `trace["decoder.blocks.0.cross_attn.pattern"]` is (heads, target positions, source positions).
@@ -32,6 +31,8 @@ class Seq2SeqTrace:
     tgt_ids: list[int]  # the decoder input, start token first
     tgt_tokens: list[str]
     values: dict[str, Tensor] = field(repr=False)
+
+    describe_name = staticmethod(describe)
 
     def __post_init__(self) -> None:
         if len(self.src_ids) != len(self.src_tokens) or len(self.tgt_ids) != len(self.tgt_tokens):
@@ -69,23 +70,12 @@ class Seq2SeqTrace:
         t = scaled.shape[-1]
         return scaled.masked_fill(~subsequent_mask(t, scaled.device)[0], float("-inf"))
 
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self.names()
-
     def names(self) -> list[str]:
         """Every name this trace answers, in computation order."""
         return activation_names(self.config.n_encoder_layers, self.config.n_decoder_layers)
 
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {n: tuple(self[n].shape) for n in self.names()}
-
-    def describe(self, name: str) -> str:
-        dims, text = describe(name)
-        return f"{name} {tuple(self[name].shape)} [{', '.join(dims)}]: {text}"
-
-    def items(self) -> Iterator[tuple[str, Tensor]]:
-        for n in self.names():
-            yield n, self[n]
+    def title(self) -> str:
+        return f"Trace of {len(self.src_ids)} source and {len(self.tgt_ids)} target tokens"
 
     # -- convenience -----------------------------------------------------------------------------
 
@@ -106,11 +96,3 @@ class Seq2SeqTrace:
     @property
     def log_probs(self) -> Tensor:
         return self["log_probs"]
-
-    def to_numpy(self, names: list[str] | None = None) -> dict[str, np.ndarray]:
-        """Plain float32 arrays by name, for serialisation (`np.savez`, JSON)."""
-        return {n: self[n].to(torch.float32).cpu().numpy() for n in (names or self.names())}
-
-    def summary(self) -> str:
-        lines = [f"Trace of {len(self.src_ids)} source and {len(self.tgt_ids)} target tokens"]
-        return "\n".join(lines + [self.describe(n) for n in self.names()])

@@ -7,15 +7,13 @@
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
@@ -25,27 +23,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..engine import ExplainerModel
 from ..errors import CheckpointError, ExplainerError, InputError, ModelNotFoundError
-from ..trace import Trace
-from . import service
+from ..schemas import ErrorOut
+from ..web_bundle import package_static_dir
+from .context import ServerContext
 from .downloads import downloads_router
 from .pool import Busy, ModelPool
 from .registry import ModelRegistry
-from .schemas import (
-    ErrorOut,
-    GenerateIn,
-    GenerateOut,
-    InputIn,
-    ModelInfo,
-    ModelList,
-    NamesOut,
-    NextTokenIn,
-    NextTokenOut,
-    TensorsIn,
-    TensorsOut,
-    TraceIn,
-    TraceOut,
-    WeightIn,
-)
+from .routes import analysis, core, seq2seq
+from .service import Explainer
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +49,6 @@ class ServerSettings:
     max_tokens: int | None = None  # tokens per request; None: the model's context length
     static_dir: Path | None = None  # the built UI; None: the package's web_dist/
     downloads: bool = False  # may the app's download panel fetch known GPT-2 checkpoints (see downloads.py)
-
-
-def package_static_dir() -> Path:
-    return Path(str(resources.files("transformer_explainer") / "web_dist"))
 
 
 # -- small ASGI middlewares ------------------------------------------------------------------------
@@ -214,151 +195,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-# -- the API ---------------------------------------------------------------------------------------
-
-T = TypeVar("T")
-
-
-@dataclass
-class Traced:
-    """A request's input, resolved, with its trace."""
-
-    name: str
-    model: ExplainerModel
-    res: service.Resolved
-    trace: Trace
-    computed: list[int]  # [first, last + 1) of the positions computed for it
-    t0: float
-    t_traced: float
-
-
-def api_router(registry: ModelRegistry, explainer: service.Explainer, pool: ModelPool,
-               max_tokens: int | None = None) -> APIRouter:
-    r = APIRouter(prefix="/api", responses=ERRORS)
-
-    def resolve(m: ExplainerModel, body: InputIn) -> service.Resolved:
-        return service.resolve_input(m, body, max_tokens)
-
-    async def with_trace(body: InputIn, finish: Callable[[Traced], T]) -> T:
-        """Find the trace of the request's input and `finish` with it: in the light lane when the
-        trace is in memory (no forward pass), else in the model lane."""
-        if registry.loaded_name(body.model) is not None:
-            def light() -> T | None:
-                t0 = time.perf_counter()
-                name, m = registry.lookup(body.model)
-                res = resolve(m, body)
-                hit = explainer.cache.get((name, tuple(res.ids)), count_miss=False)  # the model lane counts it
-                n = len(res.ids)
-                return None if hit is None else finish(Traced(name, m, res, hit, [n, n], t0, time.perf_counter()))
-
-            out = await pool.run(light, light=True)
-            if out is not None:
-                return out
-
-        def heavy() -> T:
-            t0 = time.perf_counter()
-            name, m = registry.lookup(body.model)
-            res = resolve(m, body)
-            tr, computed = explainer.trace(name, m, res.ids)
-            return finish(Traced(name, m, res, tr, computed, t0, time.perf_counter()))
-
-        return await pool.run(heavy)
-
-    def model_info(name: str) -> ModelInfo:
-        m = registry.loaded_model(name)
-        return ModelInfo(name=name, source=registry.source(name), loaded=m is not None,
-                         default=name == registry.default, config=service.config_out(m) if m else None,
-                         n_params=m.gpt.num_params() if m else None)
-
-    @r.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "pending": pool.pending, "pending_light": pool.pending_light,
-                "cache": explainer.cache.stats()}
-
-    @r.get("/models", response_model=ModelList)
-    async def models() -> ModelList:
-        return ModelList(default=registry.default, models=[model_info(n) for n in registry.names()])
-
-    @r.get("/models/{name}", response_model=ModelInfo)
-    async def model(name: str) -> ModelInfo:
-        canonical, _ = await pool.run(registry.lookup, name, light=registry.loaded_name(name) is not None)
-        return model_info(canonical)
-
-    @r.get("/names", response_model=NamesOut)
-    async def names() -> NamesOut:
-        return service.names_out()
-
-    @r.post("/trace", response_model=TraceOut)
-    async def trace(body: TraceIn) -> TraceOut:
-        def finish(t: Traced) -> TraceOut:
-            return explainer.overview(t.name, t.model, t.trace, truncated=t.res.truncated, sampling=body.sampling,
-                                      top_n=body.top_n, include=body.include, computed=t.computed, t0=t.t0,
-                                      t_traced=t.t_traced)
-
-        return await with_trace(body, finish)
-
-    @r.post("/tensors", response_model=TensorsOut)
-    async def tensors(body: TensorsIn) -> TensorsOut:
-        def finish(t: Traced) -> TensorsOut:
-            return TensorsOut(model=t.name, token_ids=t.trace.token_ids,
-                              tensors=[service.activation_tensor(t.trace, s) for s in body.tensors])
-
-        return await with_trace(body, finish)
-
-    @r.post("/weights", response_model=TensorsOut)
-    async def weights(body: WeightIn) -> TensorsOut:
-        def work() -> TensorsOut:
-            name, m = registry.lookup(body.model)
-            return TensorsOut(model=name, token_ids=[], tensors=[service.weight_tensor(m, s) for s in body.tensors])
-
-        return await pool.run(work, light=registry.loaded_name(body.model) is not None)
-
-    @r.post("/next_token", response_model=NextTokenOut)
-    async def next_token(body: NextTokenIn) -> NextTokenOut:
-        def work(cached_only: bool) -> NextTokenOut | None:
-            name, m = registry.lookup(body.model)
-            res = resolve(m, body)
-            cached = explainer.cache.get((name, tuple(res.ids)), count_miss=not cached_only)
-            if cached is None and cached_only:
-                return None
-            # without a trace, the fast path: no recording, logits of the last position only
-            logits = cached.next_token_logits() if cached is not None else service.last_logits(m, res.ids)
-            return service.next_token_out(m, logits, body.sampling, body.top_n, len(res.ids) - 1)
-
-        if registry.loaded_name(body.model) is not None:
-            out = await pool.run(work, True, light=True)
-            if out is not None:
-                return out
-        out = await pool.run(work, False)
-        assert out is not None
-        return out
-
-    @r.post("/generate", response_model=GenerateOut)
-    async def generate(body: GenerateIn) -> GenerateOut:
-        def work() -> GenerateOut:
-            t0 = time.perf_counter()
-            name, m = registry.lookup(body.model)
-            res = resolve(m, body)
-            limit = service.token_limit(m, max_tokens)
-            if len(res.ids) >= limit:
-                what = f"the context of {m.name}" if limit == m.context_length else "this server's limit per request"
-                raise InputError(f"the text already fills {what} ({limit} tokens): nothing more can be generated")
-            prefix, prefix_computed = explainer.trace(name, m, res.ids)
-            tok = service.choose_next(m, prefix.next_token_logits(), body.sampling, body.token_id)
-            merged = explainer.extend(name, m, prefix, tok.id)
-            t1 = time.perf_counter()
-            n = len(res.ids)
-            # normally only the new position; more when the prefix was no longer cached
-            computed = [min(prefix_computed[0], n), n + 1]
-            out = explainer.overview(name, m, merged, truncated=res.truncated, sampling=body.sampling, top_n=body.top_n,
-                                     include=body.include, computed=computed, t0=t0, t_traced=t1)
-            return GenerateOut(token=tok, chosen=body.token_id is not None, trace=out)
-
-        return await pool.run(work)
-
-    return r
-
-
 # -- the UI ----------------------------------------------------------------------------------------
 
 NOT_BUILT = """<!doctype html><meta charset="utf-8"><title>transformer-explainer</title>
@@ -407,21 +243,6 @@ def static_routes(app: FastAPI, root: Path) -> None:
 # -- factory ---------------------------------------------------------------------------------------
 
 
-def _mount_optional_routers(app: FastAPI) -> None:
-    from importlib import import_module
-
-    mod_name = "transformer_explainer.seq2seq.api"
-    try:
-        mod = import_module(mod_name)
-    except ModuleNotFoundError as e:
-        if e.name and mod_name.startswith(e.name):
-            return
-        raise
-    router = getattr(mod, "router", None)
-    if router is not None:
-        app.include_router(router, prefix="/api/seq2seq", responses=ERRORS)
-
-
 def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: ServerSettings | None = None,
                *, default: str | None = None) -> FastAPI:
     """The app serving `models` (name -> loaded model, or a registry) and the packaged UI."""
@@ -429,7 +250,7 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     registry = models if isinstance(models, ModelRegistry) else ModelRegistry.from_models(models, default)
     pool = ModelPool(settings.model_threads, settings.max_queue, settings.request_timeout_s,
                      thread_budget=settings.thread_budget)
-    explainer = service.Explainer(settings.trace_cache_mb * 2**20)
+    explainer = Explainer(settings.trace_cache_mb * 2**20)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -439,12 +260,12 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     app = FastAPI(title="transformer-explainer", version="1", docs_url=None, redoc_url=None, lifespan=lifespan,
                   openapi_url="/api/openapi.json",
                   description="Every intermediate value of a GPT-2-family model for your text, by name.")
+    app.state.context = ServerContext(registry, pool, explainer, settings.max_tokens)
     app.state.registry, app.state.pool, app.state.explainer = registry, pool, explainer
     install_error_handlers(app)
-    app.include_router(api_router(registry, explainer, pool, settings.max_tokens))
-    _mount_optional_routers(app)
-    from ..analysis.api import router as analysis_router  # here: the analysis package imports server.schemas
-    app.include_router(analysis_router, prefix="/api/analysis", responses=ERRORS)
+    app.include_router(core.router, prefix="/api", responses=ERRORS)
+    app.include_router(analysis.router, prefix="/api/analysis", responses=ERRORS)
+    app.include_router(seq2seq.router, prefix="/api/seq2seq", responses=ERRORS)
     app.include_router(downloads_router(registry, settings.downloads), responses=ERRORS)
     static_routes(app, settings.static_dir or package_static_dir())
     app.add_middleware(GZipMiddleware, minimum_size=2048)

@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..loading.download import DownloadBusy, DownloadJob, DownloadManager, FailureKind, JobState
 from ..loading.resolve import KNOWN_HUB_MODELS
+from ..schemas import ErrorOut
 from .registry import ModelRegistry
-from .schemas import ErrorOut
 
 
 class DownloadIn(BaseModel):

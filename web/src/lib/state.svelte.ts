@@ -1,6 +1,7 @@
 // The app's state: the input, the current trace overview, the focus (layer, head, token, view), the
 // sampling settings, and the tensors fetched for the current trace.
 import { tick } from "svelte";
+import { APP_TOP_N, DEFAULT_SEED } from "./generated/limits";
 import { api, ApiError, specKey } from "./client";
 import type { ModelInfo, NextTokenOut, SamplingIn, TensorSpec, TraceOut } from "./generated/api";
 import { translate, type Key, type Lang } from "./i18n";
@@ -27,7 +28,7 @@ class AppState {
   head = $state(0);
   pos = $state(0);
   ln = $state<LnWhich>("ln1");
-  sampling = $state<SamplingIn>({ temperature: 1, top_k: null, top_p: null, seed: 42 });
+  sampling = $state<SamplingIn>({ temperature: 1, top_k: null, top_p: null, seed: DEFAULT_SEED });
   loading = $state(false);
   error = $state<string | null>(null);
   /** The last error was an over-long input: the page offers to keep its last `fit` tokens (null: count unknown). */
@@ -88,7 +89,7 @@ class AppState {
       // a new text puts the focus on its last token (position -1), whose tensors come with the trace
       const include = specsFor(this.view, { ...this.focus(), pos: -1, nTokens: 0 });
       const tr = await api.trace({ model: this.model, ...input, truncate: this.truncate, sampling: this.sampling,
-        top_n: 15, include }, ctl.signal);
+        top_n: APP_TOP_N, include }, ctl.signal);
       if (seq !== this.#seq) return;
       this.#apply(tr, true);
       this.error = null;
@@ -197,7 +198,7 @@ class AppState {
     this.#nextCtl?.abort();
     const ctl = (this.#nextCtl = new AbortController());
     try {
-      const nx = await api.nextToken({ model: tr.model, ids: tr.token_ids, sampling: this.sampling, top_n: 15 },
+      const nx = await api.nextToken({ model: tr.model, ids: tr.token_ids, sampling: this.sampling, top_n: APP_TOP_N },
         ctl.signal);
       if (this.trace === tr) {
         this.next = nx;
@@ -215,7 +216,7 @@ class AppState {
     this.generating = true;
     const wasLast = this.pos >= tr.token_ids.length - 1;
     try {
-      const out = await api.generate({ model: tr.model, ids: tr.token_ids, sampling: this.sampling, top_n: 15,
+      const out = await api.generate({ model: tr.model, ids: tr.token_ids, sampling: this.sampling, top_n: APP_TOP_N,
         token_id: tokenId });
       this.#textIsIds = true;
       this.text = out.trace.text;

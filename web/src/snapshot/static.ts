@@ -3,6 +3,7 @@
 // it here instead of going to a server: the same shapes, cut from the stored full tensors, and the
 // analyses computed when the file was written. Anything else gets a message saying so.
 import type { EncodedTensor, ModelList, SamplingIn, TensorSpec, TraceOut } from "../lib/generated/api";
+import { ABLATION_TOP } from "../lib/generated/limits";
 
 interface Stored { dims: string[]; shape: number[]; dtype: "float16" | "float32"; data: string }
 
@@ -232,7 +233,7 @@ function analysisCall(d: SnapshotData, what: string, b: Body): unknown {
       const heads = (b.heads as number[][] | undefined) ?? [];
       const key = heads.length === 1 && !(b.layers as unknown[] | undefined)?.length ? heads[0].join(".") : "";
       const res = a.ablations[key];
-      if (!res || (b.mode ?? "zero") !== "zero" || Number(b.top ?? 10) > a.ablation_top)
+      if (!res || (b.mode ?? "zero") !== "zero" || Number(b.top ?? ABLATION_TOP) > a.ablation_top)
         throw missing("this ablation (the snapshot holds each head alone, zero ablation)");
       return res;
     }

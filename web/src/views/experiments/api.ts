@@ -1,22 +1,23 @@
-// Calls to /api/analysis through the app's one `call` (so the offline snapshot can answer them too).
+// Calls to /api/analysis through the app's one `call` (so the offline snapshot can answer them too),
+// typed by the generated schema types.
 import { call } from "../../lib/client";
-import type { AblateOut, AnalogyOut, HeadsOut, ImportanceOut, LensOut, NeighboursOut, ProjectOut, PruneOut,
-  TokenArg } from "./types";
+import type {
+  AblateIn, AblateOut, AnalogyIn, AnalogyOut, HeadsIn, HeadsOut, ImportanceIn, ImportanceOut, LensIn, LensOut,
+  NeighboursIn, NeighboursOut, ProjectIn, ProjectOut, PruneIn, PruneOut,
+} from "../../lib/generated/api";
 
-interface Input { model: string; ids: number[] }
+/** A token as the explorer takes it: its text (leading space kept) or its id. */
+export type TokenArg = NeighboursIn["token"];
 
 export const analysis = {
-  lens: (b: Input & { positions: number[]; top: number }) => call<LensOut>("analysis/lens", b),
-  ablate: (b: Input & { heads: [number, number][]; mode: "zero" | "mean"; top: number }) =>
-    call<AblateOut>("analysis/ablate", b),
-  importance: (b: Input & { mode: "zero" | "mean" }) => call<ImportanceOut>("analysis/importance", b),
-  prune: (b: Input & { mode: "zero" | "mean"; max_heads: number | null; recompute: boolean }) =>
-    call<PruneOut>("analysis/prune", b),
-  heads: (b: Input & { reference: boolean }) => call<HeadsOut>("analysis/heads", b),
-  neighbours: (b: { model: string; token: TokenArg; n: number }) => call<NeighboursOut>("analysis/neighbours", b),
-  analogy: (b: { model: string; positive: TokenArg[]; negative: TokenArg[]; n: number }) =>
-    call<AnalogyOut>("analysis/analogy", b),
-  project: (b: { model: string; tokens: TokenArg[] }) => call<ProjectOut>("analysis/project", b),
+  lens: (b: LensIn) => call<LensOut>("analysis/lens", b),
+  ablate: (b: AblateIn) => call<AblateOut>("analysis/ablate", b),
+  importance: (b: ImportanceIn) => call<ImportanceOut>("analysis/importance", b),
+  prune: (b: PruneIn) => call<PruneOut>("analysis/prune", b),
+  heads: (b: HeadsIn) => call<HeadsOut>("analysis/heads", b),
+  neighbours: (b: NeighboursIn) => call<NeighboursOut>("analysis/neighbours", b),
+  analogy: (b: AnalogyIn) => call<AnalogyOut>("analysis/analogy", b),
+  project: (b: ProjectIn) => call<ProjectOut>("analysis/project", b),
 };
 
 /** Parse "king, man" or "' king', 42" into tokens: quoted strings keep their spaces, bare numbers are ids. */

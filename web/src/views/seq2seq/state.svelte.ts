@@ -1,6 +1,8 @@
 // State of the encoder-decoder page: which page is shown, the task and source text, the decode that
 // every view reads, and the model it comes from (the shipped checkpoint or a live training run's).
-import { s2sApi, Seq2SeqError, type DecodeOut, type TaskInfo } from "./api";
+import { ApiError } from "../../lib/client";
+import type { DecodeOut, TaskInfo } from "../../lib/generated/api";
+import { s2sApi } from "./api";
 
 export type Tab = "encoder" | "decoder" | "compare" | "positions" | "training";
 export const TABS: Tab[] = ["encoder", "decoder", "compare", "positions", "training"];
@@ -81,7 +83,7 @@ class Seq2SeqState {
       if (this.encHead >= out.n_heads) this.encHead = 0;
     } catch (e) {
       if (seq !== this.#seq || (e as Error).name === "AbortError") return;
-      this.error = e instanceof Seq2SeqError ? e.message : String(e);
+      this.error = e instanceof ApiError ? e.message : String(e);
     } finally {
       if (seq === this.#seq) this.loading = false;
     }

@@ -1,8 +1,9 @@
 // The live training run the page watches: started here or joined (one run per server), its events
 // streamed in (server-sent events) and kept for the charts. Lives outside the view so that switching
 // tabs keeps the run in sight.
-import { s2sApi, Seq2SeqError, type DoneEvent, type EvalEvent, type RunStatus, type RunSummary,
-  type SnapshotEvent, type StartEvent, type TrainEvent } from "./api";
+import { ApiError } from "../../lib/client";
+import type { DoneEvent, EvalEvent, RunSummary, SnapshotEvent, StartEvent } from "../../lib/generated/api";
+import { s2sApi, type RunStatus, type TrainEvent } from "./api";
 
 class TrainingState {
   summary = $state.raw<RunSummary | null>(null);
@@ -86,7 +87,7 @@ class TrainingState {
     try {
       this.attach(await s2sApi.trainStart({ task, steps, example }));
     } catch (e) {
-      if (e instanceof Seq2SeqError && e.status === 409) this.busy = e.message;
+      if (e instanceof ApiError && e.status === 409) this.busy = e.message;
       else this.error = (e as Error).message;
     } finally {
       this.starting = false;

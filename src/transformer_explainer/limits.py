@@ -1,0 +1,20 @@
+"""Numbers the Python side and the web app share: the app's defaults and the API's limits. The code
+generator writes them into the web app (web/src/lib/generated/limits.ts), so the two cannot drift."""
+
+from __future__ import annotations
+
+DEFAULT_SEED = 42  # the app's first sampling seed: a first visit sees the same draw every time
+APP_TOP_N = 15  # next-token candidates the app asks for and lists
+MIN_TEMPERATURE = 0.01  # above 0 (greedy), the smallest temperature accepted
+MAX_TEMPERATURE = 100.0
+MAX_TOP_N = 100  # candidates (or lens tokens, or neighbours) one answer may list
+ABLATION_TOP = 10  # tokens whose probability change an ablation lists
+LENS_TOP = 5  # tokens per layer in the app's logit-lens table
+NEIGHBOURS = 10  # nearest tokens the embedding explorer lists
+MAX_TOKENS_LIST = 64  # tokens in one analogy or embedding projection
+MAX_LENS_POSITIONS = 64  # logit-lens columns per request: each costs n_layer + 1 unembeddings
+
+
+def shared_constants() -> dict[str, int | float]:
+    """The constants above by name, for the code generator."""
+    return {k: v for k, v in globals().items() if k.isupper() and isinstance(v, int | float)}

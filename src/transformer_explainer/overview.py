@@ -1,0 +1,146 @@
+"""The answers of the API's core, built from a model and a trace: the overview of a trace (tokens,
+next-token distribution, attention thumbnails, residual norms, the tensors asked for), the next-token
+answer, the model's configuration and the name tables. Pure functions: the server routes them and
+the offline snapshot stores them, so both agree value for value."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import torch
+from torch import Tensor
+
+from .encoding import encode_array, encode_u8, lower_triangle_u8, pooled_pattern
+from .engine import ExplainerModel
+from .errors import InputError
+from .limits import MIN_TEMPERATURE
+from .names import BLOCK_ACTIVATIONS, BLOCK_WEIGHTS, DERIVED, GLOBAL_ACTIVATIONS, GLOBAL_WEIGHTS
+from .sampling import SamplingParams, make_generator, next_token_distribution
+from .schemas import (
+    AttentionOverview,
+    Candidate,
+    EncodedTensor,
+    Histogram,
+    ModelConfigOut,
+    NameEntry,
+    NamesOut,
+    NextTokenOut,
+    SampledOut,
+    SamplingIn,
+    TensorSpec,
+    TokenOut,
+    TraceOut,
+)
+from .slicing import activation_tensor
+from .trace import Trace
+
+THUMBNAIL = 32  # attention overview thumbnails are at most 32 x 32
+HIST_BINS = 64
+
+
+def config_out(model: ExplainerModel) -> ModelConfigOut:
+    c = model.config
+    return ModelConfigOut(n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd, head_dim=c.head_dim, d_mlp=c.d_mlp,
+                          vocab_size=c.vocab_size, block_size=c.block_size, layer_norm_epsilon=c.layer_norm_epsilon,
+                          activation=c.activation)
+
+
+def names_out() -> NamesOut:
+    def table(t: dict[str, tuple[tuple[str, ...], str]]) -> dict[str, NameEntry]:
+        return {k: NameEntry(dims=list(d), description=s) for k, (d, s) in t.items()}
+
+    return NamesOut(block_activations=table(BLOCK_ACTIVATIONS), global_activations=table(GLOBAL_ACTIVATIONS),
+                    block_weights=table(BLOCK_WEIGHTS), global_weights=table(GLOBAL_WEIGHTS), derived=dict(DERIVED))
+
+
+# -- next token ------------------------------------------------------------------------------------
+
+
+def sampling_params(sp: SamplingIn) -> SamplingParams:
+    if 0 < sp.temperature < MIN_TEMPERATURE:
+        raise InputError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {sp.temperature}")
+    return SamplingParams(temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, seed=sp.seed)
+
+
+def next_token_out(model: ExplainerModel, logits: Tensor, sp: SamplingIn, top_n: int, position: int) -> NextTokenOut:
+    """The next-token distribution at `position` after `sp`'s temperature and cuts, its `top_n`
+    candidates, a draw from it (seeded; the seed is in the answer) and a histogram of all logits."""
+    params = sampling_params(sp)
+    seed = sp.seed if sp.seed is not None else random.SystemRandom().randrange(2**31)
+    dist = next_token_distribution(logits, params)
+    tid = dist.sample(make_generator(seed))
+    logits32 = dist.logits
+    no_cut = dist.probs_before_cuts
+    tok = model.tokenizer
+    cands = [
+        Candidate(id=i, text=tok.token_text(i), logit=float(logits32[i]), scaled_logit=float(dist.scaled_logits[i]),
+                  kept=bool(dist.kept[i]), prob=float(dist.probs[i]), prob_no_cut=float(no_cut[i]))
+        for i in dist.top(top_n)
+    ]
+    lo, hi = float(logits32.min()), float(logits32.max())
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise InputError("the model produced non-finite logits for this input")
+    if hi <= lo:
+        hi = lo + 1.0
+    counts = torch.histc(logits32, bins=HIST_BINS, min=lo, max=hi).to(torch.int64).tolist()
+    return NextTokenOut(
+        temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=seed, greedy=params.greedy,
+        position=position, candidates=cands, n_kept=int(dist.kept.sum()),
+        sampled=SampledOut(id=tid, text=tok.token_text(tid), prob=float(dist.probs[tid]), logit=float(logits32[tid])),
+        logit_histogram=Histogram(lo=lo, hi=hi, counts=counts),
+    )
+
+
+def choose_next(model: ExplainerModel, logits: Tensor, sp: SamplingIn, token_id: int | None) -> SampledOut:
+    """The token to append: `token_id` if the user picked one, else a draw from the distribution
+    (seeded when a seed is given). Its probability is the one under that distribution."""
+    dist = next_token_distribution(logits, sampling_params(sp))
+    if token_id is None:
+        token_id = dist.sample(make_generator(sp.seed))
+    else:
+        model.check_vocabulary([token_id])
+    return SampledOut(id=token_id, text=model.tokenizer.token_text(token_id), prob=float(dist.probs[token_id]),
+                      logit=float(dist.logits[token_id]))
+
+
+# -- the overview of a trace -----------------------------------------------------------------------
+
+
+def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated: bool, sampling: SamplingIn,
+                   top_n: int, include: list[TensorSpec], computed: list[int], t0: float, t_traced: float
+                   ) -> TraceOut:
+    """What the app shows first for a trace. `computed`: [first, last + 1) of the positions the
+    forward pass computed for it; `t0`, `t_traced`: when the request began and when its trace was
+    ready (perf_counter seconds), for the timings."""
+    cfg = model.config
+    tok = model.tokenizer
+    tensors = [activation_tensor(trace, s) for s in include]
+    nxt = next_token_out(model, trace.next_token_logits(), sampling, top_n, trace.n_tokens - 1)
+    thumbs = torch.stack([pooled_pattern(trace[f"blocks.{i}.attn.pattern"], THUMBNAIL) for i in range(cfg.n_layer)])
+    size = thumbs.shape[-1]
+    norms = [trace[f"blocks.{i}.resid_pre"].norm(dim=-1) for i in range(cfg.n_layer)]
+    norms.append(trace[f"blocks.{cfg.n_layer - 1}.resid_post"].norm(dim=-1))
+    resid = torch.stack(norms)
+    t_done = time.perf_counter()
+    return TraceOut(
+        model=name,
+        text=trace.text,
+        token_ids=trace.token_ids,
+        tokens=[TokenOut(id=i, text=t, raw=tok.raw_token(i)) for i, t in zip(trace.token_ids, trace.tokens,
+                                                                               strict=True)],
+        start=trace.start,
+        truncated=truncated,
+        context_length=model.context_length,
+        config=config_out(model),
+        next=nxt,
+        attention=AttentionOverview(n_layer=cfg.n_layer, n_head=cfg.n_head, size=size,
+                                    pooled=size < trace.n_tokens, encoding="uint8-lower-triangle",
+                                    data=encode_u8(lower_triangle_u8(thumbs))),
+        resid_norms=EncodedTensor(name="resid_norms", dims=["L", "T"], shape=list(resid.shape), dtype="float16",
+                                  data=encode_array(resid)),
+        tensors=tensors,
+        computed_positions=computed,
+        timings_ms={"model": round((t_traced - t0) * 1e3, 2), "encode": round((t_done - t_traced) * 1e3, 2)},
+    )

@@ -1,0 +1,267 @@
+"""Request and response bodies of the JSON API's core (trace, tensors, next token, generate, models).
+The field names are the API's contract; the TypeScript types of the web app are generated from these
+models (see `server/codegen.py`). Plain pydantic: the domain builds these, the server only routes them."""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .limits import MAX_TEMPERATURE, MAX_TOP_N
+
+MAX_TEXT_CHARS = 40_000  # far above 1024 GPT-2 tokens of ordinary text; the token limit is checked too
+MAX_IDS = 4096
+MAX_TENSORS_PER_REQUEST = 16
+
+TensorDtype = Literal["float16", "float32"]
+
+
+class Strict(BaseModel):
+    """A request body: unknown fields are refused, so a misspelt option is an error, not a silent default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# a model by its name on this server; None: the server's default model
+ModelName = Annotated[str, Field(max_length=200)] | None
+
+
+def check_text(text: str) -> str:
+    """Reject what no tokenizer should see: lone surrogates (not valid UTF-8) and control
+    characters other than tab, newline and carriage return."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the text is not valid Unicode (it contains a lone surrogate)") from None
+    for i, ch in enumerate(text):
+        if ch not in "\t\n\r" and unicodedata.category(ch) == "Cc":
+            raise ValueError(f"the text contains the control character U+{ord(ch):04X} at index {i}; remove it")
+    return text
+
+
+class SamplingIn(Strict):
+    """How the next token is chosen. Temperature 0 means greedy (always the most likely token)."""
+
+    temperature: Annotated[float, Field(ge=0, le=MAX_TEMPERATURE, allow_inf_nan=False)] = 1.0
+    top_k: Annotated[int, Field(ge=1)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
+    seed: Annotated[int, Field(ge=0, lt=2**63)] | None = None
+
+
+class TensorSpec(Strict):
+    """One tensor (or a slice of it) by its name in the shared name scheme."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64, examples=["blocks.0.attn.pattern"])]
+    head: Annotated[int, Field(ge=0)] | None = None  # index into the H dim, if the tensor has one
+    # index into the T dim (the query position); negative counts from the end, -1 is the last token
+    position: Annotated[int, Field(ge=-MAX_IDS, lt=MAX_IDS)] | None = None
+    row: Annotated[int, Field(ge=0)] | None = None  # weights only: index into the first non-head dim
+    dtype: TensorDtype = "float16"
+
+
+class InputIn(Strict):
+    """A text, or token ids (what generation continues from: re-tokenizing decoded text can merge
+    tokens). Exactly one of the two."""
+
+    model: ModelName = None
+    text: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] | None = None
+    ids: Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=MAX_IDS)] | None = None
+    truncate: bool = False  # keep the last tokens of an over-long input instead of refusing it
+
+    @field_validator("text")
+    @classmethod
+    def _text_ok(cls, v: str | None) -> str | None:
+        return None if v is None else check_text(v)
+
+    @model_validator(mode="after")
+    def _one_input(self) -> InputIn:
+        if (self.text is None) == (self.ids is None):
+            raise ValueError("give exactly one of `text` or `ids`")
+        if self.text is not None and self.text == "":
+            raise ValueError("the text is empty: type at least one character")
+        if self.ids is not None and not self.ids:
+            raise ValueError("`ids` is empty: give at least one token id")
+        return self
+
+
+class TraceIn(InputIn):
+    sampling: SamplingIn = SamplingIn()
+    top_n: Annotated[int, Field(ge=1, le=MAX_TOP_N)] = 10
+    include: Annotated[list[TensorSpec], Field(max_length=MAX_TENSORS_PER_REQUEST)] = []
+
+
+class TensorsIn(InputIn):
+    tensors: Annotated[list[TensorSpec], Field(min_length=1, max_length=MAX_TENSORS_PER_REQUEST)]
+
+
+class NextTokenIn(InputIn):
+    sampling: SamplingIn = SamplingIn()
+    top_n: Annotated[int, Field(ge=1, le=MAX_TOP_N)] = 10
+
+
+class GenerateIn(NextTokenIn):
+    token_id: Annotated[int, Field(ge=0)] | None = None  # the token to append; None: sample one
+    include: Annotated[list[TensorSpec], Field(max_length=MAX_TENSORS_PER_REQUEST)] = []
+
+
+class WeightIn(Strict):
+    model: ModelName = None
+    tensors: Annotated[list[TensorSpec], Field(min_length=1, max_length=MAX_TENSORS_PER_REQUEST)]
+
+
+# -- responses -------------------------------------------------------------------------------------
+
+
+class ModelConfigOut(BaseModel):
+    n_layer: int
+    n_head: int
+    n_embd: int
+    head_dim: int
+    d_mlp: int
+    vocab_size: int
+    block_size: int
+    layer_norm_epsilon: float
+    activation: str
+
+
+class ModelInfo(BaseModel):
+    name: str
+    source: str  # "builtin", "local", "hub", or "given" (passed in by the program)
+    loaded: bool
+    default: bool
+    config: ModelConfigOut | None = None  # known once loaded
+    n_params: int | None = None
+
+
+class ModelList(BaseModel):
+    default: str
+    models: list[ModelInfo]
+
+
+class TokenOut(BaseModel):
+    id: int
+    text: str  # the token's own text, leading space kept
+    raw: str  # the vocabulary entry as stored, e.g. "Ġthe"
+
+
+class EncodedTensor(BaseModel):
+    name: str
+    head: int | None = None
+    position: int | None = None
+    row: int | None = None
+    dims: list[str]  # the dims left after slicing, from the name scheme (T, S, H, D, Dh, M, V, P)
+    shape: list[int]
+    dtype: TensorDtype
+    data: str  # base64 of little-endian values, row-major
+
+
+class Candidate(BaseModel):
+    id: int
+    text: str
+    logit: float
+    scaled_logit: float  # logit / temperature (the logit itself when greedy)
+    kept: bool  # survived the top-k and top-p cuts
+    prob: float  # after renormalising over the kept tokens
+    prob_no_cut: float  # softmax(logits / T) over the whole vocabulary, before the cuts
+
+
+class Histogram(BaseModel):
+    lo: float
+    hi: float
+    counts: list[int]  # equal-width bins from lo to hi
+
+
+class SampledOut(BaseModel):
+    id: int
+    text: str
+    prob: float
+    logit: float
+
+
+class NextTokenOut(BaseModel):
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    seed: int  # the seed used (chosen by the server when none was given), so a draw can be repeated
+    greedy: bool
+    position: int  # the position whose logits these are (the last one)
+    candidates: list[Candidate]  # the top_n tokens by logit, best first
+    n_kept: int  # how many vocabulary entries survived the cuts
+    sampled: SampledOut
+    logit_histogram: Histogram  # all vocabulary logits
+
+
+class AttentionOverview(BaseModel):
+    """All layers' and heads' patterns as small thumbnails (exact up to 8-bit rounding when the text
+    has at most `size` tokens; pooled into `size` groups of positions beyond that)."""
+
+    n_layer: int
+    n_head: int
+    size: int  # thumbnails are size x size
+    pooled: bool
+    encoding: Literal["uint8-lower-triangle"]  # value * 255, row i holds columns 0..i
+    data: str  # base64, (n_layer, n_head, size*(size+1)/2)
+
+
+class TraceOut(BaseModel):
+    model: str
+    text: str
+    token_ids: list[int]
+    tokens: list[TokenOut]
+    start: int  # position of the first token (0 for a full trace)
+    truncated: bool  # the input was cut to the last context-length tokens
+    context_length: int
+    config: ModelConfigOut
+    next: NextTokenOut
+    attention: AttentionOverview
+    resid_norms: EncodedTensor  # (L+1, T): |x| of the residual stream entering each block, and the output
+    tensors: list[EncodedTensor]  # what `include` asked for, in order
+    computed_positions: list[int]  # [first, last + 1) of the positions computed for this answer
+    timings_ms: dict[str, float]
+
+
+class TensorsOut(BaseModel):
+    model: str
+    token_ids: list[int]
+    tensors: list[EncodedTensor]
+
+
+class GenerateOut(BaseModel):
+    token: SampledOut  # the appended token
+    chosen: bool  # True when the client picked it, False when it was sampled
+    trace: TraceOut  # the trace of the longer text (only its new position was computed)
+
+
+class NameEntry(BaseModel):
+    dims: list[str]
+    description: str
+
+
+class NamesOut(BaseModel):
+    block_activations: dict[str, NameEntry]
+    global_activations: dict[str, NameEntry]
+    block_weights: dict[str, NameEntry]
+    global_weights: dict[str, NameEntry]
+    derived: dict[str, str]
+
+
+class CacheStats(BaseModel):
+    traces: int
+    mb: float
+    max_mb: int
+    hits: int
+    misses: int
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+    pending: int  # model calls running or waiting
+    pending_light: int
+    cache: CacheStats
+
+
+class ErrorOut(BaseModel):
+    detail: str  # what went wrong and what to do, in a sentence
+    errors: list[dict] | None = None  # field-level details for invalid requests

@@ -1,0 +1,154 @@
+"""The analysis API under /api/analysis: logit lens, head ablation, the importance map, pruning, head
+roles, and the embedding explorer. Models are chosen by name among the server's own (its registry),
+so no request can load a path or start a download; every analysis runs in the bounded pool, and
+traces go through the server's cache, so the app's other views and these share one forward pass."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter
+
+from ...analysis.answers import (
+    ablate_json,
+    ablation_heads,
+    analogy_json,
+    heads_json,
+    importance_json,
+    lens_json,
+    means_for,
+    neighbours_json,
+    project_json,
+    prune_json,
+    reference_roles,
+)
+from ...analysis.schemas import (
+    AblateIn,
+    AblateOut,
+    AnalogyIn,
+    AnalogyOut,
+    HeadsIn,
+    HeadsOut,
+    ImportanceIn,
+    ImportanceOut,
+    LensIn,
+    LensOut,
+    NeighboursIn,
+    NeighboursOut,
+    ProjectIn,
+    ProjectOut,
+    PruneIn,
+    PruneOut,
+)
+from ...engine import ExplainerModel
+from ...schemas import InputIn
+from ...trace import Trace
+from ..context import Context, ServerContext
+
+router = APIRouter(tags=["analysis"])
+
+
+def _input(ctx: ServerContext, body: InputIn) -> tuple[str, ExplainerModel, list[int]]:
+    name, m = ctx.registry.lookup(body.model)
+    return name, m, ctx.resolve(m, body).ids
+
+
+def _trace(ctx: ServerContext, name: str, m: ExplainerModel, ids: list[int]) -> Trace:
+    return ctx.explainer.trace(name, m, ids)[0]
+
+
+async def _run(ctx: ServerContext, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    return await ctx.pool.run(work)
+
+
+@router.post("/lens", response_model=LensOut)
+async def lens(body: LensIn, ctx: Context) -> dict[str, Any]:
+    """Per layer: the top next tokens at the chosen positions, and how the final prediction ranks."""
+
+    def work() -> dict[str, Any]:
+        name, m, ids = _input(ctx, body)
+        return {**lens_json(m, _trace(ctx, name, m, ids), body.positions, body.top), "model": name}
+
+    return await _run(ctx, work)
+
+
+@router.post("/ablate", response_model=AblateOut)
+async def ablate_heads(body: AblateIn, ctx: Context) -> dict[str, Any]:
+    """The next-token distribution and the loss with the given heads switched off."""
+
+    def work() -> dict[str, Any]:
+        name, m, ids = _input(ctx, body)
+        heads = ablation_heads(m, body.heads, body.layers)
+        return {**ablate_json(m, ids, heads, body.mode, body.top, means_for(m, body.mode)), "model": name}
+
+    return await _run(ctx, work)
+
+
+@router.post("/importance", response_model=ImportanceOut)
+async def importance(body: ImportanceIn, ctx: Context) -> dict[str, Any]:
+    """Each head ablated alone (layers x heads forward passes): loss change and KL, a layer x head map."""
+
+    def work() -> dict[str, Any]:
+        name, m, ids = _input(ctx, body)
+        return {**importance_json(m, ids, body.mode, means_for(m, body.mode)), "model": name}
+
+    return await _run(ctx, work)
+
+
+@router.post("/prune", response_model=PruneOut)
+async def prune(body: PruneIn, ctx: Context) -> dict[str, Any]:
+    """Greedy pruning, least important head first, with the loss after each removal."""
+
+    def work() -> dict[str, Any]:
+        name, m, ids = _input(ctx, body)
+        return {**prune_json(m, ids, body.mode, body.max_heads, body.recompute, means_for(m, body.mode)),
+                "model": name}
+
+    return await _run(ctx, work)
+
+
+@router.post("/heads", response_model=HeadsOut)
+async def heads(body: HeadsIn, ctx: Context) -> dict[str, Any]:
+    """Head roles on the text (and the reference set) and attention entropy / distance per head."""
+
+    def work() -> dict[str, Any]:
+        name, m, ids = _input(ctx, body)
+        ref = reference_roles(m) if body.reference else None
+        return {**heads_json(_trace(ctx, name, m, ids), ref), "model": name}
+
+    return await _run(ctx, work)
+
+
+@router.post("/neighbours", response_model=NeighboursOut)
+async def neighbours(body: NeighboursIn, ctx: Context) -> dict[str, Any]:
+    """The tokens whose embeddings are closest (cosine) to a token's."""
+
+    def work() -> dict[str, Any]:
+        name, m = ctx.registry.lookup(body.model)
+        return {**neighbours_json(m, body.token, body.n), "model": name}
+
+    return await _run(ctx, work)
+
+
+@router.post("/analogy", response_model=AnalogyOut)
+async def analogy_route(body: AnalogyIn, ctx: Context) -> dict[str, Any]:
+    """Sum of the positive embeddings minus the negative ones, and its nearest tokens."""
+
+    def work() -> dict[str, Any]:
+        name, m = ctx.registry.lookup(body.model)
+        return {**analogy_json(m, list(body.positive), list(body.negative), body.n, body.exclude_inputs),
+                "model": name}
+
+    return await _run(ctx, work)
+
+
+@router.post("/project", response_model=ProjectOut)
+async def project(body: ProjectIn, ctx: Context) -> dict[str, Any]:
+    """The chosen tokens' embeddings on their first two principal components."""
+
+    def work() -> dict[str, Any]:
+        name, m = ctx.registry.lookup(body.model)
+        return {**project_json(m, list(body.tokens)), "model": name}
+
+    return await _run(ctx, work)

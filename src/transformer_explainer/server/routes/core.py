@@ -1,0 +1,179 @@
+"""The API's core under /api: models, names, a trace's overview, tensors and weights by name, the
+next-token distribution, and generation one token at a time. Each route looks the model up, runs
+the domain's function in the bounded pool (the light lane when the trace is already in memory) and
+returns its pydantic answer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fastapi import APIRouter
+
+from ...engine import ExplainerModel
+from ...inputs import Resolved, check_room_to_generate
+from ...overview import choose_next, config_out, names_out, next_token_out, trace_overview
+from ...schemas import (
+    GenerateIn,
+    GenerateOut,
+    HealthOut,
+    InputIn,
+    ModelInfo,
+    ModelList,
+    NamesOut,
+    NextTokenIn,
+    NextTokenOut,
+    TensorsIn,
+    TensorsOut,
+    TraceIn,
+    TraceOut,
+    WeightIn,
+)
+from ...slicing import activation_tensor, weight_tensor
+from ...trace import Trace
+from ..context import Context, ServerContext
+
+router = APIRouter()
+
+T = TypeVar("T")
+
+
+@dataclass
+class Traced:
+    """A request's input, resolved, with its trace."""
+
+    name: str
+    model: ExplainerModel
+    res: Resolved
+    trace: Trace
+    computed: list[int]  # [first, last + 1) of the positions computed for it
+    t0: float
+    t_traced: float
+
+
+async def with_trace(ctx: ServerContext, body: InputIn, finish: Callable[[Traced], T]) -> T:
+    """Find the trace of the request's input and `finish` with it: in the light lane when the trace
+    is in memory (no forward pass), else in the model lane."""
+    registry, explainer = ctx.registry, ctx.explainer
+    if ctx.is_loaded(body.model):
+        def light() -> T | None:
+            t0 = time.perf_counter()
+            name, m = registry.lookup(body.model)
+            res = ctx.resolve(m, body)
+            hit = explainer.cache.get((name, tuple(res.ids)), count_miss=False)  # the model lane counts it
+            n = len(res.ids)
+            return None if hit is None else finish(Traced(name, m, res, hit, [n, n], t0, time.perf_counter()))
+
+        out = await ctx.pool.run(light, light=True)
+        if out is not None:
+            return out
+
+    def heavy() -> T:
+        t0 = time.perf_counter()
+        name, m = registry.lookup(body.model)
+        res = ctx.resolve(m, body)
+        tr, computed = explainer.trace(name, m, res.ids)
+        return finish(Traced(name, m, res, tr, computed, t0, time.perf_counter()))
+
+    return await ctx.pool.run(heavy)
+
+
+def model_info(ctx: ServerContext, name: str) -> ModelInfo:
+    m = ctx.registry.loaded_model(name)
+    return ModelInfo(name=name, source=ctx.registry.source(name), loaded=m is not None,
+                     default=name == ctx.registry.default, config=config_out(m) if m else None,
+                     n_params=m.gpt.num_params() if m else None)
+
+
+@router.get("/health", response_model=HealthOut)
+async def health(ctx: Context) -> dict[str, Any]:
+    return {"status": "ok", "pending": ctx.pool.pending, "pending_light": ctx.pool.pending_light,
+            "cache": ctx.explainer.cache.stats()}
+
+
+@router.get("/models", response_model=ModelList)
+async def models(ctx: Context) -> ModelList:
+    return ModelList(default=ctx.registry.default, models=[model_info(ctx, n) for n in ctx.registry.names()])
+
+
+@router.get("/models/{name}", response_model=ModelInfo)
+async def model(name: str, ctx: Context) -> ModelInfo:
+    canonical, _ = await ctx.pool.run(ctx.registry.lookup, name, light=ctx.is_loaded(name))
+    return model_info(ctx, canonical)
+
+
+@router.get("/names", response_model=NamesOut)
+async def names() -> NamesOut:
+    return names_out()
+
+
+@router.post("/trace", response_model=TraceOut)
+async def trace(body: TraceIn, ctx: Context) -> TraceOut:
+    def finish(t: Traced) -> TraceOut:
+        return trace_overview(t.name, t.model, t.trace, truncated=t.res.truncated, sampling=body.sampling,
+                              top_n=body.top_n, include=body.include, computed=t.computed, t0=t.t0,
+                              t_traced=t.t_traced)
+
+    return await with_trace(ctx, body, finish)
+
+
+@router.post("/tensors", response_model=TensorsOut)
+async def tensors(body: TensorsIn, ctx: Context) -> TensorsOut:
+    def finish(t: Traced) -> TensorsOut:
+        return TensorsOut(model=t.name, token_ids=t.trace.token_ids,
+                          tensors=[activation_tensor(t.trace, s) for s in body.tensors])
+
+    return await with_trace(ctx, body, finish)
+
+
+@router.post("/weights", response_model=TensorsOut)
+async def weights(body: WeightIn, ctx: Context) -> TensorsOut:
+    def work() -> TensorsOut:
+        name, m = ctx.registry.lookup(body.model)
+        return TensorsOut(model=name, token_ids=[], tensors=[weight_tensor(m, s) for s in body.tensors])
+
+    return await ctx.pool.run(work, light=ctx.is_loaded(body.model))
+
+
+@router.post("/next_token", response_model=NextTokenOut)
+async def next_token(body: NextTokenIn, ctx: Context) -> NextTokenOut:
+    def work(cached_only: bool) -> NextTokenOut | None:
+        name, m = ctx.registry.lookup(body.model)
+        res = ctx.resolve(m, body)
+        cached = ctx.explainer.cache.get((name, tuple(res.ids)), count_miss=not cached_only)
+        if cached is None and cached_only:
+            return None
+        # without a trace, the fast path: no recording, logits of the last position only
+        logits = cached.next_token_logits() if cached is not None else m.last_logits(res.ids)
+        return next_token_out(m, logits, body.sampling, body.top_n, len(res.ids) - 1)
+
+    if ctx.is_loaded(body.model):
+        out = await ctx.pool.run(work, True, light=True)
+        if out is not None:
+            return out
+    out = await ctx.pool.run(work, False)
+    assert out is not None
+    return out
+
+
+@router.post("/generate", response_model=GenerateOut)
+async def generate(body: GenerateIn, ctx: Context) -> GenerateOut:
+    def work() -> GenerateOut:
+        t0 = time.perf_counter()
+        name, m = ctx.registry.lookup(body.model)
+        res = ctx.resolve(m, body)
+        check_room_to_generate(m, len(res.ids), ctx.max_tokens)
+        prefix, prefix_computed = ctx.explainer.trace(name, m, res.ids)
+        tok = choose_next(m, prefix.next_token_logits(), body.sampling, body.token_id)
+        merged = ctx.explainer.extend(name, m, prefix, tok.id)
+        t1 = time.perf_counter()
+        n = len(res.ids)
+        # normally only the new position; more when the prefix was no longer cached
+        computed = [min(prefix_computed[0], n), n + 1]
+        out = trace_overview(name, m, merged, truncated=res.truncated, sampling=body.sampling, top_n=body.top_n,
+                             include=body.include, computed=computed, t0=t0, t_traced=t1)
+        return GenerateOut(token=tok, chosen=body.token_id is not None, trace=out)
+
+    return await ctx.pool.run(work)

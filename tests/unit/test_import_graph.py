@@ -1,0 +1,151 @@
+"""The package's import structure, read from the source (ast, nothing is imported): no module imports
+itself back through others, the top-level parts (a module, or a subpackage taken whole) import each
+other without a circle, nothing outside `server/` knows the server, and the web framework stays
+inside `server/`. Imports inside functions count: an import moved into a function to dodge a circle
+is still a circle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "transformer_explainer"
+ROOT = Path(__file__).resolve().parents[2] / "src" / PACKAGE
+WEB_FRAMEWORKS = ("fastapi", "starlette", "uvicorn")
+
+
+def _module_name(path: Path) -> str:
+    parts = [PACKAGE, *path.relative_to(ROOT).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py")) if "web_dist" not in p.parts}
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> tuple[set[str], set[str]]:
+    """(modules of this package that `name` imports, top-level names of other packages it imports)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_package = path.name == "__init__.py"
+    own: set[str] = set()
+    other: set[str] = set()
+
+    def add(target: str) -> None:
+        if target == PACKAGE or target.startswith(PACKAGE + "."):
+            while target not in MODULES and "." in target:  # a name inside a module: the module
+                target = target.rsplit(".", 1)[0]
+            if target != name:
+                own.add(target)
+        else:
+            other.add(target.split(".")[0])
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                add(a.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                if not is_package:
+                    base = base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for a in node.names:  # `from . import x` may name a submodule
+                sub = f"{module}.{a.name}"
+                add(sub if sub in MODULES else module)
+    return own, other
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _part(module: str) -> str:
+    """The top-level part a module belongs to: `transformer_explainer.analysis.lens` -> `analysis`. The
+    command lines (`cli.py` anywhere) are one part, the front that stands on all the others."""
+    parts = module.split(".")
+    if parts[-1] == "cli":
+        return "cli"
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_the_reader_sees_the_package():
+    assert {"transformer_explainer.engine", "transformer_explainer.server.app",
+            "transformer_explainer.analysis.lens"} <= set(MODULES)
+    own, other = GRAPH["transformer_explainer.server.app"]
+    assert "transformer_explainer.server.context" in own and "fastapi" in other
+
+
+def test_no_module_imports_itself_back():
+    assert _cycles({m: own for m, (own, _) in GRAPH.items()}) == []
+
+
+def test_the_top_level_parts_import_each_other_without_a_circle():
+    edges: dict[str, set[str]] = {}
+    for m, (own, _) in GRAPH.items():
+        if m == PACKAGE:  # the package's face hands on names from every part
+            continue
+        edges.setdefault(_part(m), set()).update(_part(t) for t in own if t != PACKAGE and _part(t) != _part(m))
+    assert _cycles(edges) == []
+
+
+def _in_server(module: str) -> bool:
+    return module.startswith(f"{PACKAGE}.server.") or module == f"{PACKAGE}.server"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not _in_server(m) and m != PACKAGE))
+def test_only_the_server_knows_the_server_and_the_web_framework(module: str):
+    own, other = GRAPH[module]
+    assert not [t for t in own if _in_server(t)], f"{module} imports the server"
+    assert not other & set(WEB_FRAMEWORKS), f"{module} imports a web framework"
+
+
+@pytest.mark.parametrize("part", ["trace", "trace_base", "engine", "overview", "slicing", "inputs", "schemas",
+                                  "analysis", "seq2seq"])
+def test_the_domain_does_not_import_its_presentations(part: str):
+    """Traces, the engine, the answers and the analyses know nothing of notebooks or the command line."""
+    for m, (own, _) in GRAPH.items():
+        if _part(m) == part:
+            bad = [t for t in own if _part(t) in ("notebook", "cli")]
+            assert not bad, f"{m} imports {bad}"
