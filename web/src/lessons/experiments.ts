@@ -47,8 +47,6 @@ const ROLE_NAMES: Record<string, { en: string; zh: string }> = {
   rare_token: { en: "rare-token", zh: "看罕见词元" },
 };
 
-let enteredPos = -1;
-
 const steps: LessonStep[] = [
   {
     id: "importance",
@@ -167,7 +165,7 @@ const steps: LessonStep[] = [
   {
     id: "lens",
     target: "exp-lens-table",
-    enter: async () => { await open("lens"); enteredPos = app.pos; },
+    enter: async () => { await open("lens"); xp.lessonPos = app.pos; },
     title: { en: "The logit lens", zh: "逻辑透镜" },
     body: (lang) => {
       const lens = xp.lens;
@@ -189,7 +187,7 @@ const steps: LessonStep[] = [
         : [...L`如果模型提前停下来会怎样？逻辑透镜把每个块之后的残差流直接送进最终的 LayerNorm 和反嵌入，当作最后一层来读。在 ${at} 之后，模型最终预测 ${pred}（${pf}）。只看嵌入时，${pred} 排第 ${r0} 名；它`, ...where, ...L`。这只是粗略的读法：中间层从来没有被训练成可以这样读。`];
     },
     task: (lang) => lang === "en" ? L`Click another token of your text above.` : L`在上方点击文本中的另一个词元。`,
-    done: () => enteredPos >= 0 && app.pos !== enteredPos,
+    done: () => xp.lessonPos >= 0 && app.pos !== xp.lessonPos,
   },
   {
     id: "arithmetic",
@@ -199,9 +197,10 @@ const steps: LessonStep[] = [
     body: (lang) => {
       const a = xp.analogy;
       if (!a || !a.neighbours.length) return [];
-      const expr = [a.positive[0], ...a.negative.map((x) => ({ ...x, token: `− ${x.token}` })),
-        ...a.positive.slice(1).map((x) => ({ ...x, token: `+ ${x.token}` }))].map((x) => x.token).join(" ");
-      const e = val("exp-analogy-expr", visible(expr), expr);
+      const w = (t: string) => t.trim();
+      const expr = [w(a.positive[0].token), ...a.negative.map((x) => `− ${w(x.token)}`),
+        ...a.positive.slice(1).map((x) => `+ ${w(x.token)}`)].join(" ");
+      const e = val("exp-analogy-expr", expr);
       const best = tok("exp-analogy-top", a.neighbours[0].token);
       const sim = x4("exp-analogy-sim", a.neighbours[0].similarity);
       return lang === "en"

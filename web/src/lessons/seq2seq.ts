@@ -29,10 +29,6 @@ function current() {
   return { d, k, st: d.steps[k] };
 }
 
-// the step's task remembers what the learner had on entry, so "done" means "changed it"
-let enteredText = "";
-let enteredHead: [number, number] = [0, 0];
-
 async function show(tab: typeof s2s.tab): Promise<void> {
   s2s.tab = tab;
   await tick();
@@ -42,7 +38,7 @@ const steps: LessonStep[] = [
   {
     id: "task",
     target: "s2s-input",
-    enter: () => { enteredText = s2s.text; },
+    enter: () => { s2sViews.entered.text = s2s.text; },
     title: { en: "A task and a source", zh: "任务与源文本" },
     body: (lang) => {
       const d = decoded();
@@ -52,11 +48,11 @@ const steps: LessonStep[] = [
       const S = n("s2s-n-src", d.src_tokens.length);
       const out = val("s2s-output", d.output, d.output);
       return lang === "en"
-        ? L`This is the 2017 Transformer: an encoder reads a whole source sentence, a decoder writes the output one token at a time. The original translated English into German; this one was trained on a small task, ${task}. Your source ${src} is ${S} tokens, and the model answers ${out}. Every number in this lesson is computed for that input.`
-        : L`这是 2017 年的 Transformer：编码器一次读完整个源句子，解码器再一个词元一个词元地写出输出。原论文做的是英译德；这里的模型训练的是一个小任务：${task}。你的源文本 ${src} 有 ${S} 个词元，模型给出的答案是 ${out}。这份讲解里的每个数字都是针对这个输入算出来的。`;
+        ? L`This is the 2017 Transformer: an encoder reads the whole source at once, a decoder writes the output one token at a time. This one learned a small task, ${task}. Your source ${src} is ${S} tokens, and the model answers ${out}. Every number in this lesson is computed for that input.`
+        : L`这是 2017 年的 Transformer：编码器一次读完整个源文本，解码器再一个词元一个词元地写出输出。这里的模型学的是一个小任务：${task}。你的源文本 ${src} 有 ${S} 个词元，模型的答案是 ${out}。这份讲解里的每个数字都是针对这个输入算出来的。`;
     },
     task: (lang) => lang === "en" ? L`Type another source, or click an example.` : L`换一个源文本，或点一个示例。`,
-    done: () => !!s2s.decoded && s2s.decoded.input !== enteredText,
+    done: () => !!s2s.decoded && s2s.decoded.input !== s2sViews.entered.text,
   },
   {
     id: "embedding",
@@ -72,8 +68,8 @@ const steps: LessonStep[] = [
       const e = x4("s2s-embed-norm", norm(d.source.embed[0]));
       const p = x4("s2s-pe-norm", norm(d.source.pos_encoding[0]));
       return lang === "en"
-        ? L`Each source token becomes a row of a learned table, ${D} numbers wide, multiplied by √${D} = ${scale}. The paper only says “In the embedding layers, we multiply those weights by √d_model” (section 3.4) and gives no reason. A common explanation (an interpretation, not the paper's): embedding tables start with small entries (the paper also shares its table with the output layer), and the scaling brings them to the size of the positional encoding added next, so neither drowns the other. Here the row of ${first} has length ${e} after scaling; its positional encoding has length ${p}.`
-        : L`每个源词元变成一张可学习表格中的一行，宽 ${D} 个数，再乘以 √${D} = ${scale}。论文只写了“在嵌入层中，我们把这些权重乘以 √d_model”（第 3.4 节），并没有说明原因。常见的解释（属于后人的解读，不是论文原文）是：嵌入表的初始值很小（论文还让它与输出层共用同一个矩阵），乘上这个系数后，它就和随后加上的位置编码大小相当，谁也不会淹没谁。这里 ${first} 那一行放大后的长度是 ${e}，它的位置编码长度是 ${p}。`;
+        ? L`Each source token becomes a row of a learned table, ${D} numbers wide, multiplied by √${D} = ${scale}. Why? The paper (section 3.4) only says “we multiply those weights by √d_model” and gives no reason. A common explanation, not the paper's: the table starts with small entries, and the factor brings them to the size of the positional encoding added next. Here the row of ${first} has length ${e}, its positional encoding ${p}.`
+        : L`每个源词元变成一张可学习表格中的一行，宽 ${D} 个数，再乘以 √${D} = ${scale}。为什么？论文（第 3.4 节）只写了“我们把这些权重乘以 √d_model”，并没有给出理由。常见的解释（并非出自论文）是：表格的初始值很小，乘上这个系数，正好与随后加上的位置编码大小相当。这里 ${first} 那一行的长度是 ${e}，它的位置编码长度是 ${p}。`;
     },
   },
   {
@@ -107,8 +103,8 @@ const steps: LessonStep[] = [
       const t = n("s2s-trained-len", T);
       const N = n("s2s-n-pos", P.n_positions);
       return lang === "en"
-        ? L`The formula has no end: this model never saw a sequence longer than ${t} positions, yet the table here runs to ${N}, and past the dashed line the waves carry on unchanged. That is the paper's second reason: sinusoids “may allow the model to extrapolate to sequence lengths longer than the ones encountered during training”. May, not will: the encoding exists there, but the model never learned what to do with it (this page caps the source at the trained length). The paper also tried learned position vectors and got nearly the same results.`
-        : L`这个公式没有尽头：模型训练时从未见过超过 ${t} 个位置的序列，而这里的表一直延伸到 ${N}，虚线之后的波形照样延续。这正是论文给出的第二个理由：正弦编码“也许能让模型外推到比训练时更长的序列”。只是“也许”：那些位置的编码确实存在，可模型从没学过怎么用它们（本页把源文本限制在训练长度以内）。论文也试过可学习的位置向量，结果几乎一样。`;
+        ? L`The formula has no end: this model never saw more than ${t} positions, yet the table runs to ${N}, and past the dashed line the waves carry on. That is the paper's second reason: sinusoids “may allow the model to extrapolate to sequence lengths longer than the ones encountered during training”. May: the model never learned to use those positions (this page caps the source at its trained length). In the paper, learned position vectors did about as well.`
+        : L`这个公式没有尽头：模型训练时从未见过超过 ${t} 个位置，这里的表却一直延伸到 ${N}，虚线之后的波形照样延续。这是论文给出的第二个理由：正弦编码“也许能让模型外推到比训练时更长的序列”。只是“也许”：模型从没学过怎么用这些位置（本页把源文本限制在训练长度以内）。论文里，可学习的位置向量效果也差不多。`;
     },
     task: (lang) => lang === "en"
       ? L`Drag “Positions shown” to 128 or more and follow the waves past the dashed line.`
@@ -120,7 +116,8 @@ const steps: LessonStep[] = [
     target: "s2s-enc-attn",
     enter: async () => {
       await show("encoder");
-      enteredHead = [s2s.encLayer, s2s.encHead];
+      s2sViews.entered.layer = s2s.encLayer;
+      s2sViews.entered.head = s2s.encHead;
     },
     title: { en: "The encoder sees everything", zh: "编码器能看到全部" },
     body: (lang) => {
@@ -137,7 +134,7 @@ const steps: LessonStep[] = [
         : L`在写出任何输出之前，源文本就已经完整可见，所以编码器的自注意力没有掩码：每个词元都可以看任何其他词元，不论在前还是在后。在第 ${l} 层第 ${h} 个头里，第一个词元 ${first} 分给最后一个词元 ${last} 的权重是 ${w}。每个编码器层先做自注意力，再过一个前馈网络，两者都包成 LayerNorm(x + 子层(x))；最后一层的输出（称为“记忆”，每个源词元一个向量）就是解码器要读取的内容。`;
     },
     task: (lang) => lang === "en" ? L`Click another layer or head in the grid.` : L`在网格里点另一个层或头。`,
-    done: () => s2s.encLayer !== enteredHead[0] || s2s.encHead !== enteredHead[1],
+    done: () => s2s.encLayer !== s2sViews.entered.layer || s2s.encHead !== s2sViews.entered.head,
   },
   {
     id: "start",
@@ -163,7 +160,12 @@ const steps: LessonStep[] = [
   {
     id: "masked",
     target: "s2s-self-map",
-    enter: () => show("decoder"),
+    enter: async () => {
+      await show("decoder");
+      // a few steps in, so that there is a past to see and a future to hide
+      const total = s2s.decoded?.steps.length ?? 1;
+      s2sViews.shown = Math.max(s2sViews.shown, Math.min(3, total));
+    },
     title: { en: "Masked self-attention", zh: "带掩码的自注意力" },
     body: (lang) => {
       const c = current();

@@ -23,6 +23,8 @@ class ExperimentsStore {
   pruneKey = $state("");
   /** The embedding arithmetic a − b + c (EmbeddingPanel). */
   analogy = $state.raw<AnalogyOut | null>(null);
+  /** The focus position when the lesson's logit-lens step opened (its task: move it). */
+  lessonPos = $state(-1);
 }
 
 export const xp = new ExperimentsStore();

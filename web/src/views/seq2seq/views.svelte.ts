@@ -11,6 +11,8 @@ class Seq2SeqViews {
   compare = $state.raw<CompareOut | null>(null);
   /** Decoding steps revealed in the step-by-step decoder view (1 = the first output token). */
   shown = $state(1);
+  /** What the learner had when a lesson step opened (its task is done once they change it). */
+  entered = $state({ text: "", layer: 0, head: 0 });
 }
 
 export const s2sViews = new Seq2SeqViews();
