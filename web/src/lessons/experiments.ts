@@ -92,8 +92,8 @@ const steps: LessonStep[] = [
       const en: Text = L`Looking at where each head puts its attention on ${where}, ${k} of the ${N} heads have one clear habit (a score of at least 0.5; the letter in the cell)`;
       const zh: Text = L`看每个头在${where}上把注意力放在哪里，${N} 个头里有 ${k} 个有一个明显的习惯（得分至少 0.5，格子里的字母）`;
       const tail = lang === "en"
-        ? L`. The habits: looking at the previous token, at the first token, at an earlier copy of the current token, or at the token that followed that copy (induction, which lets a model continue a repeated pattern). These names describe attention patterns; they do not prove what the head is for, and one head can do several things.`
-        : L`。这些习惯是：看前一个词元、看第一个词元、看当前词元先前出现过的那一次，或者看那次出现之后的词元（归纳头，模型靠它接着写出重复的模式）。这些名字描述的是注意力的模式，并不能证明这个头的用途，一个头也可能兼做几件事。`;
+        ? L`. The habits: looking at the previous token, at the first token, at an earlier copy of the current token, at the token that followed that copy (induction, which lets a model continue a repeated pattern), or at a rare token. These names describe attention patterns; they do not prove what the head is for, and one head can do several things.`
+        : L`。这些习惯是：看前一个词元、看第一个词元、看当前词元先前出现过的那一次，看那次出现之后的词元（归纳头，模型靠它接着写出重复的模式），或者看罕见的词元。这些名字描述的是注意力的模式，并不能证明这个头的用途，一个头也可能兼做几件事。`;
       const mid: Text = list.length ? [lang === "en" ? ": " : "：", ...list] : [];
       return lang === "en" ? [...en, ...mid, ...tail] : [...zh, ...mid, ...tail];
     },
@@ -152,13 +152,13 @@ const steps: LessonStep[] = [
         : L`现在把头一个接一个地关掉，从最不重要的开始，每次都在已关掉的基础上再关一个。所有 ${N} 个头都开着时损失是每个词元 ${clean} 奈特，`;
       if (knee < 0) {
         return [...lead, ...(lang === "en"
-          ? L`the loss never rises by 10 %, even with every head off (${end}): this model's heads do little for this text.`
+          ? L`the loss never rises by 10%, even with every head off (${end}): this model's heads do little for this text.`
           : L`即使全部关掉（${end}），损失也没有上升 10%：对这段文本来说，这个模型的头几乎不起作用。`)];
       }
       const safe = n("exp-prune-safe", knee);
       const kneeLoss = x4("exp-prune-knee-loss", P.steps[knee].loss ?? NaN);
       return [...lead, ...(lang === "en"
-        ? L`${safe} heads can go before the loss rises by 10 %; the next one takes it to ${kneeLoss}, and with all heads off it is ${end}. Studies of large models (Michel et al., 2019; Voita et al., 2019) found the same shape: most heads can be removed, a few cannot.`
+        ? L`${safe} heads can go before the loss rises by 10%; the next one takes it to ${kneeLoss}, and with all heads off it is ${end}. Studies of large models (Michel et al., 2019; Voita et al., 2019) found the same shape: most heads can be removed, a few cannot.`
         : L`可以关掉 ${safe} 个头，损失才上升 10%；再关一个就到了 ${kneeLoss}，全部关掉时是 ${end}。对大模型的研究（Michel 等，2019；Voita 等，2019）也得到同样的形状：大多数头可以去掉，少数几个不行。`)];
     },
   },

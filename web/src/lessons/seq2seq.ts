@@ -203,7 +203,7 @@ const steps: LessonStep[] = [
   },
   {
     id: "teacher-forcing",
-    target: "s2s-compare-summary",
+    target: "s2s-compare-top",
     enter: () => show("compare"),
     title: { en: "Teacher forcing vs free running", zh: "教师强制与自由运行" },
     body: (lang) => {
@@ -224,6 +224,7 @@ const steps: LessonStep[] = [
   {
     id: "beam",
     target: "s2s-beam",
+    enter: () => show("decoder"),
     title: { en: "Greedy vs beam search", zh: "贪心与束搜索" },
     body: (lang) => {
       const d = decoded();
@@ -235,8 +236,8 @@ const steps: LessonStep[] = [
       const en: Text = L`Greedy decoding keeps only the most probable token at each step. A token that looks best now can lead to a worse whole output, so beam search keeps the k best partial outputs, ranked by the sum of their tokens' log-probabilities. With beam ${B} the output is ${out}, log-probability ${sc}.`;
       const zh: Text = L`贪心解码每一步只保留最可能的那个词元。眼下最好的词元，未必能带来最好的整体输出，所以束搜索同时保留 k 个最好的部分输出，按各词元对数概率之和排序。束宽为 ${B} 时，输出是 ${out}，对数概率为 ${sc}。`;
       const more = (l: Lang): Text => kept ? (l === "en"
-        ? L` After the first step the beam holds ${kept} hypotheses (the table under the decoder shows them). On tasks this small greedy is usually already right.`
-        : L` 第一步之后，束里有 ${kept} 个候选（解码器下方的表格列出了它们）。在这么小的任务上，贪心通常就已经对了。`) : [];
+        ? L` After the first step the beam holds ${kept} hypotheses (the table below the maps lists them). On tasks this small greedy is usually already right.`
+        : L` 第一步之后，束里有 ${kept} 个候选（注意力图下方的表格列出了它们）。在这么小的任务上，贪心通常就已经对了。`) : [];
       return lang === "en" ? [...en, ...more("en")] : [...zh, ...more("zh")];
     },
     task: (lang) => lang === "en" ? L`Set the beam size to 3.` : L`把束宽设为 3。`,
