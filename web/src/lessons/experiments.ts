@@ -40,11 +40,11 @@ async function ensurePrune(): Promise<void> {
 }
 
 const ROLE_NAMES: Record<string, { en: string; zh: string }> = {
-  previous_token: { en: "previous-token", zh: "看前一个词元" },
-  first_token: { en: "first-token", zh: "看第一个词元" },
-  duplicate_token: { en: "duplicate-token", zh: "找重复词元" },
-  induction: { en: "induction", zh: "归纳" },
-  rare_token: { en: "rare-token", zh: "看罕见词元" },
+  previous_token: { en: "previous-token", zh: "前一词元头" },
+  first_token: { en: "first-token", zh: "首词元头" },
+  duplicate_token: { en: "duplicate-token", zh: "重复词元头" },
+  induction: { en: "induction", zh: "归纳头" },
+  rare_token: { en: "rare-token", zh: "罕见词元头" },
 };
 
 const steps: LessonStep[] = [
@@ -158,8 +158,8 @@ const steps: LessonStep[] = [
       const safe = n("exp-prune-safe", knee);
       const kneeLoss = x4("exp-prune-knee-loss", P.steps[knee].loss ?? NaN);
       return [...lead, ...(lang === "en"
-        ? L`${safe} heads can go before the loss rises by 10%; the next one takes it to ${kneeLoss}, and with all heads off it is ${end}. Studies of large models (Michel et al., 2019; Voita et al., 2019) found the same shape: most heads can be removed, a few cannot.`
-        : L`可以关掉 ${safe} 个头，损失才上升 10%；再关一个就到了 ${kneeLoss}，全部关掉时是 ${end}。对大模型的研究（Michel 等，2019；Voita 等，2019）也得到同样的形状：大多数头可以去掉，少数几个不行。`)];
+        ? L`${safe} heads can go before the loss rises by 10%; the next one takes it to ${kneeLoss}, and with all heads off it is ${end}. Studies of bigger Transformers (Michel et al., 2019; Voita et al., 2019) found the same shape: most heads can be removed, a few cannot.`
+        : L`可以关掉 ${safe} 个头，损失才上升 10%；再关一个就到了 ${kneeLoss}，全部关掉时是 ${end}。对更大的 Transformer 的研究（Michel 等，2019；Voita 等，2019）也得到同样的形状：大多数头可以去掉，少数几个不行。`)];
     },
   },
   {
@@ -204,8 +204,8 @@ const steps: LessonStep[] = [
       const best = tok("exp-analogy-top", a.neighbours[0].token);
       const sim = x4("exp-analogy-sim", a.neighbours[0].similarity);
       return lang === "en"
-        ? L`Embedding rows can be added and subtracted. Here ${e} lands nearest to ${best} (cosine ${sim}; the input words themselves are left out). The famous answer “queen” came from word2vec, trained for exactly this on billions of words. A small GPT's embeddings are not: on the built-in explainer-small, king − man + woman gives “prince”, and “queen” is not even one of its 8192 tokens (it is split into “que” + “en”), so it cannot be the answer. Simpler analogies do work there: he − him + her gives “she”.`
-        : L`嵌入行可以相加相减。这里 ${e} 最接近 ${best}（余弦相似度 ${sim}；输入的词本身不参与排名）。著名的答案“queen”来自 word2vec，那是专门为这种用途、在数十亿词上训练出来的。小型 GPT 的嵌入并非如此：在内置的 explainer-small 上，king − man + woman 得到的是“prince”，而“queen”甚至不在它的 8192 个词元里（会被切成“que”+“en”），所以根本不可能是答案。简单一些的类比倒能成立：he − him + her 得到“she”。`;
+        ? L`Embedding rows can be added and subtracted. Here ${e} lands nearest to ${best} (cosine ${sim}; the input words themselves are left out). The famous answer “queen” came from word2vec, vectors trained only to represent words, on billions of words. A small GPT's embeddings are a side product of predicting the next token: on the built-in explainer-small, king − man + woman gives “prince”, and “queen” is not even one of its 8192 tokens (it is split into “que” + “en”), so it cannot be the answer. Simpler analogies do work there: he − him + her gives “she”.`
+        : L`嵌入行可以相加相减。这里 ${e} 最接近 ${best}（余弦相似度 ${sim}；输入的词本身不参与排名）。著名的答案“queen”来自 word2vec：那种词向量只为表示词语而训练，用的是数十亿词的语料。小型 GPT 的嵌入只是预测下一个词元的副产品：在内置的 explainer-small 上，king − man + woman 得到的是“prince”，而“queen”甚至不在它的 8192 个词元里（会被切成“que”+“en”），所以根本不可能是答案。简单一些的类比倒能成立：he − him + her 得到“she”。`;
     },
     task: (lang) => lang === "en" ? L`Type he − him + her and press Compute.` : L`输入 he − him + her，再点“计算”。`,
     done: () => {

@@ -2,7 +2,7 @@
 // in the order a translation flows through it, each step told with the numbers of the learner's own
 // source (read from the same /api/seq2seq answers the page's views show: s2s.decoded, and the
 // positional-encoding and compare views' answers in s2sViews).
-import { tick } from "svelte";
+import { tick, untrack } from "svelte";
 import { num, prob, visible } from "../lib/format";
 import type { Lang } from "../lib/i18n";
 import { L, val, type Lesson, type LessonStep, type Text } from "../lib/lesson";
@@ -38,7 +38,8 @@ const steps: LessonStep[] = [
   {
     id: "task",
     target: "s2s-input",
-    enter: () => { s2sViews.entered.text = s2s.text; },
+    // untracked: the card runs `enter` inside an effect, and reading the text there would re-run it on every edit
+    enter: () => { s2sViews.entered.text = untrack(() => s2s.text); },
     title: { en: "A task and a source", zh: "任务与源文本" },
     body: (lang) => {
       const d = decoded();
@@ -76,7 +77,7 @@ const steps: LessonStep[] = [
     id: "sinusoids",
     target: "s2s-sim",
     enter: async () => {
-      if (s2sViews.nPos < 64) s2sViews.nPos = 64;
+      if (untrack(() => s2sViews.nPos) < 64) s2sViews.nPos = 64;
       await show("positions");
     },
     title: { en: "Why sines and cosines", zh: "为什么用正弦和余弦" },
