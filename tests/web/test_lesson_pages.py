@@ -177,6 +177,12 @@ def run_s2s_lesson(page, live_server, lang: str) -> dict[str, dict]:
         assert int(n["s2s-tf-correct"]) == cmp["teacher_correct_steps"]
         assert int(n["s2s-tf-positions"]) == len(cmp["gold_tokens"]) + 1 and n["s2s-free-text"] == cmp["free_text"]
     check("teacher-forcing", teacher)
+    page.fill("[data-testid=s2s-target]", "ollea")  # the task: a wrong reference; free running leaves it
+    page.click("[data-testid=s2s-compare-run]")
+    wrong = api(live_server, "seq2seq/compare", task="reverse", text="hello", target="ollea")
+    assert wrong["first_divergence"] is not None
+    settle(page, "teacher-forcing", lambda s: (s["done"] and int(s["nums"]["s2s-tf-correct"])
+                                               == wrong["teacher_correct_steps"]) or _fail())
     next_step(page)
 
     def greedy(s):

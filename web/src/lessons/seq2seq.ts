@@ -215,7 +215,7 @@ const steps: LessonStep[] = [
       const fr = val("s2s-free-text", c.free_text, c.free_text);
       return lang === "en"
         ? L`In training the decoder is fed the reference, not its own guesses (teacher forcing): every position is trained at once, in one pass. Fed the reference here, it predicts ${k} of ${N} positions right. In use it must feed itself (free running) and writes ${fr}. After one wrong token every later input is something it never saw in training, so errors can pile up: this gap is called exposure bias.`
-        : L`训练时，解码器的输入是参考答案，而不是它自己的猜测（教师强制）：所有位置在一次前向计算里同时训练。这里喂给它参考答案，${N} 个位置中它预测对了 ${k} 个。实际使用时它只能吃自己的输出（自由运行），写出的是 ${fr}。一旦写错一个词元，之后的每个输入都是训练时没见过的情况，错误就可能越滚越多，这种落差叫作暴露偏差。`;
+        : L`训练时，解码器的输入是参考答案，而不是它自己的猜测（教师强制）：所有位置在一次前向计算里同时训练。这里喂给它参考答案，${N} 个位置中它预测对了 ${k} 个。实际使用时，它只能把自己的输出当作下一步的输入（自由运行），写出的是 ${fr}。一旦写错一个词元，之后的每个输入都是训练时没见过的情况，错误就可能越滚越多，这种落差叫作暴露偏差。`;
     },
     task: (lang) => lang === "en"
       ? L`Type a reference with one wrong token (e.g. change its last letter) and press Compare.`
