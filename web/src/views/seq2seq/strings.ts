@@ -39,9 +39,10 @@ const en = {
   // encoder
   encTitle: "Source → embedding + positions → encoder",
   e_encoder:
-    "Each source token becomes a row of the embedding table, multiplied by √d_model so that it is not drowned by " +
-    "the positional encoding that is added next: a fixed pattern of sines and cosines that tells the model where " +
-    "the token stands. The encoder blocks then let every source token attend to every other one (no mask: the " +
+    "Each source token becomes a row of the embedding table, multiplied by √d_model. The paper does this (section " +
+    "3.4) without giving a reason; a common explanation, not the paper's, is that it brings the small entries of " +
+    "the embedding table to the size of the positional encoding that is added next: a fixed pattern of sines and " +
+    "cosines that tells the model where the token stands. The encoder blocks then let every source token attend to every other one (no mask: the " +
     "whole input is known at once), N times, each followed by a feed-forward layer, residual sum and LayerNorm.",
   srcTokens: "Source tokens",
   embedTitle: "Token embedding × √d_model (× {s})",
@@ -211,8 +212,8 @@ const zh: Record<SKey, string> = {
   tab_training: "现场训练",
   encTitle: "源文本 → 嵌入 + 位置 → 编码器",
   e_encoder:
-    "每个源词元变成嵌入表中的一行，并乘以 √d_model，使它不会被随后加上的位置编码淹没；位置编码是一组固定的正弦和余弦，" +
-    "告诉模型词元所在的位置。随后各编码器块让每个源词元关注所有其他源词元（没有掩码：整个输入一次就已知），共 N 次，" +
+    "每个源词元变成嵌入表中的一行，再乘以 √d_model。论文（第 3.4 节）这样做，却没有说明原因；常见的解释（并非出自论文）是：" +
+    "这样能把嵌入表里很小的数值放大到与随后加上的位置编码相当。位置编码是一组固定的正弦和余弦，告诉模型词元所在的位置。随后各编码器块让每个源词元关注所有其他源词元（没有掩码：整个输入一次就已知），共 N 次，" +
     "每次之后是前馈层、残差相加和 LayerNorm。",
   srcTokens: "源词元",
   embedTitle: "词元嵌入 × √d_model（× {s}）",

@@ -1,0 +1,365 @@
+"""The encoder-decoder page's lesson and the Experiments area's, in a real browser against the live server:
+the same steps in both languages, every step with text, the card never on top of what it points at
+(1280x900), the numbers in the card equal to what /api/seq2seq and /api/analysis answer for the same
+input, and they follow the input when it changes. Every step is saved as a screenshot."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from .test_app import api, wait_tokens
+from .test_experiments import TEXT as EXP_TEXT
+from .test_seq2seq import open_page
+
+pytestmark = pytest.mark.browser
+
+S2S_STEPS = ["task", "embedding", "sinusoids", "beyond", "encoder", "start", "masked", "cross", "teacher-forcing",
+             "beam", "training"]
+EXP_STEPS = ["importance", "roles", "ablation", "pruning", "lens", "arithmetic"]
+
+# the card's text is ready (not "loading") and its values are drawn
+READY = ("() => { const b = document.querySelector('[data-testid=lesson-body]');"
+         " return b && b.getAttribute('aria-busy') === 'false'; }")
+
+STEP_STATE = """() => {
+  const card = document.querySelector('[data-testid=tour]');
+  const hole = document.querySelector('.hole');  // the outline drawn 6 px around the step's target
+  const r = (e) => { const b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+  const t = hole ? { getBoundingClientRect: () => { const b = hole.getBoundingClientRect();
+    return { left: b.left + 6, top: b.top + 6, right: b.right - 6, bottom: b.bottom - 6 }; } } : null;
+  const nums = {};
+  for (const b of card.querySelectorAll('[data-num]')) nums[b.dataset.num] = b.dataset.raw;
+  return { step: card.dataset.step, title: card.querySelector('h3').textContent,
+    body: card.querySelector('[data-testid=lesson-body]').textContent.trim(),
+    task: card.querySelector('[data-testid=lesson-task]')?.textContent.trim() ?? null,
+    done: !!card.querySelector('[data-testid=lesson-task].done'),
+    card: r(card), target: t ? r(t) : null, nums };
+}"""
+
+
+def set_lang(page, lang: str) -> None:
+    if page.evaluate("document.documentElement.lang").startswith("zh") != (lang == "zh"):
+        page.click("[data-testid=lang]")
+    want = "zh-CN" if lang == "zh" else "en"
+    page.wait_for_function("l => document.documentElement.lang === l", arg=want)
+
+
+def state(page, step: str) -> dict:
+    page.wait_for_function("s => document.querySelector('[data-testid=tour]')?.dataset.step === s", arg=step)
+    page.wait_for_function(READY, timeout=60_000)
+    return page.evaluate(STEP_STATE)
+
+
+def settle(page, step: str, check) -> dict:
+    """The step's state once `check(state)` holds (views load after the step opens), else the last one."""
+    last = state(page, step)
+    for _ in range(60):
+        try:
+            check(last)
+            return last
+        except (AssertionError, KeyError):
+            page.wait_for_timeout(250)
+            last = page.evaluate(STEP_STATE)
+    check(last)
+    return last
+
+
+def assert_not_covered(s: dict) -> None:
+    assert s["target"] is not None, f"step {s['step']}: its target is not on the page"
+    (cl, ct, cr, cb), (tl, tt, tr, tb) = s["card"], s["target"]
+    overlap = min(cr, tr) > max(cl, tl) and min(cb, tb) > max(ct, tt)
+    assert not overlap, f"step {s['step']}: the card {s['card']} covers its target {s['target']}"
+
+
+def close(value: str, ref: float, rel: float = 1e-6) -> bool:
+    return math.isclose(float(value), ref, rel_tol=rel, abs_tol=1e-9)
+
+
+def next_step(page) -> None:
+    page.click("[data-testid=tour-next]")
+
+
+def norm(v: list[float]) -> float:
+    return math.sqrt(sum(x * x for x in v))
+
+
+def run_s2s_lesson(page, live_server, lang: str) -> dict[str, dict]:
+    open_page(page)
+    set_lang(page, lang)
+    dec = api(live_server, "seq2seq/decode", task="reverse", text="hello", beam=1, top_k=5)
+    tasks = api_get(live_server, "seq2seq/tasks")
+    pos = api(live_server, "seq2seq/positional-encoding", task="reverse", n_positions=64)
+    cmp = api(live_server, "seq2seq/compare", task="reverse", text="hello", target=None)
+    S = len(dec["src_tokens"])
+    layer = min(1, dec["n_decoder_layers"] - 1)
+    page.click("[data-testid=tour-open]")
+    page.wait_for_selector("[data-testid=tour][data-lesson=seq2seq]")
+    seen: dict[str, dict] = {}
+
+    def check(step: str, f) -> dict:
+        s = settle(page, step, f)
+        assert s["title"] and s["body"]
+        page.wait_for_timeout(400)  # the card and the outline glide to their places
+        assert_not_covered(page.evaluate(STEP_STATE))
+        seen[step] = s
+        page.screenshot(path=f"test-artifacts/lesson-s2s-{lang}-{len(seen):02d}.png")
+        return s
+
+    def task(s):
+        n = s["nums"]
+        assert n["s2s-task"] == "reverse" and n["s2s-input"] == "hello"
+        assert n["s2s-output"] == dec["output"] and int(n["s2s-n-src"]) == S
+    check("task", task)
+    next_step(page)
+
+    def embedding(s):
+        n = s["nums"]
+        assert int(n["s2s-d-model"]) == dec["d_model"] and close(n["s2s-embed-scale"], dec["embed_scale"])
+        assert n["s2s-first-token"] == dec["src_tokens"][0]
+        assert close(n["s2s-embed-norm"], norm(dec["source"]["embed"][0]), 1e-5)
+        assert close(n["s2s-pe-norm"], norm(dec["source"]["pos_encoding"][0]), 1e-5)
+    check("embedding", embedding)
+    next_step(page)
+
+    def sinusoids(s):
+        n, sim = s["nums"], pos["similarity"]
+        assert close(n["s2s-sim-2-4"], sim[2][4]) and close(n["s2s-sim-12-14"], sim[12][14])
+        assert close(n["s2s-sim-2-12"], sim[2][12])
+        assert sim[2][4] == pytest.approx(sim[12][14], rel=1e-4)  # what the step says: equal, 2 apart each
+        assert sim[2][12] < sim[2][4]
+    check("sinusoids", sinusoids)
+    next_step(page)
+
+    def beyond(s):
+        assert int(s["nums"]["s2s-trained-len"]) == pos["trained_length"]
+        assert int(s["nums"]["s2s-n-pos"]) == 64 and not s["done"]
+    check("beyond", beyond)
+    page.fill("[data-testid=s2s-npos]", "160")  # the task: past the trained length, and the text follows
+    settle(page, "beyond", lambda s: (int(s["nums"]["s2s-n-pos"]) == 160 or _fail()) and (s["done"] or _fail()))
+    next_step(page)
+
+    def encoder(s):
+        n = s["nums"]
+        assert int(n["s2s-enc-layer"]) == 0 and int(n["s2s-enc-head"]) == 0
+        assert n["s2s-enc-first"] == dec["src_tokens"][0] and n["s2s-enc-last"] == dec["src_tokens"][-1]
+        assert close(n["s2s-enc-first-last"], dec["encoder_attn"][0][0][0][S - 1], 1e-5)
+    check("encoder", encoder)
+    next_step(page)
+
+    def start(s):
+        n, st = s["nums"], dec["steps"]
+        assert n["s2s-step0-token"] == st[0]["token"] and close(n["s2s-step0-prob"], st[0]["prob"], 1e-5)
+        assert int(n["s2s-n-steps"]) == len(st)
+    check("start", start)
+    next_step(page)
+    k = min(3, len(dec["steps"])) - 1  # the masked step moves the decoder three steps in
+
+    def masked(s):
+        n, row = s["nums"], dec["steps"][k]["self_attn"][layer][0]
+        assert int(n["s2s-self-step"]) == k + 1 and int(n["s2s-self-seen"]) == len(row) == k + 1
+        assert close(n["s2s-self-start"], row[0], 1e-5)
+    check("masked", masked)
+    next_step(page)
+
+    def cross(s):
+        n, row = s["nums"], dec["steps"][k]["cross_attn"][layer][0]
+        j = row.index(max(row))
+        assert int(n["s2s-cross-layer"]) == layer and int(n["s2s-cross-head"]) == 0
+        assert n["s2s-cross-out"] == dec["steps"][k]["token"] and int(n["s2s-cross-src-pos"]) == j
+        assert n["s2s-cross-src"] == dec["src_tokens"][j] and close(n["s2s-cross-weight"], row[j], 1e-5)
+    check("cross", cross)
+    next_step(page)
+
+    def teacher(s):
+        n = s["nums"]
+        assert int(n["s2s-tf-correct"]) == cmp["teacher_correct_steps"]
+        assert int(n["s2s-tf-positions"]) == len(cmp["gold_tokens"]) + 1 and n["s2s-free-text"] == cmp["free_text"]
+    check("teacher-forcing", teacher)
+    page.fill("[data-testid=s2s-target]", "ollea")  # the task: a wrong reference; free running leaves it
+    page.click("[data-testid=s2s-compare-run]")
+    wrong = api(live_server, "seq2seq/compare", task="reverse", text="hello", target="ollea")
+    assert wrong["first_divergence"] is not None
+    settle(page, "teacher-forcing", lambda s: (s["done"] and int(s["nums"]["s2s-tf-correct"])
+                                               == wrong["teacher_correct_steps"]) or _fail())
+    next_step(page)
+
+    def greedy(s):
+        n = s["nums"]
+        assert int(n["s2s-beam-size"]) == 1 and n["s2s-beam-output"] == dec["output"]
+        assert close(n["s2s-beam-score"], dec["score"], 1e-5) and not s["done"]
+    check("beam", greedy)
+    page.select_option("[data-testid=s2s-beam-size]", "3")  # the task; the text follows the new decode
+    beam = api(live_server, "seq2seq/decode", task="reverse", text="hello", beam=3, top_k=5)
+
+    def beam3(s):
+        n = s["nums"]
+        assert int(n["s2s-beam-size"]) == 3 and n["s2s-beam-output"] == beam["output"] and s["done"]
+        assert close(n["s2s-beam-score"], beam["score"], 1e-5)
+        b0 = beam["beams"][0]
+        assert int(n["s2s-beam-kept"]) == len(b0["alive"]) + len(b0["finished"])
+    seen["beam"] = settle(page, "beam", beam3)
+    page.screenshot(path=f"test-artifacts/lesson-s2s-{lang}-{len(seen):02d}-beam3.png")
+    next_step(page)
+
+    card = next(t for t in tasks["tasks"] if t["name"] == "reverse")["checkpoint"]
+
+    def training(s):
+        n = s["nums"]
+        assert close(n["s2s-exact-match"], card["exact_match"])
+        assert close(n["s2s-train-top-prob"], beam["steps"][0]["prob"], 1e-5)
+    check("training", training)
+    assert page.locator("[data-testid=tour-finish]").count() == 1
+    return seen
+
+
+def _fail() -> bool:
+    raise AssertionError
+
+
+def api_get(server, path: str) -> dict:
+    import httpx
+
+    r = httpx.get(server.url + "api/" + path, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.fixture(scope="module")
+def lessons_seen() -> dict[str, dict[str, dict[str, dict]]]:
+    return {}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_seq2seq_lesson(page, live_server, lang, lessons_seen):
+    seen = run_s2s_lesson(page, live_server, lang)
+    assert list(seen) == S2S_STEPS
+    lessons_seen.setdefault("s2s", {})[lang] = seen
+    if lang == "zh":
+        en = lessons_seen["s2s"].get("en")
+        if en:  # the same steps, the same values, the text in Chinese
+            for step in S2S_STEPS:
+                assert set(seen[step]["nums"]) == set(en[step]["nums"]), step
+                assert seen[step]["title"] != en[step]["title"]
+        for s in seen.values():
+            assert any("\u4e00" <= ch <= "\u9fff" for ch in s["body"]), s["step"]
+
+
+def test_seq2seq_lesson_follows_the_source(page, live_server):
+    open_page(page)
+    page.click("[data-testid=tour-open]")
+    s = state(page, "task")
+    assert s["nums"]["s2s-output"] == "olleh" and not s["done"]
+    page.fill("[data-testid=s2s-text]", "world")
+    ref = api(live_server, "seq2seq/decode", task="reverse", text="world", beam=1, top_k=5)
+    s = settle(page, "task", lambda s: (s["nums"]["s2s-input"] == "world" or _fail()))
+    assert s["nums"]["s2s-output"] == ref["output"] != "olleh" and s["done"]
+    next_step(page)
+    s = settle(page, "embedding", lambda s: (s["nums"]["s2s-first-token"] == "w" or _fail()))
+    assert close(s["nums"]["s2s-embed-norm"], norm(ref["source"]["embed"][0]), 1e-5)
+
+
+def run_exp_lesson(page, live_server, lang: str) -> dict[str, dict]:
+    ref = api(live_server, "trace", text=EXP_TEXT)
+    page.fill("[data-testid=text]", EXP_TEXT)
+    wait_tokens(page, len(ref["token_ids"]))
+    set_lang(page, lang)
+    page.click("[data-testid=nav-experiments]")
+    page.wait_for_selector("[data-testid=lens-table]")
+    ids = ref["token_ids"]
+    imp = api(live_server, "analysis/importance", ids=ids, mode="zero")
+    heads = api(live_server, "analysis/heads", ids=ids, reference=True)
+    prune = api(live_server, "analysis/prune", ids=ids, mode="zero", max_heads=None, recompute=False)
+    page.click("[data-testid=tour-open]")
+    page.wait_for_selector("[data-testid=tour][data-lesson=experiments]")
+    seen: dict[str, dict] = {}
+
+    def check(step: str, f) -> dict:
+        s = settle(page, step, f)
+        assert s["title"] and s["body"]
+        page.wait_for_timeout(400)  # the card and the outline glide to their places
+        assert_not_covered(page.evaluate(STEP_STATE))
+        seen[step] = s
+        page.screenshot(path=f"test-artifacts/lesson-exp-{lang}-{len(seen):02d}.png")
+        return s
+
+    top = imp["ranked"][0]
+
+    def importance(s):
+        n, flat = s["nums"], [v for row in imp["loss_change"] for v in row]
+        assert close(n["exp-clean-loss"], imp["clean_loss"]) and n["exp-top-head"] == f"{top[0]},{top[1]}"
+        assert close(n["exp-top-change"], imp["loss_change"][top[0]][top[1]])
+        assert int(n["exp-small-heads"]) == sum(abs(v) < 0.01 for v in flat) and int(n["exp-n-heads"]) == len(flat)
+    check("importance", importance)
+    next_step(page)
+
+    def roles(s):
+        n = s["nums"]
+        role_of = heads["reference_role_of"] or heads["text_role_of"]
+        named = [r for row in role_of for r in row if r]
+        assert int(n["exp-roles-named"]) == len(named)
+        for r in set(named):
+            assert int(n[f"exp-role-{r}"]) == named.count(r)
+    check("roles", roles)
+    next_step(page)
+    check("ablation", lambda s: (s["nums"]["exp-abl-target"] == f"{top[0]},{top[1]}" and not s["done"]) or _fail())
+    page.click(f"[data-testid=head-cell-{top[0]}-{top[1]}]")  # the task
+    abl = api(live_server, "analysis/ablate", ids=ids, heads=[top], mode="zero", top=10)
+
+    def ablated(s):
+        n = s["nums"]
+        assert s["done"] and n["exp-abl-head"] == f"{top[0]},{top[1]}"
+        assert close(n["exp-abl-before"], abl["loss_before"]) and close(n["exp-abl-after"], abl["loss_after"])
+        assert close(n["exp-abl-kl"], abl["kl"], 1e-5) and n["exp-abl-top"] == abl["before"][0]["token"]
+        assert close(n["exp-abl-top-before"], abl["before"][0]["prob"], 1e-5)
+    seen["ablation"] = settle(page, "ablation", ablated)
+    page.screenshot(path=f"test-artifacts/lesson-exp-{lang}-{len(seen):02d}-done.png")
+    next_step(page)
+
+    def pruning(s):
+        n, steps = s["nums"], prune["steps"]
+        assert int(n["exp-prune-heads"]) == len(steps) and close(n["exp-prune-clean"], prune["clean_loss"])
+        assert close(n["exp-prune-all-off"], steps[-1]["loss"])
+        knee = next((i for i, x in enumerate(steps) if x["loss"] > prune["clean_loss"] * 1.1), None)
+        if knee is not None:
+            assert int(n["exp-prune-safe"]) == knee and close(n["exp-prune-knee-loss"], steps[knee]["loss"])
+    check("pruning", pruning)
+    next_step(page)
+    last = len(ids) - 1
+    lens = api(live_server, "analysis/lens", ids=ids, positions=[last], top=5)
+
+    def lens_step(s):
+        n, rows = s["nums"], [layer["positions"][0] for layer in lens["layers"]]
+        assert n["exp-lens-token"] == lens["position_tokens"][0] and n["exp-lens-pred"] == lens["targets"][0]["token"]
+        assert int(n["exp-lens-rank0"]) == rows[0]["target_rank"]
+        assert close(n["exp-lens-final-prob"], rows[-1]["target_prob"], 1e-5)
+    check("lens", lens_step)
+    page.locator("[data-testid=token-chip]").nth(3).click()  # the task: the lens follows the focus token
+    lens3 = api(live_server, "analysis/lens", ids=ids, positions=[3], top=5)
+    settle(page, "lens", lambda s: (s["done"] and s["nums"]["exp-lens-token"] == lens3["position_tokens"][0]
+                                    and s["nums"]["exp-lens-pred"] == lens3["targets"][0]["token"]) or _fail())
+    next_step(page)
+    an = api(live_server, "analysis/analogy", positive=[" king", " woman"], negative=[" man"], n=10)
+
+    def arithmetic(s):
+        n = s["nums"]
+        assert n["exp-analogy-expr"] == "king − man + woman"
+        assert n["exp-analogy-top"] == an["neighbours"][0]["token"]
+        assert close(n["exp-analogy-sim"], an["neighbours"][0]["similarity"], 1e-5)
+    check("arithmetic", arithmetic)
+    return seen
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_experiments_lesson(page, live_server, lang, lessons_seen):
+    seen = run_exp_lesson(page, live_server, lang)
+    assert list(seen) == EXP_STEPS
+    lessons_seen.setdefault("exp", {})[lang] = seen
+    if lang == "zh":
+        en = lessons_seen["exp"].get("en")
+        if en:
+            for step in EXP_STEPS:
+                assert seen[step]["title"] != en[step]["title"]
+        for s in seen.values():
+            assert any("\u4e00" <= ch <= "\u9fff" for ch in s["body"]), s["step"]
