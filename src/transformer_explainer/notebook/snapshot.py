@@ -48,7 +48,7 @@ FORMAT = "transformer-explainer-snapshot"
 VERSION = 1
 # What the app asks for on its first trace (web/src/lib/state.svelte.ts): the snapshot's stored
 # next-token distribution must be for these settings.
-APP_SAMPLING = {"temperature": 1.0, "top_k": None, "top_p": None, "seed": 42}
+APP_SAMPLING = {"temperature": 1.0, "top_k": 10, "top_p": None, "seed": 42}
 APP_TOP_N = 15
 LENS_TOP = 5  # the app's lens table shows 5 tokens per layer
 ABLATION_TOP = 10

@@ -15,6 +15,12 @@ export const EXAMPLES = [
   "人工智能正在改变世界",
 ];
 
+/** How the next token is drawn when the page opens: top-k with k = 10 at temperature 1. A choice, not
+ *  a rule (the output view and the lesson say why): from the whole vocabulary the long tail of
+ *  unlikely tokens wins now and then; greedy decoding repeats itself; with k = 10 every token that
+ *  can be drawn is among the 15 candidates listed. notebook/snapshot.py's APP_SAMPLING mirrors it. */
+export const DEFAULT_SAMPLING: Readonly<SamplingIn> = { temperature: 1, top_k: 10, top_p: null, seed: 42 };
+
 class AppState {
   lang = $state<Lang>("en");
   text = $state(EXAMPLES[0]);
@@ -27,7 +33,7 @@ class AppState {
   head = $state(0);
   pos = $state(0);
   ln = $state<LnWhich>("ln1");
-  sampling = $state<SamplingIn>({ temperature: 1, top_k: null, top_p: null, seed: 42 });
+  sampling = $state<SamplingIn>({ ...DEFAULT_SAMPLING });
   loading = $state(false);
   error = $state<string | null>(null);
   tensors = $state.raw(new Map<string, Tensor>());
