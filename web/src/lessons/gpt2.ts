@@ -3,6 +3,7 @@
 // show (the trace, the tensors the views fetch, the next-token distribution), so the lesson follows
 // the text, the focus and the settings as they change. Where a sentence is a choice or an
 // interpretation rather than a fact, it says so.
+import { format } from "d3-format";
 import { num, prob, visible } from "../lib/format";
 import type { TensorSpec } from "../lib/generated/api";
 import { L, val, type Lesson, type LessonStep, type Text, type Value } from "../lib/lesson";
@@ -20,6 +21,10 @@ const nTok = () => app.trace?.token_ids.length ?? 0;
 const n = (id: string, v: number): Value => val(id, num(v), v);
 /** A whole number (a count, an id, a size). */
 const int = (id: string, v: number): Value => val(id, String(v), v);
+/** A large count, with thousands separators. */
+const big = (id: string, v: number): Value => val(id, format(",")(v), v);
+/** A number that may be whole (√16 = 4). */
+const exact = (id: string, v: number): Value => val(id, Number.isInteger(v) ? String(v) : num(v), v);
 /** A probability. */
 const pr = (id: string, p: number): Value => val(id, prob(p), p);
 /** Token `i` of the text, with its spaces visible; `raw` is its id. */
@@ -224,7 +229,7 @@ const steps: LessonStep[] = [
       const c = cfg(), [scores, scaled] = viewTensors("attention");
       if (!c || !scores || !scaled) return [];
       const best = argBest(scores.data, app.pos);
-      const dk = int("d-k", c.head_dim), r = n("sqrt-dk", Math.sqrt(c.head_dim));
+      const dk = int("d-k", c.head_dim), r = exact("sqrt-dk", Math.sqrt(c.head_dim));
       const s = n("best-score", scores.data[best]), s2 = n("scaled-score", scaled.data[best]);
       return lang === "en"
         ? L`Every score is divided by √d_k = √${dk} = ${r}: the best score ${s} becomes ${s2}. Why: a dot product of d_k numbers spreads more the longer the vectors are (its spread grows like √d_k). Unscaled, the scores of wide heads get so large that the softmax saturates (nearly all the weight on one key) and its gradients vanish, so the model could no longer learn where to look.`
@@ -335,8 +340,8 @@ const steps: LessonStep[] = [
     enter: () => show("residual"),
     title: { en: "Dropout (off at inference)", zh: "Dropout（推理时关闭）" },
     body: (lang) => lang === "en"
-      ? L`While training, dropout sets a random fraction of the values to 0 (GPT-2 was trained with 10 %) and scales up the rest, so the model cannot lean on any single path: a guard against learning the training text by heart. At inference, as here, it is switched off: nothing is dropped, and the same text always gives the same numbers.`
-      : L`Dropout（随机丢弃）只在训练时使用：随机把一部分数值置为 0（GPT-2 训练时用的比例是 10 %），并把其余的相应放大，让模型不能只依赖某一条通路，从而避免把训练文本死记硬背下来。推理时（比如这里）它是关闭的：什么都不丢弃，同一段文字总是得到同样的数字。`,
+      ? L`While training, dropout sets a random fraction of the values to 0 (GPT-2 was trained with 10%) and scales up the rest, so the model cannot lean on any single path: a guard against learning the training text by heart. At inference, as here, it is switched off: nothing is dropped, and the same text always gives the same numbers.`
+      : L`Dropout（随机丢弃）只在训练时使用：随机把一部分数值置为 0（GPT-2 训练时用的比例是 10%），并把其余的相应放大，让模型不能只依赖某一条通路，从而避免把训练文本死记硬背下来。推理时（比如这里）它是关闭的：什么都不丢弃，同一段文字总是得到同样的数字。`,
   },
   {
     id: "mlp",
@@ -369,18 +374,19 @@ const steps: LessonStep[] = [
   },
   {
     id: "params",
-    target: "view-mlp",
+    target: "",
     enter: () => show("mlp"),
     title: { en: "Where the parameters are", zh: "参数都在哪里" },
     body: (lang) => {
       const c = cfg();
       if (!c) return [];
       const p = paramCounts(c);
-      const a = int("mlp-params", p.mlp), b = int("block-params", p.block), f1 = pr("mlp-block-share", p.mlp / p.block);
-      const f2 = pr("mlp-model-share", p.mlpAll / p.total), N = int("total-params", p.total);
+      const a = big("mlp-params", p.mlp), b = big("block-params", p.block), f1 = pr("mlp-block-share", p.mlp / p.block);
+      const f2 = pr("mlp-model-share", p.mlpAll / p.total), N = big("total-params", p.total);
+      const e = pr("embed-share", p.embed / p.total), d = int("d-model", c.n_embd);
       return lang === "en"
-        ? L`Each block's MLP has 8d² + 5d = ${a} parameters of the block's 12d² + 13d = ${b}: ${f1}, two thirds. Counting the embeddings as well, the MLPs hold ${f2} of this model's ${N}. (For GPT-2 small, with d = 768, the same sums give 45.5 %: the MLPs are the biggest part, but not most of the model.)`
-        : L`每个块的 MLP 有 8d² + 5d = ${a} 个参数，而整个块有 12d² + 13d = ${b} 个：占 ${f1}，约三分之二。把嵌入也算上，所有 MLP 占这个模型 ${N} 个参数中的 ${f2}。（GPT-2 small 的 d = 768，同样算下来是 45.5 %：MLP 是最大的一块，但并不占模型的大多数。）`;
+        ? L`With d = ${d}, each block's MLP has 8d² + 5d = ${a} parameters of the block's 12d² + 13d = ${b}: ${f1}, two thirds. Of this model's ${N} parameters, counting every weight and bias, the MLPs hold ${f2} and the embeddings ${e}. (GPT-2 small, d = 768 with 12 blocks, gives 45.5% by the same sums: “most parameters are in the MLP” holds for a block, not for the whole model.)`
+        : L`d = ${d} 时，每个块的 MLP 有 8d² + 5d = ${a} 个参数，整个块有 12d² + 13d = ${b} 个：MLP 占 ${f1}，约三分之二。这个模型一共 ${N} 个参数（所有权重和偏置都算上），其中 MLP 占 ${f2}，嵌入占 ${e}。（GPT-2 small 的 d = 768、共 12 块，同样算下来 MLP 占 45.5%：“大部分参数都在 MLP 里”对单个块成立，对整个模型并不成立。）`;
     },
   },
   {
@@ -477,10 +483,10 @@ const steps: LessonStep[] = [
       const kv = k != null ? int("top-k", k) : null;
       const en: Text = [...(kv ? L`Top-k keeps only the ${kv} likeliest tokens and renormalises: ${kept} survive. ` : L`Top-k is off: all ${kept} tokens can be drawn. `),
         ...(tail != null ? L`Together the tokens it cuts would have had ${pr("tail-mass", tail)}. ` : []),
-        ...L`This page starts with top-k, k = ${d}, at T = 1. That is our choice, not a rule: drawn from the whole vocabulary, the long tail of unlikely tokens (each tiny, but many) wins now and then, appending a token of well under 1 %; greedy decoding avoids that but tends to repeat itself. With k = ${d}, every token that can be drawn is visible in the table.`];
+        ...L`This page starts with top-k, k = ${d}, at T = 1. That is our choice, not a rule: drawn from the whole vocabulary, the long tail of unlikely tokens (each tiny, but many) wins now and then, appending a token of well under 1%; greedy decoding avoids that but tends to repeat itself. With k = ${d}, every token that can be drawn is visible in the table.`];
       const zh: Text = [...(kv ? L`Top-k 只保留最可能的 ${kv} 个词元，再重新归一化：现在剩下 ${kept} 个。` : L`Top-k 已关闭：全部 ${kept} 个词元都可能被抽中。`),
         ...(tail != null ? L`被截掉的那些词元，原本加起来有 ${pr("tail-mass", tail)} 的概率。` : []),
-        ...L`本页默认用 top-k，k = ${d}，温度为 1。这是我们的选择，不是定规：如果从整个词表里抽，大量低概率词元（每个都很小，但数量极多）时不时会被抽中，追加上去的可能是一个概率远不到 1 % 的词元；贪心解码没有这个问题，却容易来回重复。取 k = ${d}，可能被抽中的词元在表里都看得到。`];
+        ...L`本页默认用 top-k，k = ${d}，温度为 1。这是我们的选择，不是定规：如果从整个词表里抽，大量低概率词元（每个都很小，但数量极多）时不时会被抽中，追加上去的可能是一个概率远不到 1% 的词元；贪心解码没有这个问题，却容易来回重复。取 k = ${d}，可能被抽中的词元在表里都看得到。`];
       return lang === "en" ? en : zh;
     },
     task: (lang) => lang === "en"

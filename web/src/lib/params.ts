@@ -8,7 +8,9 @@ export interface ParamCounts {
   block: number;
   /** All the MLPs. */
   mlpAll: number;
-  /** The model: token and position embeddings, the blocks, the final layer norm. */
+  /** Token and position embeddings (W_E also serves as the unembedding). */
+  embed: number;
+  /** The model: the embeddings, the blocks, the final layer norm. */
   total: number;
 }
 
@@ -16,6 +18,6 @@ export function paramCounts(c: { n_embd: number; n_layer: number; vocab_size: nu
   const d = c.n_embd;
   const mlp = 8 * d * d + 5 * d;
   const block = 12 * d * d + 13 * d;
-  const total = c.vocab_size * d + c.block_size * d + c.n_layer * block + 2 * d;
-  return { mlp, block, mlpAll: c.n_layer * mlp, total };
+  const embed = c.vocab_size * d + c.block_size * d;
+  return { mlp, block, mlpAll: c.n_layer * mlp, embed, total: embed + c.n_layer * block + 2 * d };
 }
