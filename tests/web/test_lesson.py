@@ -194,8 +194,19 @@ def test_the_numbers_are_the_apis_and_follow_the_text(page, live_server, hf_tiny
     page.click("[data-testid=tour-open]")
     check_numbers(page, live_server, ids, hf_tiny)
     page.keyboard.press("Escape")
+    # a new text while a step is open: its numbers change to the new text's
+    page.click("[data-testid=tour-open]")
+    goto(page, "layernorm")
+    before = nums(page)
     ids2 = set_text(page, TEXT2, live_server)
     assert ids2 != ids
+    page.wait_for_function("b => { const e = document.querySelector('[data-num=ln-mean]');"
+                           " return e && e.dataset.raw !== b }", arg=before["ln-mean"], timeout=30_000)
+    v, (pos, layer) = nums(page), focus(page)
+    assert pos == len(ids2) - 1  # a new text puts the focus on its last token
+    mean, var = tensors(live_server, ids2, {"name": f"blocks.{layer}.ln1.mean"}, {"name": f"blocks.{layer}.ln1.var"})
+    assert close(v["ln-mean"], mean[pos]) and close(v["ln-var"], var[pos])
+    page.keyboard.press("Escape")
     page.click("[data-testid=tour-open]")
     check_numbers(page, live_server, ids2, hf_tiny)
 
@@ -265,7 +276,8 @@ def check_numbers(page, server, ids: list[int], hf_tiny) -> None:
     goto(page, "unembed")
     nx = api(server, "next_token", ids=ids, sampling=APP_SAMPLING, top_n=15)
     v = nums(page)
-    assert int(v["top-token"]) == nx["candidates"][0]["id"] and close(v["top-logit"], nx["candidates"][0]["logit"], 1e-5)
+    top = nx["candidates"][0]
+    assert int(v["top-token"]) == top["id"] and close(v["top-logit"], top["logit"], 1e-5)
 
     goto(page, "temperature")
     v = nums(page)

@@ -245,9 +245,12 @@ const steps: LessonStep[] = [
       const f = focusTok(), T = nTok();
       if (!f || !T) return [];
       const p = int("pos", app.pos), seen = int("n-visible", app.pos + 1), masked = int("n-masked", T - 1 - app.pos);
+      const last = app.pos === T - 1;
       return lang === "en"
-        ? L`GPT-2 learns by predicting every next token of a text at once, so no token may see the tokens after it: they are the answers. Scores of later keys are set to −∞ before the softmax, which makes their weights exactly 0 (the empty upper-right triangle). ${f} at position ${p} sees ${seen} keys, itself included; ${masked} are masked.`
-        : L`GPT-2 训练时一次性预测一段文字里每个位置的下一个词元，所以任何词元都不能看到它后面的词元，那些正是答案。排在后面的键，得分在 softmax 之前被设为 −∞，权重因此恰好是 0（也就是右上方那块空白三角）。位于第 ${p} 个位置的 ${f} 能看到 ${seen} 个键（包括它自己），有 ${masked} 个被遮住。`;
+        ? [...L`GPT-2 learns by predicting every next token of a text at once, so no token may see the tokens after it: they are the answers. Scores of later keys are set to −∞ before the softmax, which makes their weights exactly 0 (the empty upper-right triangle). ${f} at position ${p} sees ${seen} keys, itself included; ${masked} are masked.`,
+          ...(last ? L` It is the last token, so nothing is hidden from it; the rows above show the mask.` : [])]
+        : [...L`GPT-2 训练时一次性预测一段文字里每个位置的下一个词元，所以任何词元都不能看到它后面的词元，那些正是答案。排在后面的键，得分在 softmax 之前被设为 −∞，权重因此恰好是 0（也就是右上方那块空白三角）。位于第 ${p} 个位置的 ${f} 能看到 ${seen} 个键（包括它自己），有 ${masked} 个被遮住。`,
+          ...(last ? L`它是最后一个词元，所以什么都没被遮住；上面几行才看得出掩码。` : [])];
     },
     task: (lang) => lang === "en"
       ? L`Click (or tap) another row of the pattern: the focus moves to that token and its row of weights is read out above.`
@@ -401,8 +404,8 @@ const steps: LessonStep[] = [
       const nl = int("n-layer", tr.config.n_layer);
       const a = n("norm-first", norms.data[app.pos]), b = n("norm-last", norms.data[(Lr - 1) * T + app.pos]);
       return lang === "en"
-        ? L`All of that was one block. This model stacks ${nl} of them, the same in shape, each with its own weights. Each reads the stream the earlier ones wrote to, so later blocks can build on what earlier ones found; one block gets only one round of looking around. The vector of ${f} grows from length ${a} entering block 0 to ${b} at the end of the stack.`
-        : L`前面讲的都只是一个块。这个模型把 ${nl} 个这样的块叠在一起，结构相同，权重各异。每个块都读取前面各块写入的残差流，所以后面的块可以在前面的发现之上继续加工；只有一个块的话，就只能“环顾”一轮。${f} 的向量长度从进入第 0 块时的 ${a}，增长到整个堆叠末尾的 ${b}。`;
+        ? L`All of that was one block. This model stacks ${nl} of them, the same in shape, each with its own weights. Each reads the stream the earlier ones wrote to, so later blocks can build on what earlier ones found; one block gets only one round of looking around. The vector of ${f} has length ${a} entering block 0 and ${b} at the end of the stack.`
+        : L`前面讲的都只是一个块。这个模型把 ${nl} 个这样的块叠在一起，结构相同，权重各异。每个块都读取前面各块写入的残差流，所以后面的块可以在前面的发现之上继续加工；只有一个块的话，就只能“环顾”一轮。${f} 的向量进入第 0 块时长度为 ${a}，到整个堆叠末尾时为 ${b}。`;
     },
   },
   {
@@ -415,8 +418,8 @@ const steps: LessonStep[] = [
       if (!f || !mean || !variance) return [];
       const mu = n("ln-mean", mean.data[app.pos]), v = n("ln-var", variance.data[app.pos]);
       return lang === "en"
-        ? L`After the last block comes one more layer norm. The next token is predicted from the last position, so the focus is now on ${f}: its vector arrives with mean ${mu} and variance ${v}, and leaves normalised. Why: the stream has grown through the stack (see the previous step), and the output layer should see a vector of steady scale.`
-        : L`最后一个块之后，还有一次层归一化。下一个词元是由最后一个位置预测的，所以焦点现在移到了 ${f}：它的向量进来时均值为 ${mu}、方差为 ${v}，出去时已经归一化。为什么：残差流经过层层堆叠已经变大（见上一步），输出层需要一个尺度稳定的向量。`;
+        ? L`After the last block comes one more layer norm. The next token is predicted from the last position, so the focus is now on ${f}: its vector arrives with mean ${mu} and variance ${v}, and leaves normalised. Why: the stream's scale changes through the stack (see the previous step), and the output layer should see a vector of steady scale.`
+        : L`最后一个块之后，还有一次层归一化。下一个词元是由最后一个位置预测的，所以焦点现在移到了 ${f}：它的向量进来时均值为 ${mu}、方差为 ${v}，出去时已经归一化。为什么：残差流的尺度在层层堆叠中不断变化（见上一步），输出层需要一个尺度稳定的向量。`;
     },
   },
   {
