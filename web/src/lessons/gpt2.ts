@@ -89,7 +89,7 @@ const steps: LessonStep[] = [
   {
     id: "text",
     target: "input",
-    title: { en: "Your text", zh: "你的文字" },
+    title: { en: "Your text", zh: "你的文本" },
     body: (lang) => {
       const chars = val("n-chars", String([...app.text].length), [...app.text].length);
       return lang === "en"
@@ -232,8 +232,8 @@ const steps: LessonStep[] = [
       const dk = int("d-k", c.head_dim), r = exact("sqrt-dk", Math.sqrt(c.head_dim));
       const s = n("best-score", scores.data[best]), s2 = n("scaled-score", scaled.data[best]);
       return lang === "en"
-        ? L`Every score is divided by √d_k = √${dk} = ${r}: the best score ${s} becomes ${s2}. Why: a dot product of d_k numbers spreads more the longer the vectors are (its spread grows like √d_k). Unscaled, the scores of wide heads get so large that the softmax saturates (nearly all the weight on one key) and its gradients vanish, so the model could no longer learn where to look.`
-        : L`每个得分都要除以 √d_k = √${dk} = ${r}：最高分 ${s} 变成 ${s2}。为什么：d_k 个数的点积，向量越长，数值的波动就越大（大约按 √d_k 增长）。如果不缩放，维度大的头得分会大到让 softmax 饱和（几乎所有权重都压在一个键上），梯度也随之消失，模型就再也学不会该看哪里。`;
+        ? L`Every score is divided by √d_k = √${dk} = ${r}: the best score ${s} becomes ${s2}. Why: a dot product of d_k numbers spreads more the longer the vectors are (for random vectors its spread grows like √d_k). Unscaled, the scores of wide heads get so large that the softmax saturates (nearly all the weight on one key) and its gradients vanish, so the model could no longer learn where to look.`
+        : L`每个得分都要除以 √d_k = √${dk} = ${r}：最高分 ${s} 变成 ${s2}。为什么：d_k 个数的点积，向量越长，数值的波动就越大（对随机向量来说，大约按 √d_k 增长）。如果不缩放，维度大的头得分会大到让 softmax 饱和（几乎所有权重都压在一个键上），梯度也随之消失，模型就再也学不会该看哪里。`;
     },
   },
   {
@@ -343,8 +343,8 @@ const steps: LessonStep[] = [
     enter: () => show("residual"),
     title: { en: "Dropout (off at inference)", zh: "Dropout（推理时关闭）" },
     body: (lang) => lang === "en"
-      ? L`While training, dropout sets a random fraction of the values to 0 (GPT-2 was trained with 10%) and scales up the rest, so the model cannot lean on any single path: a guard against learning the training text by heart. At inference, as here, it is switched off: nothing is dropped, and the same text always gives the same numbers.`
-      : L`Dropout（随机丢弃）只在训练时使用：随机把一部分数值置为 0（GPT-2 训练时用的比例是 10%），并把其余的相应放大，让模型不能只依赖某一条通路，从而避免把训练文本死记硬背下来。推理时（比如这里）它是关闭的：什么都不丢弃，同一段文字总是得到同样的数字。`,
+      ? L`While training, dropout sets a random fraction of the values to 0 (GPT-2's configuration uses 10%) and scales up the rest, so the model cannot lean on any single path: a guard against learning the training text by heart. At inference, as here, it is switched off: nothing is dropped, and the same text always gives the same numbers.`
+      : L`Dropout（随机丢弃）只在训练时使用：随机把一部分数值置为 0（GPT-2 的配置里是 10%），并把其余的相应放大，让模型不能只依赖某一条通路，从而避免把训练文本死记硬背下来。推理时（比如这里）它是关闭的：什么都不丢弃，同一段文字总是得到同样的数字。`,
   },
   {
     id: "mlp",
@@ -494,7 +494,7 @@ const steps: LessonStep[] = [
     },
     task: (lang) => lang === "en"
       ? L`Set k to 3 in its box: only three rows stay black.`
-      : L`在 Top-k 的输入框里填 3：表里只剩三行是黑色的。`,
+      : L`在 Top-k 的输入框里填 3：表里只有前三行还是黑色，其余都变灰。`,
     done: () => app.sampling.top_k === 3,
   },
   {
@@ -508,7 +508,7 @@ const steps: LessonStep[] = [
       const kept = int("n-kept", nx.n_kept);
       const p = nx.top_p != null ? n("top-p", nx.top_p) : null;
       return lang === "en"
-        ? [...L`Top-p (nucleus sampling) keeps the smallest set of likeliest tokens whose probabilities add up to p: few tokens when the model is sure, many when it is not. Its cut adapts to the situation, where top-k's is fixed. `,
+        ? [...L`Top-p (nucleus sampling) keeps the smallest set of likeliest tokens whose probabilities together reach p: few tokens when the model is sure, many when it is not. Its cut adapts to the situation, where top-k's is fixed. `,
           ...(p ? L`With p = ${p}, ${kept} tokens survive (after top-k, if that is on too).` : L`It is off now; ${kept} tokens survive.`)]
         : [...L`Top-p（核采样）保留概率最高、且累计概率刚好达到 p 的最小一组词元：模型有把握时只留几个，没把握时留很多。它的截断随情况而变，而 top-k 是固定的。`,
           ...(p ? L`p = ${p} 时剩下 ${kept} 个词元（如果 top-k 也开着，就在它之后再截）。` : L`现在它是关闭的，剩下 ${kept} 个词元。`)];
@@ -560,6 +560,6 @@ const steps: LessonStep[] = [
 
 export const gpt2Lesson: Lesson = {
   id: "gpt2",
-  title: { en: "How GPT-2 reads your text", zh: "GPT-2 如何读你的文字" },
+  title: { en: "How GPT-2 reads your text", zh: "GPT-2 如何读懂你的文本" },
   steps,
 };
