@@ -4,6 +4,7 @@ on screen (and following a new text), and tasks that tick when done."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from urllib.parse import urlparse
@@ -146,6 +147,8 @@ def test_every_step_in_both_languages_and_the_card_beside_its_target(page, live_
     page.click("[data-testid=lang]")
     page.wait_for_function("() => document.documentElement.lang === 'zh-CN'")
     zh = walk(page, "zh", "lesson")
+    # the text of every step as the page showed it, to read beside the screenshots
+    (ARTIFACTS / "lesson-text.json").write_text(json.dumps({"en": en, "zh": zh}, ensure_ascii=False, indent=1))
     check_languages(en, zh)
     ids = [s["id"] for s in en]
     # the checklist of the computation, in its order

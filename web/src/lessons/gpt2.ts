@@ -105,7 +105,7 @@ const steps: LessonStep[] = [
     body: (lang) => {
       const c = cfg(), f = focusTok();
       if (!c || !f) return [];
-      const nt = int("n-tokens", nTok()), V = int("vocab", c.vocab_size);
+      const nt = int("n-tokens", nTok()), V = big("vocab", c.vocab_size);
       const id = int("focus-id", app.trace!.token_ids[app.pos]);
       return lang === "en"
         ? L`The model does not read letters. Your text became ${nt} tokens, each an entry of a fixed vocabulary of ${V}. The token in focus, ${f}, is entry ${id}. Why: the model computes with numbers, and a fixed table of pieces can spell any text.`
@@ -151,7 +151,7 @@ const steps: LessonStep[] = [
     body: (lang) => {
       const c = cfg(), f = focusTok(), [we] = viewTensors("embedding");
       if (!c || !f || !we) return [];
-      const id = int("focus-id", app.trace!.token_ids[app.pos]), V = int("vocab", c.vocab_size);
+      const id = int("focus-id", app.trace!.token_ids[app.pos]), V = big("vocab", c.vocab_size);
       const d = int("d-model", c.n_embd), x0 = n("we-0", we.data[0]);
       return lang === "en"
         ? L`The id ${id} of ${f} picks row ${id} of the token embedding matrix W_E (${V} × ${d}): ${d} numbers, the first of them ${x0}. Why: an id is only a name (an id is no more like the next id than like any other), but vectors can be near or far. Training moves the rows so that tokens used in similar ways get similar vectors, and everything after this point computes with vectors.`
@@ -298,8 +298,8 @@ const steps: LessonStep[] = [
       const a = int("head", h1), ka = tok("head-key", fav[h1]), wa = n("head-weight", rows[h1]!.data[fav[h1]]);
       const b = int("head2", h2), kb = tok("head2-key", fav[h2]), wb = n("head2-weight", rows[h2]!.data[fav[h2]]);
       return lang === "en"
-        ? L`One head computes one set of weights, so it can look for one kind of thing at a time. GPT-2 runs ${H} heads side by side, each with its own W_Q, W_K and W_V, so each can search for something different (the previous token, say, or an earlier mention of the same name). In layer ${l}, head ${a} sends ${f} mostly to ${ka} (${wa}), while head ${b} sends it to ${kb} (${wb}).`
-        : L`一个头只算出一组权重，一次只能找一类东西。GPT-2 并排运行 ${H} 个头，各有自己的 W_Q、W_K、W_V，于是每个头可以找不同的东西（比如前一个词元，或者前文里同一个名字）。在第 ${l} 层，第 ${a} 个头让 ${f} 主要看 ${ka}（${wa}），第 ${b} 个头则主要看 ${kb}（${wb}）。`;
+        ? L`One head computes one set of weights, so it can look for one kind of thing at a time. This model runs ${H} heads side by side, each with its own W_Q, W_K and W_V, so each can search for something different (the previous token, say, or an earlier mention of the same name). In layer ${l}, head ${a} sends ${f} mostly to ${ka} (${wa}), while head ${b} sends it to ${kb} (${wb}).`
+        : L`一个头只算出一组权重，一次只能找一类东西。这个模型并排运行 ${H} 个头，各有自己的 W_Q、W_K、W_V，于是每个头可以找不同的东西（比如前一个词元，或者前文里同一个名字）。在第 ${l} 层，第 ${a} 个头让 ${f} 主要看 ${ka}（${wa}），第 ${b} 个头则主要看 ${kb}（${wb}）。`;
     },
     task: (lang) => lang === "en"
       ? L`Pick another head with these buttons and watch the pattern change.`
@@ -430,7 +430,7 @@ const steps: LessonStep[] = [
     body: (lang) => {
       const c = cfg(), top = app.next?.candidates[0];
       if (!c || !top) return [];
-      const V = int("vocab", c.vocab_size), t = val("top-token", visible(top.text), top.id), l = n("top-logit", top.logit);
+      const V = big("vocab", c.vocab_size), t = val("top-token", visible(top.text), top.id), l = n("top-logit", top.logit);
       return lang === "en"
         ? L`To score the next token, the normalised vector is multiplied by W_Eᵀ: the same embedding matrix as at the start, transposed (GPT-2 ties the two and adds no bias). Each of the ${V} results is a logit, an unnormalised score: the dot product of the vector with that token's embedding, so similarity once more. The highest is ${t} at ${l}. Why tie them: it saves a whole V × d matrix, and “predict t” becomes “point towards t's embedding”.`
         : L`为了给下一个词元打分，归一化后的向量要乘以 W_Eᵀ：就是开头那个嵌入矩阵的转置（GPT-2 让两者共用权重，而且不加偏置）。得到的 ${V} 个结果叫 logit（未归一化的分数）：向量与各个词元嵌入的点积，又一次在衡量相似度。最高的是 ${t}，为 ${l}。为什么共用：省下一整个 V × d 的矩阵，而且“预测 t”就变成了“让向量指向 t 的嵌入”。`;
@@ -461,7 +461,7 @@ const steps: LessonStep[] = [
     body: (lang) => {
       const nx = app.next, top = nx?.candidates[0];
       if (!nx || !top) return [];
-      const T = n("temperature", nx.temperature), t = val("top-token", visible(top.text), top.id), p = pr("top-prob", top.prob);
+      const T = exact("temperature", nx.temperature), t = val("top-token", visible(top.text), top.id), p = pr("top-prob", top.prob);
       return lang === "en"
         ? L`Before the softmax every logit is divided by the temperature T, now ${T}. Below 1 it sharpens the distribution, above 1 it flattens it, and T = 0 means always take the top token (greedy). The top guess ${t} now gets ${p}.`
         : L`做 softmax 之前，每个 logit 都要除以温度 T，现在是 ${T}。T 小于 1 会让分布更尖锐，大于 1 会让它更平坦；T = 0 表示总是选概率最高的词元（贪心）。现在首选的 ${t} 概率为 ${p}。`;
@@ -510,7 +510,7 @@ const steps: LessonStep[] = [
       return lang === "en"
         ? [...L`Top-p (nucleus sampling) keeps the smallest set of likeliest tokens whose probabilities together reach p: few tokens when the model is sure, many when it is not. Its cut adapts to the situation, where top-k's is fixed. `,
           ...(p ? L`With p = ${p}, ${kept} tokens survive (after top-k, if that is on too).` : L`It is off now; ${kept} tokens survive.`)]
-        : [...L`Top-p（核采样）保留概率最高、且累计概率刚好达到 p 的最小一组词元：模型有把握时只留几个，没把握时留很多。它的截断随情况而变，而 top-k 是固定的。`,
+        : [...L`Top-p（核采样）保留概率最高、且累计概率达到 p 的最小一组词元：模型有把握时只留几个，没把握时留很多。它的截断随情况而变，而 top-k 是固定的。`,
           ...(p ? L`p = ${p} 时剩下 ${kept} 个词元（如果 top-k 也开着，就在它之后再截）。` : L`现在它是关闭的，剩下 ${kept} 个词元。`)];
     },
     task: (lang) => lang === "en"
@@ -545,9 +545,9 @@ const steps: LessonStep[] = [
       const [a, b] = tr.computed_positions;
       const one = b - a === 1 && tr.token_ids.length > 1;
       const p = int("computed-pos", a);
-      const en: Text = [...L`Appending a token runs the model again for a text of ${T} tokens, but only the new position needs computing: earlier tokens cannot see later ones (the mask), so their keys and values never change. They are kept in a cache and reused, and the new query attends to them. `,
+      const en: Text = [...L`The text has ${T} tokens. Appending one runs the model again, but only the new position needs computing: earlier tokens cannot see later ones (the mask), so their keys and values never change. They are kept in a cache and reused, and the new query attends to them. `,
         ...(one ? L`That is what just happened: only position ${p} was computed.` : L`Try it: the note under the button then says which position was computed.`)];
-      const zh: Text = [...L`追加一个词元后，模型要为这 ${T} 个词元的文字再跑一遍，但真正需要计算的只有新位置：前面的词元看不到后面的（因为掩码），它们的键和值从不改变，于是存进缓存直接复用，新位置的查询去和它们匹配。`,
+      const zh: Text = [...L`现在文本有 ${T} 个词元。再追加一个，模型就要再跑一遍，但真正需要计算的只有新位置：前面的词元看不到后面的（因为掩码），它们的键和值从不改变，于是存进缓存直接复用，新位置的查询去和它们匹配。`,
         ...(one ? L`刚才正是如此：只计算了第 ${p} 个位置。` : L`试试看：追加之后，按钮下方会注明计算了哪个位置。`)];
       return lang === "en" ? en : zh;
     },
