@@ -5,6 +5,7 @@ from __future__ import annotations
 
 DEFAULT_SEED = 42  # the app's first sampling seed: a first visit sees the same draw every time
 APP_TOP_N = 15  # next-token candidates the app asks for and lists
+APP_TOP_K = 10  # the app's default top-k cut (a choice, explained in the output view): every drawable token is listed
 MIN_TEMPERATURE = 0.01  # above 0 (greedy), the smallest temperature accepted
 MAX_TEMPERATURE = 100.0
 MAX_TOP_N = 100  # candidates (or lens tokens, or neighbours) one answer may list

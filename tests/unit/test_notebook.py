@@ -75,7 +75,7 @@ def test_snapshot_carries_the_traces_values(tiny_model, data):
     assert len(a["ablations"]) == L * H and a["importance"]["n_head"] == H
     assert set(a["neighbours"]) == {str(i) for i in trace.token_ids}
     # the app's first request asks for this sampling; the stored distribution must be for it
-    assert d["sampling"] == {"temperature": 1.0, "top_k": None, "top_p": None, "seed": 42}
+    assert d["sampling"] == {"temperature": 1.0, "top_k": 10, "top_p": None, "seed": 42}
 
 
 def test_budget_leaves_out_the_largest_tensors_first(tiny_model):

@@ -36,7 +36,7 @@ from ..analysis.answers import (
 )
 from ..engine import ExplainerModel
 from ..errors import InputError
-from ..limits import ABLATION_TOP, APP_TOP_N, DEFAULT_SEED, LENS_TOP, MAX_TOKENS_LIST, NEIGHBOURS
+from ..limits import ABLATION_TOP, APP_TOP_K, APP_TOP_N, DEFAULT_SEED, LENS_TOP, MAX_TOKENS_LIST, NEIGHBOURS
 from ..names import block_name, describe
 from ..overview import config_out, trace_overview
 from ..schemas import ModelInfo, ModelList, SamplingIn
@@ -49,7 +49,7 @@ FORMAT = "transformer-explainer-snapshot"
 VERSION = 1
 # What the app asks for on its first trace (web/src/lib/state.svelte.ts): the snapshot's stored
 # next-token distribution must be for these settings.
-APP_SAMPLING = {"temperature": 1.0, "top_k": None, "top_p": None, "seed": DEFAULT_SEED}
+APP_SAMPLING = {"temperature": 1.0, "top_k": APP_TOP_K, "top_p": None, "seed": DEFAULT_SEED}
 ANALOGY = ([" king", " woman"], [" man"])  # the explorer's default: king - man + woman
 MAX_PROJECTED = MAX_TOKENS_LIST
 LENS_CHUNK = 32  # positions per logit-lens call: (L+1) x chunk x V logits at a time

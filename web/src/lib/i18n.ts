@@ -93,11 +93,14 @@ const en = {
     "only during training; at inference it does nothing, so nothing is dropped here.",
   e_mlp:
     "The MLP works on each position separately: it expands the vector to {m} numbers, applies GELU, and " +
-    "projects back to {d}. Most of the model's parameters are here.",
+    "projects back to {d}. It holds two thirds of each block's parameters (8d² + 5d of 12d² + 13d); with the " +
+    "embeddings counted, the MLPs hold {share} of this model's parameters.",
   e_output:
     "The last position's vector goes through the final layer norm and is multiplied by Wᵤ (the transpose of " +
     "W_E; GPT-2 has no bias here), giving one logit per vocabulary entry. Temperature, top-k and top-p shape " +
-    "the probabilities from which the next token is drawn.",
+    "the probabilities from which the next token is drawn. This page starts with top-k = 10 at temperature 1: our " +
+    "choice, not a rule. It cuts the long tail of unlikely tokens that sampling from the whole vocabulary " +
+    "sometimes picks, and every token that can be drawn is in the table.",
   // labels
   tokenEmb: "token embedding W_E[{id}]",
   posEmb: "position embedding W_pos[{p}]",
@@ -319,10 +322,12 @@ const zh: Record<Key, string> = {
   e_residual:
     "注意力和 MLP 从不替换向量，而是在其上相加（残差连接）。Dropout 只在训练时使用；推理时它不起作用，这里没有丢弃任何东西。",
   e_mlp:
-    "MLP 对每个位置单独计算：把向量扩展到 {m} 维，经过 GELU，再投影回 {d} 维。模型的大部分参数都在这里。",
+    "MLP 对每个位置单独计算：把向量扩展到 {m} 维，经过 GELU，再投影回 {d} 维。每个块约三分之二的参数在这里" +
+    "（12d² + 13d 中的 8d² + 5d）；把嵌入也算上，所有 MLP 占这个模型参数的 {share}。",
   e_output:
     "最后一个位置的向量经过最终层归一化，再乘以 Wᵤ（即 W_E 的转置；GPT-2 在这里没有偏置），为词表中每个词元得到一个 logit。" +
-    "温度、top-k 和 top-p 决定了抽取下一个词元时所用的概率。",
+    "温度、top-k 和 top-p 决定了抽取下一个词元时所用的概率。本页默认用 top-k = 10、温度 1：这是我们的选择，" +
+    "不是定规。它截掉了那条由低概率词元组成的长尾（从整个词表里抽时偶尔会抽中它们），而且可能被抽中的词元在表里都看得到。",
   tokenEmb: "词元嵌入 W_E[{id}]",
   posEmb: "位置嵌入 W_pos[{p}]",
   sumEmb: "二者之和：第 0 块的输入",

@@ -2,6 +2,7 @@
 // that the card points at, a way to put the app in the state the step talks about, and text written
 // in the learner's own numbers. The card engine is components/Lesson.svelte; the lessons themselves
 // live in src/lessons/.
+import type { TensorSpec } from "./generated/api";
 import type { Lang } from "./i18n";
 
 /** A value read from the learner's trace: `v` as shown, `id` a stable name that tests look up
@@ -24,6 +25,9 @@ export interface LessonStep {
   /** Put the app in the state this step talks about (open a view, pick a layer, head or token) and
    *  fetch what the text needs. Runs when the step opens. */
   enter?: () => void | Promise<void>;
+  /** Tensors the text reads beyond what the step's view fetches itself. Read inside a reactive
+   *  context: fetched again whenever the trace, the focus or the layer change. */
+  needs?: () => TensorSpec[];
   title: Record<Lang, string>;
   /** The explanation, with its "why", in the learner's numbers. Read inside a reactive context, so it
    *  follows the text, the focus and the settings as they change. */

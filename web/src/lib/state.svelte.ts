@@ -1,7 +1,7 @@
 // The app's state: the input, the current trace overview, the focus (layer, head, token, view), the
 // sampling settings, and the tensors fetched for the current trace.
 import { tick } from "svelte";
-import { APP_TOP_N, DEFAULT_SEED } from "./generated/limits";
+import { APP_TOP_K, APP_TOP_N, DEFAULT_SEED } from "./generated/limits";
 import { api, ApiError, specKey } from "./client";
 import type { ModelInfo, NextTokenOut, SamplingIn, TensorSpec, TraceOut } from "./generated/api";
 import { translate, type Key, type Lang } from "./i18n";
@@ -16,6 +16,12 @@ export const EXAMPLES = [
   "人工智能正在改变世界",
 ];
 
+/** How the next token is drawn when the page opens: top-k with k = 10 at temperature 1. A choice, not
+ *  a rule (the output view and the lesson say why): from the whole vocabulary the long tail of
+ *  unlikely tokens wins now and then; greedy decoding repeats itself; with k = 10 every token that
+ *  can be drawn is among the 15 candidates listed. APP_TOP_K is shared with Python (limits.py). */
+export const DEFAULT_SAMPLING: Readonly<SamplingIn> = { temperature: 1, top_k: APP_TOP_K, top_p: null, seed: DEFAULT_SEED };
+
 class AppState {
   lang = $state<Lang>("en");
   text = $state(EXAMPLES[0]);
@@ -28,7 +34,7 @@ class AppState {
   head = $state(0);
   pos = $state(0);
   ln = $state<LnWhich>("ln1");
-  sampling = $state<SamplingIn>({ temperature: 1, top_k: null, top_p: null, seed: DEFAULT_SEED });
+  sampling = $state<SamplingIn>({ ...DEFAULT_SAMPLING });
   loading = $state(false);
   error = $state<string | null>(null);
   /** The last error was an over-long input: the page offers to keep its last `fit` tokens (null: count unknown). */

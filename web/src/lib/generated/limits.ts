@@ -2,6 +2,7 @@
 
 export const DEFAULT_SEED = 42;
 export const APP_TOP_N = 15;
+export const APP_TOP_K = 10;
 export const MIN_TEMPERATURE = 0.01;
 export const MAX_TEMPERATURE = 100.0;
 export const MAX_TOP_N = 100;

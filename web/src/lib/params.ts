@@ -1,0 +1,23 @@
+// Parameter counts of a GPT-2-shaped model, from its config: every weight and bias (GPT-2 ties the
+// unembedding to W_E, so it adds none).
+
+export interface ParamCounts {
+  /** One block's MLP: W_in d×4d + b_in 4d + W_out 4d×d + b_out d = 8d² + 5d. */
+  mlp: number;
+  /** One block: the MLP + W_QKV d×3d + b 3d + W_O d×d + b d + two layer norms 4d = 12d² + 13d. */
+  block: number;
+  /** All the MLPs. */
+  mlpAll: number;
+  /** Token and position embeddings (W_E also serves as the unembedding). */
+  embed: number;
+  /** The model: the embeddings, the blocks, the final layer norm. */
+  total: number;
+}
+
+export function paramCounts(c: { n_embd: number; n_layer: number; vocab_size: number; block_size: number }): ParamCounts {
+  const d = c.n_embd;
+  const mlp = 8 * d * d + 5 * d;
+  const block = 12 * d * d + 13 * d;
+  const embed = c.vocab_size * d + c.block_size * d;
+  return { mlp, block, mlpAll: c.n_layer * mlp, embed, total: embed + c.n_layer * block + 2 * d };
+}
