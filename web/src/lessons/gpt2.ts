@@ -98,6 +98,23 @@ const steps: LessonStep[] = [
     },
   },
   {
+    id: "overview",
+    target: "overview",
+    enter: () => show("overview"),
+    title: { en: "The whole journey", zh: "完整的旅程" },
+    body: (lang) => {
+      const c = cfg(), f = focusTok();
+      if (!c || !f) return [];
+      const nt = int("n-tokens", nTok()), nl = int("n-layer", c.n_layer);
+      return lang === "en"
+        ? L`Before the details, the map. Each of your ${nt} tokens is a row; it becomes a vector, passes through ${nl} blocks that each read the vector and add to it, and at the end the last position's vector becomes a score for every possible next token. The tokens travel side by side: only attention (the arcs) lets one read another. The lesson now walks this path stage by stage, for ${f}.`
+        : L`先看全局，再看细节。你的 ${nt} 个词元各占一行：每个词元先变成一个向量，依次经过 ${nl} 个块，每个块读取这个向量并在上面累加；最后，末位的向量变成对下一个词元的打分。各个词元并排前进，只有注意力（图中的弧线）让它们互相读取。接下来，这份讲解就以 ${f} 为例，沿着这条路一站一站地走。`;
+    },
+    task: (lang) => lang === "en"
+      ? L`Press Play and follow the yellow dot: it is ${focusTok("focus-token-2") ?? ""}'s vector, with its real numbers below the picture.`
+      : L`按“播放”，跟着黄色圆点走：它就是 ${focusTok("focus-token-2") ?? ""} 的向量，图下方是它的真实数值。`,
+  },
+  {
     id: "tokens",
     target: "tokens",
     enter: () => show("tokens"),
