@@ -285,7 +285,7 @@ const steps: LessonStep[] = [
       const w = row(pattern, app.pos), best = argBest(w, app.pos);
       let sum = 0;
       for (let j = 0; j < w.length; j++) sum += w[j];
-      const k = tok("top-key", best), wk = n("top-weight", w[best]), s = n("row-sum", sum);
+      const k = tok("top-key", best), wk = n("top-weight", w[best]), s = val("row-sum", sum.toFixed(3), sum); // float16 weights: 3 decimals, not a spurious 1.0001
       return lang === "en"
         ? L`Softmax exponentiates each score (so all become positive) and divides by their sum (so they add up to 1). Exponentials widen the gaps, so the best matches win clearly, yet every visible key keeps some weight and the whole is smooth enough to train. ${f} gives its largest weight to ${k}: ${wk}; its row sums to ${s}.`
         : L`softmax 先对每个得分取指数（全部变成正数），再除以它们的和（加起来等于 1）。取指数会拉大差距，最匹配的键明显胜出，但每个看得见的键都还保留一点权重，整个过程也足够平滑，可以训练。${f} 给 ${k} 的权重最大：${wk}；它这一行加起来是 ${s}。`;
