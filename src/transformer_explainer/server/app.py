@@ -45,6 +45,7 @@ from .schemas import (
     TraceOut,
     WeightIn,
 )
+from .security import AccessGuard, AccessSettings, FairShare
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class ServerSettings:
     max_body_bytes: int = 1_000_000
     max_tokens: int | None = None  # tokens per request; None: the model's context length
     static_dir: Path | None = None  # the built UI; None: the package's web_dist/
+    access: AccessSettings = AccessSettings()  # token, Host and Origin checks, per-client limits (security.py)
 
 
 def package_static_dir() -> Path:
@@ -446,5 +448,7 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     static_routes(app, settings.static_dir or package_static_dir())
     app.add_middleware(GZipMiddleware, minimum_size=2048)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(FairShare, settings=settings.access)
+    app.add_middleware(AccessGuard, settings=settings.access)  # runs before the limits: strangers are not counted
     app.add_middleware(SecurityHeaders)
     return app
