@@ -148,7 +148,11 @@ class AccessGuard:
         self.allowed = None if settings.allowed_hosts is None else {h.lower() for h in settings.allowed_hosts}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
+        if scope["type"] == "websocket":  # the app has no WebSocket endpoint; one must not slip past the checks
+            if self.settings.token is not None or self.allowed is not None:
+                return await send({"type": "websocket.close", "code": 1008})
+            return await self.app(scope, receive, send)
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = _headers(scope)
         host = headers.get("host", "")
@@ -203,7 +207,7 @@ class AccessGuard:
 
     async def _refuse(self, scope: Scope, send: Send, why: str) -> None:
         challenge = [(b"www-authenticate", b'Bearer realm="transformer-explainer"')]
-        if _is_api(scope) or scope["type"] != "http":
+        if _is_api(scope):
             return await _json(send, 401, f"{why} This server needs its access token: send it as "
                                           f"`Authorization: Bearer TOKEN`, or open the address `serve` printed "
                                           f"(it ends in ?token=...) in the browser first.", challenge)
