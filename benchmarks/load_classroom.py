@@ -251,10 +251,11 @@ def start_server(folder: Path, extra: list[str]) -> tuple[subprocess.Popen, str]
     if "serving on " not in line:
         proc.kill()
         raise SystemExit(f"the server did not start: {line!r}")
-    url = line.split("serving on ", 1)[1].split()[0]
+    url, _, token = line.split("serving on ", 1)[1].split()[0].partition("?token=")  # with --token: the base URL
+    auth = {"Authorization": f"Bearer {token}"} if token else {}
     for _ in range(600):  # with --workers N the URL is printed before the workers have loaded the model
         try:
-            if httpx.get(url + "api/health", timeout=5).status_code == 200:
+            if httpx.get(url + "api/health", headers=auth, timeout=5).status_code == 200:
                 break
         except httpx.TransportError:
             pass

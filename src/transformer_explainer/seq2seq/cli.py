@@ -145,6 +145,7 @@ def _list(as_json: bool) -> int:
 def cmd_train_seq2seq(args: argparse.Namespace) -> int:
     import torch
 
+    from ..loading.checkpoint import atomic_write_bytes
     from ..training.trainer import TrainConfig, Trainer
     from .checkpoint import load_seq2seq, save_seq2seq
     from .config import PRESETS, Seq2SeqConfig
@@ -180,7 +181,8 @@ def cmd_train_seq2seq(args: argparse.Namespace) -> int:
                                    "dropout": args.dropout}.items() if v is not None}
         config = replace(PRESETS[recipe["preset"]], **shape).with_vocab(len(task.src_vocab), len(task.tgt_vocab))
     run = {"task": args.task, "task_options": task.options(), "model": config.to_dict(), "recipe": recipe}
-    run_file.write_text(json.dumps(run, indent=1, ensure_ascii=False))
+    # whole or not at all: a kill while writing must not leave a run that cannot resume
+    atomic_write_bytes(run_file, json.dumps(run, indent=1, ensure_ascii=False).encode())
     tcfg = TrainConfig(max_steps=recipe["steps"], lr=recipe["lr"], min_lr=recipe["min_lr"],
                        warmup_steps=recipe["warmup"], weight_decay=0.0, betas=(0.9, 0.98),  # the paper's Adam
                        eval_interval=args.eval_interval, checkpoint_interval=args.checkpoint_interval,
@@ -201,7 +203,7 @@ def cmd_train_seq2seq(args: argparse.Namespace) -> int:
     model.training = {"steps": state.step, "minutes": round(state.elapsed_s / 60, 2), **recipe,
                       **{k: round(v, 4) for k, v in state.last_eval.items()}}
     save_seq2seq(model, out / "model")
-    (out / "history.json").write_text(json.dumps(asdict(state), indent=1))
+    atomic_write_bytes(out / "history.json", json.dumps(asdict(state), indent=1).encode())
     print(f"step {state.step}: validation {json.dumps(state.last_eval)}; model in {out / 'model'}", file=sys.stderr)
     if args.export:
         save_seq2seq(model, args.export, torch.float16)

@@ -2,5 +2,6 @@
 
 from .app import ServerSettings, create_app
 from .registry import ModelRegistry
+from .security import AccessSettings
 
-__all__ = ["ModelRegistry", "ServerSettings", "create_app"]
+__all__ = ["AccessSettings", "ModelRegistry", "ServerSettings", "create_app"]

@@ -30,6 +30,7 @@ from .downloads import downloads_router
 from .pool import Busy, ModelPool
 from .registry import ModelRegistry
 from .routes import analysis, core, seq2seq
+from .security import AccessGuard, AccessSettings, FairShare
 from .service import Explainer
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class ServerSettings:
     max_tokens: int | None = None  # tokens per request; None: the model's context length
     static_dir: Path | None = None  # the built UI; None: the package's web_dist/
     downloads: bool = False  # may the app's download panel fetch known GPT-2 checkpoints (see downloads.py)
+    access: AccessSettings = AccessSettings()  # token, Host and Origin checks, per-client limits (security.py)
 
 
 # -- small ASGI middlewares ------------------------------------------------------------------------
@@ -270,5 +272,7 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     static_routes(app, settings.static_dir or package_static_dir())
     app.add_middleware(GZipMiddleware, minimum_size=2048)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(FairShare, settings=settings.access)
+    app.add_middleware(AccessGuard, settings=settings.access)  # runs before the limits: strangers are not counted
     app.add_middleware(SecurityHeaders)
     return app

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+TOKEN_ENV = "TRANSFORMER_EXPLAINER_TOKEN"
+
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import os
+
     from ..errors import InputError
     from .run import ServeConfig, serve
 
@@ -16,11 +20,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if bad or args.queue < 0 or args.cache_mb < 0 or args.timeout <= 0:
         raise InputError(f"{', '.join(bad) or 'these options'} must be at least 1; --queue and --cache-mb at least 0; "
                          f"--timeout more than 0")
+    if (args.client_calls or 0) < 0 or (args.client_rate or 0) < 0 or args.client_burst < 1:
+        raise InputError("--client-calls and --client-rate must be at least 0 (0: no limit), --client-burst at least 1")
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
+    if token is not None and args.no_token:
+        raise InputError(f"--no-token and a token (--token or ${TOKEN_ENV}) contradict each other; choose one")
     cfg = ServeConfig(models=args.model or [], host=args.host, port=args.port, workers=args.workers,
                       model_threads=args.model_threads, torch_threads=args.torch_threads,
                       max_queue=args.queue, request_timeout_s=args.timeout, trace_cache_mb=args.cache_mb,
                       max_body_bytes=args.max_body_bytes, max_tokens=args.max_tokens,
-                      allow_download=args.allow_download, api_downloads=args.api_downloads, discover=not args.only)
+                      allow_download=args.allow_download, api_downloads=args.api_downloads, discover=not args.only,
+                      token=token, no_token=args.no_token, allow_hosts=args.allow_host or [],
+                      client_calls=args.client_calls, client_rate=args.client_rate, client_burst=args.client_burst)
     serve(cfg, open_browser=args.open)
     return 0
 
@@ -53,4 +64,21 @@ def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction
                         "and offer the app's download panel on a server reachable from other machines (a server "
                         "bound to 127.0.0.1 offers the panel anyway); off by default")
     p.add_argument("--only", action="store_true", help="offer only the --model models, not the built-in/cached ones")
+    g = p.add_argument_group("access (docs/deploy.md)")
+    g.add_argument("--token", default=None,
+                   help=f"access token every request must carry (?token= in the URL once, then a cookie; or "
+                        f"Authorization: Bearer). Default: a random one when --host is not loopback, none on "
+                        f"127.0.0.1. ${TOKEN_ENV} sets it without showing it in the process list")
+    g.add_argument("--no-token", action="store_true", help="serve beyond this machine without a token (anyone in)")
+    g.add_argument("--allow-host", action="append", default=None, metavar="NAME",
+                   help="on a loopback bind, also answer requests for the Host NAME (a reverse proxy's name); "
+                        "others than localhost, 127.0.0.1 and [::1] get 403 (DNS rebinding)")
+    g.add_argument("--client-calls", type=int, default=None, metavar="N",
+                   help="model calls at once per client address, as many again wait, more get 429 "
+                        "(default 2 when exposed, no limit on loopback; 0: no limit)")
+    g.add_argument("--client-rate", type=float, default=None, metavar="R",
+                   help="API requests per second per client address, beyond a burst; more get 429 + Retry-After "
+                        "(default 10 when exposed, no limit on loopback; 0: no limit)")
+    g.add_argument("--client-burst", type=int, default=50, metavar="B",
+                   help="API requests a client may make at once before --client-rate applies (default 50)")
     p.set_defaults(func=cmd_serve)

@@ -7,15 +7,17 @@ import ipaddress
 import json
 import logging
 import os
+import secrets
 import socket
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from fastapi import FastAPI
 
-from ..errors import ExplainerError
+from ..errors import ExplainerError, InputError
 from .app import ServerSettings, create_app
 from .registry import ModelRegistry
+from .security import AccessSettings, loopback_hosts
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,17 @@ class ServeConfig:
     allow_download: bool = False  # may `--model gpt2` download at startup
     api_downloads: bool = False  # may a request download a known GPT-2 hub model (never any other)
     discover: bool = True  # also offer the built-in and cached models
+    token: str | None = None  # access token; None: generated when exposed (see `with_token`), none on loopback
+    no_token: bool = False  # exposed without a token, on purpose
+    allow_hosts: list[str] = field(default_factory=list)  # Host names answered besides the loopback ones
+    client_calls: int | None = None  # model calls at once per client; None: 2 when exposed, no limit on loopback
+    client_rate: float | None = None  # API requests/s per client; None: 10 when exposed, no limit on loopback
+    client_burst: int = 50  # API requests at once before the rate applies
+
+
+# per-client limits of an exposed server unless told otherwise (docs/deploy.md, "Fair share")
+EXPOSED_CLIENT_CALLS = 2
+EXPOSED_CLIENT_RATE = 10.0
 
 
 def model_threads(cfg: ServeConfig) -> int:
@@ -76,6 +89,32 @@ def downloads_allowed(cfg: ServeConfig) -> bool:
     return (cfg.api_downloads or is_loopback(cfg.host)) and cfg.workers == 1
 
 
+def with_token(cfg: ServeConfig) -> ServeConfig:
+    """`cfg` with its access token decided, once, in the parent process (so `--workers` share it):
+    the given one, else a new random one when exposed (unless `--no-token`), else none."""
+    if cfg.token is not None or cfg.no_token or is_loopback(cfg.host):
+        return cfg
+    return replace(cfg, token=secrets.token_urlsafe(24))
+
+
+def access_settings(cfg: ServeConfig) -> AccessSettings:
+    """Loopback: Host checked (against DNS rebinding), no token unless given, no per-client limits
+    unless given. Exposed: any Host, the token, per-client limits on."""
+    loopback = is_loopback(cfg.host)
+    bound = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+    hosts = loopback_hosts([bound, *cfg.allow_hosts]) if loopback else None
+
+    def limit(given: float | None, exposed: float) -> float | None:
+        if given is None:
+            return None if loopback else exposed
+        return given or None  # 0: off
+
+    calls = limit(cfg.client_calls, EXPOSED_CLIENT_CALLS)
+    return AccessSettings(token=None if cfg.no_token else cfg.token, allowed_hosts=hosts,
+                          client_calls=None if calls is None else int(calls),
+                          client_rate=limit(cfg.client_rate, EXPOSED_CLIENT_RATE), client_burst=cfg.client_burst)
+
+
 def build_registry(cfg: ServeConfig) -> ModelRegistry:
     from ..loading.resolve import default_spec, resolve
 
@@ -98,7 +137,7 @@ def build_app(cfg: ServeConfig) -> FastAPI:
     settings = ServerSettings(model_threads=model_threads(cfg), thread_budget=budget, max_queue=cfg.max_queue,
                               request_timeout_s=cfg.request_timeout_s, trace_cache_mb=cfg.trace_cache_mb,
                               max_body_bytes=cfg.max_body_bytes, max_tokens=cfg.max_tokens,
-                              downloads=downloads_allowed(cfg))
+                              downloads=downloads_allowed(cfg), access=access_settings(cfg))
     return create_app(build_registry(cfg), settings)
 
 
@@ -107,19 +146,30 @@ def app_from_env() -> FastAPI:
     return build_app(ServeConfig(**json.loads(os.environ[_CONFIG_ENV])))
 
 
-def url_for(host: str, port: int) -> str:
+def url_for(host: str, port: int, token: str | None = None) -> str:
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     if ":" in shown:
         shown = f"[{shown}]"
-    return f"http://{shown}:{port}/"
+    return f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
 
 
 def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> None:
     import uvicorn
 
+    cfg = with_token(cfg)
+    try:
+        access_settings(cfg)  # a bad --token or limit is refused before anything starts
+    except ValueError as e:
+        raise InputError(str(e)) from None
     if not is_loopback(cfg.host):
-        print(f"warning: serving on {cfg.host}, reachable from other machines. Anyone who can reach this port "
-              f"can use the model; bind to 127.0.0.1 unless you mean to share it.", file=sys.stderr)
+        if cfg.no_token:
+            print(f"warning: serving on {cfg.host}, reachable from other machines, without an access token "
+                  f"(--no-token). Anyone who can reach this port can use the model; bind to 127.0.0.1 unless you "
+                  f"mean to share it.", file=sys.stderr)
+        else:
+            print(f"warning: serving on {cfg.host}, reachable from other machines. Only browsers that open the "
+                  f"address below (with its token) get in; give it only to your class, and put TLS in front on a "
+                  f"network you do not trust (docs/deploy.md).", file=sys.stderr)
         if cfg.api_downloads:
             print("warning: --api-downloads is on: any client can make this server download and load GPT-2 "
                   "checkpoints (up to 6.4 GB for gpt2-xl).", file=sys.stderr)
@@ -132,7 +182,7 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
         raise ExplainerError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror}; pick another --port") from None
     sock.listen(2048)
     port = sock.getsockname()[1]
-    url = url_for(cfg.host, port)
+    url = url_for(cfg.host, port, cfg.token)
     if cfg.workers > 1:
         os.environ[_CONFIG_ENV] = json.dumps(asdict(cfg))
         config = uvicorn.Config("transformer_explainer.server.run:app_from_env", factory=True, workers=cfg.workers,
