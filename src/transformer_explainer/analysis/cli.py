@@ -177,9 +177,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     out: Path = args.out
     suffix = out.suffix.lower()
     names = [n.strip() for n in args.names.split(",") if n.strip()] if args.names else None
-    model = _load(args)
-    trace = model.trace(args.text, truncate=args.truncate)
-    select_names(trace, names)  # an unknown name is refused before anything is written
+    traced = []
+
+    def check(model) -> None:  # an unknown name is refused before anything is written
+        traced.append(model.trace(args.text, truncate=args.truncate))
+        select_names(traced[0], names)
+
+    _load(args, check)
+    trace = traced[0]
     if suffix == ".npz":
         save_npz(trace, out, names)
     else:
