@@ -61,18 +61,35 @@ def cmd_explain(args: argparse.Namespace) -> int:
     dist = model.next_token(trace, params)
     top = [{"token": model.tokenizer.token_text(i), "id": i, "logit": float(dist.logits[i]),
             "prob": float(dist.probs[i])} for i in dist.top(args.top)]
+    groups = model.tokenizer.char_groups(trace.token_ids)
     if args.json:
-        print(json.dumps({"model": model.name, "tokens": trace.tokens, "token_ids": trace.token_ids, "top": top},
-                         ensure_ascii=False))
+        print(json.dumps({"model": model.name, "tokens": trace.tokens, "token_ids": trace.token_ids,
+                          "char_groups": [{"start": g.start, "end": g.end, "text": g.text} for g in groups],
+                          "top": top}, ensure_ascii=False))
         return 0
     print(f"{trace.n_tokens} tokens:")
+    marks = _group_marks(groups)
     for pos, (tok, tid) in enumerate(zip(trace.tokens, trace.token_ids, strict=True)):
-        print(f"  {pos:>4}  {tid:>6}  {tok!r}")
+        print(f"  {pos:>4}  {tid:>6}  {tok!r:<24} {marks.get(pos, '')}".rstrip())
+    if groups:
+        print("  (<0xF0>: one byte of a character that is split over several tokens; ┐│┘ brackets the tokens "
+              "that make it)")
     print(f"\nnext token (temperature {params.temperature}, top-k {params.top_k}, top-p {params.top_p}):")
     print(f"  {'token':<20} {'id':>6} {'logit':>9} {'prob':>8}")
     for row in top:
         print(f"  {row['token']!r:<20} {row['id']:>6} {row['logit']:>9.3f} {row['prob']:>8.2%}")
     return 0
+
+
+def _group_marks(groups) -> dict[int, str]:
+    """Position -> the bracket drawn beside it for tokens that together make whole characters."""
+    marks = {}
+    for g in groups:
+        for pos in range(g.start, g.end):
+            marks[pos] = "│"
+        marks[g.start] = f"┐ {g.text!r} together"
+        marks[g.end - 1] = "┘"
+    return marks
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ from .encoding import encode_array, encode_u8, lower_triangle_u8, pooled_pattern
 from .schemas import (
     AttentionOverview,
     Candidate,
+    CharGroupOut,
     EncodedTensor,
     Histogram,
     InputIn,
@@ -414,6 +415,7 @@ class Explainer:
             token_ids=trace.token_ids,
             tokens=[TokenOut(id=i, text=t, raw=tok.raw_token(i)) for i, t in zip(trace.token_ids, trace.tokens,
                                                                                    strict=True)],
+            char_groups=[CharGroupOut(start=g.start, end=g.end, text=g.text) for g in tok.char_groups(trace.token_ids)],
             start=trace.start,
             truncated=truncated,
             context_length=model.context_length,

@@ -20,6 +20,13 @@ export interface Candidate {
   prob_no_cut: number;
 }
 
+/** Tokens [start, end) that split characters between them (e.g. the four bytes of an emoji). */
+export interface CharGroupOut {
+  start: number;
+  end: number;
+  text: string;
+}
+
 export interface EncodedTensor {
   name: string;
   head?: number | null;
@@ -179,6 +186,7 @@ export interface TraceOut {
   text: string;
   token_ids: number[];
   tokens: TokenOut[];
+  char_groups: CharGroupOut[];
   start: number;
   truncated: boolean;
   context_length: number;
