@@ -150,9 +150,12 @@ def _download(spec: str, repo: str) -> Path:
     )
 
     size = KNOWN_HUB_MODELS.get(spec, (None, None, 0))[2]
-    log.warning("downloading %s from the Hugging Face hub into its cache%s", repo,
-                f" (about {size / 1e6:.0f} MB)" if size else "")
     try:
+        # the small config first: offline, or a repo that does not exist, fails here in one line,
+        # before the notice of a download that cannot happen
+        snapshot_download(repo, allow_patterns=["config.json"])
+        log.warning("downloading %s from the Hugging Face hub into its cache%s", repo,
+                    f" (about {size / 1e6:.0f} MB)" if size else "")
         folder = Path(snapshot_download(repo, allow_patterns=HUB_FILES))
         if not (folder / "model.safetensors").is_file():  # older repos only have the pickle-format file
             folder = Path(snapshot_download(repo, allow_patterns=[*HUB_FILES, "pytorch_model.bin"]))
