@@ -64,6 +64,7 @@ IN_PROCESS: dict[str, tuple[list[str], str]] = {
     "export-into-a-file": (["export", TEXT, "--out", f"{OUT}/weights.bin/t.npz", "--model", M], "is a file"),
     "snapshot-max-mb": (["snapshot", TEXT, "--out", f"{OUT}/x.html", "--max-mb", "0", "--model", M], "--max-mb"),
     "seq2seq-task": (["seq2seq", "hello", "--task", "nope"], "unknown task"),
+    "train-seq2seq-tsv-without-file": (["train", "seq2seq", "--task", "tsv", "--out", f"{OUT}/run"], "--tsv FILE"),
     "neighbours-k": (["neighbours", "king", "--k", "0", "--model", M], "--k"),
     "analogy-several-tokens": (["analogy", "king", "man", "Transformerish", "--model", M], "is not one token"),
 }

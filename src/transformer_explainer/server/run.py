@@ -130,6 +130,8 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((cfg.host, cfg.port))
+    except socket.gaierror as e:
+        raise ExplainerError(f"cannot listen on {cfg.host}: {e.strerror}; check --host") from None
     except OSError as e:
         raise ExplainerError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror}; pick another --port") from None
     sock.listen(2048)
