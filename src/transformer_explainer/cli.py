@@ -1,4 +1,5 @@
-"""The `transformer-explainer` command line: serve | explain | generate | models | train | seq2seq."""
+"""The `transformer-explainer` command line: serve | explain | generate | models | train | seq2seq |
+lens | ablate | importance | prune | heads | export | snapshot | neighbours | analogy."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
+from .cli_args import PROG, Parser, fail, int_range, non_negative_float, non_negative_int, positive_int, probability
 from .errors import ExplainerError
 
 log = logging.getLogger("transformer_explainer")
@@ -16,23 +19,36 @@ log = logging.getLogger("transformer_explainer")
 def _model_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None,
                    help="built-in model name, local HF-format folder, or hub id (gpt2, gpt2-medium, distilgpt2, "
-                        "owner/repo); default: GPT-2 small if cached, else the built-in model")
+                        "owner/repo), downloaded into the Hugging Face cache if it is not there yet; "
+                        "default: GPT-2 small if cached, else the built-in model")
     p.add_argument("--offline", action="store_true", help="never download; use only local models")
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1.0)")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--temperature", type=non_negative_float, default=1.0, help="0 = greedy (default 1.0)")
+    p.add_argument("--top-k", type=positive_int, default=None)
+    p.add_argument("--top-p", type=probability, default=None)
+    p.add_argument("--seed", type=int_range(0, 2**63 - 1), default=None)
 
 
-def _load(args: argparse.Namespace):
+def _load(args: argparse.Namespace, check: Callable[[Any], None] | None = None):
+    """Load the model named by --model. The text (when the command has one) and `check` are
+    validated against the model before the `model:` line is printed, so a refused input gives one
+    line on stderr, the error."""
     from .engine import load_model
 
     model = load_model(args.model, allow_download=not args.offline)
+    if getattr(args, "text", None) is not None:
+        model.encode(args.text, truncate=getattr(args, "truncate", False))
+    if check is not None:
+        check(model)
     print(f"model: {model.name} ({model.source}; {model.config.n_layer} layers, {model.config.n_head} heads, "
           f"d_model {model.config.n_embd}, context {model.config.block_size})", file=sys.stderr)
+    if args.model is None and model.source == "builtin":
+        from .loading.resolve import gpt2_download_hint
+
+        print(f"(the built-in model: GPT-2 small is not in the Hugging Face cache; {gpt2_download_hint()})",
+              file=sys.stderr)
     return model
 
 
@@ -45,13 +61,19 @@ def cmd_explain(args: argparse.Namespace) -> int:
     dist = model.next_token(trace, params)
     top = [{"token": model.tokenizer.token_text(i), "id": i, "logit": float(dist.logits[i]),
             "prob": float(dist.probs[i])} for i in dist.top(args.top)]
+    groups = model.tokenizer.char_groups(trace.token_ids)
     if args.json:
-        print(json.dumps({"model": model.name, "tokens": trace.tokens, "token_ids": trace.token_ids, "top": top},
-                         ensure_ascii=False))
+        print(json.dumps({"model": model.name, "tokens": trace.tokens, "token_ids": trace.token_ids,
+                          "char_groups": [{"start": g.start, "end": g.end, "text": g.text} for g in groups],
+                          "top": top}, ensure_ascii=False))
         return 0
     print(f"{trace.n_tokens} tokens:")
+    marks = _group_marks(groups)
     for pos, (tok, tid) in enumerate(zip(trace.tokens, trace.token_ids, strict=True)):
-        print(f"  {pos:>4}  {tid:>6}  {tok!r}")
+        print(f"  {pos:>4}  {tid:>6}  {tok!r:<24} {marks.get(pos, '')}".rstrip())
+    if groups:
+        print("  (<0xF0>: one byte of a character that is split over several tokens; ┐│┘ brackets the tokens "
+              "that make it)")
     print(f"\nnext token (temperature {params.temperature}, top-k {params.top_k}, top-p {params.top_p}):")
     print(f"  {'token':<20} {'id':>6} {'logit':>9} {'prob':>8}")
     for row in top:
@@ -59,17 +81,30 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _group_marks(groups) -> dict[int, str]:
+    """Position -> the bracket drawn beside it for tokens that together make whole characters."""
+    marks = {}
+    for g in groups:
+        for pos in range(g.start, g.end):
+            marks[pos] = "│"
+        marks[g.start] = f"┐ {g.text!r} together"
+        marks[g.end - 1] = "┘"
+    return marks
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from .sampling import SamplingParams
 
-    model = _load(args)
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    ids = model.encode(args.text, truncate=True)
+    model = _load(args)
+    ids = model.encode(args.text, truncate=args.truncate)
+    ctx = model.context_length
+    steps = model.generate_ids(ids, args.n, params)  # a generator: it checks its inputs on the first step
     sys.stdout.write(args.text)
     sys.stdout.flush()
     out: list[int] = []
     shown = ""
-    for tok in model.generate_ids(ids, args.n, params):
+    for tok in steps:
         out.append(tok.id)
         text = model.tokenizer.decode(out)  # decode the run so multi-token characters come out whole
         if not text.endswith("\ufffd"):
@@ -77,6 +112,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             shown = text
     sys.stdout.write(model.tokenizer.decode(out)[len(shown):] + "\n")
+    if len(out) < args.n:
+        why = ("the model wrote its end-of-text token" if out and out[-1] == model.tokenizer.eos_id()
+               else f"the context of {ctx} tokens is full ({len(ids)} of the prompt + {len(out)} new)")
+        print(f"stopped after {len(out)} of {args.n} tokens: {why}", file=sys.stderr)
     return 0
 
 
@@ -133,24 +172,28 @@ def _feature_registrars() -> list[Callable[[argparse._SubParsersAction, argparse
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="transformer-explainer", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser = Parser(prog=PROG, description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log what is loaded and why; show the traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("explain", help="tokens of TEXT and the model's top next tokens")
     p.add_argument("text")
     _model_arg(p)
-    p.add_argument("--top", "--top-n", dest="top", type=int, default=10, help="how many candidates to list")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--top", "--top-n", dest="top", type=int_range(1, 1000), default=10,
+                   help="how many candidates to list (1-1000, default 10)")
+    p.add_argument("--temperature", type=non_negative_float, default=1.0)
+    p.add_argument("--top-k", type=positive_int, default=None)
+    p.add_argument("--top-p", type=probability, default=None)
     p.add_argument("--truncate", action="store_true", help="keep the last tokens of an over-long text")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("generate", help="continue TEXT, streaming tokens as they come")
     p.add_argument("text")
-    p.add_argument("-n", type=int, default=30, help="new tokens (default 30)")
+    p.add_argument("-n", type=non_negative_int, default=30,
+                   help="new tokens (default 30); generation also stops where the context is full")
+    p.add_argument("--truncate", action="store_true", help="keep the last tokens of an over-long prompt")
     _model_arg(p)
     _sampling_args(p)
     p.set_defaults(func=cmd_generate)
@@ -171,21 +214,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _configure_logging(args: argparse.Namespace) -> None:
+    """Warnings always; with -v, or for `serve` (a long-running program whose log is its record),
+    also what was loaded and why."""
+    verbose = args.verbose or args.command == "serve"
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s" if args.verbose
+                        else "%(message)s")
+    log.setLevel(logging.INFO if verbose else logging.WARNING)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # a refused argument (its one line is printed) or --help
+        return e.code if isinstance(e.code, int) else 2
+    _configure_logging(args)
     try:
         return int(args.func(args) or 0)
     except ExplainerError as e:
-        print(f"error: {e}", file=sys.stderr)
+        fail(str(e))
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:  # a file that cannot be read or written: the system's reason is the message
+        if args.verbose:
+            raise
+        where = f": {e.filename}" if e.filename else ""
+        fail(f"{e.strerror or e}{where}")
+        return 2
+    except Exception as e:
+        if args.verbose:
+            raise
+        fail(f"internal error ({type(e).__name__}: {e}); rerun with -v for the traceback, and please report it")
+        return 1
 
 
 if __name__ == "__main__":

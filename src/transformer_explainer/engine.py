@@ -209,8 +209,10 @@ def load_model(spec: str | None = None, *, allow_download: bool = True) -> Expla
 
     `spec`: a built-in model name, a local HF-format folder, a hub id ("gpt2", "gpt2-medium",
     "distilgpt2", "owner/repo"), or None for the default (cached GPT-2 small, else the built-in model).
+    Naming a hub model that is not cached downloads it, unless `allow_download` is False; the default
+    (None) never downloads. Which model was picked, and why, is logged at INFO.
     """
     resolved = resolve(spec, allow_download=allow_download)
     model = ExplainerModel.from_resolved(resolved)
-    log.info("loaded %r from %s", model, resolved.folder)
+    log.info("model %s: %r%s", resolved.describe(), model, f"; {resolved.reason}" if resolved.reason else "")
     return model

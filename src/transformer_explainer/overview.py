@@ -21,6 +21,7 @@ from .sampling import SamplingParams, make_generator, next_token_distribution
 from .schemas import (
     AttentionOverview,
     Candidate,
+    CharGroupOut,
     EncodedTensor,
     Histogram,
     ModelConfigOut,
@@ -130,6 +131,7 @@ def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated:
         token_ids=trace.token_ids,
         tokens=[TokenOut(id=i, text=t, raw=tok.raw_token(i)) for i, t in zip(trace.token_ids, trace.tokens,
                                                                                strict=True)],
+        char_groups=[CharGroupOut(start=g.start, end=g.end, text=g.text) for g in tok.char_groups(trace.token_ids)],
         start=trace.start,
         truncated=truncated,
         context_length=model.context_length,

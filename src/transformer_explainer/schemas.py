@@ -142,8 +142,16 @@ class ModelList(BaseModel):
 
 class TokenOut(BaseModel):
     id: int
-    text: str  # the token's own text, leading space kept
+    text: str  # the token's own text, leading space kept; a byte of a split character as <0xF0>
     raw: str  # the vocabulary entry as stored, e.g. "Ġthe"
+
+
+class CharGroupOut(BaseModel):
+    """Tokens [start, end) that split characters between them (e.g. the four bytes of an emoji)."""
+
+    start: int
+    end: int
+    text: str  # what they make together, e.g. "🎉"
 
 
 class EncodedTensor(BaseModel):
@@ -210,6 +218,7 @@ class TraceOut(BaseModel):
     text: str
     token_ids: list[int]
     tokens: list[TokenOut]
+    char_groups: list[CharGroupOut]  # runs of tokens that together make whole characters
     start: int  # position of the first token (0 for a full trace)
     truncated: bool  # the input was cut to the last context-length tokens
     context_length: int

@@ -54,3 +54,20 @@ def test_token_texts_show_spaces_and_bytes(pair):
     assert "".join(texts).startswith(" the ")
     raw = b"".join(ours.token_bytes(i) for i in ids)
     assert raw.decode("utf-8") == " the 数"
+
+
+def test_split_characters_one_notation_and_groups(pair):
+    """A byte of a character split over tokens, and a control character, read <0xHH> (never a
+    backslash escape); the runs that make whole characters come back with the text they make."""
+    ours, _ = pair
+    ids = ours.encode("I 🎉 it 中文 x\x18y 👍🏽!")
+    texts = ours.token_texts(ids)
+    assert "\\" not in "".join(texts) and "<0x18>" in texts and "中" in texts
+    assert texts[1:4] == [" <0xF0><0x9F>", "<0x8E>", "<0x89>"]
+    groups = ours.char_groups(ids)
+    assert [g.text for g in groups] == [" 🎉", "文", " 👍", "🏽"]
+    for g in groups:
+        assert ours.decode(ids[g.start:g.end]) == g.text
+    inside = {p for g in groups for p in range(g.start, g.end)}
+    alone = [texts[p] for p in range(len(ids)) if p not in inside]
+    assert [t for t in alone if "<0x" in t] == ["<0x18>"]  # outside the groups, only the control character

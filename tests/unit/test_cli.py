@@ -47,3 +47,61 @@ def test_models_lists_known_downloads(capsys):
     names = {m["name"] for m in out["models"]}
     assert {"gpt2", "gpt2-medium", "distilgpt2"} <= names
     assert out["default"]
+
+
+def test_explain_json_brackets_split_characters(tiny_gpt2_dir, capsys):
+    assert main(["explain", "I 🎉", "--model", str(tiny_gpt2_dir), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tokens"][1:] == [" <0xF0><0x9F>", "<0x8E>", "<0x89>"]
+    assert out["char_groups"] == [{"start": 1, "end": 4, "text": " 🎉"}]
+    assert main(["explain", "I 🎉", "--model", str(tiny_gpt2_dir)]) == 0
+    table = capsys.readouterr().out
+    assert "┐ ' 🎉' together" in table and "\\x" not in table
+
+
+def test_generate_says_why_it_stopped(tiny_gpt2_dir, capsys):
+    assert main(["generate", "The king said", "-n", "100000000", "--model", str(tiny_gpt2_dir), "--seed", "1",
+                 "--temperature", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("The king said")
+    assert "the context of 128 tokens is full" in err or "end-of-text" in err
+
+
+def test_neighbours_and_analogy(tiny_gpt2_dir, tiny_model, capsys):
+    from transformer_explainer.analysis.embeddings import analogy, nearest_tokens, token_id
+
+    assert main(["neighbours", "king", "--k", "3", "--json", "--model", str(tiny_gpt2_dir)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["token"]["token"] == " king"  # the mid-sentence form by default
+    assert [n["id"] for n in d["neighbours"]] == [n.id for n in nearest_tokens(tiny_model, " king", 3)]
+    assert main(["neighbours", "king", "--no-space", "--json", "--model", str(tiny_gpt2_dir)]) == 0
+    assert json.loads(capsys.readouterr().out)["token"]["token"] == "king"
+    assert main(["analogy", "king", "man", "woman", "--k", "4", "--json", "--model", str(tiny_gpt2_dir)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    ref = analogy(tiny_model, [" king", " woman"], [" man"], 4)
+    assert [n["id"] for n in d["neighbours"]] == [n.id for n in ref.neighbours]
+    assert [p["id"] for p in d["positive"]] == [token_id(tiny_model, " king"), token_id(tiny_model, " woman")]
+    assert main(["analogy", "king", "man", "woman", "--model", str(tiny_gpt2_dir)]) == 0
+    assert "' king' - ' man' + ' woman'" in capsys.readouterr().out
+
+
+def test_model_choice_is_explained(tiny_gpt2_dir, caplog):
+    import logging
+
+    from transformer_explainer import load_model
+    from transformer_explainer.loading.resolve import default_spec, resolve
+    from transformer_explainer.server.run import ServeConfig, model_line
+
+    with caplog.at_level(logging.INFO, logger="transformer_explainer"):
+        load_model(str(tiny_gpt2_dir))
+    assert f"model {tiny_gpt2_dir.name} (from {tiny_gpt2_dir})" in caplog.text
+    assert model_line(ServeConfig(models=[str(tiny_gpt2_dir)])) == f"model: {tiny_gpt2_dir.name} (from {tiny_gpt2_dir})"
+    default = resolve(None, allow_download=False)
+    assert default.name == default_spec() and default.reason.startswith("no model named")
+    if default.name != "gpt2":
+        assert "transformer-explainer serve --model gpt2" in model_line(ServeConfig())
+
+
+def test_export_writes_whole_files_only(tiny_gpt2_dir, tmp_path, capsys):
+    assert main(["export", "The cat", "--out", str(tmp_path / "t.npz"), "--model", str(tiny_gpt2_dir)]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["t.npz"]  # no temporary file beside it

@@ -86,8 +86,18 @@ def test_pickle_is_refused(folder: Path):
 def test_unknown_model_offline():
     with pytest.raises(ModelNotFoundError, match="not in the local Hugging Face cache"):
         load_model("no-such-model-xyz", allow_download=False)
-    with pytest.raises(ModelNotFoundError, match="does not exist"):
+    with pytest.raises(ModelNotFoundError, match="no such folder"):
         load_model("./no/such/folder", allow_download=False)
+
+
+def test_an_existing_path_is_never_a_hub_id(tmp_path: Path, monkeypatch):
+    (tmp_path / "README.md").write_text("hello\n")
+    monkeypatch.chdir(tmp_path)
+    for spec in ("README.md", str(tmp_path / "README.md")):  # relative and absolute: a file, not a download
+        with pytest.raises(ModelNotFoundError, match="is a file; a model folder holds config.json"):
+            load_model(spec)
+    with pytest.raises(ModelNotFoundError, match="no such folder"):
+        load_model(str(tmp_path / "missing"))
 
 
 def test_unreachable_hub_is_one_clear_line(monkeypatch, tmp_path):
@@ -102,7 +112,7 @@ def test_unreachable_hub_is_one_clear_line(monkeypatch, tmp_path):
         with pytest.raises(ModelNotFoundError) as e:
             load_model("gpt2-medium")
         msg = str(e.value)
-        assert "\n" not in msg and "openai-community/gpt2-medium" in msg
+        assert "\n" not in msg and "openai-community/gpt2-medium" in msg and "this machine is offline" in msg
     finally:
         monkeypatch.undo()
         importlib.reload(c)

@@ -53,7 +53,7 @@ def test_beam_and_steps(checkpoint: Path, capsys):
 def test_errors_are_one_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error:") and message in err and "\n" not in err
+    assert err.startswith("transformer-explainer") and ": error: " in err and message in err and "\n" not in err
 
 
 def test_bad_text_for_the_checkpoint(checkpoint: Path, capsys):

@@ -370,3 +370,10 @@ def test_probabilities_are_finite_for_extreme_temperatures(client):
     for t in (0.01, 100):
         d = post(client, "/api/next_token", text=TEXT, sampling={"temperature": t}).json()
         assert all(math.isfinite(c["prob"]) for c in d["candidates"])
+
+
+def test_trace_brackets_split_characters(client):
+    d = post(client, "/api/trace", text="I 🎉 it").json()
+    texts = [t["text"] for t in d["tokens"]]
+    assert texts[:4] == ["I", " <0xF0><0x9F>", "<0x8E>", "<0x89>"]  # GPT-2 splits the emoji into bytes
+    assert d["char_groups"] == [{"start": 1, "end": 4, "text": " 🎉"}]

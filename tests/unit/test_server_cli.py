@@ -73,4 +73,4 @@ def test_serve_prints_its_url_and_answers(tiny_gpt2_dir):
 def test_unknown_model_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "transformer_explainer.cli", "serve", "--model", str(tmp_path / "nope"),
                         "--port", "0"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "no such folder" in r.stderr and "Traceback" not in r.stderr

@@ -214,3 +214,21 @@ def test_keyboard_and_long_input(page, tiny_model):
     page.fill("[data-testid=text]", too_long)
     page.wait_for_selector("[data-testid=error]", timeout=30_000)
     assert "truncation" in page.locator("[data-testid=error]").inner_text()
+
+
+def test_split_character_is_bracketed(page, live_server):
+    """An emoji that GPT-2 splits into byte tokens: the chips show <0xF0>-style bytes, bracketed, with
+    the character they make, in the token bar and in the tokens table."""
+    text = "I 🎉 it"
+    ref = api(live_server, "trace", text=text)
+    page.fill("[data-testid=text]", text)
+    wait_tokens(page, len(ref["tokens"]))
+    group = page.locator("[data-testid=char-group]")
+    assert group.count() == 1
+    assert group.locator("[data-testid=token-chip]").count() == 3
+    assert group.locator(".joined").inner_text() == "␣🎉"
+    assert group.locator("[data-testid=token-chip] .txt").nth(1).inner_text() == "<0x8E>"
+    cell = page.locator("[data-testid=char-group-cell]")
+    assert cell.count() == 1 and cell.get_attribute("rowspan") == "3"
+    page.locator("[data-testid=token-bar]").screenshot(path=str(ARTIFACTS / "split-character-bar.png"))
+    page.locator("[data-testid=token-table]").screenshot(path=str(ARTIFACTS / "split-character-table.png"))

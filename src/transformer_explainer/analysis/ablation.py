@@ -38,11 +38,11 @@ def all_heads(config: GPTConfig) -> list[Head]:
 
 def layer_heads(config: GPTConfig, layer: int) -> list[Head]:
     """Every head of one layer: ablating them all switches the layer's attention off."""
-    _check_heads(config, [(layer, 0)])
+    check_heads(config, [(layer, 0)])
     return [(layer, h) for h in range(config.n_head)]
 
 
-def _check_heads(config: GPTConfig, heads: Iterable[Head]) -> list[Head]:
+def check_heads(config: GPTConfig, heads: Iterable[Head]) -> list[Head]:
     out: list[Head] = []
     for layer, h in heads:
         if not 0 <= layer < config.n_layer:
@@ -178,7 +178,7 @@ def ablate(model: ExplainerModel, text: str | Sequence[int], heads: Iterable[Hea
 
     Mean ablation uses `means`, by default the heads' means over the built-in reference texts.
     """
-    heads = _check_heads(model.config, heads)
+    heads = check_heads(model.config, heads)
     ids = _ids(model, text)
     txt = text if isinstance(text, str) else None
     if mode == "mean" and means is None:

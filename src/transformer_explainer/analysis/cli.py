@@ -1,5 +1,5 @@
-"""CLI subcommands for the analyses: lens | ablate | importance | prune | heads | export | snapshot
-(registered by `cli.py`)."""
+"""CLI subcommands for the analyses: lens | ablate | importance | prune | heads | export | snapshot |
+neighbours | analogy (registered by `cli.py`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..cli import _load, _model_arg
+from ..cli_args import int_range, output_file, positive_float, positive_int
 from ..errors import InputError
 
 
@@ -52,9 +53,9 @@ def cmd_lens(args: argparse.Namespace) -> int:
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
-    from .ablation import ablate, layer_heads
+    from .ablation import ablate, check_heads, layer_heads
 
-    model = _load(args)
+    model = _load(args, lambda m: check_heads(m.config, [(args.layer, h) for h in args.head or [0]]))
     ids = model.encode(args.text, truncate=args.truncate)
     heads = [(args.layer, h) for h in args.head] if args.head else layer_heads(model.config, args.layer)
     res = ablate(model, ids, heads, mode=args.mode)
@@ -77,11 +78,13 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
 def _loss_input(args: argparse.Namespace, what: str):
     """The model and the text's ids, for an analysis judged by the loss on the text (>= 2 tokens)."""
-    model = _load(args)
-    ids = model.encode(args.text, truncate=args.truncate)
-    if len(ids) < 2:
-        raise InputError(f"{what} follows the loss on the text: give at least two tokens")
-    return model, ids
+
+    def check(model) -> None:
+        if len(model.encode(args.text, truncate=args.truncate)) < 2:
+            raise InputError(f"{what} follows the loss on the text: give at least two tokens")
+
+    model = _load(args, check)
+    return model, model.encode(args.text, truncate=args.truncate)
 
 
 def cmd_importance(args: argparse.Namespace) -> int:
@@ -111,8 +114,6 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from .ablation import prune_heads
 
     model, ids = _loss_input(args, "pruning")
-    if args.max_heads is not None and args.max_heads < 1:
-        raise InputError(f"--max-heads must be at least 1, got {args.max_heads}")
     curve = prune_heads(model, ids, mode=args.mode, max_heads=args.max_heads, recompute=args.rescore)
     if args.json:
         print(json.dumps({"model": model.name, "token_ids": ids, "recompute": args.rescore, **curve.to_dict()}))
@@ -171,15 +172,19 @@ def cmd_heads(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import DEFAULT_JSON_NAMES, save_json, save_npz
+    from .export import DEFAULT_JSON_NAMES, save_json, save_npz, select_names
 
-    out = Path(args.out)
+    out: Path = args.out
     suffix = out.suffix.lower()
-    if suffix not in (".npz", ".json"):
-        raise InputError(f"--out must end in .npz or .json, got {out.name!r}")
-    model = _load(args)
-    trace = model.trace(args.text, truncate=args.truncate)
     names = [n.strip() for n in args.names.split(",") if n.strip()] if args.names else None
+    traced = []
+
+    def check(model) -> None:  # an unknown name is refused before anything is written
+        traced.append(model.trace(args.text, truncate=args.truncate))
+        select_names(traced[0], names)
+
+    _load(args, check)
+    trace = traced[0]
     if suffix == ".npz":
         save_npz(trace, out, names)
     else:
@@ -189,23 +194,76 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
+    from ..loading.checkpoint import atomic_write_bytes
     from ..notebook.snapshot import page_html, snapshot_data
 
-    out = Path(args.out)
-    if out.suffix.lower() not in (".html", ".htm"):
-        raise InputError(f"--out must end in .html, got {out.name!r}")
-    if args.max_mb <= 0:
-        raise InputError(f"--max-mb must be positive, got {args.max_mb}")
+    out: Path = args.out
     model = _load(args)
     trace = model.trace(args.text, truncate=args.truncate)
     data, info = snapshot_data(model, trace, max_mb=args.max_mb, ablations=not args.no_ablations,
                                bundle_bytes=_bundle_bytes())
-    out.write_text(page_html(data), encoding="utf-8")
+    atomic_write_bytes(out, page_html(data).encode("utf-8"))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB, {trace.n_tokens} tokens); open it in any browser, "
           f"no server needed", file=sys.stderr)
     if info.omitted:
         print(f"left out to stay under {args.max_mb:g} MB (the views that show them say so): "
               f"{', '.join(info.omitted)}", file=sys.stderr)
+    return 0
+
+
+def _word_token(model, word: str, no_space: bool) -> int:
+    """The one token a word on the command line stands for: by default its mid-sentence form, with
+    the leading space (" king"), as GPT-2's tokenizer writes a word after another word."""
+    from .embeddings import token_id
+
+    if not word.strip():
+        raise InputError("a word is needed, got only spaces")
+    if no_space or word.startswith(" "):
+        return token_id(model, word)
+    try:
+        return token_id(model, " " + word)
+    except InputError as e:
+        if len(model.tokenizer.encode(word)) == 1:
+            raise InputError(f"{e}; {word!r} without the space is one token: add --no-space") from None
+        raise
+
+
+def _token_label(model, tid: int) -> str:
+    return f"{model.tokenizer.token_text(tid)!r} (id {tid})"
+
+
+def cmd_neighbours(args: argparse.Namespace) -> int:
+    from .answers import neighbours_json
+    from .embeddings import nearest_tokens
+
+    model = _load(args, lambda m: _word_token(m, args.word, args.no_space))
+    tid = _word_token(model, args.word, args.no_space)
+    if args.json:
+        print(json.dumps(neighbours_json(model, tid, args.k), ensure_ascii=False))
+        return 0
+    print(f"tokens whose embeddings are nearest to {_token_label(model, tid)}, by cosine similarity\n")
+    print(f"  {'rank':>4}  {'token':<22} {'id':>6} {'cosine':>7}")
+    for rank, nb in enumerate(nearest_tokens(model, tid, args.k), 1):
+        print(f"  {rank:>4}  {_fmt_tok(nb.token, 22)} {nb.id:>6} {nb.similarity:>7.3f}")
+    return 0
+
+
+def cmd_analogy(args: argparse.Namespace) -> int:
+    from .embeddings import analogy
+
+    words = (args.a, args.b, args.c)
+    model = _load(args, lambda m: [_word_token(m, w, args.no_space) for w in words])
+    a, b, c = (_word_token(model, w, args.no_space) for w in words)
+    res = analogy(model, [a, c], [b], args.k)
+    if args.json:
+        print(json.dumps({"model": model.name, **res.to_dict(model.tokenizer.token_text)}, ensure_ascii=False))
+        return 0
+    tt = model.tokenizer.token_text
+    print(f"{tt(a)!r} - {tt(b)!r} + {tt(c)!r}: the tokens whose embeddings are nearest to that vector "
+          f"(the three inputs left out)\n")
+    print(f"  {'rank':>4}  {'token':<22} {'id':>6} {'cosine':>7}")
+    for rank, nb in enumerate(res.neighbours, 1):
+        print(f"  {rank:>4}  {_fmt_tok(nb.token, 22)} {nb.id:>6} {nb.similarity:>7.3f}")
     return 0
 
 
@@ -225,18 +283,18 @@ def _text_args(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction) -> None:
     p = sub.add_parser("lens", help="logit lens: what each layer would predict next for TEXT")
     _text_args(p)
-    p.add_argument("--top", type=int, default=5, help="tokens to list per layer (default 5)")
+    p.add_argument("--top", type=int_range(1, 50), default=5, help="tokens to list per layer (1-50, default 5)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_lens)
 
     p = sub.add_parser("ablate", help="switch attention heads off and compare the next-token distribution")
     _text_args(p)
-    p.add_argument("--layer", type=int, required=True)
-    p.add_argument("--head", type=int, action="append", default=[],
+    p.add_argument("--layer", type=int_range(0), required=True)
+    p.add_argument("--head", type=int_range(0), action="append", default=[],
                    help="head to ablate; repeat for several; omit to ablate the whole layer")
     p.add_argument("--mode", choices=["zero", "mean"], default="zero",
                    help="zero the heads' output, or replace it by its mean over a reference set")
-    p.add_argument("--top", type=int, default=10)
+    p.add_argument("--top", type=int_range(1, 1000), default=10, help="changes to list (1-1000, default 10)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_ablate)
 
@@ -250,7 +308,7 @@ def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction)
     p = sub.add_parser("prune", help="switch heads off one by one, least important first, with the loss after each")
     _text_args(p)
     p.add_argument("--mode", choices=["zero", "mean"], default="zero")
-    p.add_argument("--max-heads", type=int, default=None, help="stop after this many heads (default: all)")
+    p.add_argument("--max-heads", type=positive_int, default=None, help="stop after this many heads (default: all)")
     p.add_argument("--rescore", action="store_true",
                    help="re-score every remaining head at each step (greedy; about N^2/2 forward passes)")
     p.add_argument("--json", action="store_true")
@@ -264,7 +322,8 @@ def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction)
 
     p = sub.add_parser("export", help="save the trace of TEXT to .npz (all tensors) or .json")
     _text_args(p)
-    p.add_argument("--out", required=True, help="FILE.npz or FILE.json")
+    p.add_argument("--out", required=True, type=output_file(".npz", ".json"),
+                   help="FILE.npz or FILE.json, in a folder that exists")
     p.add_argument("--names", default=None,
                    help="comma-separated names or globs, e.g. 'blocks.*.attn.pattern,logits' "
                         "(default: all for .npz, attention patterns for .json)")
@@ -272,9 +331,32 @@ def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction)
 
     p = sub.add_parser("snapshot", help="write one self-contained HTML page explaining TEXT (opens offline)")
     _text_args(p)
-    p.add_argument("--out", required=True, help="FILE.html")
-    p.add_argument("--max-mb", type=float, default=4.5,
+    p.add_argument("--out", required=True, type=output_file(".html", ".htm"),
+                   help="FILE.html, in a folder that exists")
+    p.add_argument("--max-mb", type=positive_float, default=4.5,
                    help="size budget: the largest tensors are left out first beyond it (default 4.5)")
     p.add_argument("--no-ablations", action="store_true",
                    help="skip the head-importance map and per-head ablations (layers x heads forward passes)")
     p.set_defaults(func=cmd_snapshot)
+
+    p = sub.add_parser("neighbours", help="the tokens whose embeddings are nearest to WORD's")
+    p.add_argument("word", help="one token's worth of text, e.g. king (looked up as ' king', see --no-space)")
+    _model_arg(p)
+    _word_args(p)
+    p.set_defaults(func=cmd_neighbours)
+
+    p = sub.add_parser("analogy", help="embedding arithmetic: A - B + C (king man woman) and its nearest tokens")
+    p.add_argument("a", metavar="A")
+    p.add_argument("b", metavar="B")
+    p.add_argument("c", metavar="C")
+    _model_arg(p)
+    _word_args(p)
+    p.set_defaults(func=cmd_analogy)
+
+
+def _word_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--k", type=int_range(1, 1000), default=10, help="tokens to list (1-1000, default 10)")
+    p.add_argument("--no-space", action="store_true",
+                   help="look words up exactly as typed ('king', a word at the start of a text) instead of "
+                        "their mid-sentence form with the leading space (' king')")
+    p.add_argument("--json", action="store_true")

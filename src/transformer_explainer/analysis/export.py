@@ -15,6 +15,7 @@ import torch
 
 from ..config import GPTConfig
 from ..errors import InputError
+from ..loading.checkpoint import atomic_write_bytes, atomic_writer
 from ..names import describe
 from ..trace import Trace
 
@@ -64,7 +65,7 @@ def save_npz(trace: Trace, path: str | Path, names: Sequence[str] | None = None,
     chosen = select_names(trace, names)
     arrays: dict[str, np.ndarray] = {n: trace[n].detach().cpu().numpy() for n in chosen}
     arrays[META_KEY] = np.array(json.dumps(trace_metadata(trace, chosen), ensure_ascii=False))
-    with path.open("wb") as f:  # a file object, so numpy keeps the name as given
+    with atomic_writer(path) as f:  # a file object, so numpy keeps the name as given; no half-written file
         (np.savez_compressed if compress else np.savez)(f, **arrays)
     return path
 
@@ -115,5 +116,6 @@ def trace_to_json(trace: Trace, names: Sequence[str] | None = DEFAULT_JSON_NAMES
 
 def save_json(trace: Trace, path: str | Path, names: Sequence[str] | None = DEFAULT_JSON_NAMES) -> Path:
     path = Path(path)
-    path.write_text(json.dumps(trace_to_json(trace, names), ensure_ascii=False, allow_nan=False), encoding="utf-8")
+    data = json.dumps(trace_to_json(trace, names), ensure_ascii=False, allow_nan=False)
+    atomic_write_bytes(path, data.encode("utf-8"))
     return path

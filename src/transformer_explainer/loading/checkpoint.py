@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from safetensors import SafetensorError
@@ -102,8 +104,11 @@ def hf_state_dict(model: GPT, dtype: torch.dtype = torch.float32) -> dict[str, t
     return out
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write, fsync, rename: a reader sees the old file or the new one, never half of one."""
+@contextmanager
+def atomic_writer(path: Path) -> Iterator[BinaryIO]:
+    """A binary file to write `path` through: written beside it, fsynced, renamed over it at the end
+    of the block. A reader sees the old file or the new one, never half of one; an error inside the
+    block leaves no file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     umask = os.umask(0)
@@ -111,7 +116,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -123,6 +128,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write, fsync, rename: a reader sees the old file or the new one, never half of one."""
+    with atomic_writer(path) as f:
+        f.write(data)
 
 
 def save_gpt(model: GPT, folder: Path, dtype: torch.dtype = torch.float32) -> None:

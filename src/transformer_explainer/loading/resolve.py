@@ -1,7 +1,10 @@
 """Turn a model spec (built-in name, local folder, hub id, or nothing) into a folder on disk.
 
 Policy when no model is named: GPT-2 small if it is already in the local Hugging Face cache, else
-the built-in model. A download starts only when a hub model is named explicitly.
+the built-in model. A download starts only when a hub model is named explicitly and the caller
+allows it (the command line does: naming a hub model there is the request to download it).
+
+A spec that names an existing path is always local, never a hub id.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ KNOWN_HUB_MODELS: dict[str, tuple[str, str, int]] = {
     "distilgpt2": ("distilbert/distilgpt2", "82M", 352_824_413),
 }
 HUB_FILES = ["config.json", "model.safetensors", "tokenizer.json", "vocab.json", "merges.txt"]
+MODEL_FOLDER_FILES = ("config.json, model.safetensors (or pytorch_model.bin) and tokenizer.json "
+                      "(or vocab.json + merges.txt)")
 
 Source = Literal["builtin", "local", "hub"]
 
@@ -36,6 +41,12 @@ class ResolvedModel:
     name: str  # what to call it in the UI
     folder: Path
     source: Source
+    reason: str = ""  # why this model, when the caller did not name it (or what was done to get it)
+
+    def describe(self) -> str:
+        """E.g. "explainer-small (built in)", for start-up messages."""
+        where = {"builtin": "built in", "local": f"from {self.folder}", "hub": "Hugging Face cache"}[self.source]
+        return f"{self.name} ({where})"
 
 
 def builtin_root() -> Path:
@@ -80,29 +91,53 @@ def default_spec() -> str:
     return "gpt2" if cached_hub_folder(KNOWN_HUB_MODELS["gpt2"][0]) is not None else BUILTIN_DEFAULT
 
 
+def gpt2_download_hint() -> str:
+    """How to get GPT-2 small, for messages shown when the built-in model stands in for it."""
+    size = KNOWN_HUB_MODELS["gpt2"][2]
+    return f"run `transformer-explainer serve --model gpt2` to download it (about {size / 1e6:.0f} MB)"
+
+
+def _default_reason(spec: str) -> str:
+    if spec == "gpt2":
+        return "no model named, and GPT-2 small is in the Hugging Face cache"
+    return f"no model named, and GPT-2 small is not in the Hugging Face cache; {gpt2_download_hint()}"
+
+
+def _looks_like_path(spec: str) -> bool:
+    """A spec written as a path (./x, /x, ~/x, a\\b, x/y/z) names a folder here, never a hub repo."""
+    return spec.startswith((".", "/", "~")) or "\\" in spec or spec.count("/") > 1
+
+
 def resolve(spec: str | None = None, *, allow_download: bool = True) -> ResolvedModel:
-    """Find the folder for `spec`; download a hub model only if it was named and is not cached."""
+    """Find the folder for `spec`; download a hub model only if it was named, is not cached and
+    `allow_download` is set."""
+    reason = ""
     if spec is None or spec == "" or spec == "default":
         spec = default_spec()
-        log.info("no model named: using %s", spec)
+        reason = _default_reason(spec)
     builtins = builtin_models()
     if spec in builtins:
-        return ResolvedModel(spec, builtins[spec], "builtin")
+        return ResolvedModel(spec, builtins[spec], "builtin", reason)
     path = Path(spec).expanduser()
     if path.is_dir():
         return ResolvedModel(path.resolve().name, path.resolve(), "local")
-    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
-        raise ModelNotFoundError(f"model folder {spec!r} does not exist")
+    if path.exists():
+        raise ModelNotFoundError(f"{spec} is a file; a model folder holds {MODEL_FOLDER_FILES}")
+    if _looks_like_path(spec):
+        raise ModelNotFoundError(f"no such folder: {spec} (a model folder holds {MODEL_FOLDER_FILES})")
     repo = hub_repo(spec)
     folder = cached_hub_folder(repo)
     if folder is not None:
-        return ResolvedModel(spec, folder, "hub")
+        return ResolvedModel(spec, folder, "hub", reason)
     if not allow_download:
+        size = KNOWN_HUB_MODELS.get(spec, (None, None, 0))[2]
+        about = f" (about {size / 1e6:.0f} MB)" if size else ""
         raise ModelNotFoundError(
-            f"model {spec!r} is not built in, not a local folder, and not in the local Hugging Face cache; "
-            f"downloads are switched off here. Built-in models: {', '.join(builtins) or 'none'}"
+            f"model {spec!r} is not built in, not a local folder, and not in the local Hugging Face cache, and "
+            f"downloading is off (--offline); run without --offline to download it{about}. "
+            f"Built-in models: {', '.join(builtins) or 'none'}"
         )
-    return ResolvedModel(spec, _download(spec, repo), "hub")
+    return ResolvedModel(spec, _download(spec, repo), "hub", f"downloaded from the Hugging Face hub ({repo})")
 
 
 def _download(spec: str, repo: str) -> Path:
@@ -115,8 +150,12 @@ def _download(spec: str, repo: str) -> Path:
     )
 
     size = KNOWN_HUB_MODELS.get(spec, (None, None, 0))[2]
-    log.warning("downloading %s from the Hugging Face hub%s", repo, f" ({size / 1e6:.0f} MB)" if size else "")
     try:
+        # the small config first: offline, or a repo that does not exist, fails here in one line,
+        # before the notice of a download that cannot happen
+        snapshot_download(repo, allow_patterns=["config.json"])
+        log.warning("downloading %s from the Hugging Face hub into its cache%s", repo,
+                    f" (about {size / 1e6:.0f} MB)" if size else "")
         folder = Path(snapshot_download(repo, allow_patterns=HUB_FILES))
         if not (folder / "model.safetensors").is_file():  # older repos only have the pickle-format file
             folder = Path(snapshot_download(repo, allow_patterns=[*HUB_FILES, "pytorch_model.bin"]))
@@ -126,10 +165,11 @@ def _download(spec: str, repo: str) -> Path:
             f"Hugging Face hub (built-in models: {', '.join(builtin_models()) or 'none'})"
         ) from None
     except (LocalEntryNotFoundError, OfflineModeIsEnabled, OSError) as e:
+        why = "HF_HUB_OFFLINE is set" if isinstance(e, OfflineModeIsEnabled) else "huggingface.co cannot be reached"
         raise ModelNotFoundError(
-            f"could not download {repo!r}: the Hugging Face hub is unreachable ({type(e).__name__}) and the "
-            f"model is not in the local cache. Connect once to download it, copy an HF-format folder here "
-            f"and pass its path, or use the built-in model {BUILTIN_DEFAULT!r}"
+            f"cannot download {spec!r}: this machine is offline ({why}) and {repo} is not in the Hugging Face "
+            f"cache. Connect and run the command again, pass the path of an HF-format model folder, or use "
+            f"the built-in model (--model {BUILTIN_DEFAULT})"
         ) from None
     except Exception as e:  # network stacks raise many classes; keep the message, drop the trace
         raise ModelNotFoundError(f"could not download {repo!r}: {type(e).__name__}: {e}") from None

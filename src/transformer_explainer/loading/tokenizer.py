@@ -1,7 +1,16 @@
-"""GPT-2 byte-level BPE tokenization through the `tokenizers` library."""
+"""GPT-2 byte-level BPE tokenization through the `tokenizers` library.
+
+How a token is shown, everywhere (CLI tables, JSON, the app): its text, leading space kept; a byte
+that is only part of a UTF-8 character (GPT-2 splits most emoji and CJK characters over two to
+four tokens) or a control character is written `<0xF0>`, as sentencepiece writes its byte tokens.
+Runs of tokens that together make whole characters are reported by `char_groups`, so a display
+can bracket them and show the character they form.
+"""
 
 from __future__ import annotations
 
+import unicodedata
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,6 +32,52 @@ def _byte_decoder() -> dict[str, int]:
             chars.append(256 + n)
             n += 1
     return {chr(c): b for b, c in zip(printable, chars, strict=True)}
+
+
+def byte_notation(data: bytes) -> str:
+    """`<0xF0><0x9F>` for bytes shown one by one."""
+    return "".join(f"<0x{b:02X}>" for b in data)
+
+
+def _utf8_char_starts(data: bytes) -> list[int]:
+    """Offsets where a character starts in `data`, plus len(data). A byte that is not part of a
+    well-formed UTF-8 sequence counts as a character of its own."""
+    starts, i, n = [], 0, len(data)
+    while i < n:
+        starts.append(i)
+        b = data[i]
+        length = 1 if b < 0xC0 else 2 if b < 0xE0 else 3 if b < 0xF0 else 4 if b < 0xF8 else 1
+        if length > 1 and (i + length > n or any(not 0x80 <= c < 0xC0 for c in data[i + 1:i + length])):
+            length = 1
+        i += length
+    starts.append(n)
+    return starts
+
+
+def display_text(data: bytes) -> str:
+    """Bytes as text by the convention above: whole characters as themselves, other bytes and
+    control characters (except newline and tab) as `<0xHH>`."""
+    starts = _utf8_char_starts(data)
+    out = []
+    for a, b in zip(starts, starts[1:], strict=False):
+        piece = data[a:b]
+        try:
+            ch = piece.decode("utf-8")
+        except UnicodeDecodeError:
+            out.append(byte_notation(piece))
+            continue
+        out.append(byte_notation(piece) if unicodedata.category(ch) == "Cc" and ch not in "\n\t" else ch)
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class CharGroup:
+    """Tokens [start, end) whose bytes together make `text` (at least one of them holds part of a
+    character, e.g. the four tokens of one emoji)."""
+
+    start: int
+    end: int
+    text: str
 
 
 class TextTokenizer:
@@ -69,12 +124,27 @@ class TextTokenizer:
         return raw.encode("utf-8")  # special tokens such as <|endoftext|>
 
     def token_text(self, token_id: int) -> str:
-        """The token's own text, with its leading space; bytes that are part of a longer UTF-8
-        character (e.g. one third of a Chinese character) are shown escaped, like '\\xe4'."""
-        return self.token_bytes(token_id).decode("utf-8", errors="backslashreplace")
+        """The token's own text, with its leading space; a byte that is part of a longer UTF-8
+        character (e.g. one third of a Chinese character) is shown as `<0xE4>`."""
+        return display_text(self.token_bytes(token_id))
 
     def token_texts(self, ids: list[int]) -> list[str]:
         return [self.token_text(i) for i in ids]
+
+    def char_groups(self, ids: list[int]) -> list[CharGroup]:
+        """The runs of two or more tokens that split characters between them, with the text they
+        make together (positions index `ids`)."""
+        pieces = [self.token_bytes(i) for i in ids]
+        data = b"".join(pieces)
+        char_starts = set(_utf8_char_starts(data))
+        groups, offset, start, group_offset = [], 0, 0, 0
+        for k, piece in enumerate(pieces):
+            offset += len(piece)
+            if offset in char_starts:  # token k ends on a character boundary: a run closes here
+                if k > start:
+                    groups.append(CharGroup(start, k + 1, display_text(data[group_offset:offset])))
+                start, group_offset = k + 1, offset
+        return groups
 
     def eos_id(self) -> int | None:
         return self.tokenizer.token_to_id("<|endoftext|>")

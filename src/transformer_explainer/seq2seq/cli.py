@@ -160,7 +160,6 @@ def cmd_train_seq2seq(args: argparse.Namespace) -> int:
     if args.task != "tsv" and args.tsv:
         raise InputError("--tsv is for --task tsv")
     out: Path = args.out or Path("runs") / f"seq2seq-{args.task}"
-    out.mkdir(parents=True, exist_ok=True)
     run_file = out / "run.json"
     given = {"preset": args.preset, "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
              "warmup": args.warmup, "schedule": args.schedule, "label_smoothing": args.label_smoothing,
@@ -181,6 +180,7 @@ def cmd_train_seq2seq(args: argparse.Namespace) -> int:
                                    "dropout": args.dropout}.items() if v is not None}
         config = replace(PRESETS[recipe["preset"]], **shape).with_vocab(len(task.src_vocab), len(task.tgt_vocab))
     run = {"task": args.task, "task_options": task.options(), "model": config.to_dict(), "recipe": recipe}
+    out.mkdir(parents=True, exist_ok=True)  # only now: a refused task or option leaves no folder behind
     # whole or not at all: a kill while writing must not leave a run that cannot resume
     atomic_write_bytes(run_file, json.dumps(run, indent=1, ensure_ascii=False).encode())
     tcfg = TrainConfig(max_steps=recipe["steps"], lr=recipe["lr"], min_lr=recipe["min_lr"],

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..cli_args import non_negative_float, non_negative_int, port_number, positive_float, positive_int
+
 TOKEN_ENV = "TRANSFORMER_EXPLAINER_TOKEN"
 
 
@@ -13,15 +15,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..errors import InputError
     from .run import ServeConfig, serve
 
-    at_least_1 = {"--workers": args.workers, "--model-threads": args.model_threads,
-                  "--torch-threads": args.torch_threads, "--max-tokens": args.max_tokens,
-                  "--max-body-bytes": args.max_body_bytes}
-    bad = [k for k, v in at_least_1.items() if v is not None and v < 1]
-    if bad or args.queue < 0 or args.cache_mb < 0 or args.timeout <= 0:
-        raise InputError(f"{', '.join(bad) or 'these options'} must be at least 1; --queue and --cache-mb at least 0; "
-                         f"--timeout more than 0")
-    if (args.client_calls or 0) < 0 or (args.client_rate or 0) < 0 or args.client_burst < 1:
-        raise InputError("--client-calls and --client-rate must be at least 0 (0: no limit), --client-burst at least 1")
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
     if token is not None and args.no_token:
         raise InputError(f"--no-token and a token (--token or ${TOKEN_ENV}) contradict each other; choose one")
@@ -29,7 +22,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       model_threads=args.model_threads, torch_threads=args.torch_threads,
                       max_queue=args.queue, request_timeout_s=args.timeout, trace_cache_mb=args.cache_mb,
                       max_body_bytes=args.max_body_bytes, max_tokens=args.max_tokens,
-                      allow_download=args.allow_download, api_downloads=args.api_downloads, discover=not args.only,
+                      allow_download=not args.offline, api_downloads=args.api_downloads, discover=not args.only,
                       token=token, no_token=args.no_token, allow_hosts=args.allow_host or [],
                       client_calls=args.client_calls, client_rate=args.client_rate, client_burst=args.client_burst)
     serve(cfg, open_browser=args.open)
@@ -39,26 +32,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="start the browser app on a local web server")
     p.add_argument("--model", action="append", default=None, metavar="SPEC",
-                   help="built-in model name, local HF-format folder, or cached hub id; repeat to offer several "
+                   help="built-in model name, local HF-format folder, or hub id (gpt2, gpt2-medium, owner/repo: "
+                        "downloaded into the Hugging Face cache if it is not there yet); repeat to offer several "
                         "(the first is the default). Default: GPT-2 small if cached, else the built-in model")
+    p.add_argument("--offline", action="store_true", help="never download; a --model must be here already")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.add_argument("--port", type=port_number, default=8000, help="port (default 8000; 0 picks a free one)")
     p.add_argument("--open", action="store_true", help="open the app in the default browser")
-    p.add_argument("--workers", type=int, default=1, help="server processes (default 1)")
-    p.add_argument("--model-threads", type=int, default=None,
+    p.add_argument("--workers", type=positive_int, default=1, help="server processes (default 1)")
+    p.add_argument("--model-threads", type=positive_int, default=None,
                    help="forward passes at once per process (default 2 with two or more cores per process, else 1)")
-    p.add_argument("--torch-threads", type=int, default=None,
+    p.add_argument("--torch-threads", type=positive_int, default=None,
                    help="threads per forward pass, fixed (default: each pass gets the cores of its process shared "
                         "among the passes running, e.g. all of them for a lone user)")
-    p.add_argument("--queue", type=int, default=16, help="requests that may wait for the model; more get 503")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds one model call may take (default 60)")
-    p.add_argument("--cache-mb", type=int, default=256, help="memory for recent traces per process (default 256)")
-    p.add_argument("--max-tokens", type=int, default=None,
+    p.add_argument("--queue", type=non_negative_int, default=16,
+                   help="requests that may wait for the model; more get 503")
+    p.add_argument("--timeout", type=positive_float, default=60.0, help="seconds one model call may take (default 60)")
+    p.add_argument("--cache-mb", type=non_negative_int, default=256,
+                   help="memory for recent traces per process (default 256)")
+    p.add_argument("--max-tokens", type=positive_int, default=None,
                    help="tokens per request (default: the model's context, 1024 for GPT-2); longer inputs are "
                         "refused, or cut when the client asks for truncation")
-    p.add_argument("--max-body-bytes", type=int, default=1_000_000,
+    p.add_argument("--max-body-bytes", type=positive_int, default=1_000_000,
                    help="largest request body accepted (default 1000000); larger ones get 413")
-    p.add_argument("--allow-download", action="store_true", help="let --model name an uncached hub model")
+    # downloading a named --model is the default now; the flag stays so that old scripts still run
+    p.add_argument("--allow-download", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--api-downloads", action="store_true",
                    help="let a request download a known GPT-2 checkpoint (gpt2 ... gpt2-xl, distilgpt2) on first use, "
                         "and offer the app's download panel on a server reachable from other machines (a server "
@@ -73,12 +71,12 @@ def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction
     g.add_argument("--allow-host", action="append", default=None, metavar="NAME",
                    help="on a loopback bind, also answer requests for the Host NAME (a reverse proxy's name); "
                         "others than localhost, 127.0.0.1 and [::1] get 403 (DNS rebinding)")
-    g.add_argument("--client-calls", type=int, default=None, metavar="N",
+    g.add_argument("--client-calls", type=non_negative_int, default=None, metavar="N",
                    help="model calls at once per client address, as many again wait, more get 429 "
                         "(default 2 when exposed, no limit on loopback; 0: no limit)")
-    g.add_argument("--client-rate", type=float, default=None, metavar="R",
+    g.add_argument("--client-rate", type=non_negative_float, default=None, metavar="R",
                    help="API requests per second per client address, beyond a burst; more get 429 + Retry-After "
                         "(default 10 when exposed, no limit on loopback; 0: no limit)")
-    g.add_argument("--client-burst", type=int, default=50, metavar="B",
+    g.add_argument("--client-burst", type=positive_int, default=50, metavar="B",
                    help="API requests a client may make at once before --client-rate applies (default 50)")
     p.set_defaults(func=cmd_serve)

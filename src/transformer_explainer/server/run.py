@@ -153,6 +153,16 @@ def url_for(host: str, port: int, token: str | None = None) -> str:
     return f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
 
 
+def model_line(cfg: ServeConfig) -> str:
+    """Which model the app opens with, and why: e.g. "model: explainer-small (built in): no model
+    named, and GPT-2 small is not in the Hugging Face cache; run ... to download it". Resolving
+    here also downloads a named hub model (with its progress bar) before the server starts."""
+    from ..loading.resolve import resolve
+
+    first = resolve(cfg.models[0] if cfg.models else None, allow_download=cfg.allow_download)
+    return f"model: {first.describe()}" + (f": {first.reason}" if first.reason else "")
+
+
 def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> None:
     import uvicorn
 
@@ -178,9 +188,12 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((cfg.host, cfg.port))
+    except socket.gaierror as e:
+        raise ExplainerError(f"cannot listen on {cfg.host}: {e.strerror}; check --host") from None
     except OSError as e:
         raise ExplainerError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror}; pick another --port") from None
     sock.listen(2048)
+    about_model = model_line(cfg)
     port = sock.getsockname()[1]
     url = url_for(cfg.host, port, cfg.token)
     if cfg.workers > 1:
@@ -189,14 +202,14 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
                                 log_level="warning")
         from uvicorn.supervisors import Multiprocess
 
-        print(f"serving on {url} ({cfg.workers} processes; each loads the models before answering)", file=out,
-              flush=True)
+        print(f"serving on {url} ({cfg.workers} processes; each loads the models before answering)\n{about_model}",
+              file=out, flush=True)
         Multiprocess(config, sockets=[sock]).run()
         return
     app = build_app(cfg)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
-    print(f"serving on {url}", file=out, flush=True)
+    print(f"serving on {url}\n{about_model}", file=out, flush=True)
     if open_browser:
         import webbrowser
 

@@ -18,6 +18,22 @@ export function prob(p: number): string {
   return p === 0 ? "0%" : pct(p);
 }
 
+/** Runs of the token list: a lone token, or a group of tokens that together make whole characters
+ * (an emoji split into bytes), with the text they make. */
+export interface TokenRun { start: number; end: number; text: string | null }
+
+export function tokenRuns(n: number, groups: readonly { start: number; end: number; text: string }[]): TokenRun[] {
+  const runs: TokenRun[] = [];
+  let g = 0;
+  for (let i = 0; i < n; ) {
+    while (g < groups.length && groups[g].start < i) g++;
+    const grp = groups[g];
+    if (grp && grp.start === i && grp.end <= n) { runs.push({ ...grp }); i = grp.end; g++; }
+    else { runs.push({ start: i, end: i + 1, text: null }); i++; }
+  }
+  return runs;
+}
+
 /** Token text with its spaces and line breaks made visible. */
 export function visible(text: string): string {
   return text.replace(/ /g, "␣").replace(/\n/g, "↵").replace(/\t/g, "⇥");

@@ -69,7 +69,11 @@ const en = {
   ovSay_logits: "one score per vocabulary entry, turned into the probabilities of the next token.",
   e_tokens:
     "The text is cut into subword tokens by GPT-2's byte-level BPE. Each token has an id: its row in the " +
-    "vocabulary. A leading space belongs to the token (shown as ␣), so “ the” and “the” are different tokens.",
+    "vocabulary. A leading space belongs to the token (shown as ␣), so “ the” and “the” are different tokens. " +
+    "An emoji or a Chinese character can take two to four tokens, each one byte or more of it: such a byte is " +
+    "shown as <0xF0>, and a bracket joins the tokens that make the character.",
+  together: "together",
+  togetherTip: "these {n} tokens together make {text}",
   e_embedding:
     "Each token id selects one row of the token embedding matrix W_E; each position selects one row of the " +
     "position embedding matrix W_pos. Their sum is the vector that enters the first block.",
@@ -301,7 +305,11 @@ const zh: Record<Key, string> = {
   ovSay_logits: "为词表中每个词元打一个分数，再换算成下一个词元的概率。",
   e_tokens:
     "GPT-2 的字节级 BPE 把文本切成子词词元。每个词元有一个编号，即它在词表中的行号。" +
-    "词首的空格属于词元本身（显示为 ␣），所以 “ the” 和 “the” 是两个不同的词元。",
+    "词首的空格属于词元本身（显示为 ␣），所以 “ the” 和 “the” 是两个不同的词元。" +
+    "一个表情符号或汉字可能占两到四个词元，每个词元只含它的一个或几个字节：这样的字节显示为 <0xF0>，" +
+    "括号把合成同一个字符的词元连在一起。",
+  together: "合成",
+  togetherTip: "这 {n} 个词元合起来是 {text}",
   e_embedding:
     "词元编号选出词元嵌入矩阵 W_E 的一行，位置选出位置嵌入矩阵 W_pos 的一行；两者相加，就是进入第一个块的向量。",
   e_blocks:

@@ -83,6 +83,13 @@ export interface Candidate {
   prob_no_cut: number;
 }
 
+/** Tokens [start, end) that split characters between them (e.g. the four bytes of an emoji). */
+export interface CharGroupOut {
+  start: number;
+  end: number;
+  text: string;
+}
+
 /** Shape and measured accuracy of a shipped checkpoint. */
 export interface CheckpointCard {
   n_encoder_layers: number | null;
@@ -665,6 +672,7 @@ export interface TraceOut {
   text: string;
   token_ids: number[];
   tokens: TokenOut[];
+  char_groups: CharGroupOut[];
   start: number;
   truncated: boolean;
   context_length: number;
