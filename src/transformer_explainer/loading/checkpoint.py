@@ -131,7 +131,11 @@ def load_llama(folder: Path, dtype: str | torch.dtype | None = None, *, config: 
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if config.tie_word_embeddings:
         expected.pop("lm_head.weight")
-        hf.pop("lm_head.weight", None)  # some tied checkpoints store the shared matrix twice
+        head = hf.pop("lm_head.weight", None)  # some tied checkpoints store the shared matrix twice
+        emb = hf.get("model.embed_tokens.weight")
+        if head is not None and (emb is None or head.shape != emb.shape or not torch.equal(head, emb)):
+            raise CheckpointError(f"config.json in {folder} says the embeddings are tied, but the checkpoint's "
+                                  f"lm_head.weight differs from model.embed_tokens.weight")
     loaded: dict[str, torch.Tensor] = {}
     for key, shape in expected.items():
         if key not in hf:
