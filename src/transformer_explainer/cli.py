@@ -18,6 +18,12 @@ def _model_arg(p: argparse.ArgumentParser) -> None:
                    help="built-in model name, local HF-format folder, or hub id (gpt2, gpt2-medium, distilgpt2, "
                         "owner/repo); default: GPT-2 small if cached, else the built-in model")
     p.add_argument("--offline", action="store_true", help="never download; use only local models")
+    _dtype_arg(p)
+
+
+def _dtype_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="weights and activations: float32 (default) or bfloat16 (half the memory)")
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
@@ -30,9 +36,10 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
 def _load(args: argparse.Namespace):
     from .engine import load_model
 
-    model = load_model(args.model, allow_download=not args.offline)
-    print(f"model: {model.name} ({model.source}; {model.config.n_layer} layers, {model.config.n_head} heads, "
-          f"d_model {model.config.n_embd}, context {model.config.block_size})", file=sys.stderr)
+    model = load_model(args.model, allow_download=not args.offline, dtype=getattr(args, "dtype", None))
+    print(f"model: {model.name} ({model.source}; {model.config.model_type}, {model.config.n_layer} layers, "
+          f"{model.config.n_head} heads, d_model {model.config.n_embd}, context {model.config.block_size}, "
+          f"{str(model.dtype).removeprefix('torch.')} weights)", file=sys.stderr)
     return model
 
 

@@ -278,3 +278,17 @@ def test_bfloat16_matches_transformers_in_bfloat16(llama_family_dir: Path, T: in
     # and bf16 stays close to float32: the cost of halving the memory, for the record
     fp32 = load_model(str(llama_family_dir), allow_download=False).trace_ids(ids)["logits"]
     assert (ours - fp32).abs().max().item() < 0.1
+
+
+def test_dtype_flag_of_the_cli_and_the_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    from transformer_explainer.cli import main
+    from transformer_explainer.server.run import ServeConfig, build_registry
+
+    folder = make_hf_llama_family(tmp_path / "m", "mistral")
+    assert main(["explain", "The king said", "--model", str(folder), "--offline", "--dtype", "bfloat16",
+                 "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "mistral, 2 layers" in captured.err and "bfloat16 weights" in captured.err
+    assert json.loads(captured.out)["tokens"][0] == "Th"
+    reg = build_registry(ServeConfig(models=[str(folder)], dtype="bfloat16", discover=False))
+    assert reg.get(reg.default).dtype == torch.bfloat16

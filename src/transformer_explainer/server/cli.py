@@ -20,12 +20,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       model_threads=args.model_threads, torch_threads=args.torch_threads,
                       max_queue=args.queue, request_timeout_s=args.timeout, trace_cache_mb=args.cache_mb,
                       max_body_bytes=args.max_body_bytes, max_tokens=args.max_tokens,
-                      allow_download=args.allow_download, api_downloads=args.api_downloads, discover=not args.only)
+                      allow_download=args.allow_download, api_downloads=args.api_downloads, discover=not args.only,
+                      dtype=args.dtype)
     serve(cfg, open_browser=args.open)
     return 0
 
 
 def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction) -> None:
+    from ..cli import _dtype_arg
+
     p = sub.add_parser("serve", help="start the browser app on a local web server")
     p.add_argument("--model", action="append", default=None, metavar="SPEC",
                    help="built-in model name, local HF-format folder, or cached hub id; repeat to offer several "
@@ -51,5 +54,6 @@ def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction
     p.add_argument("--api-downloads", action="store_true",
                    help="let a request download a known GPT-2 checkpoint (gpt2 ... gpt2-xl, distilgpt2) on first use; "
                         "off by default: a client can then only pick models already here")
+    _dtype_arg(p)
     p.add_argument("--only", action="store_true", help="offer only the --model models, not the built-in/cached ones")
     p.set_defaults(func=cmd_serve)
