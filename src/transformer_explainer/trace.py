@@ -71,7 +71,7 @@ class Trace:
         if scores is None and family == "llama":  # each group of query heads against its key/value head
             k = self.values[f"blocks.{p.layer}.attn.rot_k"]  # (G, S, Dh)
             G, (H, T, Dh) = k.shape[0], src.shape
-            scores = (src.reshape(G, H // G, T, Dh) @ k.unsqueeze(1).transpose(-2, -1)).view(H, T, -1)
+            scores = torch.bmm(src.reshape(G, H // G * T, Dh), k.transpose(1, 2)).view(H, T, -1)
         elif scores is None:
             scores = src @ self.values[f"blocks.{p.layer}.attn.k"].transpose(-2, -1)
         if key == "attn.scores":

@@ -112,14 +112,21 @@ class LlamaAttention(nn.Module):
                 z = F.scaled_dot_product_attention(q, k, v, attn_mask=~causal_mask(T, S, x.device), enable_gqa=True)
         else:
             q, k, v = rec("rot_q", q), rec("rot_k", k), rec("v", v)
-            R = H // G  # query heads per key/value head
-            qg = q.reshape(B, G, R, T, Dh)
-            scores = rec.derived("scores", qg @ k.unsqueeze(2).transpose(-2, -1)).view(B, H, T, S)
+            R = H // G  # query heads per key/value head: heads g*R .. g*R+R-1 read key/value head g
+            qg = q.reshape(B * G, R * T, Dh)  # each group's queries stacked: one product per key/value head
+            kt = k.reshape(B * G, S, Dh).transpose(1, 2)
             mask = causal_mask(T, S, x.device)
-            masked = (scores * (1.0 / math.sqrt(Dh))).masked_fill_(mask, float("-inf"))
+            scale = 1.0 / math.sqrt(Dh)
+            if rec.wants("scores"):  # an experiment edits the raw scores: compute them on their own
+                scores = rec.derived("scores", torch.bmm(qg, kt).view(B, H, T, S))
+                masked = (scores * scale).masked_fill_(mask, float("-inf"))
+            else:  # scale and mask fused into the product: -inf + anything = -inf
+                bias = torch.zeros(T, S, dtype=q.dtype, device=x.device).masked_fill_(mask, float("-inf"))
+                masked = torch.baddbmm(bias.repeat(R, 1), qg, kt, alpha=scale).view(B, H, T, S)
             # raw, scaled and masked scores are not stored: the trace recomputes them from rot_q and rot_k
             pattern = rec("pattern", torch.softmax(masked, dim=-1, dtype=torch.float32).to(q.dtype))
-            z = rec("z", (pattern.view(B, G, R, T, S) @ v.unsqueeze(2)).view(B, H, T, Dh))
+            z = torch.bmm(pattern.reshape(B * G, R * T, S), v.reshape(B * G, S, Dh))
+            z = rec("z", z.view(B, H, T, Dh))
         y = self.o_proj(z.transpose(1, 2).reshape(B, T, H * Dh))
         return y, (k, v)
 
