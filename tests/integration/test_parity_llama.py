@@ -292,3 +292,15 @@ def test_dtype_flag_of_the_cli_and_the_server(tmp_path: Path, capsys: pytest.Cap
     assert json.loads(captured.out)["tokens"][0] == "Th"
     reg = build_registry(ServeConfig(models=[str(folder)], dtype="bfloat16", discover=False))
     assert reg.get(reg.default).dtype == torch.bfloat16
+
+
+def test_patched_scores_flow_into_the_pattern(llama_family_dir: Path):
+    """An experiment that edits the raw scores (here: all zero) sees its edit in the pattern: uniform
+    over the visible keys."""
+    model = load_model(str(llama_family_dir), allow_download=False)
+    ids = _ids(6, model.config.vocab_size, seed=5)
+    trace = model.trace_ids(ids, patches={"blocks.0.attn.scores": torch.zeros_like})
+    pattern = trace["blocks.0.attn.pattern"]
+    want = torch.tril(torch.ones(6, 6)) / torch.arange(1, 7)[:, None]
+    torch.testing.assert_close(pattern, want.expand_as(pattern), atol=1e-6, rtol=0)
+    assert (trace["blocks.0.attn.scores"] == 0).all()

@@ -115,15 +115,15 @@ class LlamaAttention(nn.Module):
             R = H // G  # query heads per key/value head: heads g*R .. g*R+R-1 read key/value head g
             qg = q.reshape(B * G, R * T, Dh)  # each group's queries stacked: one product per key/value head
             kt = k.reshape(B * G, S, Dh).transpose(1, 2)
-            mask = causal_mask(T, S, x.device)
             scale = 1.0 / math.sqrt(Dh)
-            if rec.wants("scores"):  # an experiment edits the raw scores: compute them on their own
-                scores = rec.derived("scores", torch.bmm(qg, kt).view(B, H, T, S))
-                masked = (scores * scale).masked_fill_(mask, float("-inf"))
-            else:  # scale and mask fused into the product: -inf + anything = -inf
-                bias = torch.zeros(T, S, dtype=q.dtype, device=x.device).masked_fill_(mask, float("-inf"))
-                masked = torch.baddbmm(bias.repeat(R, 1), qg, kt, alpha=scale).view(B, H, T, S)
-            # raw, scaled and masked scores are not stored: the trace recomputes them from rot_q and rot_k
+            # the causal mask as an additive bias (0 or -inf), as transformers adds it
+            bias = torch.zeros(T, S, dtype=q.dtype, device=x.device).masked_fill_(causal_mask(T, S, x.device),
+                                                                                   float("-inf"))
+            scores = torch.bmm(qg, kt).view(B, H, T, S)
+            if rec.wants("scores"):  # an experiment edits the raw scores
+                masked = rec.derived("scores", scores) * scale + bias
+            else:  # in place: the raw scores are not kept (the trace recomputes them from rot_q and rot_k)
+                masked = scores.mul_(scale).add_(bias)
             # softmax in float32 (as transformers); for float32 input without the dtype argument, whose
             # kernel is 2.5x slower on CPU
             pattern = torch.softmax(masked, dim=-1) if masked.dtype == torch.float32 else \
