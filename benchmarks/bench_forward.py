@@ -1,17 +1,19 @@
 """Forward-pass and generation timings against the reference libraries, measured in one run.
 
-    .venv/bin/python benchmarks/bench_forward.py [--lengths 8 32 128 512] [--reps 7] [--threads 2]
+    .venv/bin/python benchmarks/bench_forward.py [--shape gpt2-small|smollm2-135m] [--lengths 8 32 128 512]
+                                                 [--reps 7] [--threads 2]
 
-GPT-2 small's shape with random weights (saved in HF format with transformers, loaded by both).
+GPT-2 small's shape (default) or SmolLM2-135M's (a Llama: RMSNorm, rotary positions, 9 query heads
+on 3 key/value heads, gated MLP), random weights (saved in HF format with transformers, loaded by both).
 Contenders, interleaved round by round so drift hits all alike:
   ours fast      next-token logits, nothing recorded (what prediction and generation need)
   ours fast/all  all positions' logits, nothing recorded
   ours trace     every intermediate recorded (explicit attention path); logits at the last position,
                  the other positions' derived on access
   ours trace+lg  the same, plus deriving the logits at every position
-  hf plain       transformers GPT2LMHeadModel forward (default attention kernel)
+  hf plain       transformers' forward (GPT2LMHeadModel / LlamaForCausalLM, default attention kernel)
   hf outputs     transformers with output_attentions + output_hidden_states (eager attention)
-  tl cache       TransformerLens HookedTransformer.run_with_cache (if installed)
+  tl cache       TransformerLens HookedTransformer.run_with_cache (if installed; GPT-2 shape only)
 Also: the machine's measured fp32 GEMM rate and memory bandwidth, the compute and weight-streaming
 limits they imply per length, and generation tokens/s (ours with KV cache vs transformers generate).
 """
@@ -25,7 +27,7 @@ import time
 from pathlib import Path
 
 import torch
-from fixtures import gpt2_small_shape
+from fixtures import gpt2_small_shape, smollm2_135m_shape
 
 from transformer_explainer import SamplingParams, load_model
 
@@ -58,7 +60,9 @@ def bandwidth_gbs(mb: int = 512, reps: int = 5) -> float:
 
 def forward_flops(cfg, T: int) -> float:
     D, L, V, M = cfg.n_embd, cfg.n_layer, cfg.vocab_size, cfg.d_mlp
-    per_layer = 2 * T * D * 3 * D + 2 * T * D * D + 2 * 2 * T * D * M + 2 * 2 * T * T * D
+    HDh, GDh = cfg.n_head * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    mlp_matrices = 3 if cfg.family == "llama" else 2  # gate, up, down
+    per_layer = 2 * T * D * (2 * HDh + 2 * GDh) + mlp_matrices * 2 * T * D * M + 2 * 2 * T * T * HDh
     return L * per_layer + 2 * T * D * V
 
 
@@ -82,6 +86,7 @@ def build_tl(folder: Path):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", choices=("gpt2-small", "smollm2-135m"), default="gpt2-small")
     ap.add_argument("--lengths", type=int, nargs="+", default=[8, 32, 128, 512])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
@@ -89,17 +94,21 @@ def main() -> None:
     ap.add_argument("--no-tl", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from transformers import GPT2LMHeadModel
+    from transformers import AutoModelForCausalLM
 
     tmp = Path(tempfile.mkdtemp())
-    folder = gpt2_small_shape(tmp / "gpt2-small-shape")
+    if args.shape == "gpt2-small":
+        folder = gpt2_small_shape(tmp / "gpt2-small-shape")
+    else:
+        folder = smollm2_135m_shape(tmp / "smollm2-135m-shape")
     ours = load_model(str(folder), allow_download=False)
-    hf_plain = GPT2LMHeadModel.from_pretrained(folder).eval()
-    hf_eager = GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()
-    tl = None if args.no_tl else build_tl(folder)
+    hf_plain = AutoModelForCausalLM.from_pretrained(folder).eval()
+    hf_eager = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    tl = None if args.no_tl or args.shape != "gpt2-small" else build_tl(folder)
     cfg = ours.config
+    print(f"{args.shape} shape: {ours!r}")
     peak, bw = gemm_gflops(), bandwidth_gbs()
-    weight_bytes = sum(p.numel() for p in ours.gpt.parameters()) * 4
+    weight_bytes = sum(p.numel() * p.element_size() for p in ours.gpt.parameters())
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; fp32 GEMM {peak:.0f} GFLOP/s, "
           f"memory read {bw:.1f} GB/s; weights {weight_bytes / 1e6:.0f} MB -> streaming them takes "
           f"{weight_bytes / bw / 1e6:.1f} ms")

@@ -66,3 +66,83 @@ def hf_tiny(tiny_gpt2_dir: Path):
     from transformers import GPT2LMHeadModel
 
     return GPT2LMHeadModel.from_pretrained(tiny_gpt2_dir, attn_implementation="eager").eval()
+
+
+# -- the Llama family (Llama, Qwen2, Mistral): random-weight checkpoints built locally ----------------
+
+TOKENIZER_TEXTS = [
+    "Data visualization empowers users to see what a model computes.",
+    "The king said, 'Hello!' and then left the room; the queen stayed.",
+    "Rotary position embeddings rotate queries and keys by angles that grow with position.",
+    "数据可视化 🙂 leading   spaces\tand\nnewlines, numbers 12345 and punctuation!?",
+]
+
+
+def write_tiny_bpe_tokenizer(folder: Path, vocab_size: int = 320) -> None:
+    """A small byte-level BPE `tokenizer.json` trained here with the `tokenizers` library: ids 0 and 1
+    are the special tokens <|endoftext|> and <s>, every byte has a token, so any text encodes."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(TOKENIZER_TEXTS * 4, trainer)
+    tok.save(str(folder / "tokenizer.json"))
+
+
+# arch -> the shapes and options its fixture exercises (all with grouped-query attention)
+LLAMA_FAMILY_FIXTURES: dict[str, dict] = {
+    # tied embeddings, Llama 3.1 rope scaling, BOS added (tokenizer_config.json), sharded safetensors
+    "llama": dict(tie_word_embeddings=True, num_key_value_heads=2, rope_theta=10000.0,
+                  rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+                  add_bos=True, max_shard_size="150KB"),
+    # untied head, q/k/v biases (Qwen2 always has them), a large rope_theta
+    "qwen2": dict(tie_word_embeddings=False, num_key_value_heads=2, rope_theta=1_000_000.0),
+    # untied head, one key/value head for all four query heads, a sliding window wider than the context
+    "mistral": dict(tie_word_embeddings=False, num_key_value_heads=1, rope_theta=10000.0, sliding_window=256),
+}
+
+
+def make_hf_llama_family(folder: Path, arch: str = "llama", *, n_layer: int = 2, hidden: int = 64, n_head: int = 4,
+                         intermediate: int = 128, vocab_size: int = 384, max_positions: int = 128,
+                         seed: int = 0, **overrides) -> Path:
+    """Save a random LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM in HF format with the
+    options of `LLAMA_FAMILY_FIXTURES[arch]` (overridable), norm scales and biases randomised too, and
+    a tokenizer.json trained here."""
+    import json
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    opts = {**LLAMA_FAMILY_FIXTURES[arch], **overrides}
+    add_bos = opts.pop("add_bos", False)
+    max_shard_size = opts.pop("max_shard_size", None)
+    torch.manual_seed(seed)
+    cfg = AutoConfig.for_model(arch, vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate,
+                               num_hidden_layers=n_layer, num_attention_heads=n_head,
+                               max_position_embeddings=max_positions, rms_norm_eps=1e-6, initializer_range=0.08,
+                               bos_token_id=1, eos_token_id=0, pad_token_id=0, **opts)
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.1)
+            elif "norm" in name:
+                p.normal_(1.0, 0.2)
+    folder.mkdir(parents=True, exist_ok=True)
+    if max_shard_size is None:
+        model.save_pretrained(folder)
+    else:
+        model.save_pretrained(folder, max_shard_size=max_shard_size)
+    write_tiny_bpe_tokenizer(folder)
+    if add_bos:
+        (folder / "tokenizer_config.json").write_text(json.dumps({"add_bos_token": True, "bos_token": "<s>",
+                                                                  "eos_token": "<|endoftext|>"}))
+    return folder
+
+
+@pytest.fixture(scope="session", params=list(LLAMA_FAMILY_FIXTURES))
+def llama_family_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_hf_llama_family(tmp_path_factory.mktemp(f"tiny-{request.param}"), request.param)

@@ -10,7 +10,17 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .cli_args import PROG, Parser, fail, int_range, non_negative_float, non_negative_int, positive_int, probability
+from .cli_args import (
+    PROG,
+    Parser,
+    dtype_arg,
+    fail,
+    int_range,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+    probability,
+)
 from .errors import ExplainerError
 
 log = logging.getLogger("transformer_explainer")
@@ -22,6 +32,7 @@ def _model_arg(p: argparse.ArgumentParser) -> None:
                         "owner/repo), downloaded into the Hugging Face cache if it is not there yet; "
                         "default: GPT-2 small if cached, else the built-in model")
     p.add_argument("--offline", action="store_true", help="never download; use only local models")
+    dtype_arg(p)
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
@@ -37,13 +48,14 @@ def _load(args: argparse.Namespace, check: Callable[[Any], None] | None = None):
     line on stderr, the error."""
     from .engine import load_model
 
-    model = load_model(args.model, allow_download=not args.offline)
+    model = load_model(args.model, allow_download=not args.offline, dtype=getattr(args, "dtype", None))
     if getattr(args, "text", None) is not None:
         model.encode(args.text, truncate=getattr(args, "truncate", False))
     if check is not None:
         check(model)
-    print(f"model: {model.name} ({model.source}; {model.config.n_layer} layers, {model.config.n_head} heads, "
-          f"d_model {model.config.n_embd}, context {model.config.block_size})", file=sys.stderr)
+    print(f"model: {model.name} ({model.source}; {model.config.model_type}, {model.config.n_layer} layers, "
+          f"{model.config.n_head} heads, d_model {model.config.n_embd}, context {model.config.block_size}, "
+          f"{str(model.dtype).removeprefix('torch.')} weights)", file=sys.stderr)
     if args.model is None and model.source == "builtin":
         from .loading.resolve import gpt2_download_hint
 

@@ -101,3 +101,9 @@ def output_file(*suffixes: str) -> Callable[[str], Path]:
 
     parse.__name__ = "output file"
     return parse
+
+
+def dtype_arg(p: argparse.ArgumentParser) -> None:
+    """`--dtype`: the weights' and activations' type of the model a command loads."""
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="weights and activations: float32 (default) or bfloat16 (half the memory)")

@@ -1,11 +1,33 @@
-"""Model configurations: one frozen dataclass per architecture, plus the known GPT-2 presets."""
+"""Model configurations: one frozen dataclass for the decoder families (GPT-2; Llama, Qwen2 and Mistral,
+which share one architecture), plus the known GPT-2 presets."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-SUPPORTED_ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu")
+SUPPORTED_ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu", "silu")
+
+# HF model_type -> the architecture (`CausalLM` class) of its checkpoints. Llama, Qwen2 and Mistral are
+# one family here ("llama"): RMSNorm, rotary positions, grouped-query attention, a gated SiLU MLP.
+LLAMA_FAMILY_TYPES: dict[str, str] = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "mistral": "MistralForCausalLM",
+}
+MODEL_TYPES = ("gpt2", *LLAMA_FAMILY_TYPES)
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3.1's frequency-dependent stretch of the rotary frequencies (`rope_type: "llama3"`):
+    slow rotations (wavelength above original_max_positions / low_freq_factor) are divided by
+    `factor`, fast ones (below original_max_positions / high_freq_factor) kept, those between blended."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
 
 
 @dataclass(frozen=True)
@@ -21,26 +43,59 @@ class GPTConfig:
     layer_norm_epsilon: float = 1e-5  # added to the variance inside every LayerNorm
     activation: str = "gelu_new"  # GPT-2 uses the tanh approximation of GELU
     dropout: float = 0.0  # used only in training; every dropout is inactive at inference
+    # -- the Llama family (model_type llama / qwen2 / mistral); GPT-2 leaves these at their defaults --
+    model_type: str = "gpt2"  # HF's model_type: "gpt2", "llama", "qwen2" or "mistral"
+    n_kv_head: int | None = None  # key/value heads (grouped-query attention); None: one per query head
+    d_head: int | None = None  # head width when the config names it; None: n_embd // n_head
+    rope_theta: float = 10000.0  # base of the rotary frequencies
+    rope_scaling: RopeScaling | None = None  # llama3 scaling of the rotary frequencies, if any
+    tie_word_embeddings: bool = True  # lm_head shares the token embedding matrix
+    qkv_bias: bool = True  # biases on the query, key and value projections (GPT-2, Qwen2)
+    out_bias: bool = True  # bias on the attention output projection (GPT-2)
+    mlp_bias: bool = True  # biases in the MLP (GPT-2)
 
     def __post_init__(self) -> None:
-        if self.n_embd % self.n_head != 0:
+        if self.model_type not in MODEL_TYPES:
+            raise ValueError(f"unsupported model_type {self.model_type!r}; expected one of {MODEL_TYPES}")
+        if isinstance(self.rope_scaling, dict):  # from `to_dict`
+            object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
+        if self.d_head is None and self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.activation not in SUPPORTED_ACTIVATIONS:
             raise ValueError(f"unsupported activation {self.activation!r}; expected one of {SUPPORTED_ACTIVATIONS}")
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "n_kv_heads", "head_dim"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.n_head % self.n_kv_heads != 0:
+            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_heads})")
+        if self.family == "gpt2" and (self.n_kv_heads != self.n_head or not self.tie_word_embeddings
+                                      or self.d_head is not None or self.activation == "silu"):
+            raise ValueError("GPT-2 has one key/value head per query head, tied embeddings and GELU")
+        if self.family == "llama" and self.head_dim % 2:
+            raise ValueError(f"rotary embeddings need an even head width, got {self.head_dim}")
+
+    @property
+    def family(self) -> str:
+        """"gpt2", or "llama" for Llama, Qwen2 and Mistral (one architecture)."""
+        return "gpt2" if self.model_type == "gpt2" else "llama"
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+        return self.d_head if self.d_head is not None else self.n_embd // self.n_head
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads; each serves n_head // n_kv_heads query heads."""
+        return self.n_kv_head if self.n_kv_head is not None else self.n_head
 
     @property
     def d_mlp(self) -> int:
         return self.n_inner if self.n_inner is not None else 4 * self.n_embd
 
     def to_hf(self) -> dict[str, Any]:
-        """The `config.json` dict that transformers' GPT2LMHeadModel reads."""
+        """The `config.json` dict that transformers' GPT2LMHeadModel (or the Llama-family class) reads."""
+        if self.family == "llama":
+            return self._llama_to_hf()
         return {
             "architectures": ["GPT2LMHeadModel"],
             "model_type": "gpt2",
@@ -64,12 +119,37 @@ class GPTConfig:
             "eos_token_id": self.vocab_size - 1,
         }
 
+    def _llama_to_hf(self) -> dict[str, Any]:
+        rope: dict[str, Any] = {"rope_type": "default", "rope_theta": self.rope_theta}
+        if self.rope_scaling is not None:
+            rope = {**rope, "rope_type": "llama3", **asdict(self.rope_scaling)}
+        return {
+            "architectures": [LLAMA_FAMILY_TYPES[self.model_type]],
+            "model_type": self.model_type,
+            "vocab_size": self.vocab_size,
+            "max_position_embeddings": self.block_size,
+            "hidden_size": self.n_embd,
+            "intermediate_size": self.d_mlp,
+            "num_hidden_layers": self.n_layer,
+            "num_attention_heads": self.n_head,
+            "num_key_value_heads": self.n_kv_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": self.activation,
+            "rms_norm_eps": self.layer_norm_epsilon,
+            "rope_parameters": rope,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            **({"attention_bias": self.qkv_bias, "mlp_bias": self.mlp_bias} if self.model_type == "llama" else {}),
+        }
+
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> GPTConfig:
-        """Read an HF GPT-2 `config.json`; refuse options that change the maths we implement."""
+        """Read an HF `config.json` (GPT-2, Llama, Qwen2, Mistral); refuse options that change the maths
+        we implement."""
         model_type = hf.get("model_type", "gpt2")
+        if model_type in LLAMA_FAMILY_TYPES:
+            return cls._llama_from_hf(hf)
         if model_type != "gpt2":
-            raise ValueError(f"model_type is {model_type!r}; only the GPT-2 architecture ('gpt2') is supported")
+            raise ValueError(f"model_type is {model_type!r}; supported: {', '.join(MODEL_TYPES)}")
         for key, expected in (
             ("scale_attn_weights", True),
             ("scale_attn_by_inverse_layer_idx", False),
@@ -91,6 +171,46 @@ class GPTConfig:
             activation=hf.get("activation_function", "gelu_new"),
         )
 
+    @classmethod
+    def _llama_from_hf(cls, hf: dict[str, Any]) -> GPTConfig:
+        model_type = hf["model_type"]
+        archs = hf.get("architectures") or [LLAMA_FAMILY_TYPES[model_type]]
+        if archs[0] != LLAMA_FAMILY_TYPES[model_type]:
+            raise ValueError(f"architecture {archs[0]!r} is not a causal LM we run "
+                             f"(expected {LLAMA_FAMILY_TYPES[model_type]!r})")
+        act = hf.get("hidden_act", "silu")
+        if act != "silu":
+            raise ValueError(f"hidden_act {act!r} is not supported (expected 'silu')")
+        if int(hf.get("pretraining_tp", 1)) != 1:
+            raise ValueError("pretraining_tp above 1 is not supported")
+        theta, scaling = _rope_settings(hf)
+        block_size = int(hf.get("max_position_embeddings", 2048))
+        # A sliding window (Mistral 7B v0.1, Qwen2 with use_sliding_window) only changes attention beyond
+        # its width: the context is capped at the window, inside which the maths is exactly causal attention.
+        window = hf.get("sliding_window")
+        if window is not None and (model_type == "mistral" or hf.get("use_sliding_window", False)):
+            block_size = min(block_size, int(window))
+        qkv_bias = bool(hf.get("attention_bias", False)) if model_type == "llama" else model_type == "qwen2"
+        return cls(
+            vocab_size=int(hf["vocab_size"]),
+            block_size=block_size,
+            n_layer=int(hf["num_hidden_layers"]),
+            n_head=int(hf["num_attention_heads"]),
+            n_embd=int(hf["hidden_size"]),
+            n_inner=int(hf["intermediate_size"]),
+            layer_norm_epsilon=float(hf.get("rms_norm_eps", 1e-6)),
+            activation=act,
+            model_type=model_type,
+            n_kv_head=int(hf.get("num_key_value_heads") or hf["num_attention_heads"]),
+            d_head=int(hf["head_dim"]) if hf.get("head_dim") else None,
+            rope_theta=theta,
+            rope_scaling=scaling,
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),  # transformers' default for all three
+            qkv_bias=qkv_bias,
+            out_bias=bool(hf.get("attention_bias", False)) if model_type == "llama" else False,
+            mlp_bias=bool(hf.get("mlp_bias", False)) if model_type == "llama" else False,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -98,6 +218,28 @@ class GPTConfig:
     def from_dict(cls, d: dict[str, Any]) -> GPTConfig:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def _rope_settings(hf: dict[str, Any]) -> tuple[float, RopeScaling | None]:
+    """rope_theta and llama3 scaling from either spelling: hub checkpoints carry `rope_theta` and
+    `rope_scaling`; transformers 5 writes both into `rope_parameters`."""
+    params = hf.get("rope_parameters") or {}
+    scaling = hf.get("rope_scaling") or {}
+    if not isinstance(params, dict) or not isinstance(scaling, dict):
+        raise ValueError("rope_parameters / rope_scaling must be objects")
+    theta = float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+    merged = {**scaling, **params}
+    kind = merged.get("rope_type", merged.get("type", "default"))
+    if kind == "default":
+        return theta, None
+    if kind != "llama3":
+        raise ValueError(f"rope type {kind!r} is not supported (supported: default, llama3)")
+    return theta, RopeScaling(
+        factor=float(merged["factor"]),
+        low_freq_factor=float(merged["low_freq_factor"]),
+        high_freq_factor=float(merged["high_freq_factor"]),
+        original_max_position_embeddings=int(merged["original_max_position_embeddings"]),
+    )
 
 
 # The public GPT-2 checkpoints on the Hugging Face hub: shapes and download sizes (model.safetensors).

@@ -13,10 +13,10 @@ from torch import Tensor
 
 from .config import GPTConfig
 from .errors import CheckpointError, InputError
-from .loading.checkpoint import load_gpt
+from .loading.checkpoint import DecoderLM, load_decoder
 from .loading.resolve import ResolvedModel, resolve
 from .loading.tokenizer import TextTokenizer
-from .models.gpt import GPT, KVCache
+from .models.gpt import KVCache
 from .models.recorder import Patch, Recorder
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, next_token_distribution
 from .trace import Trace, merge_traces
@@ -33,9 +33,10 @@ class GeneratedToken:
 
 
 class ExplainerModel:
-    """A GPT-2-family model ready to explain: `trace`, `next_token`, `generate`, `weight`."""
+    """A GPT-2 or Llama-family (Llama, Qwen2, Mistral) model ready to explain: `trace`, `next_token`,
+    `generate`, `weight`. `gpt` is the network (a `GPT` or a `LlamaLM`; both answer the same calls)."""
 
-    def __init__(self, gpt: GPT, tokenizer: TextTokenizer, name: str, source: str = "local",
+    def __init__(self, gpt: DecoderLM, tokenizer: TextTokenizer, name: str, source: str = "local",
                  folder: Path | None = None) -> None:
         if tokenizer.vocab_size > gpt.config.vocab_size:
             raise CheckpointError(
@@ -48,8 +49,14 @@ class ExplainerModel:
         self.folder = folder
 
     @classmethod
-    def from_resolved(cls, r: ResolvedModel) -> ExplainerModel:
-        return cls(load_gpt(r.folder), TextTokenizer.from_folder(r.folder), r.name, r.source, r.folder)
+    def from_resolved(cls, r: ResolvedModel, dtype: str | torch.dtype | None = None) -> ExplainerModel:
+        net = load_decoder(r.folder, dtype)
+        return cls(net, TextTokenizer.from_folder(r.folder, net.config.family), r.name, r.source, r.folder)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The weights' (and activations') dtype: float32, or bfloat16 when loaded so."""
+        return self.gpt.lm_head.weight.dtype
 
     @property
     def config(self) -> GPTConfig:
@@ -61,8 +68,10 @@ class ExplainerModel:
 
     def __repr__(self) -> str:
         c = self.config
-        return (f"ExplainerModel({self.name!r}, {c.n_layer} layers, {c.n_head} heads, d_model {c.n_embd}, "
-                f"{self.gpt.num_params() / 1e6:.1f}M parameters)")
+        kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""
+        return (f"ExplainerModel({self.name!r}, {c.model_type}, {c.n_layer} layers, {c.n_head} heads{kv}, "
+                f"d_model {c.n_embd}, {self.gpt.num_params() / 1e6:.1f}M parameters, "
+                f"{str(self.dtype).removeprefix('torch.')})")
 
     # -- input -------------------------------------------------------------------------------------
 
@@ -162,7 +171,7 @@ class ExplainerModel:
             raise InputError(f"the number of tokens to generate must be a whole number >= 0, got {max_new_tokens!r}")
         self._check_ids(ids, None)
         gen = make_generator(params.seed)
-        eos = self.tokenizer.eos_id()
+        eos = set(self.tokenizer.eos_ids())
         cache = KVCache()
         logits = self.gpt(torch.tensor([ids]), cache=cache, logits_for="last")[0, -1]
         pos = len(ids)
@@ -171,7 +180,7 @@ class ExplainerModel:
             tid = dist.sample(gen)
             yield GeneratedToken(tid, self.tokenizer.token_text(tid), float(dist.probs[tid]), pos)
             pos += 1
-            if (stop_at_eos and tid == eos) or pos >= self.context_length:
+            if (stop_at_eos and tid in eos) or pos >= self.context_length:
                 return
             logits = self.gpt(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
 
@@ -194,25 +203,30 @@ class ExplainerModel:
         """The trace of `prefix`'s tokens + `new_ids`, computing only the new positions: the prefix's
         keys and values are the KV cache. Equal to tracing the whole sequence, to float rounding."""
         L = self.config.n_layer
-        cache = KVCache([(prefix[f"blocks.{i}.attn.k"][None], prefix[f"blocks.{i}.attn.v"][None]) for i in range(L)])
+        k = "attn.k" if self.config.family == "gpt2" else "attn.rot_k"  # the cache keeps keys as attention uses them
+        cache = KVCache([(prefix[f"blocks.{i}.{k}"][None], prefix[f"blocks.{i}.attn.v"][None]) for i in range(L)])
         return merge_traces(prefix, self.trace_ids(new_ids, cache=cache, prefix_ids=prefix.token_ids))
 
     def residual_logits(self, x: Tensor) -> Tensor:
         """The logits (T, V) the model would give were the residual stream `x` (T, D) its last: the
         final norm and the unembedding, with the forward pass's own kernels (the logit lens)."""
-        normed = self.gpt.transformer.ln_f(x.unsqueeze(0), Recorder())
+        final_norm = self.gpt.transformer.ln_f if self.config.family == "gpt2" else self.gpt.model.norm
+        normed = final_norm(x.unsqueeze(0), Recorder())
         return self.gpt.lm_head(normed)[0]
 
 
-def load_model(spec: str | None = None, *, allow_download: bool = True) -> ExplainerModel:
-    """Load a GPT-2-family model.
+def load_model(spec: str | None = None, *, allow_download: bool = True,
+               dtype: str | torch.dtype | None = None) -> ExplainerModel:
+    """Load a GPT-2 or Llama-family (Llama, Qwen2, Mistral) model.
 
     `spec`: a built-in model name, a local HF-format folder, a hub id ("gpt2", "gpt2-medium",
-    "distilgpt2", "owner/repo"), or None for the default (cached GPT-2 small, else the built-in model).
+    "distilgpt2", "HuggingFaceTB/SmolLM2-135M", "owner/repo"), or None for the default (cached GPT-2
+    small, else the built-in model). `dtype`: "float32" (default) or "bfloat16", which keeps weights and
+    activations in bfloat16 (half the memory: a 1.5 B model needs about 3 GB).
     Naming a hub model that is not cached downloads it, unless `allow_download` is False; the default
     (None) never downloads. Which model was picked, and why, is logged at INFO.
     """
     resolved = resolve(spec, allow_download=allow_download)
-    model = ExplainerModel.from_resolved(resolved)
+    model = ExplainerModel.from_resolved(resolved, dtype)
     log.info("model %s: %r%s", resolved.describe(), model, f"; {resolved.reason}" if resolved.reason else "")
     return model

@@ -3,6 +3,10 @@
 Names follow TransformerLens (`blocks.3.attn.pattern`, `blocks.3.resid_post`, `logits`). The same
 table feeds the Python trace, the JSON API and the TypeScript types of the web app, so nothing else
 builds a name by hand.
+
+Two families: GPT-2 (the tables without a prefix) and the Llama family (Llama, Qwen2, Mistral; the
+`LLAMA_` tables), which adds RMSNorm, rotary positions, grouped-query attention and the gated MLP.
+Stages both families have keep one name; `FAMILY_NAMES` says which names each family answers.
 """
 
 from __future__ import annotations
@@ -10,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Per-block activations: suffix -> (dims, what it is). Dims use: T query positions, S key positions
-# (S = T without a cache), H heads, D d_model, Dh head dim, M MLP width.
+# (S = T without a cache), H heads, G key/value heads, D d_model, Dh head dim, R = Dh/2 rotation
+# pairs, M MLP width, V vocabulary, P positions.
 BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "resid_pre": (("T", "D"), "residual stream entering the block"),
     "ln1.mean": (("T",), "mean of each position's vector, first LayerNorm"),
@@ -86,9 +91,107 @@ GLOBAL_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
+# -- the Llama family (Llama, Qwen2, Mistral) ----------------------------------------------------------
+
+LLAMA_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "resid_pre": (("T", "D"), "residual stream entering the block"),
+    "ln1.rms": (("T",), "root mean square of each position's vector, sqrt(mean(x^2) + eps), first RMSNorm"),
+    "ln1.normalized": (("T", "D"), "x / rms: no mean is subtracted"),
+    "ln1.out": (("T", "D"), "normalized * scale (no shift): the attention input"),
+    "attn.q": (("H", "T", "Dh"), "queries, ln1.out @ W_Q (+ b_Q), split into heads, before rotation"),
+    "attn.k": (("G", "T", "Dh"), "keys of the new positions before rotation, one set per key/value head"),
+    "attn.v": (("G", "S", "Dh"), "values, one set per key/value head (never rotated)"),
+    "attn.rot_q": (("H", "T", "Dh"), "queries rotated by their position's angles (RoPE)"),
+    "attn.rot_k": (("G", "S", "Dh"), "keys rotated by their position's angles (RoPE): what the cache keeps"),
+    "attn.kv_head": (("H",), "the key/value head each query head reads: h // (H / G)"),
+    "attn.scores": (("H", "T", "S"), "raw attention scores rot_q @ rot_k^T of the head's key/value head"),
+    "attn.scaled_scores": (("H", "T", "S"), "scores / sqrt(d_head)"),
+    "attn.masked_scores": (("H", "T", "S"), "scaled scores with -inf where the key is after the query"),
+    "attn.pattern": (("H", "T", "S"), "softmax over keys of the masked scores; rows sum to 1"),
+    "attn.z": (("H", "T", "Dh"), "pattern @ V of the head's key/value head: each head's weighted sum"),
+    "attn.concat": (("T", "H*Dh"), "the heads' z side by side, the input of the output projection"),
+    "attn_out": (("T", "D"), "concat @ W_O: what attention adds to the residual stream"),
+    "resid_mid": (("T", "D"), "resid_pre + attn_out"),
+    "ln2.rms": (("T",), "root mean square of each position's vector, second RMSNorm"),
+    "ln2.normalized": (("T", "D"), "x / rms"),
+    "ln2.out": (("T", "D"), "normalized * scale: the MLP input"),
+    "mlp.gate": (("T", "M"), "ln2.out @ W_gate: the gate, before its activation"),
+    "mlp.up": (("T", "M"), "ln2.out @ W_in: the linear branch"),
+    "mlp.act": (("T", "M"), "SiLU(gate) = gate * sigmoid(gate)"),
+    "mlp.post": (("T", "M"), "act * up: the gated hidden layer"),
+    "mlp_out": (("T", "D"), "mlp.post @ W_out: what the MLP adds to the residual stream"),
+    "resid_post": (("T", "D"), "resid_mid + mlp_out: the block's output"),
+}
+
+LLAMA_GLOBAL_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "embed.token": (("T", "D"), "row of the token embedding matrix W_E for each token: the input of block 0"),
+    "rope.angles": (("T", "R"), "rotation angle of each position for each pair of a head's dimensions: "
+                                "position * frequency; shared by every block and head"),
+    "ln_final.rms": (("T",), "root mean square, final RMSNorm"),
+    "ln_final.normalized": (("T", "D"), "x / rms"),
+    "ln_final.out": (("T", "D"), "normalized * scale: the unembedding input"),
+    "logits": (("T", "V"), "ln_final.out @ W_U: one score per vocabulary entry (no bias)"),
+}
+
+LLAMA_DERIVED: dict[str, str] = {
+    "attn.scores": "attn.rot_q",
+    "attn.scaled_scores": "attn.rot_q",
+    "attn.masked_scores": "attn.rot_q",
+    "attn.concat": "attn.z",
+    "attn.kv_head": "attn.rot_q",  # from the model's shape
+}
+
+LLAMA_BLOCK_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "ln1.w": (("D",), "first RMSNorm scale"),
+    "attn.W_Q": (("H", "D", "Dh"), "query weights per head"),
+    "attn.W_K": (("G", "D", "Dh"), "key weights per key/value head"),
+    "attn.W_V": (("G", "D", "Dh"), "value weights per key/value head"),
+    "attn.b_Q": (("H", "Dh"), "query bias per head (Qwen2; absent where the model has none)"),
+    "attn.b_K": (("G", "Dh"), "key bias per key/value head (Qwen2)"),
+    "attn.b_V": (("G", "Dh"), "value bias per key/value head (Qwen2)"),
+    "attn.W_O": (("H", "Dh", "D"), "output projection, rows grouped by head"),
+    "ln2.w": (("D",), "second RMSNorm scale"),
+    "mlp.W_gate": (("D", "M"), "MLP gate projection"),
+    "mlp.W_in": (("D", "M"), "MLP up projection (the linear branch)"),
+    "mlp.W_out": (("M", "D"), "MLP down projection back to d_model"),
+}
+
+LLAMA_GLOBAL_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "embed.W_E": (("V", "D"), "token embedding matrix"),
+    "ln_final.w": (("D",), "final RMSNorm scale"),
+    "unembed.W_U": (("D", "V"), "unembedding: the transpose of W_E when tied, its own matrix when not"),
+}
+
+
+@dataclass(frozen=True)
+class NameTable:
+    """The names one model family answers."""
+
+    block_activations: dict[str, tuple[tuple[str, ...], str]]
+    global_activations: dict[str, tuple[tuple[str, ...], str]]
+    block_weights: dict[str, tuple[tuple[str, ...], str]]
+    global_weights: dict[str, tuple[tuple[str, ...], str]]
+    derived: dict[str, str]
+    globals_before_blocks: tuple[str, ...]  # the global activations computed before block 0
+
+
+FAMILY_NAMES: dict[str, NameTable] = {
+    "gpt2": NameTable(BLOCK_ACTIVATIONS, GLOBAL_ACTIVATIONS, BLOCK_WEIGHTS, GLOBAL_WEIGHTS, DERIVED,
+                      ("embed.token", "embed.position", "embed.sum")),
+    "llama": NameTable(LLAMA_BLOCK_ACTIVATIONS, LLAMA_GLOBAL_ACTIVATIONS, LLAMA_BLOCK_WEIGHTS, LLAMA_GLOBAL_WEIGHTS,
+                       LLAMA_DERIVED, ("embed.token", "rope.angles")),
+}
+
+
+def _table(family: str) -> NameTable:
+    if family not in FAMILY_NAMES:
+        raise KeyError(f"unknown model family {family!r}; expected one of {sorted(FAMILY_NAMES)}")
+    return FAMILY_NAMES[family]
+
+
 def block_name(layer: int, suffix: str) -> str:
     """`block_name(3, "attn.pattern") -> "blocks.3.attn.pattern"`."""
-    if suffix not in BLOCK_ACTIVATIONS and suffix not in BLOCK_WEIGHTS:
+    if not any(suffix in t.block_activations or suffix in t.block_weights for t in FAMILY_NAMES.values()):
         raise KeyError(f"unknown block stage {suffix!r}")
     return f"blocks.{layer}.{suffix}"
 
@@ -99,38 +202,46 @@ class ParsedName:
     suffix: str  # the stage, e.g. "attn.pattern", or the whole name for global ones
 
 
-def parse_name(name: str) -> ParsedName:
-    """Split a full name into its layer and stage; raise KeyError for names outside the scheme."""
+def parse_name(name: str, family: str = "gpt2") -> ParsedName:
+    """Split a full name into its layer and stage; raise KeyError for names outside the family's scheme."""
+    t = _table(family)
     if name.startswith("blocks."):
-        _, layer, suffix = name.split(".", 2)
-        if not layer.isdigit() or (suffix not in BLOCK_ACTIVATIONS and suffix not in BLOCK_WEIGHTS):
+        parts = name.split(".", 2)
+        if len(parts) != 3 or not parts[1].isdigit() or (
+                parts[2] not in t.block_activations and parts[2] not in t.block_weights):
             raise KeyError(f"unknown name {name!r}")
-        return ParsedName(int(layer), suffix)
-    if name in GLOBAL_ACTIVATIONS or name in GLOBAL_WEIGHTS:
+        return ParsedName(int(parts[1]), parts[2])
+    if name in t.global_activations or name in t.global_weights:
         return ParsedName(None, name)
     raise KeyError(f"unknown name {name!r}")
 
 
-def activation_names(n_layer: int) -> list[str]:
+def activation_names(n_layer: int, family: str = "gpt2") -> list[str]:
     """All activation names of a model with `n_layer` blocks, in computation order."""
-    out = ["embed.token", "embed.position", "embed.sum"]
+    t = _table(family)
+    out = list(t.globals_before_blocks)
     for i in range(n_layer):
-        out += [block_name(i, s) for s in BLOCK_ACTIVATIONS]
-    out += ["ln_final.mean", "ln_final.var", "ln_final.normalized", "ln_final.out", "logits"]
+        out += [f"blocks.{i}.{s}" for s in t.block_activations]
+    out += [n for n in t.global_activations if n not in t.globals_before_blocks]
     return out
 
 
-def weight_names(n_layer: int) -> list[str]:
-    out = ["embed.W_E", "embed.W_pos"]
+def weight_names(n_layer: int, family: str = "gpt2") -> list[str]:
+    """All weight names of a model with `n_layer` blocks (for the Llama family, biases only where
+    the model has them: see the model's `weight_names`)."""
+    t = _table(family)
+    after = ("ln_final.w", "ln_final.b", "unembed.W_U")
+    out = [n for n in t.global_weights if n not in after]
     for i in range(n_layer):
-        out += [block_name(i, s) for s in BLOCK_WEIGHTS]
-    out += ["ln_final.w", "ln_final.b", "unembed.W_U"]
+        out += [f"blocks.{i}.{s}" for s in t.block_weights]
+    out += [n for n in after if n in t.global_weights]
     return out
 
 
-def describe(name: str) -> tuple[tuple[str, ...], str]:
+def describe(name: str, family: str = "gpt2") -> tuple[tuple[str, ...], str]:
     """(dims, description) of any activation or weight name."""
-    p = parse_name(name)
+    t = _table(family)
+    p = parse_name(name, family)
     if p.layer is None:
-        return GLOBAL_ACTIVATIONS.get(name) or GLOBAL_WEIGHTS[name]
-    return BLOCK_ACTIVATIONS.get(p.suffix) or BLOCK_WEIGHTS[p.suffix]
+        return t.global_activations.get(name) or t.global_weights[name]
+    return t.block_activations.get(p.suffix) or t.block_weights[p.suffix]

@@ -10,13 +10,13 @@ from torch import Tensor
 
 from .config import GPTConfig
 from .models.layers import causal_mask, linear
-from .names import DERIVED, activation_names, describe, parse_name
+from .names import FAMILY_NAMES, activation_names, describe, parse_name
 from .trace_base import TraceBase
 
 
 @dataclass
 class Trace(TraceBase):
-    """Intermediates of one text through a GPT-2, without the batch dimension.
+    """Intermediates of one text through a GPT-2 or a Llama-family model, without the batch dimension.
 
     `trace["blocks.0.attn.pattern"]` is (heads, query, key). Stages that are cheap to derive
     (scaled and masked scores, the concatenated heads, the embedding sum) are computed on access, and
@@ -51,20 +51,28 @@ class Trace(TraceBase):
             return self.values[name]
         if name == "logits" and self.unembed is not None:  # the unembedding's own arithmetic (`lm_head`)
             return linear(self.values["ln_final.out"].unsqueeze(0), self.unembed.T)[0]  # (T, V)
-        p = parse_name(name)  # KeyError for names outside the scheme
+        family = self.config.family
+        p = parse_name(name, family)  # KeyError for names outside the family's scheme
         key = p.suffix
         if p.layer is not None and not 0 <= p.layer < self.config.n_layer:
             raise KeyError(f"{name!r}: the model has {self.config.n_layer} blocks")
-        if key not in DERIVED:
+        derived = FAMILY_NAMES[family].derived
+        if key not in derived:
             raise KeyError(f"{name!r} is not an activation recorded in this trace")
         if name == "embed.sum":
             return self.values["blocks.0.resid_pre"]
-        src = self.values[f"blocks.{p.layer}.{DERIVED[key]}"]
+        if key == "attn.kv_head":  # query head h reads key/value head h // (H / G)
+            return torch.arange(self.config.n_head) // (self.config.n_head // self.config.n_kv_heads)
+        src = self.values[f"blocks.{p.layer}.{derived[key]}"]
         if key == "attn.concat":  # (H, T, Dh) -> (T, H*Dh)
             return src.transpose(0, 1).reshape(src.shape[1], -1)
         # the same matmul as the forward pass, so the same numbers (a patched forward stored its own)
         scores = self.values.get(f"blocks.{p.layer}.attn.scores")
-        if scores is None:
+        if scores is None and family == "llama":  # each group of query heads against its key/value head
+            k = self.values[f"blocks.{p.layer}.attn.rot_k"]  # (G, S, Dh)
+            G, (H, T, Dh) = k.shape[0], src.shape
+            scores = torch.bmm(src.reshape(G, H // G * T, Dh), k.transpose(1, 2)).view(H, T, -1)
+        elif scores is None:
             scores = src @ self.values[f"blocks.{p.layer}.attn.k"].transpose(-2, -1)
         if key == "attn.scores":
             return scores
@@ -76,7 +84,11 @@ class Trace(TraceBase):
 
     def names(self) -> list[str]:
         """Every name this trace answers, in computation order."""
-        return activation_names(self.config.n_layer)
+        return activation_names(self.config.n_layer, self.config.family)
+
+    def describe(self, name: str) -> str:
+        dims, text = describe(name, self.config.family)
+        return f"{name} {tuple(self[name].shape)} [{', '.join(dims)}]: {text}"
 
     # -- convenience -----------------------------------------------------------------------------
 
@@ -116,7 +128,7 @@ def merge_traces(prefix: Trace, new: Trace) -> Trace:
         b = new.values.get(name)
         if b is None:  # recorded in one pass only (logits a patch asked for): the merged trace derives it
             continue
-        dims, _ = describe(name)
+        dims, _ = describe(name, prefix.config.family)
         if "S" in dims and "T" not in dims:  # keys, values: the new trace already spans every position
             values[name] = b
             continue

@@ -65,8 +65,11 @@ def test_bad_config(folder: Path):
     (folder / "config.json").write_text("{not json")
     with pytest.raises(CheckpointError, match="JSON"):
         load_model(str(folder), allow_download=False)
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert", "vocab_size": 5}))
+    with pytest.raises(CheckpointError, match="model_type is 'bert'; supported: gpt2, llama, qwen2, mistral"):
+        load_model(str(folder), allow_download=False)
     (folder / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 5}))
-    with pytest.raises(CheckpointError, match="GPT-2"):
+    with pytest.raises(CheckpointError, match="num_hidden_layers"):
         load_model(str(folder), allow_download=False)
 
 

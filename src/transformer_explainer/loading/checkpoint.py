@@ -1,7 +1,10 @@
-"""HF-format GPT-2 checkpoints <-> our GPT: a key-for-key copy plus GPT-2's transposes.
+"""HF-format checkpoints <-> our models: GPT-2 (a key-for-key copy plus GPT-2's transposes) and the
+Llama family (Llama, Qwen2, Mistral: key for key, HF's own names and layouts).
 
-HF stores the four projection matrices as `Conv1D` weights, (in, out); our `nn.Linear`s hold
-(out, in). Nothing is unpickled unsafely: safetensors, or `torch.load(weights_only=True)`.
+HF stores GPT-2's four projection matrices as `Conv1D` weights, (in, out); our `nn.Linear`s hold
+(out, in). Weights come from `model.safetensors`, sharded `model-0000N-of-0000M.safetensors` with
+their `model.safetensors.index.json`, or `pytorch_model.bin`; nothing is unpickled unsafely
+(safetensors, or `torch.load(weights_only=True)`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ from safetensors.torch import load_file, save_file
 from ..config import GPTConfig
 from ..errors import CheckpointError
 from ..models.gpt import GPT
+from ..models.llama import LlamaLM
+
+DecoderLM = GPT | LlamaLM
+SUPPORTED_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")  # HF's causal-mask buffers in old checkpoints
@@ -39,13 +46,33 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path} is corrupt or truncated: {e}") from None
+
+
 def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     st, binf = folder / "model.safetensors", folder / "pytorch_model.bin"
+    index = folder / "model.safetensors.index.json"
     if st.is_file():
-        try:
-            return load_file(str(st))
-        except (SafetensorError, OSError, ValueError) as e:
-            raise CheckpointError(f"{st} is corrupt or truncated: {e}") from None
+        return _load_safetensors(st)
+    if index.is_file():  # sharded: the index maps every tensor name to its shard file
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise CheckpointError(f"{index} has no weight_map")
+        state: dict[str, torch.Tensor] = {}
+        for shard in sorted(set(weight_map.values())):
+            if not isinstance(shard, str) or Path(shard).name != shard:
+                raise CheckpointError(f"{index} names a shard outside the folder: {shard!r}")
+            if not (folder / shard).is_file():
+                raise CheckpointError(f"shard {shard} listed in {index.name} is missing from {folder}")
+            state.update(_load_safetensors(folder / shard))
+        missing = set(weight_map) - set(state)
+        if missing:
+            raise CheckpointError(f"tensor {sorted(missing)[0]!r} listed in {index.name} is in none of its shards")
+        return state
     if binf.is_file():
         try:
             state = torch.load(str(binf), map_location="cpu", weights_only=True)
@@ -54,15 +81,83 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
         if not isinstance(state, dict):
             raise CheckpointError(f"{binf} does not hold a state dict")
         return state
-    raise CheckpointError(f"{folder} has no weights: expected model.safetensors or pytorch_model.bin")
+    raise CheckpointError(f"{folder} has no weights: expected model.safetensors (or shards with "
+                          f"model.safetensors.index.json) or pytorch_model.bin")
 
 
-def load_gpt(folder: Path) -> GPT:
-    """Build our GPT from an HF GPT-2 folder (`config.json` + weights); errors name the bad tensor."""
+def read_config(folder: Path) -> GPTConfig:
     try:
-        config = GPTConfig.from_hf(read_json(folder / "config.json"))
+        return GPTConfig.from_hf(read_json(folder / "config.json"))
     except (KeyError, ValueError, TypeError) as e:
-        raise CheckpointError(f"{folder / 'config.json'} is not a usable GPT-2 config: {e}") from None
+        raise CheckpointError(f"{folder / 'config.json'} is not a usable model config: {e}") from None
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
+    """float32 (the default) or bfloat16, given as a name or a torch dtype."""
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype) and dtype in SUPPORTED_DTYPES.values():
+        return dtype
+    if isinstance(dtype, str) and dtype.removeprefix("torch.") in SUPPORTED_DTYPES:
+        return SUPPORTED_DTYPES[dtype.removeprefix("torch.")]
+    raise CheckpointError(f"dtype {dtype!r} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
+
+
+def load_decoder(folder: Path, dtype: str | torch.dtype | None = None) -> DecoderLM:
+    """Our model for any supported HF folder: GPT-2 or the Llama family, by its config's model_type."""
+    config = read_config(folder)
+    if config.family == "llama":
+        return load_llama(folder, dtype, config=config)
+    return load_gpt(folder, dtype)
+
+
+def _checked(key: str, t: torch.Tensor, shape: tuple[int, ...], folder: Path) -> torch.Tensor:
+    if tuple(t.shape) != tuple(shape):
+        raise CheckpointError(
+            f"tensor {key!r} in {folder} has shape {tuple(t.shape)}, but config.json implies {tuple(shape)}"
+        )
+    if t.is_floating_point() and not torch.isfinite(t).all():
+        raise CheckpointError(f"tensor {key!r} in {folder} contains NaN or infinite values")
+    return t
+
+
+def load_llama(folder: Path, dtype: str | torch.dtype | None = None, *, config: GPTConfig | None = None) -> LlamaLM:
+    """Build our LlamaLM from an HF Llama / Qwen2 / Mistral folder, key for key. The model is built
+    without memory ("meta" tensors) and takes the checkpoint's tensors as they are, cast to `dtype`,
+    so a 1.5 B model in bfloat16 needs its 3 GB once, not twice."""
+    dt = resolve_dtype(dtype)
+    config = config or read_config(folder)
+    hf = read_state_dict(folder)
+    with torch.device("meta"):
+        model = LlamaLM(config)
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if config.tie_word_embeddings:
+        expected.pop("lm_head.weight")
+        head = hf.pop("lm_head.weight", None)  # some tied checkpoints store the shared matrix twice
+        emb = hf.get("model.embed_tokens.weight")
+        if head is not None and (emb is None or head.shape != emb.shape or not torch.equal(head, emb)):
+            raise CheckpointError(f"config.json in {folder} says the embeddings are tied, but the checkpoint's "
+                                  f"lm_head.weight differs from model.embed_tokens.weight")
+    loaded: dict[str, torch.Tensor] = {}
+    for key, shape in expected.items():
+        if key not in hf:
+            hint = " (config.json says the embeddings are untied)" if key == "lm_head.weight" else ""
+            raise CheckpointError(f"checkpoint in {folder} is missing tensor {key!r}{hint}")
+        loaded[key] = _checked(key, hf.pop(key), shape, folder).to(dt)
+    extra = [k for k in hf if not k.endswith("rotary_emb.inv_freq")]  # old checkpoints kept this buffer
+    if extra:
+        raise CheckpointError(f"checkpoint in {folder} has unexpected tensors, e.g. {sorted(extra)[0]!r}")
+    model.load_state_dict(loaded, strict=False, assign=True)  # complete: checked above (lm_head when tied)
+    model.tie_weights_()
+    return model.eval()
+
+
+def load_gpt(folder: Path, dtype: str | torch.dtype | None = None) -> GPT:
+    """Build our GPT from an HF GPT-2 folder (`config.json` + weights); errors name the bad tensor."""
+    dt = resolve_dtype(dtype)
+    config = read_config(folder)
+    if config.family != "gpt2":
+        raise CheckpointError(f"{folder} holds a {config.model_type} model, not GPT-2")
     hf = read_state_dict(folder)
     model = GPT(config)
     ours = model.state_dict()
@@ -91,7 +186,7 @@ def load_gpt(folder: Path) -> GPT:
         raise CheckpointError(f"checkpoint in {folder} has unexpected tensors, e.g. {sorted(extra)[0]!r}")
     model.load_state_dict(loaded, strict=False)
     model.eval()
-    return model
+    return model.to(dt)
 
 
 def hf_state_dict(model: GPT, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:

@@ -29,9 +29,17 @@ KNOWN_HUB_MODELS: dict[str, tuple[str, str, int]] = {
     "gpt2-xl": ("openai-community/gpt2-xl", "1.5B", 6_431_829_964),
     "distilgpt2": ("distilbert/distilgpt2", "82M", 352_824_413),
 }
-HUB_FILES = ["config.json", "model.safetensors", "tokenizer.json", "vocab.json", "merges.txt"]
-MODEL_FOLDER_FILES = ("config.json, model.safetensors (or pytorch_model.bin) and tokenizer.json "
-                      "(or vocab.json + merges.txt)")
+HUB_FILES = ["config.json", "model.safetensors", "tokenizer.json", "vocab.json", "merges.txt",
+             # Llama-family checkpoints: sharded weights, BOS/EOS settings
+             "model.safetensors.index.json", "model-*-of-*.safetensors", "tokenizer_config.json",
+             "generation_config.json"]
+
+
+def has_weights(folder: Path) -> bool:
+    return any((folder / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json",
+                                                 "pytorch_model.bin"))
+MODEL_FOLDER_FILES = ("config.json, model.safetensors (or sharded model-*.safetensors with their index, or "
+                      "pytorch_model.bin) and tokenizer.json (or vocab.json + merges.txt)")
 
 Source = Literal["builtin", "local", "hub"]
 
@@ -73,8 +81,7 @@ def cached_hub_folder(repo: str) -> Path | None:
         folder = Path(snapshot_download(repo, allow_patterns=HUB_FILES, local_files_only=True))
     except Exception:  # not cached (or a broken cache entry): treated alike
         return None
-    has_weights = (folder / "model.safetensors").is_file() or (folder / "pytorch_model.bin").is_file()
-    return folder if (folder / "config.json").is_file() and has_weights else None
+    return folder if (folder / "config.json").is_file() and has_weights(folder) else None
 
 
 def cached_gpt2_models() -> dict[str, Path]:
@@ -157,7 +164,7 @@ def _download(spec: str, repo: str) -> Path:
         log.warning("downloading %s from the Hugging Face hub into its cache%s", repo,
                     f" (about {size / 1e6:.0f} MB)" if size else "")
         folder = Path(snapshot_download(repo, allow_patterns=HUB_FILES))
-        if not (folder / "model.safetensors").is_file():  # older repos only have the pickle-format file
+        if not has_weights(folder):  # older repos only have the pickle-format file
             folder = Path(snapshot_download(repo, allow_patterns=[*HUB_FILES, "pytorch_model.bin"]))
     except (RepositoryNotFoundError, GatedRepoError):
         raise ModelNotFoundError(

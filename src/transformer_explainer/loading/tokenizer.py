@@ -1,4 +1,9 @@
-"""GPT-2 byte-level BPE tokenization through the `tokenizers` library.
+"""Tokenization through the `tokenizers` library: GPT-2's byte-level BPE (`tokenizer.json`, or
+`vocab.json` + `merges.txt`), and the `tokenizer.json` of Llama-family checkpoints.
+
+Beginning-of-sequence token: `tokenizer_config.json`'s `add_bos_token` decides when it is given
+(Llama 2 and 3, Mistral: true); when it is not, the `tokenizer.json` post-processor decides (as
+`transformers` does: it adds BOS where its template does). GPT-2's tokenizer adds nothing.
 
 How a token is shown, everywhere (CLI tables, JSON, the app): its text, leading space kept; a byte
 that is only part of a UTF-8 character (GPT-2 splits most emoji and CJK characters over two to
@@ -9,6 +14,8 @@ can bracket them and show the character they form.
 
 from __future__ import annotations
 
+import json
+import re
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
@@ -80,18 +87,37 @@ class CharGroup:
     text: str
 
 
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece byte fallback (Llama 2, Mistral)
+
+
+def _token_content(value: object) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string, or {"content": ...}."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
 class TextTokenizer:
     """Text <-> ids, plus the readable text of each token for display."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, *, bos_id: int | None = None,
+                 eos_ids: tuple[int, ...] | None = None) -> None:
         self.tokenizer = tokenizer
+        self.bos_id = bos_id  # prepended to every encoded text when set
+        self._eos_ids = eos_ids  # None: GPT-2's <|endoftext|>
 
     @classmethod
-    def from_folder(cls, folder: Path) -> TextTokenizer:
-        """From `tokenizer.json`, or else GPT-2's `vocab.json` + `merges.txt`."""
+    def from_folder(cls, folder: Path, family: str = "gpt2") -> TextTokenizer:
+        """From `tokenizer.json`, or else GPT-2's `vocab.json` + `merges.txt`. For the Llama family,
+        with the BOS and EOS tokens that `tokenizer_config.json` and `config.json` name, if any."""
         try:
             if (folder / "tokenizer.json").is_file():
-                return cls(Tokenizer.from_file(str(folder / "tokenizer.json")))
+                tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+                if family == "gpt2":
+                    return cls(tok)
+                return cls(tok, bos_id=_bos_id(folder, tok), eos_ids=_eos_ids(folder, tok))
             vocab, merges = folder / "vocab.json", folder / "merges.txt"
             if vocab.is_file() and merges.is_file():
                 tok = Tokenizer(models.BPE.from_file(str(vocab), str(merges)))
@@ -107,7 +133,8 @@ class TextTokenizer:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        return ids if self.bos_id is None else [self.bos_id, *ids]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
@@ -121,7 +148,11 @@ class TextTokenizer:
         table = _byte_decoder()
         if raw and all(c in table for c in raw):
             return bytes(table[c] for c in raw)
-        return raw.encode("utf-8")  # special tokens such as <|endoftext|>
+        byte = _BYTE_TOKEN.fullmatch(raw)
+        if byte:
+            return bytes([int(byte.group(1), 16)])
+        # SentencePiece's word marker is a space; special tokens such as <|endoftext|> stay as written
+        return raw.replace("\u2581", " ").encode("utf-8")
 
     def token_text(self, token_id: int) -> str:
         """The token's own text, with its leading space; a byte that is part of a longer UTF-8
@@ -147,4 +178,55 @@ class TextTokenizer:
         return groups
 
     def eos_id(self) -> int | None:
-        return self.tokenizer.token_to_id("<|endoftext|>")
+        """The end-of-text token (the first, where the model has several)."""
+        ids = self.eos_ids()
+        return ids[0] if ids else None
+
+    def eos_ids(self) -> tuple[int, ...]:
+        """Every token that ends a generation."""
+        if self._eos_ids is not None:
+            return self._eos_ids
+        eos = self.tokenizer.token_to_id("<|endoftext|>")
+        return () if eos is None else (eos,)
+
+
+def _json_or_empty(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path} is not readable JSON: {e}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _bos_id(folder: Path, tok: Tokenizer) -> int | None:
+    cfg = _json_or_empty(folder / "tokenizer_config.json")
+    add = cfg.get("add_bos_token")
+    if add is None:  # not set: the tokenizer.json's post-processor decides, as in transformers
+        with_special = tok.encode("a", add_special_tokens=True).ids
+        plain = tok.encode("a", add_special_tokens=False).ids
+        adds_first = len(with_special) > len(plain) and with_special[1 : 1 + len(plain)] == plain
+        return with_special[0] if adds_first else None
+    if not add:
+        return None
+    name = _token_content(cfg.get("bos_token"))
+    bos = tok.token_to_id(name) if name else _json_or_empty(folder / "config.json").get("bos_token_id")
+    if not isinstance(bos, int):
+        raise CheckpointError(f"{folder / 'tokenizer_config.json'} asks for a BOS token but names none "
+                              f"the tokenizer knows")
+    return bos
+
+
+def _eos_ids(folder: Path, tok: Tokenizer) -> tuple[int, ...] | None:
+    """config.json's eos_token_id (one id or a list; generation_config.json's where it differs), else
+    tokenizer_config.json's eos_token; None for GPT-2's default."""
+    for name in ("generation_config.json", "config.json"):
+        eos = _json_or_empty(folder / name).get("eos_token_id")
+        if isinstance(eos, int) and not isinstance(eos, bool):
+            return (eos,)
+        if isinstance(eos, list) and eos and all(isinstance(i, int) for i in eos):
+            return tuple(eos)
+    name = _token_content(_json_or_empty(folder / "tokenizer_config.json").get("eos_token"))
+    eos_id = tok.token_to_id(name) if name else None
+    return None if eos_id is None else (eos_id,)

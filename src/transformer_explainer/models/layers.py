@@ -40,6 +40,8 @@ def _row_chunks(x: Tensor, weight: Tensor) -> int:
     in_features = weight.shape[1]
     if x.numel() != in_features or x.device.type != "cpu" or weight.stride(0) != 1:
         return 1
+    if weight.dtype != torch.float32:  # bf16 partial sums would each be rounded: keep one accumulation
+        return 1
     threads = torch.get_num_threads()
     if threads < 2:
         return 1

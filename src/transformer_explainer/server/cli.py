@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli_args import non_negative_float, non_negative_int, port_number, positive_float, positive_int
+from ..cli_args import dtype_arg, non_negative_float, non_negative_int, port_number, positive_float, positive_int
 
 TOKEN_ENV = "TRANSFORMER_EXPLAINER_TOKEN"
 
@@ -24,7 +24,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       max_body_bytes=args.max_body_bytes, max_tokens=args.max_tokens,
                       allow_download=not args.offline, api_downloads=args.api_downloads, discover=not args.only,
                       token=token, no_token=args.no_token, allow_hosts=args.allow_host or [],
-                      client_calls=args.client_calls, client_rate=args.client_rate, client_burst=args.client_burst)
+                      client_calls=args.client_calls, client_rate=args.client_rate, client_burst=args.client_burst,
+                      dtype=args.dtype)
     serve(cfg, open_browser=args.open)
     return 0
 
@@ -61,6 +62,7 @@ def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction
                    help="let a request download a known GPT-2 checkpoint (gpt2 ... gpt2-xl, distilgpt2) on first use, "
                         "and offer the app's download panel on a server reachable from other machines (a server "
                         "bound to 127.0.0.1 offers the panel anyway); off by default")
+    dtype_arg(p)
     p.add_argument("--only", action="store_true", help="offer only the --model models, not the built-in/cached ones")
     g = p.add_argument_group("access (docs/deploy.md)")
     g.add_argument("--token", default=None,

@@ -51,7 +51,8 @@ def _table(name: str, table: dict[str, tuple[tuple[str, ...], str]]) -> str:
 def names_ts() -> str:
     parts = [
         HEADER.format(src="src/transformer_explainer/names.py"),
-        "export type Dim = \"T\" | \"S\" | \"H\" | \"D\" | \"Dh\" | \"M\" | \"V\" | \"P\";",
+        "export type Dim = \"T\" | \"S\" | \"H\" | \"G\" | \"D\" | \"Dh\" | \"H*Dh\" | \"R\" | \"M\" | \"V\" "
+        "| \"P\";",
         "export interface NameInfo { readonly dims: readonly Dim[]; readonly description: string }",
         "",
         _table("BLOCK_ACTIVATIONS", names.BLOCK_ACTIVATIONS),
@@ -59,6 +60,13 @@ def names_ts() -> str:
         _table("BLOCK_WEIGHTS", names.BLOCK_WEIGHTS),
         _table("GLOBAL_WEIGHTS", names.GLOBAL_WEIGHTS),
         f"export const DERIVED = {json.dumps(names.DERIVED, indent=2)} as const;",
+        "",
+        "/** The Llama family (Llama, Qwen2, Mistral): RMSNorm, rotary positions, grouped-query attention. */",
+        _table("LLAMA_BLOCK_ACTIVATIONS", names.LLAMA_BLOCK_ACTIVATIONS),
+        _table("LLAMA_GLOBAL_ACTIVATIONS", names.LLAMA_GLOBAL_ACTIVATIONS),
+        _table("LLAMA_BLOCK_WEIGHTS", names.LLAMA_BLOCK_WEIGHTS),
+        _table("LLAMA_GLOBAL_WEIGHTS", names.LLAMA_GLOBAL_WEIGHTS),
+        f"export const LLAMA_DERIVED = {json.dumps(names.LLAMA_DERIVED, indent=2)} as const;",
         "",
         "export type BlockActivation = keyof typeof BLOCK_ACTIVATIONS;",
         "export type GlobalActivation = keyof typeof GLOBAL_ACTIVATIONS;",

@@ -30,7 +30,8 @@ class _Entry:
 class ModelRegistry:
     """Name -> model, loaded on first use; at most `max_loaded` unpinned models kept in memory."""
 
-    def __init__(self, default: str, max_loaded: int = 2, *, api_downloads: bool = False) -> None:
+    def __init__(self, default: str, max_loaded: int = 2, *, api_downloads: bool = False,
+                 dtype: str = "float32") -> None:
         self._entries: dict[str, _Entry] = {}
         self._loaded: OrderedDict[str, ExplainerModel] = OrderedDict()
         self._lock = threading.Lock()
@@ -38,6 +39,7 @@ class ModelRegistry:
         self.default = default
         self.max_loaded = max_loaded
         self.api_downloads = api_downloads  # may a request download a known hub model (off by default)
+        self.dtype = dtype  # of every model it loads
 
     @classmethod
     def from_models(cls, models: dict[str, ExplainerModel], default: str | None = None) -> ModelRegistry:
@@ -127,7 +129,7 @@ class ModelRegistry:
                 return name, model
             assert entry.folder is not None
             log.info("loading model %s from %s", name, entry.folder)
-            model = ExplainerModel.from_resolved(ResolvedModel(name, entry.folder, "local"))
+            model = ExplainerModel.from_resolved(ResolvedModel(name, entry.folder, "local"), self.dtype)
             model.source = entry.source
             self._loaded[name] = model
             self._evict()

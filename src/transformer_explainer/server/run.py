@@ -42,6 +42,7 @@ class ServeConfig:
     allow_download: bool = False  # may `--model gpt2` download at startup
     api_downloads: bool = False  # may a request download a known GPT-2 hub model (never any other)
     discover: bool = True  # also offer the built-in and cached models
+    dtype: str = "float32"  # weights and activations of every model it loads: float32 or bfloat16
     token: str | None = None  # access token; None: generated when exposed (see `with_token`), none on loopback
     no_token: bool = False  # exposed without a token, on purpose
     allow_hosts: list[str] = field(default_factory=list)  # Host names answered besides the loopback ones
@@ -120,7 +121,7 @@ def build_registry(cfg: ServeConfig) -> ModelRegistry:
 
     specs = cfg.models or [default_spec()]
     resolved = [resolve(s, allow_download=cfg.allow_download) for s in specs]
-    reg = ModelRegistry(default=resolved[0].name, api_downloads=cfg.api_downloads)
+    reg = ModelRegistry(default=resolved[0].name, api_downloads=cfg.api_downloads, dtype=cfg.dtype)
     for r in resolved:
         reg.add_resolved(r, pinned=True)
     if cfg.discover:

@@ -1,0 +1,305 @@
+"""The Llama-family decoder (Llama, Qwen2, Mistral) in nanoGPT's style, under HF's parameter names
+(`model.layers.N.self_attn.q_proj`, ...), so HF checkpoints load key for key.
+
+What it changes from GPT-2: RMSNorm instead of LayerNorm (no mean, no shift); no position embedding:
+queries and keys are rotated by position-dependent angles (RoPE) inside attention; grouped-query
+attention (several query heads read one key/value head); a gated MLP, down(SiLU(gate(x)) * up(x)).
+
+Numerics follow transformers' modeling_llama.py, so the numbers agree in float32 and in bfloat16:
+RMSNorm and the rotation angles are computed in float32 and cast back; softmax runs in float32.
+Like `layers.py`, each module has a fast path (fused attention, nothing kept) and a recorded path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import GPTConfig
+from ..names import parse_name
+from .gpt import KVCache, LogitsFor
+from .layers import KV, Linear, causal_mask
+from .recorder import Recorder, scope
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight, computed in float32 as transformers does."""
+
+    def __init__(self, ndim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.eps = eps
+
+    def forward(self, x: Tensor, rec: Recorder | None = None) -> Tensor:
+        dtype = x.dtype
+        x32 = x.to(torch.float32)
+        ms = x32.square().mean(dim=-1, keepdim=True)
+        if rec is None:
+            return self.weight * (x32 * torch.rsqrt(ms + self.eps)).to(dtype)
+        rec("rms", torch.sqrt(ms + self.eps).squeeze(-1).to(dtype))
+        normalized = rec("normalized", (x32 * torch.rsqrt(ms + self.eps)).to(dtype))
+        return rec("out", self.weight * normalized)
+
+
+def rope_inv_freq(config: GPTConfig) -> Tensor:
+    """The rotation frequency of each pair of a head's dimensions, theta^(-2i/Dh), with Llama 3.1's
+    scaling when the config has it (transformers' `_compute_llama3_parameters`)."""
+    dim = config.head_dim
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").to(torch.float32) / dim
+    inv_freq = 1.0 / (config.rope_theta**exponents)
+    s = config.rope_scaling
+    if s is None:
+        return inv_freq
+    low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+    high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (s.high_freq_factor
+                                                                                  - s.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """(x1, x2) -> (-x2, x1) on the two halves of the last dimension: dimension i pairs with i + Dh/2."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate each (i, i + Dh/2) pair of x (B, heads, T, Dh) by its position's angle."""
+    return x * cos + rotate_half(x) * sin
+
+
+class LlamaAttention(nn.Module):
+    """Causal self-attention with rotary positions and grouped-query heads (n_head // n_kv_heads
+    query heads share each key/value head; query head h reads key/value head h // group)."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.n_head, self.n_kv, self.head_dim = config.n_head, config.n_kv_heads, config.head_dim
+        D, Dh = config.n_embd, config.head_dim
+        self.q_proj = Linear(D, self.n_head * Dh, bias=config.qkv_bias)
+        self.k_proj = Linear(D, self.n_kv * Dh, bias=config.qkv_bias)
+        self.v_proj = Linear(D, self.n_kv * Dh, bias=config.qkv_bias)
+        self.o_proj = Linear(self.n_head * Dh, D, bias=config.out_bias)
+
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], rec: Recorder | None = None,
+                past: KV | None = None) -> tuple[Tensor, KV]:
+        B, T, _ = x.shape
+        H, G, Dh = self.n_head, self.n_kv, self.head_dim
+        q = self.q_proj(x).view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
+        k = self.k_proj(x).view(B, T, G, Dh).transpose(1, 2)  # (B, G, T, Dh)
+        v = self.v_proj(x).view(B, T, G, Dh).transpose(1, 2)
+        cos, sin = rope
+        if rec is not None:
+            q, k = rec("q", q), rec("k", k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if past is not None:
+            k = torch.cat((past[0], k), dim=2)  # (B, G, S, Dh)
+            v = torch.cat((past[1], v), dim=2)
+        S = k.shape[2]
+        if rec is None:
+            if S == T:
+                z = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            elif T == 1:  # one new position after a cached prefix sees every key
+                z = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            else:
+                z = F.scaled_dot_product_attention(q, k, v, attn_mask=~causal_mask(T, S, x.device), enable_gqa=True)
+        else:
+            q, k, v = rec("rot_q", q), rec("rot_k", k), rec("v", v)
+            R = H // G  # query heads per key/value head: heads g*R .. g*R+R-1 read key/value head g
+            qg = q.reshape(B * G, R * T, Dh)  # each group's queries stacked: one product per key/value head
+            kt = k.reshape(B * G, S, Dh).transpose(1, 2)
+            scale = 1.0 / math.sqrt(Dh)
+            # the causal mask as an additive bias (0 or -inf), as transformers adds it
+            bias = torch.zeros(T, S, dtype=q.dtype, device=x.device).masked_fill_(causal_mask(T, S, x.device),
+                                                                                   float("-inf"))
+            scores = torch.bmm(qg, kt).view(B, H, T, S)
+            if rec.wants("scores"):  # an experiment edits the raw scores
+                masked = rec.derived("scores", scores) * scale + bias
+            else:  # in place: the raw scores are not kept (the trace recomputes them from rot_q and rot_k)
+                masked = scores.mul_(scale).add_(bias)
+            # softmax in float32 (as transformers); for float32 input without the dtype argument, whose
+            # kernel is 2.5x slower on CPU
+            pattern = torch.softmax(masked, dim=-1) if masked.dtype == torch.float32 else \
+                torch.softmax(masked, dim=-1, dtype=torch.float32).to(q.dtype)
+            pattern = rec("pattern", pattern)
+            z = torch.bmm(pattern.reshape(B * G, R * T, S), v.reshape(B * G, S, Dh))
+            z = rec("z", z.view(B, H, T, Dh))
+        y = self.o_proj(z.transpose(1, 2).reshape(B, T, H * Dh))
+        return y, (k, v)
+
+
+class GatedMLP(nn.Module):
+    """down(SiLU(gate(x)) * up(x)): the gate decides, per hidden unit, how much of `up` passes."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.gate_proj = Linear(config.n_embd, config.d_mlp, bias=config.mlp_bias)
+        self.up_proj = Linear(config.n_embd, config.d_mlp, bias=config.mlp_bias)
+        self.down_proj = Linear(config.d_mlp, config.n_embd, bias=config.mlp_bias)
+
+    def forward(self, x: Tensor, rec: Recorder | None = None) -> Tensor:
+        if rec is None:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate = rec("gate", self.gate_proj(x))
+        up = rec("up", self.up_proj(x))
+        act = rec("act", F.silu(gate))
+        return self.down_proj(rec("post", act * up))
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.n_embd, config.layer_norm_epsilon)
+        self.self_attn = LlamaAttention(config)
+        self.post_attention_layernorm = RMSNorm(config.n_embd, config.layer_norm_epsilon)
+        self.mlp = GatedMLP(config)
+
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], rec: Recorder | None = None,
+                past: KV | None = None) -> tuple[Tensor, KV]:
+        if rec is None:
+            attn_out, present = self.self_attn(self.input_layernorm(x), rope, None, past)
+            x = x + attn_out
+            return x + self.mlp(self.post_attention_layernorm(x)), present
+        x = rec("resid_pre", x)
+        attn_out, present = self.self_attn(self.input_layernorm(x, rec.scope("ln1")), rope, rec.scope("attn"), past)
+        resid_mid = rec("resid_mid", x + rec("attn_out", attn_out))
+        normed = self.post_attention_layernorm(resid_mid, rec.scope("ln2"))
+        mlp_out = rec("mlp_out", self.mlp(normed, rec.scope("mlp")))
+        return rec("resid_post", resid_mid + mlp_out), present
+
+
+class LlamaModel(nn.Module):
+    """HF's `model.*` part: embeddings, blocks, final norm."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.n_embd)
+        self.layers = nn.ModuleList([LlamaBlock(config) for _ in range(config.n_layer)])
+        self.norm = RMSNorm(config.n_embd, config.layer_norm_epsilon)
+
+
+class LlamaLM(nn.Module):
+    """A Llama / Qwen2 / Mistral causal LM with the same interface as `GPT` (forward, weight, ...)."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        if config.family != "llama":
+            raise ValueError(f"LlamaLM runs the Llama family, not {config.model_type!r}")
+        self.config = config
+        self.model = LlamaModel(config)
+        self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.inv_freq = rope_inv_freq(config)  # (Dh/2,) float32; derived from the config, not a weight
+
+    def tie_weights_(self) -> None:
+        """Re-tie lm_head to the embedding (after `load_state_dict(assign=True)` replaced it)."""
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def inference_layout_(self) -> LlamaLM:
+        """Projection matrices input-major in memory, as `GPT.inference_layout_` (faster one-row
+        products on CPU). In place; returns the model."""
+        with torch.no_grad():
+            for module in self.modules():
+                if isinstance(module, nn.Linear):
+                    module.weight.data = module.weight.data.t().contiguous().t()
+        return self
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def rope(self, start: int, T: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+        """Angles (T, Dh/2) of positions start..start+T-1, and their cos and sin (T, Dh) in `dtype`."""
+        pos = torch.arange(start, start + T, device=device, dtype=torch.float32)
+        angles = pos[:, None] * self.inv_freq.to(device)[None, :]
+        emb = torch.cat((angles, angles), dim=-1)
+        return angles, emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def forward(self, idx: Tensor, *, cache: KVCache | None = None, rec: Recorder | None = None,
+                logits_for: LogitsFor = "all") -> Tensor:
+        """Logits for token ids `idx` (B, T); `cache`, `rec` and `logits_for` as in `GPT.forward`."""
+        B, T = idx.shape
+        start = cache.length if cache is not None else 0
+        if start + T > self.config.block_size:
+            raise ValueError(f"{start + T} positions exceed the model's context of {self.config.block_size}")
+        x = self.model.embed_tokens(idx)  # (B, T, D)
+        angles, cos, sin = self.rope(start, T, x.dtype, idx.device)
+        if rec is not None:
+            x = rec("embed.token", x)
+            rec("rope.angles", angles.expand(B, T, -1))
+        presents: list[KV] = []
+        for i, block in enumerate(self.model.layers):
+            past = cache.layers[i] if cache is not None and cache.layers else None
+            x, present = block(x, (cos, sin), scope(rec, f"blocks.{i}"), past)
+            presents.append(present)
+        if cache is not None:
+            cache.layers = presents
+        if logits_for == "last" and rec is None:
+            x = x[:, -1:, :]
+        x = self.model.norm(x, scope(rec, "ln_final"))
+        if rec is None:
+            return self.lm_head(x)
+        if logits_for == "last" and not rec.wants("logits"):
+            return self.lm_head(x[:, -1:, :])
+        return rec("logits", self.lm_head(x))
+
+    # -- weights by name ---------------------------------------------------------------------------
+
+    def weight_names(self) -> list[str]:
+        """Every weight name this model has (biases only where it has them)."""
+        from ..names import weight_names
+
+        c = self.config
+        skip = set() if c.qkv_bias else {"attn.b_Q", "attn.b_K", "attn.b_V"}
+        return [n for n in weight_names(c.n_layer, "llama") if n.split(".", 2)[-1] not in skip]
+
+    def weight(self, name: str) -> Tensor:
+        """A parameter in TransformerLens layout, e.g. `blocks.3.attn.W_K` -> (G, D, Dh); views, detached."""
+        cfg = self.config
+        H, G, D, Dh = cfg.n_head, cfg.n_kv_heads, cfg.n_embd, cfg.head_dim
+        p = parse_name(name, "llama")
+        with torch.no_grad():
+            if p.layer is None:
+                table = {
+                    "embed.W_E": lambda: self.model.embed_tokens.weight,
+                    "ln_final.w": lambda: self.model.norm.weight,
+                    "unembed.W_U": lambda: self.lm_head.weight.T,
+                }
+                if name not in table:
+                    raise KeyError(f"{name!r} is an activation, not a weight")
+                return table[name]().detach()
+            if not 0 <= p.layer < cfg.n_layer:
+                raise KeyError(f"{name!r}: the model has {cfg.n_layer} blocks")
+            b = self.model.layers[p.layer]
+            a = b.self_attn
+
+            def bias(proj: nn.Linear, heads: int) -> Tensor:
+                if proj.bias is None:
+                    raise KeyError(f"{name!r}: this model has no such bias")
+                return proj.bias.view(heads, Dh)
+
+            table = {
+                "ln1.w": lambda: b.input_layernorm.weight,
+                "ln2.w": lambda: b.post_attention_layernorm.weight,
+                "attn.W_Q": lambda: a.q_proj.weight.T.reshape(D, H, Dh).permute(1, 0, 2),
+                "attn.W_K": lambda: a.k_proj.weight.T.reshape(D, G, Dh).permute(1, 0, 2),
+                "attn.W_V": lambda: a.v_proj.weight.T.reshape(D, G, Dh).permute(1, 0, 2),
+                "attn.b_Q": lambda: bias(a.q_proj, H),
+                "attn.b_K": lambda: bias(a.k_proj, G),
+                "attn.b_V": lambda: bias(a.v_proj, G),
+                "attn.W_O": lambda: a.o_proj.weight.T.reshape(H, Dh, D),
+                "mlp.W_gate": lambda: b.mlp.gate_proj.weight.T,
+                "mlp.W_in": lambda: b.mlp.up_proj.weight.T,
+                "mlp.W_out": lambda: b.mlp.down_proj.weight.T,
+            }
+            if p.suffix not in table:
+                raise KeyError(f"{name!r} is an activation, not a weight")
+            return table[p.suffix]().detach()
