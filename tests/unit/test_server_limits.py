@@ -253,13 +253,12 @@ def test_serve_flags_reach_the_settings(monkeypatch):
 
 @pytest.mark.parametrize("bad", [["--model-threads", "0"], ["--max-tokens", "0"], ["--queue", "-1"],
                                  ["--timeout", "0"]])
-def test_serve_refuses_nonsense_limits(bad):
-    from transformer_explainer.cli import build_parser
-    from transformer_explainer.errors import InputError
+def test_serve_refuses_nonsense_limits(bad, capsys):
+    from transformer_explainer.cli import main
 
-    args = build_parser().parse_args(["serve", *bad])
-    with pytest.raises(InputError):
-        args.func(args)
+    assert main(["serve", *bad]) == 2  # refused while the arguments are read, before anything starts
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and bad[0] in err[0], err
 
 
 def test_thread_budget_is_the_cores_of_each_process(monkeypatch):

@@ -122,6 +122,11 @@ class LensLayer(BaseModel):
     positions: list[LensColumn]
 
 
+# A (layer, head) pair in an answer: a two-element list, not a tuple (a tuple becomes `prefixItems`,
+# which schemathesis' response checks cannot read).
+HeadOut = Annotated[list[int], Field(min_length=2, max_length=2)]
+
+
 class LensOut(_Tokens):
     positions: list[int]
     position_tokens: list[str]
@@ -130,7 +135,7 @@ class LensOut(_Tokens):
 
 
 class AblateOut(_Tokens):
-    heads: list[tuple[int, int]]
+    heads: list[HeadOut]
     mode: AblationMode
     loss_before: float | None
     loss_after: float | None
@@ -149,11 +154,11 @@ class ImportanceOut(BaseModel):
     clean_loss: float
     loss_change: list[list[float]]
     kl: list[list[float]]
-    ranked: list[tuple[int, int]]
+    ranked: list[HeadOut]
 
 
 class PruneStep(BaseModel):
-    head: tuple[int, int]
+    head: HeadOut
     loss: float | None
 
 

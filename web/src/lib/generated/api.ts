@@ -16,7 +16,7 @@ export interface AblateOut {
   model: string;
   tokens: string[];
   token_ids: number[];
-  heads: [number, number][];
+  heads: number[][];
   mode: "zero" | "mean";
   loss_before: number | null;
   loss_after: number | null;
@@ -334,7 +334,7 @@ export interface ImportanceOut {
   clean_loss: number;
   loss_change: number[][];
   kl: number[][];
-  ranked: [number, number][];
+  ranked: number[][];
 }
 
 export interface LensColumn {
@@ -509,7 +509,7 @@ export interface PruneOut {
 }
 
 export interface PruneStep {
-  head: [number, number];
+  head: number[];
   loss: number | null;
 }
 
