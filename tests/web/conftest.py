@@ -9,7 +9,9 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pytest
@@ -71,28 +73,40 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser, live_server):
-    """A fresh page on the app, 1280 px wide; fails the test if anything left 127.0.0.1."""
+@contextmanager
+def open_app(browser, url: str, *, query: str = "", ready_timeout: int = 30_000, **context: Any) -> Iterator:
+    """A fresh page on the app at `url` (plus `query`) in a new browser context (`context`: Playwright's
+    options, e.g. a phone's viewport and touch); fails if the page asked anything of another host, or
+    threw an error."""
     ARTIFACTS.mkdir(exist_ok=True)
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+    port = urlparse(url).port
+    ctx = browser.new_context(**{"viewport": {"width": 1280, "height": 900}, "locale": "en-US", **context})
     outside: list[str] = []
     errors: list[str] = []
 
     def guard(route) -> None:
         u = urlparse(route.request.url)
-        if u.scheme in ("data", "blob") or (u.hostname == "127.0.0.1" and u.port == live_server.port):
+        if u.scheme in ("data", "blob") or (u.hostname == "127.0.0.1" and u.port == port):
             route.continue_()
         else:
             outside.append(route.request.url)
             route.abort()
 
-    context.route("**/*", guard)
-    pg = context.new_page()
+    ctx.route("**/*", guard)
+    pg = ctx.new_page()
     pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.goto(live_server.url)
-    pg.wait_for_selector("body[data-ready='1']", timeout=30_000)
-    yield pg
-    context.close()
+    pg.goto(url + query)
+    pg.wait_for_selector("body[data-ready='1']", timeout=ready_timeout)
+    try:
+        yield pg
+    finally:
+        ctx.close()
     assert not outside, f"requests left 127.0.0.1: {outside}"
     assert not errors, f"errors in the page: {errors}"
+
+
+@pytest.fixture
+def page(browser, live_server):
+    """A fresh page on the app, 1280 px wide; fails the test if anything left 127.0.0.1."""
+    with open_app(browser, live_server.url) as pg:
+        yield pg

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 
 from tests.conftest import make_hf_gpt2
 from tests.hub_standin import StandInHub, serve_with_hub
-from tests.web.conftest import ARTIFACTS
+from tests.web.conftest import ARTIFACTS, open_app
 
 REPO = "openai-community/gpt2"
 STATIC = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "web_dist"
@@ -29,34 +26,9 @@ def hub_files(tmp_path_factory) -> Path:
     return make_hf_gpt2(tmp_path_factory.mktemp("hub-gpt2"), n_embd=128)  # weights of ~26 MB
 
 
-@contextmanager
-def open_app(browser, url: str, lang: str = "en") -> Iterator:
-    """The app at `url`; fails if the page asked anything of another host or threw."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    port = urlparse(url).port
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
-    outside: list[str] = []
-    errors: list[str] = []
-
-    def guard(route) -> None:
-        u = urlparse(route.request.url)
-        if u.scheme in ("data", "blob") or (u.hostname == "127.0.0.1" and u.port == port):
-            route.continue_()
-        else:
-            outside.append(route.request.url)
-            route.abort()
-
-    context.route("**/*", guard)
-    page = context.new_page()
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(url + f"?lang={lang}")
-    page.wait_for_selector("body[data-ready='1']", timeout=60_000)
-    try:
-        yield page
-    finally:
-        context.close()
-    assert not outside, f"requests left 127.0.0.1: {outside}"
-    assert not errors, f"errors in the page: {errors}"
+def open_at(browser, url: str, lang: str = "en"):
+    """The app at `url` in `lang`, through the suite's guarded page (nothing may leave 127.0.0.1)."""
+    return open_app(browser, url, query=f"?lang={lang}", ready_timeout=60_000)
 
 
 def zh(page, notice, shot: str, expect: str) -> None:
@@ -72,7 +44,7 @@ def test_notice_download_progress_cancel_resume_and_switch(browser, hub_files, t
     hub = StandInHub(REPO, hub_files)
     hub.rate = 2_500_000  # bytes/s: the 26 MB take ~10 s, long enough to watch
     with hub.running(), serve_with_hub(hub.url, tmp_path / "hf", "--model", "explainer-small") as url, \
-            open_app(browser, url) as page:
+            open_at(browser, url) as page:
         notice = page.get_by_test_id("model-notice")
         assert "explainer-small" in notice.inner_text() and "make little sense" in notice.inner_text()
         start = page.get_by_test_id("download-start")
@@ -115,7 +87,7 @@ def test_offline_shows_a_message_not_a_spinner_en_and_zh(browser, tmp_path):
         pytest.skip("the web UI is not built (cd web && npm ci && npm run build)")
     with serve_with_hub(dead, tmp_path / "hf", "--model", "explainer-small", "--only") as url:
         for lang, words in (("en", "cannot be reached"), ("zh", "无法连接")):
-            with open_app(browser, url, lang) as page:
+            with open_at(browser, url, lang) as page:
                 notice = page.get_by_test_id("model-notice")
                 page.get_by_test_id("download-start").click() if page.get_by_test_id("download-start").count() \
                     else page.get_by_test_id("download-retry").click()

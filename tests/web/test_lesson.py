@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from urllib.parse import urlparse
 
 import httpx
 import numpy as np
 import pytest
 
-from .conftest import ARTIFACTS
+from .conftest import ARTIFACTS, open_app
 
 pytestmark = pytest.mark.browser
 
@@ -164,26 +163,9 @@ def test_every_step_in_both_languages_and_the_card_beside_its_target(page, live_
 @pytest.fixture
 def phone(browser, live_server):
     """The app on a 390 × 844 touch screen."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True,
-                                  device_scale_factor=2, locale="en-US")
-    outside: list[str] = []
-
-    def guard(route) -> None:
-        u = urlparse(route.request.url)
-        if u.scheme in ("data", "blob") or (u.hostname == "127.0.0.1" and u.port == live_server.port):
-            route.continue_()
-        else:
-            outside.append(route.request.url)
-            route.abort()
-
-    context.route("**/*", guard)
-    pg = context.new_page()
-    pg.goto(live_server.url)
-    pg.wait_for_selector("body[data-ready='1']", timeout=30_000)
-    yield pg
-    context.close()
-    assert not outside
+    with open_app(browser, live_server.url, viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True,
+                  device_scale_factor=2) as pg:
+        yield pg
 
 
 def test_on_a_phone_the_sheet_leaves_the_target_visible(phone, live_server):

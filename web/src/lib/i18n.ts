@@ -4,7 +4,7 @@ export type Lang = "en" | "zh";
 const en = {
   title: "Transformer Explainer",
   subtitle: "A real GPT-2-family model, opened up: every number on this page is computed for your text.",
-  switchLang: "中文",
+  switchLang: "中文 · Chinese", // readable where no CJK font is installed (the bundled one loads only for 中文)
   switchLangLabel: "Switch the interface to Chinese",
   tour: "Guided tour",
   model: "Model",
