@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
+from pydantic import Strict as PydStrict
 
 from ..limits import ABLATION_TOP, MAX_LENS_POSITIONS, MAX_TOKENS_LIST, MAX_TOP_N
 from ..schemas import InputIn, ModelName, Strict
@@ -15,7 +16,9 @@ from ..schemas import InputIn, ModelName, Strict
 MAX_TOKEN_CHARS = 100
 
 AblationMode = Literal["zero", "mean"]
-TokenArg = int | Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS)]
+# a token id or a word; the id must be a JSON number (strict), so a too-long string of digits is refused,
+# not read as an id
+TokenArg = Annotated[int, PydStrict()] | Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS)]
 HeadIn = tuple[Annotated[int, Field(ge=0, le=1000)], Annotated[int, Field(ge=0, le=1000)]]
 Matrix = list[list[float | None]]  # (layers, heads)
 
