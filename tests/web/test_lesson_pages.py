@@ -99,13 +99,7 @@ def run_s2s_lesson(page, live_server, lang: str) -> dict[str, dict]:
     seen: dict[str, dict] = {}
 
     def check(step: str, f) -> dict:
-        s = settle(page, step, f)
-        assert s["title"] and s["body"]
-        page.wait_for_timeout(400)  # the card and the outline glide to their places
-        assert_not_covered(page.evaluate(STEP_STATE))
-        seen[step] = s
-        page.screenshot(path=f"test-artifacts/lesson-s2s-{lang}-{len(seen):02d}.png")
-        return s
+        return check_step(page, seen, step, f, f"lesson-s2s-{lang}")
 
     def task(s):
         n = s["nums"]
@@ -231,7 +225,19 @@ def lessons_seen() -> dict[str, dict[str, dict[str, dict]]]:
     return {}
 
 
+def check_step(page, seen: dict[str, dict], step: str, f, shot: str) -> dict:
+    """Settle on `step`, check its card has text and leaves its target visible, keep and screenshot it."""
+    s = settle(page, step, f)
+    assert s["title"] and s["body"]
+    page.wait_for_timeout(400)  # the card and the outline glide to their places
+    assert_not_covered(page.evaluate(STEP_STATE))
+    seen[step] = s
+    page.screenshot(path=f"test-artifacts/{shot}-{len(seen):02d}.png")
+    return s
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
+
 def test_seq2seq_lesson(page, live_server, lang, lessons_seen):
     seen = run_s2s_lesson(page, live_server, lang)
     assert list(seen) == S2S_STEPS
@@ -276,13 +282,7 @@ def run_exp_lesson(page, live_server, lang: str) -> dict[str, dict]:
     seen: dict[str, dict] = {}
 
     def check(step: str, f) -> dict:
-        s = settle(page, step, f)
-        assert s["title"] and s["body"]
-        page.wait_for_timeout(400)  # the card and the outline glide to their places
-        assert_not_covered(page.evaluate(STEP_STATE))
-        seen[step] = s
-        page.screenshot(path=f"test-artifacts/lesson-exp-{lang}-{len(seen):02d}.png")
-        return s
+        return check_step(page, seen, step, f, f"lesson-exp-{lang}")
 
     top = imp["ranked"][0]
 
