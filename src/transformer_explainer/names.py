@@ -183,7 +183,7 @@ FAMILY_NAMES: dict[str, NameTable] = {
 }
 
 
-def _table(family: str) -> NameTable:
+def names_for(family: str) -> NameTable:
     if family not in FAMILY_NAMES:
         raise KeyError(f"unknown model family {family!r}; expected one of {sorted(FAMILY_NAMES)}")
     return FAMILY_NAMES[family]
@@ -204,7 +204,7 @@ class ParsedName:
 
 def parse_name(name: str, family: str = "gpt2") -> ParsedName:
     """Split a full name into its layer and stage; raise KeyError for names outside the family's scheme."""
-    t = _table(family)
+    t = names_for(family)
     if name.startswith("blocks."):
         parts = name.split(".", 2)
         if len(parts) != 3 or not parts[1].isdigit() or (
@@ -218,7 +218,7 @@ def parse_name(name: str, family: str = "gpt2") -> ParsedName:
 
 def activation_names(n_layer: int, family: str = "gpt2") -> list[str]:
     """All activation names of a model with `n_layer` blocks, in computation order."""
-    t = _table(family)
+    t = names_for(family)
     out = list(t.globals_before_blocks)
     for i in range(n_layer):
         out += [f"blocks.{i}.{s}" for s in t.block_activations]
@@ -229,7 +229,7 @@ def activation_names(n_layer: int, family: str = "gpt2") -> list[str]:
 def weight_names(n_layer: int, family: str = "gpt2") -> list[str]:
     """All weight names of a model with `n_layer` blocks (for the Llama family, biases only where
     the model has them: see the model's `weight_names`)."""
-    t = _table(family)
+    t = names_for(family)
     after = ("ln_final.w", "ln_final.b", "unembed.W_U")
     out = [n for n in t.global_weights if n not in after]
     for i in range(n_layer):
@@ -240,7 +240,7 @@ def weight_names(n_layer: int, family: str = "gpt2") -> list[str]:
 
 def describe(name: str, family: str = "gpt2") -> tuple[tuple[str, ...], str]:
     """(dims, description) of any activation or weight name."""
-    t = _table(family)
+    t = names_for(family)
     p = parse_name(name, family)
     if p.layer is None:
         return t.global_activations.get(name) or t.global_weights[name]

@@ -16,7 +16,7 @@ from .encoding import encode_array, encode_u8, lower_triangle_u8, pooled_pattern
 from .engine import ExplainerModel
 from .errors import InputError
 from .limits import MIN_TEMPERATURE
-from .names import BLOCK_ACTIVATIONS, BLOCK_WEIGHTS, DERIVED, GLOBAL_ACTIVATIONS, GLOBAL_WEIGHTS
+from .names import names_for
 from .sampling import SamplingParams, make_generator, next_token_distribution
 from .schemas import (
     AttentionOverview,
@@ -45,15 +45,26 @@ def config_out(model: ExplainerModel) -> ModelConfigOut:
     c = model.config
     return ModelConfigOut(n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd, head_dim=c.head_dim, d_mlp=c.d_mlp,
                           vocab_size=c.vocab_size, block_size=c.block_size, layer_norm_epsilon=c.layer_norm_epsilon,
-                          activation=c.activation)
+                          activation=c.activation, family=c.family, model_type=c.model_type,
+                          n_kv_heads=c.n_kv_heads, norm="rmsnorm" if c.family == "llama" else "layernorm",
+                          positions="rope" if c.family == "llama" else "learned",
+                          mlp="gated" if c.family == "llama" else "gelu",
+                          rope_theta=c.rope_theta if c.family == "llama" else None,
+                          rope_scaling="llama3" if c.rope_scaling is not None else None,
+                          tie_word_embeddings=c.tie_word_embeddings, qkv_bias=c.qkv_bias,
+                          dtype=str(model.dtype).removeprefix("torch."))
 
 
-def names_out() -> NamesOut:
+def names_out(family: str = "gpt2") -> NamesOut:
+    """The names one family's traces answer (`names.FAMILY_NAMES`)."""
+    t = names_for(family)
+
     def table(t: dict[str, tuple[tuple[str, ...], str]]) -> dict[str, NameEntry]:
         return {k: NameEntry(dims=list(d), description=s) for k, (d, s) in t.items()}
 
-    return NamesOut(block_activations=table(BLOCK_ACTIVATIONS), global_activations=table(GLOBAL_ACTIVATIONS),
-                    block_weights=table(BLOCK_WEIGHTS), global_weights=table(GLOBAL_WEIGHTS), derived=dict(DERIVED))
+    return NamesOut(family=family, block_activations=table(t.block_activations),
+                    global_activations=table(t.global_activations), block_weights=table(t.block_weights),
+                    global_weights=table(t.global_weights), derived=dict(t.derived))
 
 
 # -- next token ------------------------------------------------------------------------------------

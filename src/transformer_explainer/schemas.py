@@ -124,6 +124,17 @@ class ModelConfigOut(BaseModel):
     block_size: int
     layer_norm_epsilon: float
     activation: str
+    family: str = "gpt2"  # "gpt2", or "llama" for Llama, Qwen2 and Mistral (one architecture)
+    model_type: str = "gpt2"  # HF's model_type: "gpt2", "llama", "qwen2" or "mistral"
+    n_kv_heads: int = 0  # key/value heads; n_head // n_kv_heads query heads share each (GQA)
+    norm: str = "layernorm"  # "layernorm" (mean, variance, scale and shift) or "rmsnorm" (rms, scale)
+    positions: str = "learned"  # "learned" (a position embedding table) or "rope" (rotary, inside attention)
+    mlp: str = "gelu"  # "gelu" (up, GELU, down) or "gated" (down(SiLU(gate) * up))
+    rope_theta: float | None = None  # base of the rotary frequencies (rope models)
+    rope_scaling: str | None = None  # "llama3" when the frequencies are rescaled
+    tie_word_embeddings: bool = True  # the unembedding is the token embedding's transpose
+    qkv_bias: bool = True
+    dtype: str = "float32"  # weights' dtype: "float32", or "bfloat16" when loaded so
 
 
 class ModelInfo(BaseModel):
@@ -249,6 +260,7 @@ class NameEntry(BaseModel):
 
 
 class NamesOut(BaseModel):
+    family: str = "gpt2"
     block_activations: dict[str, NameEntry]
     global_activations: dict[str, NameEntry]
     block_weights: dict[str, NameEntry]

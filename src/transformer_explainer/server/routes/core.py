@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter
 
@@ -105,8 +105,9 @@ async def model(name: str, ctx: Context) -> ModelInfo:
 
 
 @router.get("/names", response_model=NamesOut)
-async def names() -> NamesOut:
-    return names_out()
+async def names(family: Literal["gpt2", "llama"] = "gpt2") -> NamesOut:
+    """The names a trace of `family` answers ("llama": Llama, Qwen2 and Mistral)."""
+    return names_out(family)
 
 
 @router.post("/trace", response_model=TraceOut)

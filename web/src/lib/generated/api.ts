@@ -379,6 +379,17 @@ export interface ModelConfigOut {
   block_size: number;
   layer_norm_epsilon: number;
   activation: string;
+  family?: string;
+  model_type?: string;
+  n_kv_heads?: number;
+  norm?: string;
+  positions?: string;
+  mlp?: string;
+  rope_theta?: number | null;
+  rope_scaling?: string | null;
+  tie_word_embeddings?: boolean;
+  qkv_bias?: boolean;
+  dtype?: string;
 }
 
 export interface ModelInfo {
@@ -410,6 +421,7 @@ export interface NameEntry {
 }
 
 export interface NamesOut {
+  family?: string;
   block_activations: Record<string, NameEntry>;
   global_activations: Record<string, NameEntry>;
   block_weights: Record<string, NameEntry>;
