@@ -241,3 +241,21 @@ def save_gpt(model: GPT, folder: Path, dtype: torch.dtype = torch.float32) -> No
         atomic_write_bytes(folder / "model.safetensors", tmp_file.read_bytes())
     hf_config = {**model.config.to_hf(), "torch_dtype": str(dtype).removeprefix("torch.")}
     atomic_write_bytes(folder / "config.json", (json.dumps(hf_config, indent=2) + "\n").encode())
+
+
+def save_llama(model: LlamaLM, folder: Path, dtype: torch.dtype = torch.float32,
+               special_tokens: dict[str, int] | None = None) -> None:
+    """Write `config.json` + `model.safetensors` in HF's format for the model's architecture
+    (LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM): our parameter names are HF's, so the
+    state dict is written as it is, without `lm_head.weight` when the embeddings are tied.
+    `special_tokens`: e.g. {"bos_token_id": ..., "eos_token_id": ...} for `config.json`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        tmp_file = Path(tmp) / "model.safetensors"
+        save_file(state, str(tmp_file), metadata={"format": "pt"})
+        atomic_write_bytes(folder / "model.safetensors", tmp_file.read_bytes())
+    hf_config = {**model.config.to_hf(), **(special_tokens or {}), "torch_dtype": str(dtype).removeprefix("torch.")}
+    atomic_write_bytes(folder / "config.json", (json.dumps(hf_config, indent=2) + "\n").encode())

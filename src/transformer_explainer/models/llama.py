@@ -216,6 +216,23 @@ class LlamaLM(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def init_weights_(self, std: float = 0.02) -> LlamaLM:
+        """Fresh weights for training from scratch: N(0, std) for every matrix (HF's
+        `initializer_range`), std / sqrt(2 n_layer) for the two projections that write into the
+        residual stream (o_proj, down_proj; as GPT-2 does), zero biases, RMSNorm scales of one."""
+        residual_std = std / math.sqrt(2 * self.config.n_layer)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("norm.weight"):
+                    nn.init.ones_(p)
+                elif name.endswith(".bias"):
+                    nn.init.zeros_(p)
+                elif name.endswith(("o_proj.weight", "down_proj.weight")):
+                    nn.init.normal_(p, mean=0.0, std=residual_std)
+                else:
+                    nn.init.normal_(p, mean=0.0, std=std)
+        return self
+
     def rope(self, start: int, T: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
         """Angles (T, Dh/2) of positions start..start+T-1, and their cos and sin (T, Dh) in `dtype`."""
         pos = torch.arange(start, start + T, device=device, dtype=torch.float32)

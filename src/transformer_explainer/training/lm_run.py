@@ -15,9 +15,10 @@ import torch
 
 from ..config import GPTConfig
 from ..errors import InputError
-from ..loading.checkpoint import save_gpt
+from ..loading.checkpoint import save_gpt, save_llama
 from ..loading.tokenizer import TextTokenizer
 from ..models.gpt import GPT
+from ..models.llama import LlamaLM
 from .lm import LMTask, token_byte_lengths, tokenize_file
 from .trainer import TrainConfig, Trainer
 
@@ -33,6 +34,14 @@ def add_lm_args(p: argparse.ArgumentParser) -> None:
                    help="folder with tokenizer.json; trained there from train.txt if missing")
     p.add_argument("--vocab-size", type=int, default=8192, help="when training a tokenizer")
     p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints and run.json; resumes if present")
+    p.add_argument("--family", choices=["gpt2", "llama"], default="gpt2",
+                   help="gpt2: LayerNorm, learned positions, GELU MLP; llama: RMSNorm, RoPE, gated MLP, "
+                        "grouped-query attention, no biases (saved as HF LlamaForCausalLM)")
+    p.add_argument("--n-kv-head", type=int, default=None,
+                   help="llama: key/value heads (grouped-query attention); default one per query head")
+    p.add_argument("--n-inner", type=int, default=None,
+                   help="MLP hidden width; default 4 x n_embd (gpt2), 8/3 x n_embd rounded to 64 (llama)")
+    p.add_argument("--rope-theta", type=float, default=10000.0, help="llama: base of the rotary frequencies")
     p.add_argument("--n-layer", type=int, default=6)
     p.add_argument("--n-head", type=int, default=8)
     p.add_argument("--n-embd", type=int, default=256)
@@ -52,6 +61,25 @@ def add_lm_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--export", type=Path, default=None, help="write the trained model here in HF GPT-2 format")
     p.add_argument("--export-dtype", choices=["float32", "float16"], default="float16")
     p.add_argument("--no-progress", action="store_true")
+
+
+def model_config(args: argparse.Namespace, vocab_size: int) -> GPTConfig:
+    """The shape `train lm` builds from its flags."""
+    if getattr(args, "family", "gpt2") == "gpt2":
+        if args.n_kv_head not in (None, args.n_head):
+            raise InputError("--n-kv-head is for --family llama: GPT-2 has one key/value head per query head")
+        return GPTConfig(vocab_size=vocab_size, block_size=args.block_size, n_layer=args.n_layer,
+                         n_head=args.n_head, n_embd=args.n_embd, n_inner=args.n_inner, dropout=args.dropout)
+    if args.dropout:
+        raise InputError("--dropout is not supported with --family llama (the family has no dropout)")
+    n_inner = args.n_inner or 64 * round(8 * args.n_embd / 3 / 64)
+    try:
+        return GPTConfig(vocab_size=vocab_size, block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
+                         n_embd=args.n_embd, n_inner=n_inner, model_type="llama", n_kv_head=args.n_kv_head,
+                         layer_norm_epsilon=1e-5, activation="silu", rope_theta=args.rope_theta,
+                         tie_word_embeddings=True, qkv_bias=False, out_bias=False, mlp_bias=False)
+    except ValueError as e:
+        raise InputError(f"bad model shape: {e}") from None
 
 
 class _Autocast(LMTask):
@@ -86,15 +114,14 @@ def run_lm_training(args: argparse.Namespace) -> Path:
         run = json.loads(run_file.read_text())
         config = GPTConfig.from_dict(run["model"])
     else:
-        config = GPTConfig(vocab_size=tok.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
-                           n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout)
+        config = model_config(args, tok.vocab_size)
         run = {"model": asdict(config), "args": {k: str(v) for k, v in vars(args).items() if k != "func"}}
         run_file.write_text(json.dumps(run, indent=1))
     tcfg = TrainConfig(max_steps=args.max_steps, lr=args.lr, min_lr=args.min_lr, warmup_steps=args.warmup,
                        eval_interval=args.eval_interval, checkpoint_interval=args.checkpoint_interval,
                        max_minutes=args.max_minutes, seed=args.seed)
     torch.manual_seed(args.seed)
-    model = GPT(config)
+    model = GPT(config) if config.family == "gpt2" else LlamaLM(config).init_weights_()
     task_cls = _Autocast if args.bf16 else LMTask
     task = task_cls(train_ids, valid_ids, token_byte_lengths(tok), config.block_size, args.batch_size,
                     seed=args.seed, extra_evals=extra)
@@ -110,14 +137,31 @@ def run_lm_training(args: argparse.Namespace) -> Path:
     return out
 
 
-def export_builtin(model: GPT, tokenizer_dir: Path, folder: Path, state, args: argparse.Namespace,
+_GPT2_INTRO = [
+    "A small GPT-2-architecture language model trained by this project so that the explainer works",
+    "offline. Same code path as GPT-2: HF GPT-2 format (`config.json`, `model.safetensors`,",
+    "`tokenizer.json`), byte-level BPE tokenizer trained with `tokenizers` like GPT-2's.",
+]
+_LLAMA_INTRO = [
+    "A small Llama-architecture language model trained by this project so that today's decoder design",
+    "can be explored offline: RMSNorm, rotary position embeddings, grouped-query attention and a gated",
+    "SiLU MLP, no biases. Same code path as Llama, Qwen2 and Mistral checkpoints: HF LlamaForCausalLM",
+    "format (`config.json`, `model.safetensors`, `tokenizer.json`).",
+]
+
+
+def export_builtin(model: GPT | LlamaLM, tokenizer_dir: Path, folder: Path, state, args: argparse.Namespace,
                    train_tokens: int) -> None:
     """HF GPT-2 folder + model card, then reload it through `load_model` to write the samples."""
     from ..engine import load_model
     from ..sampling import SamplingParams
 
     dtype = torch.float16 if args.export_dtype == "float16" else torch.float32
-    save_gpt(model, folder, dtype)
+    if isinstance(model, LlamaLM):
+        eos = TextTokenizer.from_folder(tokenizer_dir).eos_id()
+        save_llama(model, folder, dtype, {"bos_token_id": eos, "eos_token_id": eos} if eos is not None else None)
+    else:
+        save_gpt(model, folder, dtype)
     shutil.copy(tokenizer_dir / "tokenizer.json", folder / "tokenizer.json")
     loaded = load_model(str(folder), allow_download=False)
     samples = []
@@ -132,13 +176,13 @@ def export_builtin(model: GPT, tokenizer_dir: Path, folder: Path, state, args: a
     lines = [
         f"# {folder.name}: the built-in model of transformer-explainer",
         "",
-        "A small GPT-2-architecture language model trained by this project so that the explainer works",
-        "offline. Same code path as GPT-2: HF GPT-2 format (`config.json`, `model.safetensors`,",
-        "`tokenizer.json`), byte-level BPE tokenizer trained with `tokenizers` like GPT-2's.",
+        *(_LLAMA_INTRO if c.family == "llama" else _GPT2_INTRO),
         "",
         "| | |",
         "|---|---|",
-        f"| shape | {c.n_layer} layers, {c.n_head} heads, d_model {c.n_embd}, MLP {c.d_mlp}, "
+        f"| shape | {c.n_layer} layers, {c.n_head} heads"
+        + (f" sharing {c.n_kv_heads} key/value heads" if c.n_kv_heads != c.n_head else "")
+        + f", d_model {c.n_embd}, MLP {c.d_mlp}{' (gated)' if c.family == 'llama' else ''}, "
         f"context {c.block_size} |",
         f"| vocabulary | {c.vocab_size} byte-level BPE tokens |",
         f"| parameters | {model.num_params() / 1e6:.2f} M (weights stored as {args.export_dtype}, "
