@@ -62,6 +62,22 @@ def live_server(tiny_model) -> Iterator[LiveServer]:
         yield srv
 
 
+@pytest.fixture(scope="session")
+def llama_live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The app serving a tiny random Llama-family model ("tiny-llama": grouped-query attention with 4
+    query heads on 2 key/value heads, Llama 3.1 rope scaling, BOS prepended), built with transformers."""
+    from tests.conftest import make_hf_llama_family
+    from transformer_explainer.engine import load_model
+    from transformer_explainer.server import create_app
+
+    static = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "web_dist"
+    if not (static / "index.html").is_file():
+        pytest.skip("the web UI is not built (cd web && npm ci && npm run build)")
+    folder = make_hf_llama_family(tmp_path_factory.mktemp("tiny-llama"), "llama")
+    with LiveServer(create_app({"tiny-llama": load_model(str(folder), allow_download=False)})) as srv:
+        yield srv
+
+
 @pytest.fixture(scope="module")  # Playwright's sync API holds an event loop: close it with the module
 def browser():
     if not Path(CHROMIUM).is_file():
