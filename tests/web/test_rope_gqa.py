@@ -172,7 +172,8 @@ def test_gqa_groups_and_memory(browser, llama_live_server):
             assert int(r.get_attribute("data-per-token")) == per
             assert int(r.get_attribute("data-text")) == per * T
             assert int(r.get_attribute("data-context")) == per * cfg["block_size"]
-        assert int(rows["this"].get_attribute("data-per-token")) == 2 * 2 * 2 * 16 * 4 == 512  # K and V, 2 layers, 2 heads, 16, float32
+        # K and V, 2 layers, 2 key/value heads, 16 numbers, 4 bytes (float32)
+        assert int(rows["this"].get_attribute("data-per-token")) == 2 * 2 * 2 * 16 * 4 == 512
         assert "2×" in page.inner_text("[data-testid=gqa-saving]")
         page.screenshot(path=str(ARTIFACTS / "rope-gqa-desktop-gqa.png"), full_page=True)
 
