@@ -18,6 +18,7 @@ from .conftest import ARTIFACTS, open_app
 pytestmark = pytest.mark.browser
 
 TEXT = "The quick brown fox jumps over the lazy dog"
+TAP_TARGETS = {"rope": ["rope-key", "rope-m", "rope-n", "rope-s", "rope-reset"], "gqa": ["gqa-q-0", "gqa-q-3"]}
 PHONE = {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 3, "is_mobile": True, "has_touch": True}
 
 
@@ -187,6 +188,9 @@ def test_phone_layout(browser, llama_live_server, lang):
             page.wait_for_selector(f"[data-tour={view}] canvas")
             sw, iw = page.evaluate("[document.documentElement.scrollWidth, innerWidth]")
             assert sw <= iw, f"{view}: the page is {sw} px wide in a {iw} px viewport"
+            for testid in TAP_TARGETS[view]:  # big enough to tap
+                box = page.locator(f"[data-testid={testid}]").bounding_box()
+                assert box["height"] >= 39.5 and box["width"] >= 39.5, (testid, box)
             page.locator(f"[data-tour={view}]").screenshot(path=str(ARTIFACTS / f"rope-gqa-phone-{lang}-{view}.png"))
 
 
@@ -195,3 +199,24 @@ def test_gpt2_has_neither_view(page):
     assert page.locator("[data-testid=nav-rope]").count() == 0
     assert page.locator("[data-testid=nav-gqa]").count() == 0
     assert page.locator("[data-testid=nav-attention]").count() == 1
+
+
+def test_switching_to_gpt2_leaves_the_llama_views(browser, tiny_model, tmp_path):
+    """Open RoPE on the Llama model, then pick GPT-2: the page asks nothing of GPT-2 under Llama names and
+    falls back to the attention view; the two views leave the architecture."""
+    from tests.conftest import make_hf_llama_family
+    from transformer_explainer.engine import load_model
+    from transformer_explainer.server import create_app
+
+    from .conftest import LiveServer
+
+    llama = load_model(str(make_hf_llama_family(tmp_path / "tiny-llama", "llama")), allow_download=False)
+    with LiveServer(create_app({"tiny-llama": llama, "tiny": tiny_model})) as srv, open_app(browser, srv.url) as page:
+        page.select_option("[data-testid=model]", "tiny-llama")
+        page.wait_for_selector("[data-testid=nav-rope]")
+        page.click("[data-testid=nav-rope]")
+        page.wait_for_selector("[data-testid=rope-demo]")
+        page.select_option("[data-testid=model]", "tiny")
+        page.wait_for_selector("[data-view=attention]")
+        assert page.locator("[data-testid=nav-rope], [data-testid=nav-gqa]").count() == 0
+        assert page.locator("[data-testid=error]").count() == 0
