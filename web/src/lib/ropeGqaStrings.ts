@@ -52,7 +52,9 @@ const en = {
     "This model has {H} query heads but only {G} key/value heads: each group of {per} query heads reads the same " +
     "keys and values. When the model writes text, it keeps every earlier token's keys and values (the KV cache) " +
     "so it does not recompute them, and for each new token it reads that whole cache from memory. " +
-    "Fewer key/value heads make the cache smaller and that read faster, at little cost in quality.",
+    "Fewer key/value heads make the cache smaller and that read faster; in the comparisons of the paper that " +
+    "introduced grouped-query attention (Ainslie et al., 2023) quality stayed close to that of one K/V head " +
+    "per query head.",
   eGqaMha:
     "This model gives every query head its own key/value head ({H} of each): nothing is shared, so the cache is " +
     "as large as multi-head attention makes it. Models with grouped-query attention share one key/value head " +
@@ -124,7 +126,8 @@ const zh: Record<RgKey, string> = {
   e_gqa:
     "本模型有 {H} 个查询头，却只有 {G} 个键/值头：每组 {per} 个查询头读取同一份键和值。模型生成文本时，" +
     "会保存之前每个词元的键和值（KV 缓存），免得重新计算；每生成一个新词元，都要从内存读一遍整个缓存。" +
-    "键/值头越少，缓存越小，读取越快，而质量损失很小。",
+    "键/值头越少，缓存越小，读取越快；在提出分组查询注意力的论文（Ainslie 等，2023）的比较中，" +
+    "质量与每个查询头各有一个 K/V 头时相近。",
   eGqaMha:
     "本模型给每个查询头各配一个键/值头（各 {H} 个）：没有共享，缓存和多头注意力一样大。" +
     "采用分组查询注意力的模型让几个查询头共用一个键/值头。",
