@@ -6,7 +6,7 @@ import { api, ApiError, specKey } from "./client";
 import type { ModelInfo, NextTokenOut, SamplingIn, TensorSpec, TraceOut } from "./generated/api";
 import { translate, type Key, type Lang } from "./i18n";
 import { decodeTensor, type Tensor } from "./tensor";
-import { specsFor, type LnWhich, type ViewId } from "./views";
+import { hasView, specsFor, type LnWhich, type ViewId } from "./views";
 
 export const EXAMPLES = [
   "Data visualization empowers users to",
@@ -64,7 +64,8 @@ class AppState {
 
   focus() {
     return { layer: this.layer, head: this.head, pos: this.pos, nTokens: this.trace?.token_ids.length ?? 0,
-      nLayer: this.nLayer, ln: this.ln };
+      nLayer: this.nLayer, ln: this.ln, nHead: this.trace?.config.n_head,
+      nKvHeads: this.trace?.config.n_kv_heads || this.trace?.config.n_head };
   }
 
   async loadModels(): Promise<void> {
@@ -93,7 +94,9 @@ class AppState {
     try {
       const input = this.#textIsIds && this.trace ? { ids: this.trace.token_ids } : { text: this.text };
       // a new text puts the focus on its last token (position -1), whose tensors come with the trace
-      const include = specsFor(this.view, { ...this.focus(), pos: -1, nTokens: 0 });
+      // (a view the chosen model may lack, e.g. RoPE before a switch to GPT-2, asks for nothing in advance)
+      const family = this.models.find((m) => m.name === this.model)?.config?.family;
+      const include = hasView(this.view, family) ? specsFor(this.view, { ...this.focus(), pos: -1, nTokens: 0 }) : [];
       const tr = await api.trace({ model: this.model, ...input, truncate: this.truncate, sampling: this.sampling,
         top_n: APP_TOP_N, include }, ctl.signal);
       if (seq !== this.#seq) return;
@@ -143,6 +146,7 @@ class AppState {
     }
     this.trace = tr;
     this.next = tr.next;
+    if (!hasView(this.view, tr.config.family)) this.view = "attention"; // e.g. RoPE, and now a GPT-2 model
     this.tensors = map;
     if (keepLast || this.pos >= T) this.pos = T - 1;
     if (this.layer >= tr.config.n_layer) this.layer = tr.config.n_layer - 1;
