@@ -216,6 +216,14 @@ class LlamaLM(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    # the stage whose values the KV cache keeps as keys: rotated, as attention uses them
+    cached_keys = "attn.rot_k"
+
+    @property
+    def final_norm(self) -> RMSNorm:
+        """The norm between the last block and the unembedding (HF's `model.norm`)."""
+        return self.model.norm
+
     def init_weights_(self, std: float = 0.02) -> LlamaLM:
         """Fresh weights for training from scratch: N(0, std) for every matrix (HF's
         `initializer_range`), std / sqrt(2 n_layer) for the two projections that write into the

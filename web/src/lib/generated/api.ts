@@ -240,6 +240,7 @@ export interface DownloadsOut {
 export interface EncodedTensor {
   name: string;
   head?: number | null;
+  kv_head?: number | null;
   position?: number | null;
   row?: number | null;
   dims: string[];
