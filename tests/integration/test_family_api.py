@@ -397,3 +397,15 @@ def test_a_llama_builtin_is_found_loaded_and_served(llama_family_dir, tiny_gpt2_
         info = c.get("/api/models/a-llama").json()
         assert info["source"] == "builtin" and info["config"]["norm"] == "rmsnorm"
         assert c.get("/api/models/a-gpt2").json()["config"]["family"] == "gpt2"
+
+
+def test_induction_probe_leaves_out_special_tokens():
+    """A small vocabulary's special token (explainer-small's and explainer-llama's end-of-text is
+    their last id, 8191) is never drawn into the probe, where it would end the document mid-probe."""
+    from transformer_explainer.analysis.reference import repeated_random_tokens
+
+    drawn = [repeated_random_tokens(60, 24, seed=s) for s in range(10)]
+    assert any(59 in ids for ids in drawn)  # without the exclusion the last id does come up
+    for s in range(10):
+        ids = repeated_random_tokens(60, 24, seed=s, bos=59, exclude={59})
+        assert ids[0] == 59 and 59 not in ids[1:] and ids[1:25] == ids[25:]
