@@ -156,10 +156,14 @@ LLAMA_BLOCK_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
     "attn.b_K": (("G", "Dh"), "key bias per key/value head (Qwen2)" + KV_SLICE),
     "attn.b_V": (("G", "Dh"), "value bias per key/value head (Qwen2)" + KV_SLICE),
     "attn.W_O": (("H", "Dh", "D"), "output projection, rows grouped by head"),
+    "attn.b_O": (("D",), "output projection bias (Llama with attention_bias; absent where the model has none)"),
     "ln2.w": (("D",), "second RMSNorm scale"),
     "mlp.W_gate": (("D", "M"), "MLP gate projection"),
+    "mlp.b_gate": (("M",), "MLP gate bias (Llama with mlp_bias; absent where the model has none)"),
     "mlp.W_in": (("D", "M"), "MLP up projection (the linear branch)"),
+    "mlp.b_in": (("M",), "MLP up bias (Llama with mlp_bias)"),
     "mlp.W_out": (("M", "D"), "MLP down projection back to d_model"),
+    "mlp.b_out": (("D",), "MLP down bias (Llama with mlp_bias)"),
 }
 
 LLAMA_GLOBAL_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {

@@ -409,3 +409,28 @@ def test_induction_probe_leaves_out_special_tokens():
     for s in range(10):
         ids = repeated_random_tokens(60, 24, seed=s, bos=59, exclude={59})
         assert ids[0] == 59 and 59 not in ids[1:] and ids[1:25] == ids[25:]
+
+
+def test_llama_with_every_bias(tmp_path):
+    """A Llama with attention_bias and mlp_bias: its output and MLP biases are weights by name too,
+    equal to transformers' parameters, and the trace still matches transformers."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.conftest import make_hf_llama_family
+
+    folder = make_hf_llama_family(tmp_path / "biased", "llama", attention_bias=True, mlp_bias=True)
+    m = load_model(str(folder), allow_download=False)
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    layer = hf.model.layers[1]
+    expected = {"attn.b_O": layer.self_attn.o_proj.bias, "mlp.b_gate": layer.mlp.gate_proj.bias,
+                "mlp.b_in": layer.mlp.up_proj.bias, "mlp.b_out": layer.mlp.down_proj.bias,
+                "attn.b_K": layer.self_attn.k_proj.bias.view(m.config.n_kv_heads, -1)}
+    assert {f"blocks.1.{s}" for s in expected} <= set(m.weight_names())
+    with TestClient(create_app({"tiny": m}, ServerSettings())) as c:
+        d = post(c, "/api/weights", tensors=[{"name": f"blocks.1.{s}", "dtype": "float32"} for s in expected])
+    for (s, ref), t in zip(expected.items(), d["tensors"], strict=True):
+        np.testing.assert_allclose(arr(t), ref.detach().numpy(), err_msg=s)
+    ids = m.encode(TEXT)
+    with torch.no_grad():
+        ref_logits = hf(torch.tensor([ids])).logits[0]
+    torch.testing.assert_close(m.trace_ids(ids)["logits"], ref_logits, atol=1e-4, rtol=0)

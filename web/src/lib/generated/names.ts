@@ -119,10 +119,14 @@ export const LLAMA_BLOCK_WEIGHTS = {
   "attn.b_K": { dims: ["G", "Dh"], description: "key bias per key/value head (Qwen2); asking for head h gives key/value head h // (H / G), the one query head h reads" },
   "attn.b_V": { dims: ["G", "Dh"], description: "value bias per key/value head (Qwen2); asking for head h gives key/value head h // (H / G), the one query head h reads" },
   "attn.W_O": { dims: ["H", "Dh", "D"], description: "output projection, rows grouped by head" },
+  "attn.b_O": { dims: ["D"], description: "output projection bias (Llama with attention_bias; absent where the model has none)" },
   "ln2.w": { dims: ["D"], description: "second RMSNorm scale" },
   "mlp.W_gate": { dims: ["D", "M"], description: "MLP gate projection" },
+  "mlp.b_gate": { dims: ["M"], description: "MLP gate bias (Llama with mlp_bias; absent where the model has none)" },
   "mlp.W_in": { dims: ["D", "M"], description: "MLP up projection (the linear branch)" },
+  "mlp.b_in": { dims: ["M"], description: "MLP up bias (Llama with mlp_bias)" },
   "mlp.W_out": { dims: ["M", "D"], description: "MLP down projection back to d_model" },
+  "mlp.b_out": { dims: ["D"], description: "MLP down bias (Llama with mlp_bias)" },
 } as const;
 export const LLAMA_GLOBAL_WEIGHTS = {
   "embed.W_E": { dims: ["V", "D"], description: "token embedding matrix" },
