@@ -245,6 +245,7 @@ def test_importance_prune_and_head_roles(client, model):
     L, H = model.config.n_layer, model.config.n_head
     imp = post(client, "/api/analysis/importance", ids=ids)
     assert imp["n_head"] == H and np.array(imp["loss_change"]).shape == (L, H)
+    assert imp["n_kv_heads"] == model.config.n_kv_heads < H
     ref = head_importance(model, ids)
     np.testing.assert_allclose(imp["loss_change"], ref.loss_change.numpy(), rtol=1e-5, atol=1e-7)
     pr = post(client, "/api/analysis/prune", ids=ids, max_heads=2, recompute=True)
@@ -253,7 +254,7 @@ def test_importance_prune_and_head_roles(client, model):
     assert pr["steps"][0]["loss"] == pytest.approx(min(ref.loss_change.flatten().tolist()) + ref.clean_loss, rel=1e-5)
     heads = post(client, "/api/analysis/heads", text=TEXT, reference=True)
     assert np.array(heads["text"]["scores"]["previous_token"]).shape == (L, H)
-    assert len(heads["reference_role_of"]) == L
+    assert len(heads["reference_role_of"]) == L and heads["n_kv_heads"] == model.config.n_kv_heads
     # the induction probe starts as the model's documents do: with BOS where the tokenizer adds one
     probe = reference_traces(model, texts=[])[0]
     start = model.tokenizer.bos_id if model.tokenizer.bos_id is not None else model.tokenizer.eos_id()
