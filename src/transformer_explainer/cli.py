@@ -53,9 +53,11 @@ def _load(args: argparse.Namespace, check: Callable[[Any], None] | None = None):
         model.encode(args.text, truncate=getattr(args, "truncate", False))
     if check is not None:
         check(model)
-    print(f"model: {model.name} ({model.source}; {model.config.model_type}, {model.config.n_layer} layers, "
-          f"{model.config.n_head} heads, d_model {model.config.n_embd}, context {model.config.block_size}, "
-          f"{str(model.dtype).removeprefix('torch.')} weights)", file=sys.stderr)
+    c = model.config
+    kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""
+    print(f"model: {model.name} ({model.source}; {c.model_type}, {c.n_layer} layers, {c.n_head} heads{kv}, "
+          f"d_model {c.n_embd}, context {c.block_size}, {str(model.dtype).removeprefix('torch.')} weights)",
+          file=sys.stderr)
     if args.model is None and model.source == "builtin":
         from .loading.resolve import gpt2_download_hint
 

@@ -332,7 +332,7 @@ def test_cli_commands_take_a_llama_model(run, model, tmp_path):
     ids = model.encode(TEXT)
     code, out, err = run("explain", TEXT, "--json")
     assert code == 0 and json.loads(out)["token_ids"] == ids
-    assert f"{model.config.model_type}, 2 layers" in err
+    assert f"{model.config.model_type}, 2 layers, 4 heads ({model.config.n_kv_heads} key/value)" in err
     code, out, _ = run("generate", TEXT, "-n", "3", "--temperature", "0")
     greedy = [t.id for t in model.generate_ids(ids, 3, SamplingParams(temperature=0))]
     assert code == 0 and out == TEXT + model.tokenizer.decode(greedy) + "\n"
