@@ -53,9 +53,11 @@ def _load(args: argparse.Namespace, check: Callable[[Any], None] | None = None):
         model.encode(args.text, truncate=getattr(args, "truncate", False))
     if check is not None:
         check(model)
-    print(f"model: {model.name} ({model.source}; {model.config.model_type}, {model.config.n_layer} layers, "
-          f"{model.config.n_head} heads, d_model {model.config.n_embd}, context {model.config.block_size}, "
-          f"{str(model.dtype).removeprefix('torch.')} weights)", file=sys.stderr)
+    c = model.config
+    kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""
+    print(f"model: {model.name} ({model.source}; {c.model_type}, {c.n_layer} layers, {c.n_head} heads{kv}, "
+          f"d_model {c.n_embd}, context {c.block_size}, {str(model.dtype).removeprefix('torch.')} weights)",
+          file=sys.stderr)
     if args.model is None and model.source == "builtin":
         from .loading.resolve import gpt2_download_hint
 
@@ -136,24 +138,41 @@ def cmd_models(args: argparse.Namespace) -> int:
 
     rows = []
     for name, folder in builtin_models().items():
-        rows.append({"name": name, "kind": "built-in", "location": str(folder)})
+        rows.append({"name": name, "kind": "built-in", "location": str(folder), **_architecture(folder)})
     cached = cached_gpt2_models()
     for name, folder in cached.items():
-        rows.append({"name": name, "kind": "cached", "location": str(folder)})
+        rows.append({"name": name, "kind": "cached", "location": str(folder), **_architecture(folder)})
     for name, (repo, params, size) in KNOWN_HUB_MODELS.items():
-        if name not in cached:
+        if name not in cached:  # the known downloads are the GPT-2 checkpoints
             rows.append({"name": name, "kind": "downloadable", "location": f"hf.co/{repo}",
-                         "parameters": params, "download_mb": round(size / 1e6)})
+                         "architecture": "gpt2", "family": "gpt2", "parameters": params,
+                         "download_mb": round(size / 1e6)})
     default = default_spec()
     if args.json:
         print(json.dumps({"default": default, "models": rows}, indent=1))
         return 0
-    print(f"{'name':<18} {'kind':<13} details")
+    print(f"{'name':<18} {'kind':<13} {'architecture':<40} location")
     for r in rows:
+        arch = r.get("shape") or r["architecture"]
         extra = f"{r['parameters']} parameters, {r['download_mb']} MB download" if "parameters" in r else ""
-        print(f"{r['name']:<18} {r['kind']:<13} {extra or r['location']}")
+        print(f"{r['name']:<18} {r['kind']:<13} {arch:<40} {extra or r['location']}")
     print(f"\ndefault (no --model): {default}")
     return 0
+
+
+def _architecture(folder) -> dict[str, str]:
+    """What a model folder's config.json says it is (no weights read): the HF model_type, our family
+    ("gpt2", or "llama" for Llama, Qwen2 and Mistral) and its shape in words."""
+    from .config import GPTConfig
+    from .loading.checkpoint import read_json
+
+    try:
+        c = GPTConfig.from_hf(read_json(folder / "config.json"))
+    except (ExplainerError, KeyError, ValueError, TypeError) as e:
+        return {"architecture": "unknown", "family": "unknown", "shape": f"unreadable config.json: {e}"}
+    kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""
+    return {"architecture": c.model_type, "family": c.family,
+            "shape": f"{c.model_type}: {c.n_layer} layers, {c.n_head} heads{kv}, d_model {c.n_embd}"}
 
 
 def cmd_train_lm(args: argparse.Namespace) -> int:

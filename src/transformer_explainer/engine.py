@@ -192,6 +192,10 @@ class ExplainerModel:
         """A weight matrix by name, e.g. `blocks.0.attn.W_Q` (heads, d_model, d_head)."""
         return self.gpt.weight(name)
 
+    def weight_names(self) -> list[str]:
+        """Every weight name this model answers (its family's, biases only where it has them)."""
+        return self.gpt.weight_names()
+
     @torch.inference_mode()
     def last_logits(self, ids: list[int]) -> Tensor:
         """The next-token logits (V,) after `ids`, recording nothing (the fast path)."""
@@ -202,16 +206,14 @@ class ExplainerModel:
     def extend_trace(self, prefix: Trace, new_ids: list[int]) -> Trace:
         """The trace of `prefix`'s tokens + `new_ids`, computing only the new positions: the prefix's
         keys and values are the KV cache. Equal to tracing the whole sequence, to float rounding."""
-        L = self.config.n_layer
-        k = "attn.k" if self.config.family == "gpt2" else "attn.rot_k"  # the cache keeps keys as attention uses them
+        L, k = self.config.n_layer, self.gpt.cached_keys  # the cache keeps keys as attention uses them
         cache = KVCache([(prefix[f"blocks.{i}.{k}"][None], prefix[f"blocks.{i}.attn.v"][None]) for i in range(L)])
         return merge_traces(prefix, self.trace_ids(new_ids, cache=cache, prefix_ids=prefix.token_ids))
 
     def residual_logits(self, x: Tensor) -> Tensor:
         """The logits (T, V) the model would give were the residual stream `x` (T, D) its last: the
         final norm and the unembedding, with the forward pass's own kernels (the logit lens)."""
-        final_norm = self.gpt.transformer.ln_f if self.config.family == "gpt2" else self.gpt.model.norm
-        normed = final_norm(x.unsqueeze(0), Recorder())
+        normed = self.gpt.final_norm(x.unsqueeze(0), Recorder())
         return self.gpt.lm_head(normed)[0]
 
 

@@ -93,16 +93,22 @@ GLOBAL_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
 
 # -- the Llama family (Llama, Qwen2, Mistral) ----------------------------------------------------------
 
+# Tensors with a G (key/value head) dim are sliced by query head, as the attention reads them: asking
+# for head h gives key/value head h // (H / G), the one query head h shares with its group.
+KV_SLICE = "; asking for head h gives key/value head h // (H / G), the one query head h reads"
+
 LLAMA_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "resid_pre": (("T", "D"), "residual stream entering the block"),
     "ln1.rms": (("T",), "root mean square of each position's vector, sqrt(mean(x^2) + eps), first RMSNorm"),
     "ln1.normalized": (("T", "D"), "x / rms: no mean is subtracted"),
     "ln1.out": (("T", "D"), "normalized * scale (no shift): the attention input"),
     "attn.q": (("H", "T", "Dh"), "queries, ln1.out @ W_Q (+ b_Q), split into heads, before rotation"),
-    "attn.k": (("G", "T", "Dh"), "keys of the new positions before rotation, one set per key/value head"),
-    "attn.v": (("G", "S", "Dh"), "values, one set per key/value head (never rotated)"),
+    "attn.k": (("G", "T", "Dh"), "keys of the new positions before rotation, one set per key/value head"
+                                 + KV_SLICE),
+    "attn.v": (("G", "S", "Dh"), "values, one set per key/value head (never rotated)" + KV_SLICE),
     "attn.rot_q": (("H", "T", "Dh"), "queries rotated by their position's angles (RoPE)"),
-    "attn.rot_k": (("G", "S", "Dh"), "keys rotated by their position's angles (RoPE): what the cache keeps"),
+    "attn.rot_k": (("G", "S", "Dh"), "keys rotated by their position's angles (RoPE): what the cache keeps"
+                                     + KV_SLICE),
     "attn.kv_head": (("H",), "the key/value head each query head reads: h // (H / G)"),
     "attn.scores": (("H", "T", "S"), "raw attention scores rot_q @ rot_k^T of the head's key/value head"),
     "attn.scaled_scores": (("H", "T", "S"), "scores / sqrt(d_head)"),
@@ -144,16 +150,20 @@ LLAMA_DERIVED: dict[str, str] = {
 LLAMA_BLOCK_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
     "ln1.w": (("D",), "first RMSNorm scale"),
     "attn.W_Q": (("H", "D", "Dh"), "query weights per head"),
-    "attn.W_K": (("G", "D", "Dh"), "key weights per key/value head"),
-    "attn.W_V": (("G", "D", "Dh"), "value weights per key/value head"),
+    "attn.W_K": (("G", "D", "Dh"), "key weights per key/value head" + KV_SLICE),
+    "attn.W_V": (("G", "D", "Dh"), "value weights per key/value head" + KV_SLICE),
     "attn.b_Q": (("H", "Dh"), "query bias per head (Qwen2; absent where the model has none)"),
-    "attn.b_K": (("G", "Dh"), "key bias per key/value head (Qwen2)"),
-    "attn.b_V": (("G", "Dh"), "value bias per key/value head (Qwen2)"),
+    "attn.b_K": (("G", "Dh"), "key bias per key/value head (Qwen2)" + KV_SLICE),
+    "attn.b_V": (("G", "Dh"), "value bias per key/value head (Qwen2)" + KV_SLICE),
     "attn.W_O": (("H", "Dh", "D"), "output projection, rows grouped by head"),
+    "attn.b_O": (("D",), "output projection bias (Llama with attention_bias; absent where the model has none)"),
     "ln2.w": (("D",), "second RMSNorm scale"),
     "mlp.W_gate": (("D", "M"), "MLP gate projection"),
+    "mlp.b_gate": (("M",), "MLP gate bias (Llama with mlp_bias; absent where the model has none)"),
     "mlp.W_in": (("D", "M"), "MLP up projection (the linear branch)"),
+    "mlp.b_in": (("M",), "MLP up bias (Llama with mlp_bias)"),
     "mlp.W_out": (("M", "D"), "MLP down projection back to d_model"),
+    "mlp.b_out": (("D",), "MLP down bias (Llama with mlp_bias)"),
 }
 
 LLAMA_GLOBAL_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -236,6 +246,12 @@ def weight_names(n_layer: int, family: str = "gpt2") -> list[str]:
         out += [f"blocks.{i}.{s}" for s in t.block_weights]
     out += [n for n in after if n in t.global_weights]
     return out
+
+
+def is_weight(suffix: str, family: str = "gpt2") -> bool:
+    """Whether a stage (`attn.W_Q`) or a global name (`embed.W_E`) is a weight of the family."""
+    t = names_for(family)
+    return suffix in t.block_weights or suffix in t.global_weights
 
 
 def describe(name: str, family: str = "gpt2") -> tuple[tuple[str, ...], str]:

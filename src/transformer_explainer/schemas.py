@@ -54,7 +54,9 @@ class TensorSpec(Strict):
     """One tensor (or a slice of it) by its name in the shared name scheme."""
 
     name: Annotated[str, Field(min_length=1, max_length=64, examples=["blocks.0.attn.pattern"])]
-    head: Annotated[int, Field(ge=0)] | None = None  # index into the H dim, if the tensor has one
+    # index into the H dim (query heads); a tensor with a G dim instead (keys, values) is sliced at
+    # key/value head head // (H / G), the one that query head reads
+    head: Annotated[int, Field(ge=0)] | None = None
     # index into the T dim (the query position); negative counts from the end, -1 is the last token
     position: Annotated[int, Field(ge=-MAX_IDS, lt=MAX_IDS)] | None = None
     row: Annotated[int, Field(ge=0)] | None = None  # weights only: index into the first non-head dim
@@ -168,9 +170,12 @@ class CharGroupOut(BaseModel):
 class EncodedTensor(BaseModel):
     name: str
     head: int | None = None
+    # grouped-query attention: the key/value head a tensor with a G dim was sliced at for `head`
+    kv_head: int | None = None
     position: int | None = None
     row: int | None = None
-    dims: list[str]  # the dims left after slicing, from the name scheme (T, S, H, D, Dh, M, V, P)
+    # the dims left after slicing, from the name scheme (T, S, H, G, D, Dh, R, M, V, P)
+    dims: list[str]
     shape: list[int]
     dtype: TensorDtype
     data: str  # base64 of little-endian values, row-major

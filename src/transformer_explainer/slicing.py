@@ -1,34 +1,35 @@
 """One tensor by its name, or a slice of it (one head, one position, one row), encoded for the JSON
 API: activations from a trace, weights from the model. Bounded: a slice larger than one answer may
-hold is refused with a message that says how to ask for less."""
+hold is refused with a message that says how to ask for less.
+
+Names are the model family's (`names.FAMILY_NAMES`). `head` indexes query heads: a tensor with a
+key/value-head dim G instead (grouped-query attention: keys, values, their weights) is sliced at
+key/value head h // (H / G), the one query head h reads, and the answer says which (`kv_head`).
+"""
 
 from __future__ import annotations
 
 from torch import Tensor
 
+from .config import GPTConfig
 from .encoding import encode_array
 from .engine import ExplainerModel
 from .errors import InputError
-from .names import describe, names_for, parse_name
+from .names import describe, is_weight, parse_name
 from .schemas import EncodedTensor, TensorSpec
 from .trace import Trace
 
 MAX_ELEMENTS = 4_000_000  # per tensor in one answer (16 MB as float32): slice bigger ones by head/position/row
 
 
-def _is_weight(suffix: str, family: str) -> bool:
-    t = names_for(family)
-    return suffix in t.block_weights or suffix in t.global_weights
-
-
 def _parse(name: str, family: str) -> tuple[int | None, str, tuple[str, ...]]:
-    """Layer, stage and dims of `name` in the model family's name scheme (the Llama family has its own)."""
     try:
         p = parse_name(name, family)
         dims, _ = describe(name, family)
     except (KeyError, ValueError):
-        raise InputError(f"unknown tensor name {name!r}: names look like 'blocks.0.attn.pattern' or "
-                         f"'embed.token' (GET /api/names lists them all)") from None
+        raise InputError(f"unknown tensor name {name!r} for a {family} model: names look like "
+                         f"'blocks.0.attn.pattern' or 'embed.token' (GET /api/names?family={family} lists them "
+                         f"all)") from None
     return p.layer, p.suffix, dims
 
 
@@ -45,49 +46,65 @@ def _take(t: Tensor, dims: list[str], dim: str, index: int, what: str, name: str
     return t.select(axis, i)
 
 
-def _encode(name: str, spec: TensorSpec, t: Tensor, dims: list[str]) -> EncodedTensor:
+def _take_head(t: Tensor, dims: list[str], head: int, name: str, config: GPTConfig) -> tuple[Tensor, int | None]:
+    """The slice of query head `head`, and the key/value head it was taken at (for a G dim)."""
+    if "H" in dims or "G" not in dims:
+        return _take(t, dims, "H", head, "head", name), None
+    H, G = config.n_head, config.n_kv_heads
+    if not -H <= head < H:
+        raise InputError(f"head {head} is out of range for {name} (0..{H - 1})")
+    g = (head % H) // (H // G)  # query heads g*H/G .. (g+1)*H/G - 1 read key/value head g
+    return _take(t, dims, "G", g, "key/value head", name), g
+
+
+def _encode(name: str, spec: TensorSpec, t: Tensor, dims: list[str], kv_head: int | None) -> EncodedTensor:
     if t.numel() > MAX_ELEMENTS:
         raise InputError(f"{name} has {t.numel():,} values, more than the {MAX_ELEMENTS:,} one answer may hold; "
                          f"ask for one head, position or row")
-    return EncodedTensor(name=name, head=spec.head, position=spec.position, row=spec.row, dims=dims,
+    return EncodedTensor(name=name, head=spec.head, kv_head=kv_head, position=spec.position, row=spec.row, dims=dims,
                          shape=list(t.shape), dtype=spec.dtype, data=encode_array(t, spec.dtype))
 
 
 def activation_tensor(trace: Trace, spec: TensorSpec) -> EncodedTensor:
     """An activation of `trace`, sliced by `spec.head` and `spec.position`."""
-    family = trace.config.family
-    layer, suffix, dims_t = _parse(spec.name, family)
-    if _is_weight(suffix, family):
+    cfg = trace.config
+    layer, suffix, dims_t = _parse(spec.name, cfg.family)
+    if is_weight(suffix, cfg.family):
         raise InputError(f"{spec.name} is a weight, not an activation: ask POST /api/weights for it")
-    if layer is not None and layer >= trace.config.n_layer:
-        raise InputError(f"{spec.name}: the model has {trace.config.n_layer} blocks (0..{trace.config.n_layer - 1})")
+    if layer is not None and layer >= cfg.n_layer:
+        raise InputError(f"{spec.name}: the model has {cfg.n_layer} blocks (0..{cfg.n_layer - 1})")
     if spec.row is not None:
         raise InputError("`row` applies to weights; for activations use `head` and `position`")
     t = trace[spec.name]
     dims = list(dims_t)
+    kv_head = None
     if spec.head is not None:
-        t = _take(t, dims, "H", spec.head, "head", spec.name)
+        t, kv_head = _take_head(t, dims, spec.head, spec.name, cfg)
     if spec.position is not None:
         t = _take(t, dims, "T" if "T" in dims else "S", spec.position, "position", spec.name, trace.start)
-    return _encode(spec.name, spec, t, dims)
+    return _encode(spec.name, spec, t, dims, kv_head)
 
 
 def weight_tensor(model: ExplainerModel, spec: TensorSpec) -> EncodedTensor:
     """A weight of `model`, sliced by `spec.head` and `spec.row`."""
-    family = model.config.family
-    layer, suffix, dims_t = _parse(spec.name, family)
-    if not _is_weight(suffix, family):
+    cfg = model.config
+    layer, suffix, dims_t = _parse(spec.name, cfg.family)
+    if not is_weight(suffix, cfg.family):
         raise InputError(f"{spec.name} is an activation: ask POST /api/trace or /api/tensors for it")
-    if layer is not None and layer >= model.config.n_layer:
-        raise InputError(f"{spec.name}: the model has {model.config.n_layer} blocks")
+    if layer is not None and layer >= cfg.n_layer:
+        raise InputError(f"{spec.name}: the model has {cfg.n_layer} blocks")
     if spec.position is not None:
         raise InputError("`position` applies to activations; for weights use `head` and `row`")
-    t = model.weight(spec.name)
+    try:
+        t = model.weight(spec.name)
+    except KeyError as e:  # a name of the family this model lacks (a bias of a model without biases)
+        raise InputError(f"{spec.name}: {model.name} has no such weight ({e.args[0]})") from None
     dims = list(dims_t)
+    kv_head = None
     if spec.head is not None:
-        t = _take(t, dims, "H", spec.head, "head", spec.name)
+        t, kv_head = _take_head(t, dims, spec.head, spec.name, cfg)
     if spec.row is not None:
         if not dims:
             raise InputError(f"{spec.name} has no rows")
         t = _take(t, dims, dims[0], spec.row, "row", spec.name)
-    return _encode(spec.name, spec, t, dims)
+    return _encode(spec.name, spec, t, dims, kv_head)

@@ -13,6 +13,19 @@ from .models.layers import causal_mask, linear
 from .names import FAMILY_NAMES, activation_names, describe, parse_name
 from .trace_base import TraceBase
 
+# per family: the queries and keys whose products are the attention scores
+SCORE_INPUTS: dict[str, tuple[str, str]] = {"gpt2": ("attn.q", "attn.k"), "llama": ("attn.rot_q", "attn.rot_k")}
+
+
+def attention_scores(q: Tensor, k: Tensor, family: str) -> Tensor:
+    """Raw scores (H, T, S) of queries q (H, T, Dh) against keys k (G, S, Dh), with the forward
+    pass's own product: in the Llama family, each group of H / G query heads against its key/value
+    head in one batched product (grouped-query attention); in GPT-2, head by head."""
+    if family != "llama":
+        return q @ k.transpose(-2, -1)
+    G, (H, T, Dh) = k.shape[0], q.shape
+    return torch.bmm(q.reshape(G, H // G * T, Dh), k.transpose(1, 2)).view(H, T, -1)
+
 
 @dataclass
 class Trace(TraceBase):
@@ -68,12 +81,8 @@ class Trace(TraceBase):
             return src.transpose(0, 1).reshape(src.shape[1], -1)
         # the same matmul as the forward pass, so the same numbers (a patched forward stored its own)
         scores = self.values.get(f"blocks.{p.layer}.attn.scores")
-        if scores is None and family == "llama":  # each group of query heads against its key/value head
-            k = self.values[f"blocks.{p.layer}.attn.rot_k"]  # (G, S, Dh)
-            G, (H, T, Dh) = k.shape[0], src.shape
-            scores = torch.bmm(src.reshape(G, H // G * T, Dh), k.transpose(1, 2)).view(H, T, -1)
-        elif scores is None:
-            scores = src @ self.values[f"blocks.{p.layer}.attn.k"].transpose(-2, -1)
+        if scores is None:
+            scores = attention_scores(src, self.values[f"blocks.{p.layer}.{SCORE_INPUTS[family][1]}"], family)
         if key == "attn.scores":
             return scores
         scaled = scores * (1.0 / math.sqrt(self.config.head_dim))
@@ -124,20 +133,22 @@ def merge_traces(prefix: Trace, new: Trace) -> Trace:
     if new.start != prefix.n_tokens + prefix.start or prefix.start != 0:
         raise ValueError("the new trace must continue the prefix trace")
     values: dict[str, Tensor] = {}
+    family = prefix.config.family
     for name, a in prefix.values.items():
         b = new.values.get(name)
         if b is None:  # recorded in one pass only (logits a patch asked for): the merged trace derives it
             continue
-        dims, _ = describe(name, prefix.config.family)
+        dims, _ = describe(name, family)
         if "S" in dims and "T" not in dims:  # keys, values: the new trace already spans every position
             values[name] = b
             continue
         if "S" in dims:  # (H, T, S) scores or pattern: extend the old rows to the new keys
-            layer = parse_name(name).layer
+            layer = parse_name(name, family).layer
             n_new = b.shape[-1] - a.shape[-1]
             if name.endswith("attn.scores"):
-                k_new = new.values[f"blocks.{layer}.attn.k"][:, -n_new:, :]  # (H, n_new, Dh)
-                extra = prefix.values[f"blocks.{layer}.attn.q"] @ k_new.transpose(-2, -1)
+                q_name, k_name = SCORE_INPUTS[family]
+                k_new = new.values[f"blocks.{layer}.{k_name}"][:, -n_new:, :]  # (H or G, n_new, Dh)
+                extra = attention_scores(prefix.values[f"blocks.{layer}.{q_name}"], k_new, family)
             else:
                 extra = a.new_zeros(*a.shape[:-1], n_new)
             a = torch.cat([a, extra], dim=-1)

@@ -1,4 +1,5 @@
-"""The shipped model: loads offline through the same path as GPT-2 and behaves like a language model."""
+"""The shipped models: each loads offline through the same path as a downloaded one (whatever its
+architecture), and the default behaves like a language model."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from transformer_explainer import load_model
-from transformer_explainer.loading.resolve import BUILTIN_DEFAULT, builtin_models
+from transformer_explainer.loading.resolve import BUILTIN_DEFAULT, MODEL_FOLDER_FILES, builtin_models, has_weights
 
 FOLDER = builtin_models().get(BUILTIN_DEFAULT)
 
@@ -32,14 +33,32 @@ def model():
 
 
 def test_loads_in_transformers_with_same_logits(model):
-    from transformers import GPT2LMHeadModel
+    from transformers import AutoModelForCausalLM
 
-    hf = GPT2LMHeadModel.from_pretrained(FOLDER, attn_implementation="eager", dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(FOLDER, attn_implementation="eager", dtype=torch.float32).eval()
     trace = model.trace("The king said that the people of the city were")
     with torch.no_grad():
         out = hf(torch.tensor([trace.token_ids]), output_attentions=True)
     torch.testing.assert_close(trace["logits"], out.logits[0], atol=1e-4, rtol=0)
     torch.testing.assert_close(trace["blocks.2.attn.pattern"], out.attentions[2][0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(builtin_models()))
+def test_every_builtin_matches_transformers(name: str):
+    """Every folder under builtin/ (GPT-2 or the Llama family, whatever its config.json says) loads
+    offline, in transformers too, with the same logits."""
+    from transformers import AutoModelForCausalLM
+
+    folder = builtin_models()[name]
+    assert has_weights(folder) and (folder / "tokenizer.json").is_file(), f"{name}: {MODEL_FOLDER_FILES}"
+    m = load_model(name, allow_download=False)
+    assert m.source == "builtin"
+    hf = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
+    assert hf.config.model_type == m.config.model_type
+    ids = m.encode("The king said that the people of the city were")
+    with torch.no_grad():
+        ref = hf(torch.tensor([ids])).logits[0]
+    torch.testing.assert_close(m.trace_ids(ids)["logits"], ref, atol=1e-4, rtol=0)
 
 
 def test_trace_properties(model):

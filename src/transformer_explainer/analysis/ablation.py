@@ -4,6 +4,10 @@ A head is ablated by replacing its `attn.z` (its weighted sum of values, before 
 projection) with zeros, or with its mean over a reference set of texts (mean ablation keeps the
 average signal downstream layers are used to and removes only what depends on this input). The
 replacement is a recorder patch, so every downstream value of the ablated run is real.
+
+With grouped-query attention (the Llama family) every query head still has its own z, so one head is
+switched off alone though it shares its keys and values with its group; switching off all the query
+heads of a group equals zeroing that key/value head's values.
 """
 
 from __future__ import annotations

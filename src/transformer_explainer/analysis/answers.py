@@ -56,7 +56,8 @@ def importance_json(model: ExplainerModel, ids: list[int], mode: str, means: Any
 
 
 def importance_dict(model: ExplainerModel, imp: HeadImportance) -> dict[str, Any]:
-    return finite({"model": model.name, "n_layer": model.config.n_layer, "n_head": model.config.n_head,
+    c = model.config
+    return finite({"model": model.name, "n_layer": c.n_layer, "n_head": c.n_head, "n_kv_heads": c.n_kv_heads,
                    **imp.to_dict(), "ranked": [list(h) for h, _ in imp.ranked("loss")]})
 
 
@@ -81,8 +82,9 @@ def heads_json(trace: Trace, reference: HeadRoles | None) -> dict[str, Any]:
     c = trace.config
     roles = head_roles(trace)
     out: dict[str, Any] = {
-        "model": trace.model_name, **_tokens(trace), "n_layer": c.n_layer, "n_head": c.n_head, "roles": list(ROLES),
-        "text": roles.to_dict(), "text_role_of": _role_of(roles, c.n_layer, c.n_head),
+        "model": trace.model_name, **_tokens(trace), "n_layer": c.n_layer, "n_head": c.n_head,
+        "n_kv_heads": c.n_kv_heads, "roles": list(ROLES), "text": roles.to_dict(),
+        "text_role_of": _role_of(roles, c.n_layer, c.n_head),
         "stats": attention_stats(trace).to_dict(), "reference": None, "reference_role_of": None,
     }
     if reference is not None:

@@ -223,7 +223,7 @@ def _word_token(model, word: str, no_space: bool) -> int:
     try:
         return token_id(model, " " + word)
     except InputError as e:
-        if len(model.tokenizer.encode(word)) == 1:
+        if len(model.tokenizer.encode(word, add_bos=False)) == 1:
             raise InputError(f"{e}; {word!r} without the space is one token: add --no-space") from None
         raise
 

@@ -1,7 +1,9 @@
 """Embedding explorer: nearest tokens by cosine similarity, vector arithmetic on token embeddings
 (king - man + woman), and a 2-D PCA projection of chosen tokens.
 
-GPT-2 ties its unembedding to the token embedding, so the same rows serve both reading and writing.
+The explorer reads the token embedding W_E, the input side. GPT-2 (and Llama-family models with tied
+embeddings) unembed with the same rows; models with their own unembedding (many Qwen2 and Mistral
+checkpoints) read and write with different vectors, and the explorer shows the reading ones.
 Note that " king" (with its leading space, as it appears mid-sentence) and "king" are different tokens.
 """
 
@@ -33,7 +35,7 @@ def token_id(model: ExplainerModel, token: TokenLike) -> int:
         return token
     if token == "":
         raise InputError("an empty string is not a token")
-    ids = model.tokenizer.encode(token)
+    ids = model.tokenizer.encode(token, add_bos=False)  # the word's own tokens, without a BOS
     if len(ids) == 1:
         return ids[0]
     raw = model.tokenizer.tokenizer.token_to_id(token)

@@ -51,7 +51,7 @@ def trace_metadata(trace: Trace, names: Sequence[str]) -> dict[str, Any]:
         "start": trace.start,
         "prefix_ids": list(trace.prefix_ids),
         "tensors": {n: {"shape": list(trace[n].shape), "dtype": str(trace[n].dtype).removeprefix("torch."),
-                        "dims": list(describe(n)[0])} for n in names},
+                        "dims": list(describe(n, trace.config.family)[0])} for n in names},
     }
 
 

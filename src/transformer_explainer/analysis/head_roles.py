@@ -121,7 +121,9 @@ def reference_traces(model: ExplainerModel, texts: Iterable[str] = REFERENCE_TEX
     traces = [model.trace(t, truncate=True) for t in texts]
     if probe_length:
         n = max(2, min(probe_length, (model.context_length - 1) // 2))
-        ids = repeated_random_tokens(model.config.vocab_size, n, seed=seed, bos=model.tokenizer.eos_id())
+        tok = model.tokenizer
+        special = {i for i in (tok.bos_id, *tok.eos_ids()) if i is not None}
+        ids = repeated_random_tokens(model.config.vocab_size, n, seed=seed, bos=tok.start_id(), exclude=special)
         traces.append(model.trace_ids(ids))
     return traces
 

@@ -1,8 +1,8 @@
 """Logit lens: what the model would predict if it stopped after each block.
 
-The residual stream entering block i (and the final block's output) goes through the final
-LayerNorm and the unembedding, exactly as the real output does; the lens of the last block's output
-is therefore the model's logits.
+The residual stream entering block i (and the final block's output) goes through the final norm
+(GPT-2's LayerNorm, the Llama family's RMSNorm) and the unembedding, exactly as the real output does;
+the lens of the last block's output is therefore the model's logits.
 """
 
 from __future__ import annotations

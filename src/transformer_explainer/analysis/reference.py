@@ -4,6 +4,8 @@ token sequence shown twice."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
 from ..errors import InputError
@@ -23,17 +25,22 @@ REFERENCE_TEXTS: tuple[str, ...] = (
 
 
 def repeated_random_tokens(vocab_size: int, length: int = 24, *, seed: int = 0, bos: int | None = None,
-                           low: int = 1000, high: int = 20000) -> list[int]:
+                           low: int = 1000, high: int = 20000, exclude: Iterable[int] = ()) -> list[int]:
     """`[bos] + R + R` for a random sequence R of `length` ids: in the second copy an induction head
     attends to the token after the earlier occurrence of the current token, and nothing but the
     repetition makes the second half predictable.
 
-    Ids are drawn from [low, high) (clipped to the vocabulary): GPT-2's ordinary mid-frequency tokens.
+    Ids are drawn from [low, high) (clipped to the vocabulary): GPT-2's ordinary mid-frequency tokens,
+    and in most vocabularies ordinary words; never from `exclude` (the special tokens, such as a small
+    vocabulary's last id, its end-of-text token, which would end the document mid-probe).
     """
     if length < 2:
         raise InputError(f"the induction probe needs a sequence of at least 2 tokens, got {length}")
     high = min(high, vocab_size)
     low = min(low, max(high - 2 * length, 0))
+    pool = torch.tensor(sorted(set(range(low, high)) - set(exclude)))
+    if len(pool) < 2:
+        raise InputError(f"no ordinary token ids to draw the induction probe from in [{low}, {high})")
     g = torch.Generator().manual_seed(seed)
-    r = torch.randint(low, high, (length,), generator=g).tolist()
+    r = pool[torch.randint(0, len(pool), (length,), generator=g)].tolist()
     return ([bos] if bos is not None else []) + r + r

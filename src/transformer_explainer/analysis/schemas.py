@@ -153,6 +153,8 @@ class ImportanceOut(BaseModel):
     model: str
     n_layer: int
     n_head: int
+    # key/value heads: query heads g*H/G .. (g+1)*H/G - 1 share key/value head g (GPT-2: G = H)
+    n_kv_heads: int
     mode: AblationMode
     clean_loss: float
     loss_change: list[list[float]]
@@ -189,6 +191,8 @@ class AttentionStatsOut(BaseModel):
 class HeadsOut(_Tokens):
     n_layer: int
     n_head: int
+    # key/value heads: query heads g*H/G .. (g+1)*H/G - 1 share key/value head g (GPT-2: G = H)
+    n_kv_heads: int
     roles: list[str]
     text: RolesOut
     text_role_of: list[list[str | None]]

@@ -62,7 +62,8 @@ def builtin_root() -> Path:
 
 
 def builtin_models() -> dict[str, Path]:
-    """Built-in GPT models shipped in the package: name -> folder."""
+    """Built-in decoder models shipped in the package (any supported architecture: GPT-2 or the
+    Llama family, as each folder's config.json says): name -> folder."""
     root = builtin_root()
     if not root.is_dir():
         return {}

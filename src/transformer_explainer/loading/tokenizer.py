@@ -132,9 +132,16 @@ class TextTokenizer:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
+        """The ids of `text`, after the BOS token where the model expects one (unless `add_bos` is
+        False: the text's own tokens, e.g. to look up one word)."""
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        return ids if self.bos_id is None else [self.bos_id, *ids]
+        return ids if self.bos_id is None or not add_bos else [self.bos_id, *ids]
+
+    def start_id(self) -> int | None:
+        """The token a document starts with: BOS where the model has one, else the end-of-text
+        token GPT-2 puts between documents."""
+        return self.bos_id if self.bos_id is not None else self.eos_id()
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)

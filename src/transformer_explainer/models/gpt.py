@@ -72,6 +72,14 @@ class GPT(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    # the stage whose values the KV cache keeps as keys (GPT-2: the keys as projected)
+    cached_keys = "attn.k"
+
+    @property
+    def final_norm(self) -> LayerNorm:
+        """The norm between the last block and the unembedding (HF's `transformer.ln_f`)."""
+        return self.transformer.ln_f
+
     def forward(
         self,
         idx: Tensor,
@@ -117,6 +125,12 @@ class GPT(nn.Module):
         return rec("logits", self.lm_head(x))
 
     # -- weights by name ---------------------------------------------------------------------------
+
+    def weight_names(self) -> list[str]:
+        """Every weight name this model has."""
+        from ..names import weight_names
+
+        return weight_names(self.config.n_layer)
 
     def weight(self, name: str) -> Tensor:
         """A parameter in TransformerLens layout, e.g. `blocks.3.attn.W_Q` -> (H, D, Dh).

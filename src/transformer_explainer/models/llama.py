@@ -216,6 +216,14 @@ class LlamaLM(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    # the stage whose values the KV cache keeps as keys: rotated, as attention uses them
+    cached_keys = "attn.rot_k"
+
+    @property
+    def final_norm(self) -> RMSNorm:
+        """The norm between the last block and the unembedding (HF's `model.norm`)."""
+        return self.model.norm
+
     def init_weights_(self, std: float = 0.02) -> LlamaLM:
         """Fresh weights for training from scratch: N(0, std) for every matrix (HF's
         `initializer_range`), std / sqrt(2 n_layer) for the two projections that write into the
@@ -275,7 +283,10 @@ class LlamaLM(nn.Module):
         from ..names import weight_names
 
         c = self.config
-        skip = set() if c.qkv_bias else {"attn.b_Q", "attn.b_K", "attn.b_V"}
+        absent = {"attn.b_Q": not c.qkv_bias, "attn.b_K": not c.qkv_bias, "attn.b_V": not c.qkv_bias,
+                  "attn.b_O": not c.out_bias, "mlp.b_gate": not c.mlp_bias, "mlp.b_in": not c.mlp_bias,
+                  "mlp.b_out": not c.mlp_bias}
+        skip = {s for s, no in absent.items() if no}
         return [n for n in weight_names(c.n_layer, "llama") if n.split(".", 2)[-1] not in skip]
 
     def weight(self, name: str) -> Tensor:
@@ -298,10 +309,10 @@ class LlamaLM(nn.Module):
             b = self.model.layers[p.layer]
             a = b.self_attn
 
-            def bias(proj: nn.Linear, heads: int) -> Tensor:
+            def bias(proj: nn.Linear, heads: int | None = None) -> Tensor:
                 if proj.bias is None:
                     raise KeyError(f"{name!r}: this model has no such bias")
-                return proj.bias.view(heads, Dh)
+                return proj.bias if heads is None else proj.bias.view(heads, Dh)
 
             table = {
                 "ln1.w": lambda: b.input_layernorm.weight,
@@ -313,9 +324,13 @@ class LlamaLM(nn.Module):
                 "attn.b_K": lambda: bias(a.k_proj, G),
                 "attn.b_V": lambda: bias(a.v_proj, G),
                 "attn.W_O": lambda: a.o_proj.weight.T.reshape(H, Dh, D),
+                "attn.b_O": lambda: bias(a.o_proj),
                 "mlp.W_gate": lambda: b.mlp.gate_proj.weight.T,
                 "mlp.W_in": lambda: b.mlp.up_proj.weight.T,
                 "mlp.W_out": lambda: b.mlp.down_proj.weight.T,
+                "mlp.b_gate": lambda: bias(b.mlp.gate_proj),
+                "mlp.b_in": lambda: bias(b.mlp.up_proj),
+                "mlp.b_out": lambda: bias(b.mlp.down_proj),
             }
             if p.suffix not in table:
                 raise KeyError(f"{name!r} is an activation, not a weight")

@@ -54,14 +54,23 @@ ANALOGY = ([" king", " woman"], [" man"])  # the explorer's default: king - man 
 MAX_PROJECTED = MAX_TOKENS_LIST
 LENS_CHUNK = 32  # positions per logit-lens call: (L+1) x chunk x V logits at a time
 
-# Activations by priority: each is kept for every layer or not at all. The first ones serve several
-# views and are small; the MLP's hidden layer (4 x d_model per token) comes last.
+# Activations by priority, per model family: each is kept for every layer or not at all. The first
+# ones serve several views and are small; the MLP's hidden layer (4 x d_model per token) comes last.
 GLOBAL_FIRST = ["embed.token", "embed.position", "ln_final.mean", "ln_final.var", "ln_final.normalized",
                 "ln_final.out"]
 BLOCK_ORDER = ["attn.pattern", "attn.scores", "ln1.mean", "ln1.var", "ln2.mean", "ln2.var", "resid_pre",
                "attn_out", "resid_mid", "mlp_out", "resid_post", "ln1.normalized", "ln1.out", "ln2.normalized",
                "ln2.out", "attn.q", "attn.k", "attn.v", "attn.z", "mlp.pre", "mlp.post"]
+LLAMA_GLOBAL_FIRST = ["embed.token", "rope.angles", "ln_final.rms", "ln_final.normalized", "ln_final.out"]
+LLAMA_BLOCK_ORDER = ["attn.pattern", "attn.scores", "attn.kv_head", "ln1.rms", "ln2.rms", "resid_pre", "attn_out",
+                     "resid_mid", "mlp_out", "resid_post", "ln1.normalized", "ln1.out", "ln2.normalized", "ln2.out",
+                     "attn.q", "attn.rot_q", "attn.k", "attn.rot_k", "attn.v", "attn.z", "mlp.gate", "mlp.up",
+                     "mlp.act", "mlp.post"]
+ACTIVATION_ORDER: dict[str, tuple[list[str], list[str]]] = {"gpt2": (GLOBAL_FIRST, BLOCK_ORDER),
+                                                             "llama": (LLAMA_GLOBAL_FIRST, LLAMA_BLOCK_ORDER)}
+# weights, where the model has them (the Llama family's RMSNorm has no shift)
 SMALL_WEIGHTS = ["ln1.w", "ln1.b", "ln2.w", "ln2.b"]
+FINAL_WEIGHTS = ["ln_final.w", "ln_final.b"]
 LARGE_WEIGHTS = ["attn.W_O", "attn.W_Q", "attn.W_K", "attn.W_V"]  # shown per head on request
 
 
@@ -141,9 +150,10 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     models = ModelList(default=model.name, models=[ModelInfo(name=model.name, source=model.source, loaded=True,
                                                              default=True, config=config_out(model),
                                                              n_params=model.gpt.num_params())])
-    L = model.config.n_layer
-    weights = {n: _stored(model.weight(n), describe(n)[0])
-               for n in [block_name(i, s) for i in range(L) for s in SMALL_WEIGHTS] + ["ln_final.w", "ln_final.b"]}
+    L, family = model.config.n_layer, model.config.family
+    has = set(model.weight_names())
+    small = [block_name(i, s) for i in range(L) for s in SMALL_WEIGHTS] + FINAL_WEIGHTS
+    weights = {n: _stored(model.weight(n), describe(n, family)[0]) for n in small if n in has}
     data: dict[str, Any] = {
         "format": FORMAT, "version": VERSION, "models": models.model_dump(), "trace": overview.model_dump(),
         "sampling": sampling.model_dump(), "top_n": APP_TOP_N, "tensors": {}, "weights": weights, "omitted": [],
@@ -152,10 +162,11 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     used = bundle_bytes + len(json.dumps(data, ensure_ascii=False)) + 2048
     budget = int(max_mb * 1e6) - used
 
-    groups: list[tuple[str, list[str], bool]] = [(n, [n], False) for n in GLOBAL_FIRST]
+    global_first, block_order = ACTIVATION_ORDER[family]
+    groups: list[tuple[str, list[str], bool]] = [(n, [n], False) for n in global_first]
     # each block's resid_post is the next block's resid_pre (the same tensor): only the last is stored
     groups += [(f"blocks.*.{s}", [block_name(i, s) for i in (range(L) if s != "resid_post" else [L - 1])], False)
-               for s in BLOCK_ORDER]
+               for s in block_order]
     groups += [(f"blocks.*.{s}", [block_name(i, s) for i in range(L)], True) for s in LARGE_WEIGHTS]
     kept: list[str] = []
     omitted: list[str] = []
@@ -168,7 +179,7 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
         budget -= size
         target = data["weights"] if is_weight else data["tensors"]
         for n, v in zip(names, values, strict=True):
-            target[n] = _stored(v, describe(n)[0])
+            target[n] = _stored(v, describe(n, family)[0])
         kept.append(label)
     data["omitted"] = omitted
     if omitted:

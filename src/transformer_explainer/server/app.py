@@ -261,7 +261,7 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
 
     app = FastAPI(title="transformer-explainer", version="1", docs_url=None, redoc_url=None, lifespan=lifespan,
                   openapi_url="/api/openapi.json",
-                  description="Every intermediate value of a GPT-2-family model for your text, by name.")
+                  description="Every intermediate value of a GPT-2 or Llama-family model for your text, by name.")
     app.state.context = ServerContext(registry, pool, explainer, settings.max_tokens)
     app.state.registry, app.state.pool, app.state.explainer = registry, pool, explainer
     install_error_handlers(app)

@@ -240,6 +240,7 @@ export interface DownloadsOut {
 export interface EncodedTensor {
   name: string;
   head?: number | null;
+  kv_head?: number | null;
   position?: number | null;
   row?: number | null;
   dims: string[];
@@ -292,6 +293,7 @@ export interface HeadsOut {
   token_ids: number[];
   n_layer: number;
   n_head: number;
+  n_kv_heads: number;
   roles: string[];
   text: RolesOut;
   text_role_of: ((string | null)[])[];
@@ -330,6 +332,7 @@ export interface ImportanceOut {
   model: string;
   n_layer: number;
   n_head: number;
+  n_kv_heads: number;
   mode: "zero" | "mean";
   clean_loss: number;
   loss_change: number[][];
