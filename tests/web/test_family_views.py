@@ -19,7 +19,8 @@ pytestmark = pytest.mark.browser
 MODEL = "tiny-llama"
 TEXT = "The quick brown fox jumps over the lazy dog"
 # what the GPT-2 views say that is not so for this family
-GPT2_ONLY = ["position embedding matrix", "+ position embedding", "w_pos[", "gelu", "byte-level bpe", "layer norm", "b_in", "b_o", "gpt-2 has"]
+GPT2_ONLY = ["position embedding matrix", "+ position embedding", "w_pos[", "gelu", "byte-level bpe", "layer norm",
+             "b_in", "b_o", "gpt-2 has"]
 NAV = ["overview", "tokens", "embedding", "blocks", "layernorm-ln1", "qkv", "attention", "heads", "residual",
        "layernorm-ln2", "mlp", "layernorm-final", "output", "experiments"]
 
@@ -213,3 +214,33 @@ def test_llama_views_in_chinese(browser, llama_live_server, ref):
             assert sum("\u4e00" <= ch <= "\u9fff" for ch in text) > 20, text
             shot(page, f"zh-{v}")
         assert "Llama 系列" in page.inner_text("[data-testid=model-family]")
+
+
+@pytest.fixture(scope="module")
+def bf16_server(tmp_path_factory) -> Iterator:
+    """The same kind of tiny Llama, loaded in bfloat16 (as `serve --dtype bfloat16` does)."""
+    from tests.conftest import make_hf_llama_family
+    from transformer_explainer.engine import load_model
+    from transformer_explainer.server import create_app
+
+    from .conftest import LiveServer
+
+    folder = make_hf_llama_family(tmp_path_factory.mktemp("tiny-llama-bf16"), "llama")
+    model = load_model(str(folder), allow_download=False, dtype="bfloat16")
+    with LiveServer(create_app({"tiny-llama-bf16": model})) as srv:
+        yield srv
+
+
+def test_bfloat16_badge(browser, bf16_server):
+    info = httpx.get(bf16_server.url + "api/models/tiny-llama-bf16", timeout=30).json()
+    assert info["config"]["dtype"] == "bfloat16"
+    with open_app(browser, bf16_server.url) as page:
+        badge = page.locator("[data-testid=dtype-badge]")
+        assert badge.inner_text() == "weights in bfloat16"
+        assert "8 significant bits" in badge.get_attribute("title")
+        page.click("[data-testid=nav-mlp]")
+        settle(page)
+        shot(page, "bf16-mlp")
+        page.click("[data-testid=lang]")
+        page.wait_for_function("() => document.documentElement.lang === 'zh-CN'")
+        assert badge.inner_text() == "权重为 bfloat16"

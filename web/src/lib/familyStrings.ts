@@ -27,7 +27,8 @@ const en = {
     "Each token id selects one row of the token embedding matrix W_E, and that row is the vector that enters the " +
     "first block. Nothing is added for the position here: this model has no position embedding. Position enters " +
     "inside attention instead, in every block: each query and key is rotated by angles that grow with its " +
-    "position (RoPE), so the score of a query and a key depends on how far apart they are.",
+    "position (RoPE), so the score of a query and a key depends on their contents and on how far apart they " +
+    "are, not on where they stand.",
   embLlama: "input of block 0: no position vector is added",
   embNoPos: "No W_pos here: where the token stands is told to attention by rotating q and k (RoPE).",
   openRope: "Open the RoPE view",
@@ -59,11 +60,11 @@ const en = {
     "({ratio} × the width {d}): the gate, which goes through SiLU, and the linear branch “up”. Their product, number by " +
     "number, is projected back to {d}. Where SiLU(gate) is near 0 a hidden unit is switched off whatever “up” says. " +
     "There are three d × m matrices instead of GPT-2's two; the MLPs hold {share} of this model's parameters.",
-  mlpGate: "gate: x · W_gate ({m} numbers)",
+  mlpGate: "gate: x · W_gate",
   mlpAct: "SiLU(gate) = gate · σ(gate)",
-  mlpUp: "up: x · W_in, the linear branch ({m} numbers)",
+  mlpUp: "up: x · W_in, the linear branch",
   mlpProd: "product SiLU(gate) ⊙ up",
-  mlpDown: "projected back: · W_out ({d} numbers)",
+  mlpDown: "projected back: · W_out",
   actCurve: "{act}: each dot is one of the {m} hidden units at the focus token ({x} on the x axis, {y} on the y axis)",
   // overview, architecture
   ovEmbedTok: "embed",
@@ -125,7 +126,7 @@ const zh: Record<FKey, string> = {
   v_embedding: "词元嵌入",
   e_embedding:
     "每个词元编号从词元嵌入矩阵 W_E 中选出一行，这一行就是进入第一个块的向量。这里不加任何位置信息：这个模型没有位置嵌入。" +
-    "位置改在每个块的注意力内部加入：每个查询和键都按随位置增大的角度旋转（RoPE），于是查询与键的分数取决于它们相隔多远。",
+    "位置改在每个块的注意力内部加入：每个查询和键都按随位置增大的角度旋转（RoPE），于是查询与键的分数取决于它们的内容和相隔多远，而不取决于它们各自所在的绝对位置。",
   embLlama: "第 0 块的输入：不加位置向量",
   embNoPos: "这里没有 W_pos：词元所在的位置通过旋转 q 和 k（RoPE）告诉注意力。",
   openRope: "打开 RoPE 视图",
@@ -151,11 +152,11 @@ const zh: Record<FKey, string> = {
     "MLP 对每个位置分别计算，采用门控形式。输入被投影两次，各得到 {m} 个数（宽度 {d} 的 {ratio} 倍）：一路是门（gate），经过 SiLU；另一路是线性分支 “up”。" +
     "两者逐个相乘，再投影回 {d} 维。SiLU(gate) 接近 0 的隐藏单元被关掉，无论 “up” 是多少。这里有三个 d × m 矩阵，而 GPT-2 只有两个；" +
     "所有 MLP 占这个模型参数的 {share}。",
-  mlpGate: "门：x · W_gate（{m} 个数）",
+  mlpGate: "门：x · W_gate",
   mlpAct: "SiLU(gate) = gate · σ(gate)",
-  mlpUp: "up：x · W_in，线性分支（{m} 个数）",
+  mlpUp: "up：x · W_in，线性分支",
   mlpProd: "乘积 SiLU(gate) ⊙ up",
-  mlpDown: "投影回去：· W_out（{d} 个数）",
+  mlpDown: "投影回去：· W_out",
   actCurve: "{act}：每个点是焦点词元处 {m} 个隐藏单元之一（横轴为 {x}，纵轴为 {y}）",
   ovEmbedTok: "嵌入",
   ovFinalNorm: "norm_f",
