@@ -75,8 +75,8 @@ const en = {
   e_qkv:
     "The normalised vector is multiplied by W_Q, W_K and W_V{bias} to give a query, a key and a value, each split " +
     "into heads of {dh} numbers. There are {h} query heads but only {g} key/value heads: each group of {r} query heads " +
-    "shares one key and one value (grouped-query attention). The keys shown are before rotation; attention compares " +
-    "the rotated ones (RoPE).",
+    "shares one key and one value (grouped-query attention). The queries and keys shown are before rotation; " +
+    "attention compares the rotated ones (RoPE).",
   withBias: " (with biases, as Qwen2 has)",
   noBias: " (no biases)",
   keysG: "keys K of key/value head {g}, before rotation (tokens × d_head)",
@@ -92,6 +92,7 @@ const en = {
     "outputs are placed side by side ({hd} numbers) and projected to the model width {d} by W_O, with no bias: this is " +
     "what attention adds.",
   attnOutNoBias: "attn_out = concat · W_O at the focus token",
+  stageScoresRope: "rotated Q · rotated Kᵀ",
   // residual, output
   e_residual:
     "Attention and the MLP never replace the vector: they add to it (the residual connection). Each reads the " +
@@ -164,7 +165,7 @@ const zh: Record<FKey, string> = {
   ovSay_ln_f: "最终 RMSNorm：最后的向量除以它的均方根并缩放，再做反嵌入。",
   e_qkv:
     "归一化后的向量乘以 W_Q、W_K 和 W_V{bias}，得到查询、键和值，各自切分成每个 {dh} 个数的头。查询头有 {h} 个，键/值头却只有 {g} 个：" +
-    "每 {r} 个查询头共用一组键和值（分组查询注意力）。这里显示的键是旋转之前的；注意力比较的是旋转后的键（RoPE）。",
+    "每 {r} 个查询头共用一组键和值（分组查询注意力）。这里显示的查询和键都是旋转之前的；注意力比较的是旋转后的查询和键（RoPE）。",
   withBias: "（带偏置，Qwen2 就是这样）",
   noBias: "（没有偏置）",
   keysG: "键/值头 {g} 的键 K，旋转之前（词元 × d_head）",
@@ -177,6 +178,7 @@ const zh: Record<FKey, string> = {
     "每个头用它的注意力权重混合它的键/值头里的值向量（pattern · V）。各头的输出并排拼接（{hd} 个数），再由 W_O 投影到模型宽度 {d}，" +
     "没有偏置：这就是注意力加上的部分。",
   attnOutNoBias: "焦点词元处的 attn_out = concat · W_O",
+  stageScoresRope: "旋转后的 Q · 旋转后的 Kᵀ",
   e_residual:
     "注意力和 MLP 从不替换向量，而是往上加（残差连接）。它们各自通过自己的 RMSNorm 读取残差流。推理时不丢弃任何东西。",
   e_output:
