@@ -23,3 +23,30 @@ export const FORMULAS: Record<string, string> = {
   output: `logits = LN<sub>f</sub>(${sub(v("x"), "T−1")}) ${sub(v("W"), "U")}, &nbsp;${sub(v("W"), "U")} = ${sub(v("W"), "E")}<sup>⊤</sup><br>` +
     `${sub(v("p"), "i")} ∝ exp(${sub("logit", "i")} / ${v("T")}) · 1[${v("i")} ∈ top-k ∩ top-p]`,
 };
+
+// The Llama family (RMSNorm, RoPE, grouped-query attention, gated SiLU MLP, no biases but Qwen2's q, k, v):
+// the views whose math differs. R_i is the rotation of position i (RoPE); g(h) the key/value head of head h.
+export const LLAMA_FORMULAS: Record<string, string> = {
+  overview: `${sub(v("x"), "0")} = ${sub("W", "E")}[${v("t")}] &nbsp;→&nbsp; ${sub(v("x"), "ℓ+1")} = ${sub(v("x"), "ℓ")} + Attn(…) + MLP(…) &nbsp;→&nbsp; ` +
+    `logits = RMSNorm<sub>f</sub>(${sub(v("x"), "L")}) ${sub(v("W"), "U")}`,
+  embedding: `${sub(v("x"), "i")} = ${sub("W", "E")}[${sub(v("t"), "i")}]`,
+  layernorm: `rms = √(mean(${v("x")}²) + ε)<br>RMSNorm(${v("x")}) = ${v("w")} ⊙ ${v("x")} / rms<br>` +
+    `<span style="opacity:.6">LN(${v("x")}) = γ ⊙ (${v("x")} − μ) / √(σ² + ε) + β</span>`,
+  qkv: `${v("Q")} = ${v("x")}${sub(v("W"), "Q")}, &nbsp;${v("K")} = ${v("x")}${sub(v("W"), "K")}, &nbsp;${v("V")} = ${v("x")}${sub(v("W"), "V")} &nbsp;(+ ${v("b")}: Qwen2)<br>` +
+    `${sub(v("Q"), "h")}: ${v("h")} &lt; ${v("H")}, &nbsp;${sub(v("K"), "g")}, ${sub(v("V"), "g")}: ${v("g")} &lt; ${v("G")}, &nbsp;${v("g")}(${v("h")}) = ⌊${v("h")} / (${v("H")}/${v("G")})⌋`,
+  attention: `${sub(v("A"), "h")} = softmax( ${sub(v("R"), "i")}${sub(v("q"), "i")} · ${sub(v("R"), "j")}${sub(v("k"), "j")} / √${sub(v("d"), "k")} + ${v("M")} ), &nbsp;${sub(v("k"), "j")} ∈ ${sub(v("K"), "g(h)")}<br>` +
+    `${sub(v("M"), "ij")} = −∞ (${v("j")} &gt; ${v("i")}), &nbsp;0 (${v("j")} ≤ ${v("i")})`,
+  heads: `${sub(v("z"), "h")} = ${sub(v("A"), "h")}${sub(v("V"), "g(h)")}<br>` +
+    `attn_out = [${sub(v("z"), "0")} ‖ … ‖ ${sub(v("z"), "H−1")}] ${sub(v("W"), "O")}`,
+  residual: `${sub(v("x"), "mid")} = ${v("x")} + Attn(RMSNorm<sub>1</sub>(${v("x")}))<br>` +
+    `${sub(v("x"), "out")} = ${sub(v("x"), "mid")} + MLP(RMSNorm<sub>2</sub>(${sub(v("x"), "mid")}))`,
+  mlp: `MLP(${v("x")}) = (SiLU(${v("x")}${sub(v("W"), "gate")}) ⊙ ${v("x")}${sub(v("W"), "in")}) ${sub(v("W"), "out")}<br>` +
+    `SiLU(${v("u")}) = ${v("u")} · σ(${v("u")}) = ${v("u")} / (1 + ${v("e")}<sup>−${v("u")}</sup>)`,
+  output: `logits = RMSNorm<sub>f</sub>(${sub(v("x"), "T−1")}) ${sub(v("W"), "U")}<br>` +
+    `${sub(v("p"), "i")} ∝ exp(${sub("logit", "i")} / ${v("T")}) · 1[${v("i")} ∈ top-k ∩ top-p]`,
+};
+
+/** The formula of `view` for a model of `family`. */
+export function formulaFor(view: string, family: "gpt2" | "llama"): string {
+  return (family === "llama" ? LLAMA_FORMULAS[view] : undefined) ?? FORMULAS[view];
+}

@@ -5,6 +5,7 @@ import { APP_TOP_K, APP_TOP_N, DEFAULT_SEED } from "./generated/limits";
 import { api, ApiError, specKey } from "./client";
 import type { ModelInfo, NextTokenOut, SamplingIn, TensorSpec, TraceOut } from "./generated/api";
 import { translate, type Key, type Lang } from "./i18n";
+import { familyOf, type Family } from "./family";
 import { decodeTensor, type Tensor } from "./tensor";
 import { hasView, specsFor, type LnWhich, type ViewId } from "./views";
 
@@ -62,9 +63,14 @@ class AppState {
     return this.trace?.config.n_layer ?? 0;
   }
 
+  /** The traced model's family (GPT-2 or Llama): which names and which explanations the views use. */
+  get family(): Family {
+    return familyOf(this.trace?.config);
+  }
+
   focus() {
     return { layer: this.layer, head: this.head, pos: this.pos, nTokens: this.trace?.token_ids.length ?? 0,
-      nLayer: this.nLayer, ln: this.ln, nHead: this.trace?.config.n_head,
+      nLayer: this.nLayer, ln: this.ln, family: this.family, nHead: this.trace?.config.n_head,
       nKvHeads: this.trace?.config.n_kv_heads || this.trace?.config.n_head };
   }
 
@@ -94,9 +100,13 @@ class AppState {
     try {
       const input = this.#textIsIds && this.trace ? { ids: this.trace.token_ids } : { text: this.text };
       // a new text puts the focus on its last token (position -1), whose tensors come with the trace
-      // (a view the chosen model may lack, e.g. RoPE before a switch to GPT-2, asks for nothing in advance)
-      const family = this.models.find((m) => m.name === this.model)?.config?.family;
-      const include = hasView(this.view, family) ? specsFor(this.view, { ...this.focus(), pos: -1, nTokens: 0 }) : [];
+      // (the names depend on the family: when the chosen model's config is not known yet, nothing comes
+      // along and the view asks for its tensors once the trace is here; a view the chosen model lacks,
+      // e.g. RoPE before a switch to GPT-2, asks for nothing in advance)
+      const cfg = this.models.find((m) => m.name === (this.model ?? this.trace?.model))?.config
+        ?? (this.trace && this.trace.model === this.model ? this.trace.config : null);
+      const include = cfg && hasView(this.view, cfg.family)
+        ? specsFor(this.view, { ...this.focus(), pos: -1, nTokens: 0, family: familyOf(cfg) }) : [];
       const tr = await api.trace({ model: this.model, ...input, truncate: this.truncate, sampling: this.sampling,
         top_n: APP_TOP_N, include }, ctl.signal);
       if (seq !== this.#seq) return;

@@ -2,6 +2,7 @@
 // focus token. The app asks for these along with the trace, so one round trip updates the view.
 import { blockName, LLAMA_BLOCK_ACTIVATIONS } from "./generated/names";
 import type { TensorSpec } from "./generated/api";
+import type { Family } from "./family";
 
 export const VIEWS = [
   "overview", "tokens", "embedding", "blocks", "layernorm", "qkv", "rope", "gqa", "attention", "heads", "residual", "mlp", "output",
@@ -28,6 +29,8 @@ export interface Focus {
   ln: LnWhich;
   nHead?: number;
   nKvHeads?: number;
+  /** The model's family: which names hold each stage (generated/names.ts: GPT-2's tables, LLAMA_*). */
+  family: Family;
 }
 
 /** The query heads that share query head `h`'s key/value head: h // (H / G) (the trace's attn.kv_head). */
@@ -38,8 +41,12 @@ export function groupOf(h: number, nHead: number, nKvHeads: number): number[] {
 
 export function specsFor(view: ViewId, f: Focus): TensorSpec[] {
   const L = f.layer, h = f.head, p = f.pos;
-  const b = (s: Parameters<typeof blockName>[1]) => blockName(L, s);
+  const b = (s: string) => `blocks.${L}.${s}`;
   const lb = (s: keyof typeof LLAMA_BLOCK_ACTIVATIONS) => `blocks.${L}.${s}`; // the Llama family's names
+  const llama = f.family === "llama";
+  // the vector entering block 0: token + position embedding (GPT-2), the token embedding alone (Llama: RoPE
+  // brings position in inside attention)
+  const embedded = llama ? "embed.token" : "embed.sum";
   switch (view) {
     case "tokens":
     case "blocks":
@@ -47,25 +54,24 @@ export function specsFor(view: ViewId, f: Focus): TensorSpec[] {
       return [];
     case "overview": {
       // the focus token's vector at every stop of its journey, and its attention in the focus block
-      const out: TensorSpec[] = [{ name: "embed.sum", position: p }, { name: "ln_final.out", position: p },
+      const out: TensorSpec[] = [{ name: embedded, position: p }, { name: "ln_final.out", position: p },
         { name: b("attn.pattern"), head: h, position: p }];
       for (const s of ["attn_out", "resid_mid", "mlp_out"] as const) out.push({ name: b(s), position: p });
       for (let l = 0; l < f.nLayer; l++) out.push({ name: blockName(l, "resid_post"), position: p });
       return out;
     }
     case "embedding":
-      return ["embed.token", "embed.position", "embed.sum"].map((name) => ({ name, position: p }));
+      return (llama ? ["embed.token"] : ["embed.token", "embed.position", "embed.sum"]).map((name) => ({ name, position: p }));
     case "layernorm": {
-      if (f.ln === "ln_final") {
-        const last = blockName(f.nLayer - 1, "resid_post");
-        return [{ name: last, position: p }, { name: "ln_final.mean" }, { name: "ln_final.var" },
-          { name: "ln_final.normalized", position: p }, { name: "ln_final.out", position: p }];
-      }
-      const input = f.ln === "ln1" ? b("resid_pre") : b("resid_mid");
-      return [{ name: input, position: p }, { name: b(`${f.ln}.mean`) }, { name: b(`${f.ln}.var`) },
-        { name: b(`${f.ln}.normalized`), position: p }, { name: b(`${f.ln}.out`), position: p }];
+      // GPT-2: input, mean, var, normalized, out; Llama (RMSNorm): input, rms, normalized, out
+      const at = (s: string) => (f.ln === "ln_final" ? `ln_final.${s}` : b(`${f.ln}.${s}`));
+      const input = f.ln === "ln_final" ? blockName(f.nLayer - 1, "resid_post") : f.ln === "ln1" ? b("resid_pre") : b("resid_mid");
+      const stats: TensorSpec[] = llama ? [{ name: at("rms") }] : [{ name: at("mean") }, { name: at("var") }];
+      return [{ name: input, position: p }, ...stats, { name: at("normalized"), position: p }, { name: at("out"), position: p }];
     }
     case "qkv":
+      // under grouped-query attention (Llama) keys and values have G heads: head h of them is the key/value
+      // head that query head h reads (the API answers its kv_head)
       return [{ name: b("ln1.out"), position: p }, { name: b("attn.q"), head: h }, { name: b("attn.k"), head: h },
         { name: b("attn.v"), head: h }];
     case "rope": // float32: the page recomputes the rotation and the score from these
@@ -87,8 +93,9 @@ export function specsFor(view: ViewId, f: Focus): TensorSpec[] {
       return [{ name: b("resid_pre"), position: p }, { name: b("attn_out"), position: p },
         { name: b("resid_mid"), position: p }, { name: b("mlp_out"), position: p }, { name: b("resid_post"), position: p }];
     case "mlp":
-      return [{ name: b("ln2.out"), position: p }, { name: b("mlp.pre"), position: p },
-        { name: b("mlp.post"), position: p }, { name: b("mlp_out"), position: p }];
+      // GPT-2: in, pre, post = GELU(pre), out; Llama (gated): in, gate, act = SiLU(gate), up, post = act * up, out
+      return (llama ? ["ln2.out", "mlp.gate", "mlp.act", "mlp.up", "mlp.post", "mlp_out"]
+        : ["ln2.out", "mlp.pre", "mlp.post", "mlp_out"]).map((s) => ({ name: b(s), position: p }));
     case "output":
       return [{ name: "ln_final.out", position: f.pos < 0 ? -1 : f.nTokens - 1 }];
   }

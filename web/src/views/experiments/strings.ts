@@ -8,7 +8,7 @@ const en = {
   tabEmbed: "Embedding explorer",
   e_lens:
     "What would the model predict if it stopped early? The residual stream after each block goes through the final " +
-    "layer norm and the unembedding, exactly like the real output. The last row is the real prediction; the rank and " +
+    "normalisation (LayerNorm or RMSNorm, as the model has) and the unembedding, exactly like the real output. The last row is the real prediction; the rank and " +
     "probability columns follow the finally predicted token up through the layers.",
   e_heads:
     "Switch a head off (its output z set to zero, or to its average over a reference set) and run the model again: " +
@@ -86,7 +86,7 @@ const zh: Record<keyof typeof en, string> = {
   tabHeads: "注意力头：重要性与角色",
   tabEmbed: "嵌入探索",
   e_lens:
-    "如果模型提前停下，它会预测什么？每个块之后的残差流都经过最终层归一化和反嵌入，与真实输出的计算完全相同。最后一行就是真实预测；" +
+    "如果模型提前停下，它会预测什么？每个块之后的残差流都经过最终的归一化（LayerNorm 或 RMSNorm，视模型而定）和反嵌入，与真实输出的计算完全相同。最后一行就是真实预测；" +
     "“排名”和“概率”两列跟踪最终预测的词元在各层的情况。",
   e_heads:
     "关闭一个注意力头（把它的输出 z 设为零，或设为它在参考文本上的平均值），再运行一次模型：它对这段文本的预测变差了多少？" +

@@ -3,7 +3,7 @@
 import { app } from "../../lib/state.svelte";
 
 const en = {
-  modeGpt2: "GPT-2 (decoder only)",
+  modeGpt2: "Decoder only (GPT-2, Llama)",
   modeSeq2seq: "Encoder-decoder (2017)",
   modeLabel: "Which Transformer",
   subtitle: "The original Transformer of “Attention Is All You Need”, trained here on small translation tasks: " +
@@ -178,7 +178,7 @@ const en = {
 export type SKey = keyof typeof en;
 
 const zh: Record<SKey, string> = {
-  modeGpt2: "GPT-2（仅解码器）",
+  modeGpt2: "仅解码器（GPT-2、Llama）",
   modeSeq2seq: "编码器-解码器（2017）",
   modeLabel: "选择 Transformer",
   subtitle: "《Attention Is All You Need》中最初的 Transformer，在几个小型翻译任务上训练：本页每个数字都由真实训练好的模型针对你的输入算出。",
