@@ -9,21 +9,23 @@ from torch import Tensor
 from .encoding import encode_array
 from .engine import ExplainerModel
 from .errors import InputError
-from .names import BLOCK_WEIGHTS, GLOBAL_WEIGHTS, describe, parse_name
+from .names import FAMILY_NAMES, describe, parse_name
 from .schemas import EncodedTensor, TensorSpec
 from .trace import Trace
 
 MAX_ELEMENTS = 4_000_000  # per tensor in one answer (16 MB as float32): slice bigger ones by head/position/row
 
 
-def _is_weight(suffix: str) -> bool:
-    return suffix in BLOCK_WEIGHTS or suffix in GLOBAL_WEIGHTS
+def _is_weight(suffix: str, family: str) -> bool:
+    t = FAMILY_NAMES[family]
+    return suffix in t.block_weights or suffix in t.global_weights
 
 
-def _parse(name: str) -> tuple[int | None, str, tuple[str, ...]]:
+def _parse(name: str, family: str) -> tuple[int | None, str, tuple[str, ...]]:
+    """Layer, stage and dims of `name` in the model family's naming scheme."""
     try:
-        p = parse_name(name)
-        dims, _ = describe(name)
+        p = parse_name(name, family)
+        dims, _ = describe(name, family)
     except (KeyError, ValueError):
         raise InputError(f"unknown tensor name {name!r}: names look like 'blocks.0.attn.pattern' or "
                          f"'embed.token' (GET /api/names lists them all)") from None
@@ -53,8 +55,8 @@ def _encode(name: str, spec: TensorSpec, t: Tensor, dims: list[str]) -> EncodedT
 
 def activation_tensor(trace: Trace, spec: TensorSpec) -> EncodedTensor:
     """An activation of `trace`, sliced by `spec.head` and `spec.position`."""
-    layer, suffix, dims_t = _parse(spec.name)
-    if _is_weight(suffix):
+    layer, suffix, dims_t = _parse(spec.name, trace.config.family)
+    if _is_weight(suffix, trace.config.family):
         raise InputError(f"{spec.name} is a weight, not an activation: ask POST /api/weights for it")
     if layer is not None and layer >= trace.config.n_layer:
         raise InputError(f"{spec.name}: the model has {trace.config.n_layer} blocks (0..{trace.config.n_layer - 1})")
@@ -71,8 +73,8 @@ def activation_tensor(trace: Trace, spec: TensorSpec) -> EncodedTensor:
 
 def weight_tensor(model: ExplainerModel, spec: TensorSpec) -> EncodedTensor:
     """A weight of `model`, sliced by `spec.head` and `spec.row`."""
-    layer, suffix, dims_t = _parse(spec.name)
-    if not _is_weight(suffix):
+    layer, suffix, dims_t = _parse(spec.name, model.config.family)
+    if not _is_weight(suffix, model.config.family):
         raise InputError(f"{spec.name} is an activation: ask POST /api/trace or /api/tensors for it")
     if layer is not None and layer >= model.config.n_layer:
         raise InputError(f"{spec.name}: the model has {model.config.n_layer} blocks")
