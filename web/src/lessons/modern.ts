@@ -43,9 +43,12 @@ function bytes(id: string, b: number, lang: Lang): Value {
   const x = b / 1024 ** k;
   return val(id, `${k === 0 ? String(x) : format(".3~r")(x)} ${units[k]}`, b);
 }
+/** A token as the card shows it: its text with spaces visible, or its id when the text is empty (a
+ *  token that is part of a character's bytes); `raw` is its id. */
+const shown = (text: string, id: number) => visible(text) || `#${id}`;
 function tok(id: string, i: number): Value {
   const t = app.trace?.tokens[i];
-  return t ? val(id, visible(t.text), t.id) : val(id, "", -1);
+  return t ? val(id, shown(t.text, t.id), t.id) : val(id, "", -1);
 }
 const focusTok = (id = "focus-token") => (app.trace?.tokens[app.pos] ? tok(id, app.pos) : null);
 
@@ -179,12 +182,12 @@ const steps: LessonStep[] = [
       const nb = big("n-qkv-bias", c.n_head * c.head_dim + 2 * G * c.head_dim), b = str("qkv-bias", String(has));
       const en: Text = [...L`As in GPT-2, every token makes a query, a key and a value of ${dh} numbers per head from its normalised vector. `,
         ...(has
-          ? L`${t} keeps a bias on these three (qkv_bias = ${b}): ${nb} numbers per block, and none anywhere else. Qwen's authors (Bai et al. 2023, “Qwen Technical Report”) removed biases from most layers but kept these, to help the model extrapolate to longer texts. `
+          ? L`This model (${t}) keeps a bias on these three (qkv_bias = ${b}): ${nb} numbers per block, and none anywhere else. Qwen's authors (Bai et al. 2023, “Qwen Technical Report”) removed biases from most layers but kept these, to help the model extrapolate to longer texts. `
           : L`But here they are plain matrix products: this model (${t}) has no bias in them (qkv_bias = ${b}), nor in the output projection, the MLP or the norms. A bias is a small share of the parameters, and the PaLM authors (Chowdhery et al. 2022) reported that leaving them all out made large models train more stably. `),
         ...L`The values go on as they are; the queries and keys are now turned according to their position.`];
       const zh: Text = [...L`和 GPT-2 一样，每个词元用归一化后的向量，为每个头算出 ${dh} 维的查询、键和值。`,
         ...(has
-          ? L`${t} 在这三者上保留了偏置（qkv_bias = ${b}）：每个块 ${nb} 个数，其他地方都没有偏置。Qwen 的作者（Bai 等，2023，《Qwen Technical Report》）去掉了大多数层的偏置，唯独保留了这几个，为的是让模型更好地外推到更长的文本。`
+          ? L`这个模型（${t}）在这三者上保留了偏置（qkv_bias = ${b}）：每个块 ${nb} 个数，其他地方都没有偏置。Qwen 的作者（Bai 等，2023，《Qwen Technical Report》）去掉了大多数层的偏置，唯独保留了这几个，为的是让模型更好地外推到更长的文本。`
           : L`不过这里只是单纯的矩阵乘法：这个模型（${t}）在这里没有偏置（qkv_bias = ${b}），输出投影、MLP 和归一化里也都没有。偏置只占参数的一小部分，而 PaLM 的作者（Chowdhery 等，2022）发现，把偏置全部去掉后，大模型训练起来更稳定。`),
         ...L`值照原样往下传；查询和键接下来要按各自的位置旋转。`];
       return lang === "en" ? en : zh;
@@ -358,7 +361,7 @@ const steps: LessonStep[] = [
       const tied = c.tie_word_embeddings ?? true, t = str("tied", String(tied));
       const vd = big("vd", c.vocab_size * c.n_embd), V = big("vocab", c.vocab_size);
       const share = pr("vd-share", (c.vocab_size * c.n_embd) / N);
-      const top1 = val("top-token", visible(top.text), top.id), l = n("top-logit", top.logit);
+      const top1 = val("top-token", shown(top.text, top.id), top.id), l = n("top-logit", top.logit);
       const en: Text = [...L`After the last block, one more RMSNorm, and the last position's vector is scored against all ${V} tokens. `,
         ...(tied
           ? L`This model scores with W_Eᵀ, the embedding matrix itself, as GPT-2 does (tie_word_embeddings = ${t}); an unembedding of its own would add V × d = ${vd} numbers, ${share} of the model's size. `
