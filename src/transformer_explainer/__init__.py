@@ -1,10 +1,34 @@
-"""transformer_explainer: see inside a real Transformer, every number real."""
+"""transformer_explainer: see inside a real Transformer, every number real.
 
-from .config import GPTConfig
-from .engine import ExplainerModel, GeneratedToken, load_model
-from .errors import CheckpointError, ExplainerError, InputError, ModelNotFoundError
-from .sampling import NextTokenDistribution, SamplingParams
-from .trace import Trace
+The public names are imported on first use (PEP 562), so that `import transformer_explainer.cli`
+and commands that need no model (`--help`, `models`, argument errors) do not pay for torch.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .config import GPTConfig
+    from .engine import ExplainerModel, GeneratedToken, load_model
+    from .errors import CheckpointError, ExplainerError, InputError, ModelNotFoundError
+    from .sampling import NextTokenDistribution, SamplingParams
+    from .trace import Trace
+
+_EXPORTS = {
+    "CheckpointError": ".errors",
+    "ExplainerError": ".errors",
+    "ExplainerModel": ".engine",
+    "GPTConfig": ".config",
+    "GeneratedToken": ".engine",
+    "InputError": ".errors",
+    "ModelNotFoundError": ".errors",
+    "NextTokenDistribution": ".sampling",
+    "SamplingParams": ".sampling",
+    "Trace": ".trace",
+    "load_model": ".engine",
+}
 
 __all__ = [
     "CheckpointError",
@@ -19,3 +43,15 @@ __all__ = [
     "Trace",
     "load_model",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value  # once imported, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

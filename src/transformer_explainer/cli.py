@@ -235,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train a model").add_subparsers(dest="what", required=True)
     p = train.add_parser("lm", help="train a GPT-2-architecture language model on a text corpus")
-    from .training.lm_run import add_lm_args
+    from .training.lm_args import add_lm_args
 
     add_lm_args(p)
     p.set_defaults(func=cmd_train_lm)

@@ -172,7 +172,7 @@ class ExplainerModel:
         self._check_ids(ids, None)
         gen = make_generator(params.seed)
         eos = set(self.tokenizer.eos_ids())
-        cache = KVCache()
+        cache = KVCache(capacity=min(len(ids) + max_new_tokens, self.context_length))  # no regrowth while generating
         logits = self.gpt(torch.tensor([ids]), cache=cache, logits_for="last")[0, -1]
         pos = len(ids)
         for _ in range(max_new_tokens):

@@ -1,29 +1,48 @@
 """Experiments on a traced model: logit lens, head ablation, head roles, attention statistics,
 embedding neighbours and analogies, and trace export. Each takes an `ExplainerModel` and/or a
-`Trace` and returns a small typed result with a `to_dict()` for JSON."""
+`Trace` and returns a small typed result with a `to_dict()` for JSON.
 
-from .ablation import (
-    AblationResult,
-    HeadImportance,
-    PruningCurve,
-    ablate,
-    ablate_each_head,
-    ablation_patches,
-    head_importance,
-    head_means,
-    prune_heads,
-    text_loss,
-)
-from .attention_stats import AttentionStats, attention_stats
-from .embeddings import Analogy, Neighbour, Projection, analogy, nearest_tokens, project_2d, token_id
-from .export import load_npz, save_json, save_npz, trace_to_json
-from .head_roles import ROLES, HeadRoles, head_roles, reference_head_roles
-from .lens import LogitLens, lens_logits, logit_lens, residual_names
-from .reference import REFERENCE_TEXTS, repeated_random_tokens
+The names are imported on first use, so that the CLI registers its subcommands without torch."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .ablation import (
+        AblationResult,
+        HeadImportance,
+        PruningCurve,
+        ablate,
+        ablate_each_head,
+        ablation_patches,
+        head_importance,
+        head_means,
+        prune_heads,
+        text_loss,
+    )
+    from .attention_stats import AttentionStats, attention_stats
+    from .embeddings import Analogy, Neighbour, Projection, analogy, nearest_tokens, project_2d, token_id
+    from .export import load_npz, save_json, save_npz, trace_to_json
+    from .head_roles import ROLES, HeadRoles, head_roles, reference_head_roles
+    from .lens import LogitLens, lens_logits, logit_lens, residual_names
+    from .reference import REFERENCE_TEXTS, repeated_random_tokens
+
+_EXPORTS = {
+    "AblationResult": ".ablation", "HeadImportance": ".ablation", "PruningCurve": ".ablation", "ablate": ".ablation",
+    "ablate_each_head": ".ablation", "ablation_patches": ".ablation", "head_importance": ".ablation",
+    "head_means": ".ablation", "prune_heads": ".ablation", "text_loss": ".ablation",
+    "AttentionStats": ".attention_stats", "attention_stats": ".attention_stats", "Analogy": ".embeddings",
+    "Neighbour": ".embeddings", "Projection": ".embeddings", "analogy": ".embeddings",
+    "nearest_tokens": ".embeddings", "project_2d": ".embeddings", "token_id": ".embeddings", "load_npz": ".export",
+    "save_json": ".export", "save_npz": ".export", "trace_to_json": ".export", "ROLES": ".head_roles",
+    "HeadRoles": ".head_roles", "head_roles": ".head_roles", "reference_head_roles": ".head_roles",
+    "LogitLens": ".lens", "lens_logits": ".lens", "logit_lens": ".lens", "residual_names": ".lens",
+    "REFERENCE_TEXTS": ".reference", "repeated_random_tokens": ".reference",
+}
 
 __all__ = [
-    "REFERENCE_TEXTS",
-    "ROLES",
     "AblationResult",
     "Analogy",
     "AttentionStats",
@@ -33,6 +52,8 @@ __all__ = [
     "Neighbour",
     "Projection",
     "PruningCurve",
+    "REFERENCE_TEXTS",
+    "ROLES",
     "ablate",
     "ablate_each_head",
     "ablation_patches",
@@ -56,3 +77,11 @@ __all__ = [
     "token_id",
     "trace_to_json",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -11,21 +10,13 @@ from torch import Tensor, nn
 
 from ..config import GPTConfig
 from ..names import parse_name
-from .layers import KV, Block, LayerNorm, Linear
+from .kv_cache import KVCache
+from .layers import Block, LayerNorm, Linear
 from .recorder import Recorder, scope
 
+__all__ = ["GPT", "KVCache", "LogitsFor"]
+
 LogitsFor = Literal["all", "last"]
-
-
-@dataclass
-class KVCache:
-    """Keys and values of the positions seen so far, one (K, V) pair per block."""
-
-    layers: list[KV] = field(default_factory=list)
-
-    @property
-    def length(self) -> int:
-        return 0 if not self.layers else self.layers[0][0].shape[2]
 
 
 class GPT(nn.Module):
@@ -106,13 +97,8 @@ class GPT(nn.Module):
             tok_emb = rec("embed.token", tok_emb)
             pos_emb = rec("embed.position", pos_emb.expand_as(tok_emb))
         x = self.transformer.drop(tok_emb + pos_emb)
-        presents: list[KV] = []
         for i, block in enumerate(self.transformer.h):
-            past = cache.layers[i] if cache is not None and cache.layers else None
-            x, present = block(x, scope(rec, f"blocks.{i}"), past)
-            presents.append(present)
-        if cache is not None:
-            cache.layers = presents
+            x, _ = block(x, scope(rec, f"blocks.{i}"), None if cache is None else cache.slot(i))
         if logits_for == "last" and rec is None:
             x = x[:, -1:, :]
         x = self.transformer.ln_f(x, scope(rec, "ln_final"))

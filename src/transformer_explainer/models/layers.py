@@ -13,9 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import GPTConfig
+from .kv_cache import KV, KVSlot
 from .recorder import Recorder
-
-KV = tuple[Tensor, Tensor]  # (keys, values), each (B, H, S, Dh)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -101,7 +100,8 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
         self.dropout = config.dropout
 
-    def forward(self, x: Tensor, rec: Recorder | None = None, past: KV | None = None) -> tuple[Tensor, KV]:
+    def forward(self, x: Tensor, rec: Recorder | None = None, past: KVSlot | None = None) -> tuple[Tensor, KV]:
+        """`past`: this block's place in a KV cache, extended with this call's keys and values."""
         B, T, C = x.shape
         hs = C // self.n_head
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
@@ -109,8 +109,7 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, self.n_head, hs).transpose(1, 2)
         v = v.view(B, T, self.n_head, hs).transpose(1, 2)
         if past is not None:
-            k = torch.cat((past[0], k), dim=2)  # (B, H, S, hs)
-            v = torch.cat((past[1], v), dim=2)
+            k, v = past.extend(k, v)  # (B, H, S, hs): the cached positions, then these
         S = k.shape[2]
         if rec is None:
             p = self.dropout if self.training else 0.0
@@ -165,7 +164,7 @@ class Block(nn.Module):
         self.ln_2 = LayerNorm(config.n_embd, config.layer_norm_epsilon)
         self.mlp = MLP(config)
 
-    def forward(self, x: Tensor, rec: Recorder | None = None, past: KV | None = None) -> tuple[Tensor, KV]:
+    def forward(self, x: Tensor, rec: Recorder | None = None, past: KVSlot | None = None) -> tuple[Tensor, KV]:
         if rec is None:
             attn_out, present = self.attn(self.ln_1(x), None, past)
             x = x + attn_out

@@ -21,7 +21,8 @@ from torch import Tensor, nn
 from ..config import GPTConfig
 from ..names import parse_name
 from .gpt import KVCache, LogitsFor
-from .layers import KV, Linear, causal_mask
+from .kv_cache import KV, KVSlot
+from .layers import Linear, causal_mask
 from .recorder import Recorder, scope
 
 
@@ -89,7 +90,7 @@ class LlamaAttention(nn.Module):
         self.o_proj = Linear(self.n_head * Dh, D, bias=config.out_bias)
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], rec: Recorder | None = None,
-                past: KV | None = None) -> tuple[Tensor, KV]:
+                past: KVSlot | None = None) -> tuple[Tensor, KV]:
         B, T, _ = x.shape
         H, G, Dh = self.n_head, self.n_kv, self.head_dim
         q = self.q_proj(x).view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
@@ -100,8 +101,7 @@ class LlamaAttention(nn.Module):
             q, k = rec("q", q), rec("k", k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if past is not None:
-            k = torch.cat((past[0], k), dim=2)  # (B, G, S, Dh)
-            v = torch.cat((past[1], v), dim=2)
+            k, v = past.extend(k, v)  # (B, G, S, Dh): the cached positions, then these
         S = k.shape[2]
         if rec is None:
             if S == T:
@@ -162,7 +162,7 @@ class LlamaBlock(nn.Module):
         self.mlp = GatedMLP(config)
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], rec: Recorder | None = None,
-                past: KV | None = None) -> tuple[Tensor, KV]:
+                past: KVSlot | None = None) -> tuple[Tensor, KV]:
         if rec is None:
             attn_out, present = self.self_attn(self.input_layernorm(x), rope, None, past)
             x = x + attn_out
@@ -260,13 +260,8 @@ class LlamaLM(nn.Module):
         if rec is not None:
             x = rec("embed.token", x)
             rec("rope.angles", angles.expand(B, T, -1))
-        presents: list[KV] = []
         for i, block in enumerate(self.model.layers):
-            past = cache.layers[i] if cache is not None and cache.layers else None
-            x, present = block(x, (cos, sin), scope(rec, f"blocks.{i}"), past)
-            presents.append(present)
-        if cache is not None:
-            cache.layers = presents
+            x, _ = block(x, (cos, sin), scope(rec, f"blocks.{i}"), None if cache is None else cache.slot(i))
         if logits_for == "last" and rec is None:
             x = x[:, -1:, :]
         x = self.model.norm(x, scope(rec, "ln_final"))

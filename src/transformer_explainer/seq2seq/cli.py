@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 def register(subcommands: argparse._SubParsersAction, train_subcommands: argparse._SubParsersAction) -> None:
-    from .decoding import MAX_BEAM
+    from .config import MAX_BEAM
     from .tasks import TASKS
 
     p = subcommands.add_parser("seq2seq", help="translate TEXT with an encoder-decoder toy-task model")

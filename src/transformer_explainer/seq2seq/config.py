@@ -60,3 +60,6 @@ PRESETS: dict[str, Seq2SeqConfig] = {
     "small": Seq2SeqConfig(n_encoder_layers=2, n_decoder_layers=2, d_model=128, n_head=4, d_ff=256, dropout=0.0),
     "tiny": Seq2SeqConfig(n_encoder_layers=2, n_decoder_layers=2, d_model=64, n_head=4, d_ff=128, dropout=0.0),
 }
+
+# the widest beam search allowed (here, apart from the decoding code, so the CLI can say it without torch)
+MAX_BEAM = 16

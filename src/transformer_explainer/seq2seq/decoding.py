@@ -16,12 +16,11 @@ from torch import Tensor
 
 from ..errors import InputError
 from ..models.recorder import Recorder
+from .config import MAX_BEAM
 from .engine import Seq2SeqModel
 from .model import EncoderDecoder, pad_mask, subsequent_mask
 from .trace import Seq2SeqTrace
 from .vocab import BOS, EOS, PAD
-
-MAX_BEAM = 16
 
 
 @dataclass(frozen=True)

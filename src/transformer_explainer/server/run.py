@@ -1,5 +1,6 @@
 """Run the app under uvicorn: bind first, then print the URL, so the address printed is the one
-that is listening (also with `--port 0`)."""
+that is listening (also with `--port 0`). One process answers at once and builds the app (torch,
+the web framework, the default model) behind a `StartingApp`; see starting.py."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ import secrets
 import socket
 import sys
 from dataclasses import asdict, dataclass, field, replace
-
-from fastapi import FastAPI
+from typing import TYPE_CHECKING
 
 from ..errors import ExplainerError, InputError
-from .app import ServerSettings, create_app
-from .registry import ModelRegistry
 from .security import AccessSettings, loopback_hosts
+
+if TYPE_CHECKING:  # imported where used: listening must not wait for the web framework and torch
+    from fastapi import FastAPI
+
+    from .registry import ModelRegistry
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +121,7 @@ def access_settings(cfg: ServeConfig) -> AccessSettings:
 
 def build_registry(cfg: ServeConfig) -> ModelRegistry:
     from ..loading.resolve import default_spec, resolve
+    from .registry import ModelRegistry
 
     specs = cfg.models or [default_spec()]
     resolved = [resolve(s, allow_download=cfg.allow_download) for s in specs]
@@ -132,6 +136,8 @@ def build_registry(cfg: ServeConfig) -> ModelRegistry:
 
 def build_app(cfg: ServeConfig) -> FastAPI:
     import torch
+
+    from .app import ServerSettings, create_app
 
     budget = thread_budget(cfg)
     torch.set_num_threads(cfg.torch_threads or budget or 1)  # this process serves; the setting is its own
@@ -207,12 +213,25 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
               file=out, flush=True)
         Multiprocess(config, sockets=[sock]).run()
         return
-    app = build_app(cfg)
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
+    from .starting import StartingApp
+
+    server: uvicorn.Server | None = None
+
+    def ready() -> None:
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
+
+    def failed(error: BaseException) -> None:
+        assert server is not None
+        server.should_exit = True  # serve() raises the error once the server has stopped
+
+    starting = StartingApp(lambda: build_app(cfg), on_ready=ready, on_error=failed)
+    config = uvicorn.Config(starting, interface="asgi3", log_level="warning", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     print(f"serving on {url}\n{about_model}", file=out, flush=True)
-    if open_browser:
-        import webbrowser
-
-        webbrowser.open(url)
+    log.info("loading the model; requests wait for it, /api/health answers 503 {\"status\": \"loading\"} until then")
     server.run(sockets=[sock])
+    if starting.error is not None:
+        raise starting.error

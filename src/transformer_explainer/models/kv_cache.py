@@ -1,0 +1,68 @@
+"""Keys and values of the positions seen so far, kept for the next call (generation steps)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+KV = tuple[Tensor, Tensor]  # (keys, values), each (B, heads, S, Dh)
+
+
+@dataclass
+class KVCache:
+    """One (K, V) pair per block: `layers[i]` holds every cached position of block i.
+
+    The pairs are views of per-block buffers that each call extends in place, so a generation step
+    copies only its own position instead of concatenating the whole history again (`torch.cat`
+    per block per step makes generation quadratic in copies). `capacity`: positions to reserve when
+    a buffer is made, e.g. prompt + new tokens; 0 reserves exactly what is stored (the buffer then
+    grows, by copying, when a later call goes beyond it).
+    """
+
+    layers: list[KV] = field(default_factory=list)
+    capacity: int = 0
+    _buffers: list[KV | None] = field(default_factory=list, init=False, repr=False)
+
+    @property
+    def length(self) -> int:
+        return 0 if not self.layers else self.layers[0][0].shape[2]
+
+    def slot(self, layer: int) -> KVSlot:
+        return KVSlot(self, layer)
+
+    def extend(self, layer: int, k: Tensor, v: Tensor) -> KV:
+        """Append this call's keys and values (B, heads, T, Dh) to block `layer`'s; returns every
+        position's (B, heads, S + T, Dh)."""
+        past = self.layers[layer] if layer < len(self.layers) else None
+        start = 0 if past is None else past[0].shape[2]
+        end = start + k.shape[2]
+        while len(self._buffers) <= layer:
+            self._buffers.append(None)
+        buf = self._buffers[layer]
+        if buf is None or buf[0].shape[2] < end or (past is not None and past[0].data_ptr() != buf[0].data_ptr()):
+            size = max(end, self.capacity)
+            buf = (k.new_empty(*k.shape[:2], size, k.shape[3]), v.new_empty(*v.shape[:2], size, v.shape[3]))
+            if past is not None:
+                buf[0][:, :, :start] = past[0]
+                buf[1][:, :, :start] = past[1]
+            self._buffers[layer] = buf
+        buf[0][:, :, start:end] = k
+        buf[1][:, :, start:end] = v
+        kv = (buf[0][:, :, :end], buf[1][:, :, :end])
+        if layer < len(self.layers):
+            self.layers[layer] = kv
+        else:
+            self.layers.append(kv)
+        return kv
+
+
+@dataclass(frozen=True)
+class KVSlot:
+    """One block's place in a `KVCache`: what an attention layer extends with its new positions."""
+
+    cache: KVCache
+    layer: int
+
+    def extend(self, k: Tensor, v: Tensor) -> KV:
+        return self.cache.extend(self.layer, k, v)
