@@ -119,17 +119,15 @@ def summary(xs: list[float], unit: str = "ms") -> str:
     return f"median {statistics.median(s):.1f} {unit}, p95 {p95:.1f}, max {s[-1]:.1f} (n={len(s)})"
 
 
-def renderer_rss_mb() -> list[float]:
-    """Resident memory of each Chromium renderer process (the page's tab, and any spare one)."""
+def renderer_rss_mb(browser) -> list[float]:
+    """Resident memory of each renderer process of this browser (CDP SystemInfo.getProcessInfo), largest first."""
+    info = browser.new_browser_cdp_session().send("SystemInfo.getProcessInfo")["processInfo"]
     out = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+    for p in info:
+        if p["type"] != "renderer":
             continue
         try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-            if not any(b"--type=renderer" in c for c in cmd) or b"chromium" not in cmd[0]:
-                continue
-            for line in (proc / "status").read_text().splitlines():
+            for line in Path(f"/proc/{p['id']}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     out.append(int(line.split()[1]) / 1024)
         except OSError:
@@ -177,7 +175,7 @@ def main() -> int:
             cdp = page.context.new_cdp_session(page)
             cdp.send("Performance.enable")
             metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
-            rss = renderer_rss_mb()
+            rss = renderer_rss_mb(browser)
         finally:
             proc.terminate()
             proc.wait(timeout=20)
@@ -189,7 +187,7 @@ def main() -> int:
     print(f"frame intervals while hovering, one move a frame: {summary(hover['frames'])}  (16.7 = every frame)")
     print(f"head switch from the overview (fetch + draw of a 1024 x 1024 pattern): {summary(heads)}")
     print(f"JS heap used {metrics['JSHeapUsedSize'] / 2**20:.0f} MB of {metrics['JSHeapTotalSize'] / 2**20:.0f} MB; "
-          f"renderer processes resident (MB, largest first): {', '.join(f'{r:.0f}' for r in rss)}  goal < 500")
+          f"the browser's renderer processes resident (MB): {', '.join(f'{r:.0f}' for r in rss)}  goal < 500")
     return 0
 
 
