@@ -1,22 +1,28 @@
 """Browser-side speed of the web app on a GPT-2-small-shape model (random weights, real tokenizer).
 
 Measures, with the real `transformer-explainer serve` process and Debian's Chromium:
-- page ready: from the server printing its URL to the first trace rendered (body[data-ready]);
-- first payload: the bytes of the app's first /api/trace answer for a 32-token text (decoded JSON,
-  and as sent with gzip);
-- text change to updated view: in the page, from the input event to the view repainted with the new
-  values (the app's own request-to-paint time is given too), for several views, median over repeats.
-  The app runs the first change after a pause in typing at once, and waits for a 100 ms pause while
-  keys come less than 300 ms apart: by default the changes come 0.5 s apart (an edit, then a look at
-  the view); `--burst` sends them back to back, which includes that 100 ms wait.
+- page interactive: from the server printing its URL to the first trace rendered (body[data-ready]);
+- text change to updated view, per main view (tokens, attention, MLP, output) at 32 and 128 tokens,
+  broken down from the page's own timestamps (window.__teRun, window.__teCalls) and the server's
+  Server-Timing header:
+    forward    the server's lookup, tokenization and forward pass ("model": only the positions a cached
+               prefix does not cover: a changed last word recomputes only its own tokens)
+    encode     the overview and tensors sliced and encoded          serialise  the answer's bytes built
+    http       request sent, queued and answered, less the three above (the server framework, the socket)
+    transfer   first to last byte of the answer                     parse      JSON (and binary) parsing
+    decode     tensors decoded, state set                           fetch2     /api/tensors calls in the run
+    draw       the DOM updated (Svelte's effects, canvases), layout and the next frame painted
+    total      input event to painted frame;  beyond = total - forward (the goal: < 30 ms)
+  Each text change is an edit of the last word, 0.5 s after the previous one (a pause in typing, so the
+  app runs it at once). Two pages take turns, one asking for binary answers and one for JSON (?json), so
+  both see the same load; medians with the 10th-90th percentile spread.
 
-    .venv/bin/python benchmarks/web_latency.py [--model DIR] [--repeats 7]
+    .venv/bin/python benchmarks/web_latency.py [--model DIR] [--repeats 9] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import statistics
 import subprocess
@@ -38,17 +44,21 @@ TEXTS = [
     "Researchers at the university announced on Tuesday that a new kind of battery could store twice as much "
     "energy as the ones used in",
 ]
+VIEWS = ("tokens", "attention", "mlp", "output")
+PARTS = ("forward", "encode", "serialise", "http", "transfer", "parse", "decode", "fetch2", "draw", "total", "beyond")
 
 
-def fit_32_tokens(url: str, text: str) -> str:
-    """Cut or extend `text` to exactly 32 tokens (by the server's own tokenizer)."""
-    ids = httpx.post(url + "api/trace", json={"text": text}, timeout=60).json()["token_ids"]
-    while len(ids) < 32:
-        text += " and"
-        ids = httpx.post(url + "api/trace", json={"text": text}, timeout=60).json()["token_ids"]
-    while len(ids) > 32:
+def fit_tokens(url: str, text: str, n: int) -> str:
+    """Cut or extend `text` to exactly `n` tokens (by the server's own tokenizer)."""
+    def count(t: str) -> int:
+        return len(httpx.post(url + "api/trace", json={"text": t}, timeout=120).json()["token_ids"])
+
+    while count(text) < n:
+        text += " " + TEXTS[len(text) % 3]
+    while count(text) > n:
         text = text.rsplit(" ", 1)[0]
-        ids = httpx.post(url + "api/trace", json={"text": text}, timeout=60).json()["token_ids"]
+    while count(text) < n:
+        text += " and"
     return text
 
 
@@ -57,6 +67,7 @@ NOVEL = ["apple", "river", "storm", "garden", "engine", "silver", "window", "for
          "thunder", "lantern", "compass", "violin", "glacier", "orchard", "canyon", "falcon", "saddle", "marble",
          "coffee", "library", "island", "blanket"]
 
+# set the text, wait for the app's run to finish, then for the frame it drew to be painted
 CHANGE_JS = """async (text) => {
   const ta = document.querySelector('[data-testid=text]');
   const before = Number(document.body.dataset.updates || 0);
@@ -68,16 +79,38 @@ CHANGE_JS = """async (text) => {
     const check = () => (done() ? resolve(null) : requestAnimationFrame(check));
     check();
   });
-  return { total: performance.now() - t0, app: Number(document.body.dataset.lastUpdateMs) };
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  const painted = performance.now();
+  const fetch2 = window.__teCalls.filter((c) => c.path === 'tensors' && c.start >= t0)
+    .reduce((a, c) => a + c.parsed - c.start, 0);
+  return { t0, painted, fetch2, run: window.__teRun };
 }"""
+
+
+def breakdown(out: dict) -> dict[str, float]:
+    run, call = out["run"], out["run"]["call"]
+    srv = call["server"]
+    fwd, enc, ser = srv.get("model", 0.0), srv.get("encode", 0.0), srv.get("serialise", 0.0)
+    total = out["painted"] - out["t0"]
+    return {"forward": fwd, "encode": enc, "serialise": ser,
+            "http": call["headers"] - call["start"] - fwd - enc - ser, "transfer": call["body"] - call["headers"],
+            "parse": call["parsed"] - call["body"], "decode": run["decoded"] - run["traced"],
+            "fetch2": out["fetch2"], "draw": out["painted"] - run["decoded"] - out["fetch2"], "total": total,
+            "beyond": total - fwd, "bytes": call["bytes"]}
+
+
+def summary(xs: list[float]) -> str:
+    s = sorted(xs)
+    lo, hi = s[int(0.1 * (len(s) - 1))], s[round(0.9 * (len(s) - 1))]
+    return f"{statistics.median(s):7.1f} [{lo:.1f}-{hi:.1f}]"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=Path("/tmp/te-bench-gpt2-small-shape"))
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--burst", action="store_true", help="changes back to back, as in fast typing")
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--tokens", type=int, nargs="+", default=[32, 128])
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -94,57 +127,51 @@ def main() -> int:
             t_url = time.perf_counter()
             url = line.split("serving on ", 1)[1].split()[0]
             results["server_start_s"] = round(t_url - t_start, 2)
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            first: dict[str, int] = {}
-
-            def on_response(resp) -> None:
-                if resp.url.endswith("/api/trace") and "decoded" not in first:
-                    body = resp.body()
-                    first["decoded"] = len(body)
-                    first["sent"] = resp.request.sizes()["responseBodySize"]
-
-            page.on("response", on_response)
-            page.goto(url)
-            page.wait_for_selector("body[data-ready='1']", timeout=60_000)
-            results["page_ready_after_url_s"] = round(time.perf_counter() - t_url, 3)
-            results["first_payload_default_text"] = first
-
-            texts = [fit_32_tokens(url, t) for t in TEXTS]
-            # the first payload for 32 tokens, as the app asks for it (tokens view: overview only) and with
-            # the tensors of the heaviest first view (attention: four head slices)
-            for name, include in (("overview", []),
-                                  ("with_attention_view", [{"name": "blocks.0.attn.scores", "head": 0, "position": -1},
-                                                           {"name": "blocks.0.attn.scaled_scores", "head": 0,
-                                                            "position": -1},
-                                                           {"name": "blocks.0.attn.masked_scores", "head": 0,
-                                                            "position": -1},
-                                                           {"name": "blocks.0.attn.pattern", "head": 0}])):
-                r = httpx.post(url + "api/trace", json={"text": texts[0], "top_n": 15, "include": include,
-                                                        "sampling": {"temperature": 1, "seed": 42}}, timeout=60)
-                results[f"payload_32_tokens_{name}"] = {"json_bytes": len(r.content),
-                                                        "gzip_bytes": len(gzip.compress(r.content))}
-            page.evaluate(CHANGE_JS, texts[1])  # warm the path once
-            for view in ("tokens", "attention", "mlp", "output"):
-                page.click(f"[data-testid=nav-{view}]")
-                page.wait_for_timeout(300)
-                totals, apps = [], []
-                for i in range(args.repeats):
-                    # a text the server has not seen (its trace cache would make a repeat look faster)
-                    text = texts[i % len(texts)].rsplit(" ", 1)[0] + " " + NOVEL[(i + 7 * len(results)) % len(NOVEL)]
-                    if not args.burst:
-                        page.wait_for_timeout(500)
-                    out = page.evaluate(CHANGE_JS, text)
-                    totals.append(out["total"])
-                    apps.append(out["app"])
-                results[f"text_change_to_view_ms[{view}]"] = {
-                    "median_total": round(statistics.median(totals), 1),
-                    "median_app_request_to_paint": round(statistics.median(apps), 1),
-                    "max_total": round(max(totals), 1)}
+            pages = {}
+            for wire, query in (("binary", ""), ("json", "?json")):
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                t0 = time.perf_counter()
+                page.goto(url + query)
+                page.wait_for_selector("body[data-ready='1']", timeout=60_000)
+                since = t_url if wire == "binary" else t0  # the first page: from the URL; the second: from goto
+                results[f"page_interactive_s[{wire}]"] = round(time.perf_counter() - since, 3)
+                pages[wire] = page
+            for n in args.tokens:
+                base = [fit_tokens(url, t, n) for t in TEXTS]
+                for page in pages.values():
+                    page.evaluate(CHANGE_JS, base[1])  # warm the path once
+                changes = 0  # every change this size gets its own (base text, last word): 108 of them
+                for view in VIEWS:
+                    rows: dict[str, list[dict[str, float]]] = {w: [] for w in pages}
+                    for page in pages.values():
+                        page.click(f"[data-testid=nav-{view}]")
+                        page.wait_for_timeout(300)
+                    for _ in range(args.repeats):
+                        for wire, page in pages.items():
+                            # a last word the server has not seen with this prefix (its trace cache would
+                            # make a repeat look faster); the prefix is cached, as it is while typing
+                            word = NOVEL[(changes // 3) % len(NOVEL)]
+                            text = base[changes % 3].rsplit(" ", 1)[0] + " " + word
+                            changes += 1
+                            page.wait_for_timeout(500)
+                            rows[wire].append(breakdown(page.evaluate(CHANGE_JS, text)))
+                    for wire, rs in rows.items():
+                        results[f"{n} tokens, {view}, {wire}"] = {p: summary([r[p] for r in rs]) for p in PARTS} | {
+                            "bytes": int(statistics.median(r["bytes"] for r in rs))}
         finally:
             proc.terminate()
             proc.wait(timeout=20)
             browser.close()
-    print(json.dumps(results, indent=1))
+    for k, v in results.items():
+        if not isinstance(v, dict):
+            print(f"{k}: {v}")
+    print("\nms per text change: median [10th-90th percentile]; beyond = total - forward (goal < 30 ms)")
+    print(f"{'case':34}" + "".join(f"{p:>20}" for p in PARTS) + f"{'bytes':>10}")
+    for k, v in results.items():
+        if isinstance(v, dict):
+            print(f"{k:34}" + "".join(f"{v[p]:>20}" for p in PARTS) + f"{v['bytes']:>10}")
+    if args.json:
+        print(json.dumps(results, indent=1))
     return 0
 
 

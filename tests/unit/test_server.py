@@ -377,3 +377,40 @@ def test_trace_brackets_split_characters(client):
     texts = [t["text"] for t in d["tokens"]]
     assert texts[:4] == ["I", " <0xF0><0x9F>", "<0x8E>", "<0x89>"]  # GPT-2 splits the emoji into bytes
     assert d["char_groups"] == [{"start": 1, "end": 4, "text": " 🎉"}]
+
+
+# -- the binary answer carries the same bytes ------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/api/trace", "/api/tensors"])
+def test_binary_answer_equals_json_answer(client, path):
+    """Asked for the binary form, /api/trace and /api/tensors answer the JSON answer's values byte for
+    byte: each blob 8-byte aligned after the JSON header, float32 exact, float16 as in the base64."""
+    from transformer_explainer.encoding import BINARY_MAGIC, BINARY_MEDIA_TYPE, unpack_binary
+
+    specs = [{"name": "blocks.1.attn.pattern", "head": 2, "dtype": "float32"}, {"name": "embed.sum"},
+             {"name": "blocks.0.mlp.post", "position": -1, "dtype": "float32"}]
+    body = {"text": TEXT, "tensors": specs} if path.endswith("tensors") else {
+        "text": TEXT, "top_n": 5, "include": specs, "sampling": {"seed": 3}}
+    plain = client.post(path, json=body)
+    binary = client.post(path, json=body, headers={"accept": f"{BINARY_MEDIA_TYPE}, application/json"})
+    assert plain.status_code == binary.status_code == 200
+    assert binary.headers["content-type"] == BINARY_MEDIA_TYPE
+    assert "content-encoding" not in binary.headers  # raw floats are not gzipped
+    assert "model;dur=" in binary.headers["server-timing"] and "serialise;dur=" in plain.headers["server-timing"]
+    raw = binary.content
+    assert raw[:4] == BINARY_MAGIC
+    n = int.from_bytes(raw[4:8], "little")
+    header = json.loads(raw[8:8 + n])
+    start = 8 + n + (-(8 + n) % 8)
+    assert start % 8 == 0
+    blobs = [header["tensors"][i]["blob"] for i in range(3)]
+    assert all(off % 8 == 0 and header["tensors"][i]["data"] == "" for i, (off, _) in enumerate(blobs))
+    pat = np.frombuffer(raw, "<f4", count=header["tensors"][0]["shape"][0] * header["tensors"][0]["shape"][1],
+                        offset=start + blobs[0][0])
+    np.testing.assert_array_equal(pat, arr(plain.json()["tensors"][0]).ravel())
+    back, want = unpack_binary(raw), plain.json()
+    if path.endswith("trace"):
+        for d in (back, want):  # the second answer came from the cached trace
+            d.pop("timings_ms"), d.pop("computed_positions")
+    assert back == want

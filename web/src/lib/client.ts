@@ -4,6 +4,7 @@ import type {
   TensorsOut, TraceIn, TraceOut, WeightIn,
 } from "./generated/api";
 import { snapshot, snapshotCall } from "../snapshot/static";
+import { BINARY_MEDIA_TYPE, unpackBinary } from "./tensor";
 
 export class ApiError extends Error {
   constructor(public status: number, message: string) {
@@ -11,16 +12,50 @@ export class ApiError extends Error {
   }
 }
 
+/** Where the time of one API call went (ms, from performance.now()), for the benchmarks: `server` is the
+ *  server's own Server-Timing (forward pass "model", "encode", "serialise"). */
+export interface CallTiming {
+  path: string;
+  start: number;
+  headers: number; // the answer's headers arrived
+  body: number; // its last byte arrived
+  parsed: number; // JSON parsed (and, for a binary answer, its tensors' bytes attached)
+  bytes: number;
+  binary: boolean;
+  server: Record<string, number>;
+}
+
+/** The last calls' timings, newest last (at most 50); benchmarks read it as `window.__teCalls`. */
+export const callTimings: CallTiming[] = [];
+(globalThis as { __teCalls?: CallTiming[] }).__teCalls = callTimings;
+
+function serverTiming(h: string | null): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const part of (h ?? "").split(",")) {
+    const m = /^\s*([\w-]+)\s*;\s*dur=([\d.]+)/.exec(part);
+    if (m) out[m[1]] = Number(m[2]);
+  }
+  return out;
+}
+
+/** Binary answers unless the page was opened with ?json (benchmarks compare the two). */
+const BINARY = typeof location === "undefined" || !new URLSearchParams(location.search).has("json");
+
 export async function call<T>(path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
   if (snapshot) { // an offline snapshot page: the answers come from the data it carries
     try { return (await snapshotCall(path, body)) as T; } catch (e) { throw new ApiError(404, (e as Error).message); }
   }
+  const start = performance.now();
+  // a POST asks for the binary answer (tensors as raw bytes after a JSON header, see tensor.ts); routes
+  // without one answer JSON, told apart by the content type
   const res = await fetch(`api/${path}`, {
     method: body === undefined ? "GET" : "POST",
-    headers: body === undefined ? {} : { "content-type": "application/json" },
+    headers: body === undefined ? {} : { "content-type": "application/json",
+      accept: BINARY ? `${BINARY_MEDIA_TYPE}, application/json` : "application/json" },
     body: body === undefined ? undefined : JSON.stringify(body),
     signal,
   });
+  const headers = performance.now();
   if (!res.ok) {
     let msg = `${res.status} ${res.statusText}`;
     try {
@@ -30,7 +65,23 @@ export async function call<T>(path: string, body?: unknown, signal?: AbortSignal
     }
     throw new ApiError(res.status, msg);
   }
-  return (await res.json()) as T;
+  const binary = (res.headers.get("content-type") ?? "").startsWith(BINARY_MEDIA_TYPE);
+  let out: T, bytes: number, done: number;
+  if (binary) {
+    const buf = await res.arrayBuffer();
+    done = performance.now();
+    bytes = buf.byteLength;
+    out = unpackBinary(buf) as T;
+  } else {
+    const text = await res.text();
+    done = performance.now();
+    bytes = text.length;
+    out = JSON.parse(text) as T;
+  }
+  callTimings.push({ path, start, headers, body: done, parsed: performance.now(), bytes, binary,
+    server: serverTiming(res.headers.get("server-timing")) });
+  if (callTimings.length > 50) callTimings.shift();
+  return out;
 }
 
 export const api = {

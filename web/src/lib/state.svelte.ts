@@ -2,12 +2,29 @@
 // sampling settings, and the tensors fetched for the current trace.
 import { tick } from "svelte";
 import { APP_TOP_K, APP_TOP_N, DEFAULT_SEED } from "./generated/limits";
-import { api, ApiError, specKey } from "./client";
+import { api, ApiError, callTimings, specKey } from "./client";
 import type { ModelInfo, NextTokenOut, SamplingIn, TensorSpec, TraceOut } from "./generated/api";
 import { translate, type Key, type Lang } from "./i18n";
 import { familyOf, type Family } from "./family";
 import { decodeTensor, type Tensor } from "./tensor";
 import { hasView, specsFor, type LnWhich, type ViewId } from "./views";
+
+/** Tensors are asked for as float32: every value a readout shows (4 decimals) is the trace's own. With
+ *  binary answers float32 costs 4 bytes a value, against 2.7 for float16 as base64. The map of tensors is
+ *  keyed without the dtype, so a view's spec finds its tensor whatever dtype it names. */
+const wire = (s: TensorSpec): TensorSpec => ({ ...s, dtype: "float32" });
+const key = (s: TensorSpec): string => specKey({ ...s, dtype: undefined });
+
+/** When the parts of the last run() ended (performance.now() ms), with its trace call's timings: for the
+ *  benchmarks (window.__teRun). */
+export interface RunTiming {
+  start: number; // run() began (the request goes out at once)
+  traced: number; // the trace answer was parsed
+  decoded: number; // its tensors decoded and the state set
+  ensured: number; // any tensors the view still lacked fetched (a second round trip, normally none)
+  updated: number; // the DOM updated (Svelte's effects ran: canvases drawn)
+  call: import("./client").CallTiming | null;
+}
 
 export const EXAMPLES = [
   "Data visualization empowers users to",
@@ -106,18 +123,24 @@ class AppState {
       const cfg = this.models.find((m) => m.name === (this.model ?? this.trace?.model))?.config
         ?? (this.trace && this.trace.model === this.model ? this.trace.config : null);
       const include = cfg && hasView(this.view, cfg.family)
-        ? specsFor(this.view, { ...this.focus(), pos: -1, nTokens: 0, family: familyOf(cfg) }) : [];
+        ? specsFor(this.view, { ...this.focus(), pos: -1, nTokens: 0, family: familyOf(cfg) }).map(wire) : [];
       const tr = await api.trace({ model: this.model, ...input, truncate: this.truncate, sampling: this.sampling,
         top_n: APP_TOP_N, include }, ctl.signal);
       if (seq !== this.#seq) return;
+      const traced = performance.now();
       this.#apply(tr, true);
       this.error = null;
       this.overLong = null;
       if (!tr.truncated) this.truncate = false;
+      const decoded = performance.now();
       await this.ensure(specsFor(this.view, this.focus()));
+      const ensured = performance.now();
       await tick();
+      const updated = performance.now();
       await new Promise((r) => requestAnimationFrame(() => r(null)));
       if (seq === this.#seq) {
+        const call = [...callTimings].reverse().find((c) => c.path === "trace" && c.start >= t0) ?? null;
+        (globalThis as { __teRun?: RunTiming }).__teRun = { start: t0, traced, decoded, ensured, updated, call };
         this.lastUpdateMs = performance.now() - t0;
         // for benchmarks and tests: how many runs have finished, and how long the last one took
         document.body.dataset.updates = String(Number(document.body.dataset.updates ?? 0) + 1);
@@ -152,7 +175,7 @@ class AppState {
     const T = tr.token_ids.length;
     for (const t of tr.tensors) {
       const position = t.position != null && t.position < 0 ? T + t.position : t.position;
-      map.set(specKey({ ...t, position }), decodeTensor(t));
+      map.set(key({ ...t, position }), decodeTensor(t));
     }
     this.trace = tr;
     this.next = tr.next;
@@ -164,50 +187,50 @@ class AppState {
   }
 
   tensor(spec: TensorSpec): Tensor | undefined {
-    return this.tensors.get(specKey(spec));
+    return this.tensors.get(key(spec));
   }
 
   /** Fetch the tensors among `specs` that this trace does not have yet. */
   async ensure(specs: TensorSpec[]): Promise<void> {
     const tr = this.trace;
     if (!tr) return;
-    const missing = specs.filter((s) => !this.tensors.has(specKey(s)) && !this.#pending.has(specKey(s)));
+    const missing = specs.filter((s) => !this.tensors.has(key(s)) && !this.#pending.has(key(s)));
     if (!missing.length) return;
-    missing.forEach((s) => this.#pending.add(specKey(s)));
+    missing.forEach((s) => this.#pending.add(key(s)));
     try {
-      const out = await api.tensors({ model: tr.model, ids: tr.token_ids, tensors: missing });
+      const out = await api.tensors({ model: tr.model, ids: tr.token_ids, tensors: missing.map(wire) });
       if (this.trace !== tr) return;
       const map = new Map(this.tensors);
-      for (const t of out.tensors) map.set(specKey(t), decodeTensor(t));
+      for (const t of out.tensors) map.set(key(t), decodeTensor(t));
       this.tensors = map;
     } catch (e) {
       if (this.trace === tr) this.error = (e as Error).message;
     } finally {
-      missing.forEach((s) => this.#pending.delete(specKey(s)));
+      missing.forEach((s) => this.#pending.delete(key(s)));
     }
   }
 
   /** Weights are fixed per model: fetched once and kept (they are small slices). */
   weight(spec: TensorSpec): Tensor | undefined {
-    return this.weightCache.get(`${this.trace?.model}|${specKey(spec)}`);
+    return this.weightCache.get(`${this.trace?.model}|${key(spec)}`);
   }
 
   async ensureWeights(specs: TensorSpec[]): Promise<void> {
     const model = this.trace?.model;
     if (!model) return;
-    const missing = specs.filter((s) => !this.weightCache.has(`${model}|${specKey(s)}`)
-      && !this.#pending.has(`w|${model}|${specKey(s)}`));
+    const missing = specs.filter((s) => !this.weightCache.has(`${model}|${key(s)}`)
+      && !this.#pending.has(`w|${model}|${key(s)}`));
     if (!missing.length) return;
-    missing.forEach((s) => this.#pending.add(`w|${model}|${specKey(s)}`));
+    missing.forEach((s) => this.#pending.add(`w|${model}|${key(s)}`));
     try {
-      const out = await api.weights({ model, tensors: missing });
+      const out = await api.weights({ model, tensors: missing.map(wire) });
       const map = new Map(this.weightCache);
-      for (const t of out.tensors) map.set(`${model}|${specKey(t)}`, decodeTensor(t));
+      for (const t of out.tensors) map.set(`${model}|${key(t)}`, decodeTensor(t));
       this.weightCache = map;
     } catch (e) {
       this.error = (e as Error).message;
     } finally {
-      missing.forEach((s) => this.#pending.delete(`w|${model}|${specKey(s)}`));
+      missing.forEach((s) => this.#pending.delete(`w|${model}|${key(s)}`));
     }
   }
 

@@ -1,6 +1,6 @@
-// Tensors as the API sends them: base64 of little-endian float16/float32, row-major, with the shape
-// and the dims of the name scheme.
-import type { EncodedTensor } from "./generated/api";
+// Tensors as the API sends them: little-endian float16/float32, row-major, with the shape and the dims
+// of the name scheme; as base64 in a JSON answer, or as raw bytes in a binary answer (below).
+import type { AttentionOverview, EncodedTensor } from "./generated/api";
 
 export interface Tensor {
   name: string;
@@ -30,18 +30,73 @@ const F16 = (() => {
   return table;
 })();
 
+// -- the binary answer (the server's encoding.pack_binary) ---------------------------------------------
+//   "TEB1" | u32 LE header length | header JSON | padding to 8 bytes | blobs
+// The header is the JSON answer with each encoded array's "data" left "" and "blob": [offset, length]
+// into the blobs (each at a multiple of 8 bytes). The bytes are attached to their objects here, so
+// decodeTensor and overviewBytes read them in place: the same values as the base64 would carry.
+
+export const BINARY_MEDIA_TYPE = "application/x-te-binary";
+const attached = new WeakMap<object, Uint8Array>();
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+export function unpackBinary(buf: ArrayBuffer): unknown {
+  const head = new DataView(buf, 0, 8);
+  if (head.getUint32(0, false) !== 0x54454231) throw new Error("not a binary answer (no TEB1 at its start)"); // "TEB1"
+  const n = head.getUint32(4, true);
+  const answer = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 8, n)));
+  const start = 8 + n + ((8 - ((8 + n) % 8)) % 8);
+  const attach = (node: unknown): void => {
+    if (Array.isArray(node)) { for (const v of node) if (v && typeof v === "object") attach(v); return; }
+    if (!node || typeof node !== "object") return;
+    const o = node as Record<string, unknown>;
+    if (Array.isArray(o.blob) && typeof o.data === "string") {
+      const [off, len] = o.blob as [number, number];
+      attached.set(o, new Uint8Array(buf, start + off, len));
+      delete o.blob;
+      return;
+    }
+    for (const v of Object.values(o)) if (v && typeof v === "object") attach(v);
+  };
+  attach(answer);
+  return answer;
+}
+
+/** The bytes of an encoded array: attached from a binary answer, or decoded from its base64. */
+function bytesOf(t: { data: string }): Uint8Array {
+  return attached.get(t) ?? base64Bytes(t.data);
+}
+
 export function decodeTensor(t: EncodedTensor): Tensor {
-  const bytes = base64Bytes(t.data);
-  const view = new DataView(bytes.buffer);
+  const bytes = bytesOf(t);
   const n = t.shape.reduce((a, b) => a * b, 1);
-  const data = new Float32Array(n);
-  if (t.dtype === "float16") for (let i = 0; i < n; i++) data[i] = F16[view.getUint16(2 * i, true)];
-  else for (let i = 0; i < n; i++) data[i] = view.getFloat32(4 * i, true);
+  let data: Float32Array;
+  if (t.dtype === "float16") {
+    data = new Float32Array(n);
+    if (LITTLE_ENDIAN && bytes.byteOffset % 2 === 0) {
+      const h = new Uint16Array(bytes.buffer, bytes.byteOffset, n);
+      for (let i = 0; i < n; i++) data[i] = F16[h[i]];
+    } else {
+      const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+      for (let i = 0; i < n; i++) data[i] = F16[view.getUint16(2 * i, true)];
+    }
+  } else if (LITTLE_ENDIAN && bytes.byteOffset % 4 === 0) {
+    data = new Float32Array(bytes.buffer, bytes.byteOffset, n); // in place: no copy
+  } else {
+    data = new Float32Array(n);
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    for (let i = 0; i < n; i++) data[i] = view.getFloat32(4 * i, true);
+  }
   return { name: t.name, dims: t.dims, shape: t.shape, data };
 }
 
 export function decodeU8(b64: string): Uint8Array {
   return base64Bytes(b64);
+}
+
+/** The attention overview's 8-bit thumbnails (see AttentionOverview in the API types). */
+export function overviewBytes(a: AttentionOverview): Uint8Array {
+  return bytesOf(a);
 }
 
 /** Row `i` of a 2-D tensor. */

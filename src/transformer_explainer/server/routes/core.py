@@ -10,8 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel
 
+from ...encoding import BINARY_MEDIA_TYPE, pack_binary
 from ...engine import ExplainerModel
 from ...inputs import Resolved, check_room_to_generate
 from ...overview import choose_next, config_out, names_out, next_token_out, trace_overview
@@ -80,6 +82,20 @@ async def with_trace(ctx: ServerContext, body: InputIn, finish: Callable[[Traced
     return await ctx.pool.run(heavy)
 
 
+def answer(out: BaseModel, request: Request, timings_ms: dict[str, float]) -> Response:
+    """`out` as JSON, or in the binary form (encoding.pack_binary) when the request accepts it, with the
+    server's timings in a Server-Timing header: the forward pass ("model"), the overview and encodings
+    ("encode") and the serialisation of the answer ("serialise"), in ms."""
+    t = time.perf_counter()
+    if BINARY_MEDIA_TYPE in request.headers.get("accept", ""):
+        body, media = pack_binary(out.model_dump(mode="json")), BINARY_MEDIA_TYPE
+    else:
+        body, media = out.model_dump_json().encode(), "application/json"
+    timing = {**timings_ms, "serialise": (time.perf_counter() - t) * 1e3}
+    return Response(body, media_type=media, headers={
+        "Server-Timing": ", ".join(f"{k};dur={v:.2f}" for k, v in timing.items()), "Vary": "Accept"})
+
+
 def model_info(ctx: ServerContext, name: str) -> ModelInfo:
     m = ctx.registry.loaded_model(name)
     return ModelInfo(name=name, source=ctx.registry.source(name), loaded=m is not None,
@@ -111,29 +127,35 @@ async def names(family: Literal["gpt2", "llama"] = "gpt2") -> NamesOut:
 
 
 @router.post("/trace", response_model=TraceOut)
-async def trace(body: TraceIn, ctx: Context) -> TraceOut:
-    def finish(t: Traced) -> TraceOut:
-        return trace_overview(t.name, t.model, t.trace, truncated=t.res.truncated, sampling=body.sampling,
-                              top_n=body.top_n, include=body.include, computed=t.computed, t0=t.t0,
-                              t_traced=t.t_traced)
+async def trace(body: TraceIn, request: Request, ctx: Context) -> Response:
+    def finish(t: Traced) -> Response:
+        out = trace_overview(t.name, t.model, t.trace, truncated=t.res.truncated, sampling=body.sampling,
+                             top_n=body.top_n, include=body.include, computed=t.computed, t0=t.t0,
+                             t_traced=t.t_traced)
+        return answer(out, request, out.timings_ms)
 
     return await with_trace(ctx, body, finish)
 
 
 @router.post("/tensors", response_model=TensorsOut)
-async def tensors(body: TensorsIn, ctx: Context) -> TensorsOut:
-    def finish(t: Traced) -> TensorsOut:
-        return TensorsOut(model=t.name, token_ids=t.trace.token_ids,
-                          tensors=[activation_tensor(t.trace, s) for s in body.tensors])
+async def tensors(body: TensorsIn, request: Request, ctx: Context) -> Response:
+    def finish(t: Traced) -> Response:
+        out = TensorsOut(model=t.name, token_ids=t.trace.token_ids,
+                         tensors=[activation_tensor(t.trace, s) for s in body.tensors])
+        t_done = time.perf_counter()
+        return answer(out, request, {"model": round((t.t_traced - t.t0) * 1e3, 2),
+                                     "encode": round((t_done - t.t_traced) * 1e3, 2)})
 
     return await with_trace(ctx, body, finish)
 
 
 @router.post("/weights", response_model=TensorsOut)
-async def weights(body: WeightIn, ctx: Context) -> TensorsOut:
-    def work() -> TensorsOut:
+async def weights(body: WeightIn, request: Request, ctx: Context) -> Response:
+    def work() -> Response:
+        t0 = time.perf_counter()
         name, m = ctx.registry.lookup(body.model)
-        return TensorsOut(model=name, token_ids=[], tensors=[weight_tensor(m, s) for s in body.tensors])
+        out = TensorsOut(model=name, token_ids=[], tensors=[weight_tensor(m, s) for s in body.tensors])
+        return answer(out, request, {"encode": round((time.perf_counter() - t0) * 1e3, 2)})
 
     return await ctx.pool.run(work, light=ctx.is_loaded(body.model))
 
