@@ -151,11 +151,12 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"default": default, "models": rows}, indent=1))
         return 0
-    print(f"{'name':<18} {'kind':<13} {'architecture':<40} location")
-    for r in rows:
-        arch = r.get("shape") or r["architecture"]
+    archs = [r.get("shape") or r["architecture"] for r in rows]
+    w = max([len("architecture"), *map(len, archs)])
+    print(f"{'name':<18} {'kind':<13} {'architecture':<{w}} location")
+    for r, arch in zip(rows, archs, strict=True):
         extra = f"{r['parameters']} parameters, {r['download_mb']} MB download" if "parameters" in r else ""
-        print(f"{r['name']:<18} {r['kind']:<13} {arch:<40} {extra or r['location']}")
+        print(f"{r['name']:<18} {r['kind']:<13} {arch:<{w}} {extra or r['location']}")
     print(f"\ndefault (no --model): {default}")
     return 0
 
