@@ -27,8 +27,8 @@ from transformer_explainer.analysis.ablation import (  # noqa: E402
     prune_heads,
 )
 from transformer_explainer.analysis.embeddings import analogy, nearest_tokens, token_id  # noqa: E402
-from transformer_explainer.analysis.head_roles import reference_traces  # noqa: E402
 from transformer_explainer.analysis.lens import lens_logits, logit_lens  # noqa: E402
+from transformer_explainer.analysis.roles import reference_traces  # noqa: E402
 from transformer_explainer.encoding import decode_array  # noqa: E402
 from transformer_explainer.names import FAMILY_NAMES, names_for  # noqa: E402
 from transformer_explainer.notebook.snapshot import ACTIVATION_ORDER, page_html, snapshot_data  # noqa: E402

@@ -16,7 +16,7 @@ from transformer_explainer.analysis import (
     reference_head_roles,
     repeated_random_tokens,
 )
-from transformer_explainer.analysis.head_roles import head_roles_of, role_masks
+from transformer_explainer.analysis.roles import head_roles_of, role_masks
 
 TEXT = "The cat sat on the mat, and then the cat sat on the rug."
 

@@ -32,9 +32,10 @@ def post(server, path: str, **body) -> dict:
 
 
 def tensors(server, ids: list[int], *specs: dict, weights: bool = False) -> list[np.ndarray]:
-    """The API's answer for `specs`, float16 as the page asks, decoded to float32 arrays."""
+    """The API's answer for `specs`, float32 as the page asks (web/src/lib/state.svelte.ts `wire`)."""
     from transformer_explainer.encoding import decode_array
 
+    specs = tuple({**s, "dtype": "float32"} for s in specs)
     if weights:
         out = post(server, "weights", model=MODEL, tensors=list(specs))["tensors"]
     else:

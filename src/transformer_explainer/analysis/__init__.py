@@ -22,22 +22,22 @@ if TYPE_CHECKING:
         prune_heads,
         text_loss,
     )
-    from .attention_stats import AttentionStats, attention_stats
+    from .attention_statistics import AttentionStats, attention_stats
     from .embeddings import Analogy, Neighbour, Projection, analogy, nearest_tokens, project_2d, token_id
     from .export import load_npz, save_json, save_npz, trace_to_json
-    from .head_roles import ROLES, HeadRoles, head_roles, reference_head_roles
     from .lens import LogitLens, lens_logits, logit_lens, residual_names
     from .reference import REFERENCE_TEXTS, repeated_random_tokens
+    from .roles import ROLES, HeadRoles, head_roles, reference_head_roles
 
 _EXPORTS = {
     "AblationResult": ".ablation", "HeadImportance": ".ablation", "PruningCurve": ".ablation", "ablate": ".ablation",
     "ablate_each_head": ".ablation", "ablation_patches": ".ablation", "head_importance": ".ablation",
     "head_means": ".ablation", "prune_heads": ".ablation", "text_loss": ".ablation",
-    "AttentionStats": ".attention_stats", "attention_stats": ".attention_stats", "Analogy": ".embeddings",
+    "AttentionStats": ".attention_statistics", "attention_stats": ".attention_statistics", "Analogy": ".embeddings",
     "Neighbour": ".embeddings", "Projection": ".embeddings", "analogy": ".embeddings",
     "nearest_tokens": ".embeddings", "project_2d": ".embeddings", "token_id": ".embeddings", "load_npz": ".export",
-    "save_json": ".export", "save_npz": ".export", "trace_to_json": ".export", "ROLES": ".head_roles",
-    "HeadRoles": ".head_roles", "head_roles": ".head_roles", "reference_head_roles": ".head_roles",
+    "save_json": ".export", "save_npz": ".export", "trace_to_json": ".export", "ROLES": ".roles",
+    "HeadRoles": ".roles", "head_roles": ".roles", "reference_head_roles": ".roles",
     "LogitLens": ".lens", "lens_logits": ".lens", "logit_lens": ".lens", "residual_names": ".lens",
     "REFERENCE_TEXTS": ".reference", "repeated_random_tokens": ".reference",
 }

@@ -17,10 +17,10 @@ from ..engine import ExplainerModel
 from ..errors import InputError
 from ..trace import Trace
 from .ablation import AblationResult, Head, HeadImportance, ablate, head_importance, head_means, prune_heads
-from .attention_stats import attention_stats
+from .attention_statistics import attention_stats
 from .embeddings import analogy, nearest_tokens, project_2d
-from .head_roles import ROLES, HeadRoles, head_roles, reference_head_roles
 from .lens import logit_lens
+from .roles import ROLES, HeadRoles, head_roles, reference_head_roles
 
 
 def finite(x: Any) -> Any:

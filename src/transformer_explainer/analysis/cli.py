@@ -128,8 +128,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_heads(args: argparse.Namespace) -> int:
-    from .attention_stats import attention_stats
-    from .head_roles import ROLES, head_roles, reference_head_roles
+    from .attention_statistics import attention_stats
+    from .roles import ROLES, head_roles, reference_head_roles
 
     model = _load(args)
     trace = model.trace(args.text, truncate=args.truncate)
