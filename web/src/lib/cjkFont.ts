@@ -1,9 +1,7 @@
 // The bundled CJK font: a subset of Noto Sans CJK SC (SIL OFL 1.1) holding exactly the Chinese characters
 // of the UI strings, built by scripts/build_cjk_font.py into web/public/fonts/. Systems without a CJK font
-// would otherwise draw the 中文 UI as boxes. It is registered (and fetched, about 190 kB) when the language
-// is 中文, and in English right after the page is ready (the English page shows some Chinese too: the
-// language button, an example, the tokens of a Chinese text). app.css then lists the family in --sans and
-// --mono, so it is used for CJK characters only
+// would otherwise draw the 中文 UI as boxes. It is registered (and fetched, about 130 kB) only once the
+// language is 中文; app.css then lists the family in --sans and --mono, so it is used for CJK characters only
 // (unicode-range) and system fonts keep drawing everything else; it joins those lists once it has loaded.
 export const CJK_FAMILY = "TE Noto Sans SC";
 export const CJK_FONT_FILE = "fonts/noto-sans-sc-subset.woff2";
