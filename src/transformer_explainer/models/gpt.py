@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from ..config import GPTConfig
 from ..names import parse_name
 from .kv_cache import KVCache
-from .layers import Block, LayerNorm, Linear
+from .layers import Block, DecoderBase, LayerNorm, Linear
 from .recorder import Recorder, scope
 
 __all__ = ["GPT", "KVCache", "LogitsFor"]
@@ -19,7 +19,7 @@ __all__ = ["GPT", "KVCache", "LogitsFor"]
 LogitsFor = Literal["all", "last"]
 
 
-class GPT(nn.Module):
+class GPT(DecoderBase):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config
@@ -47,21 +47,6 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
-
-    def inference_layout_(self) -> GPT:
-        """Keep each projection matrix input-major in memory ((in, out), as HF's Conv1D stores it),
-        the unembedding (tied to the token embedding) included: the same values and shapes, but
-        one-row products, i.e. generation steps, run markedly faster on CPU BLAS and can be split
-        over cores (see `Linear`). The embedding lookup reads the same tensor through a
-        transposed view. In place; returns the model."""
-        with torch.no_grad():
-            for module in self.modules():
-                if isinstance(module, nn.Linear):
-                    module.weight.data = module.weight.data.t().contiguous().t()
-        return self
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
 
     # the stage whose values the KV cache keeps as keys (GPT-2: the keys as projected)
     cached_keys = "attn.k"

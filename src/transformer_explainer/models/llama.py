@@ -22,7 +22,7 @@ from ..config import GPTConfig
 from ..names import parse_name
 from .gpt import KVCache, LogitsFor
 from .kv_cache import KV, KVSlot
-from .layers import Linear, causal_mask
+from .layers import DecoderBase, Linear, causal_mask
 from .recorder import Recorder, scope
 
 
@@ -185,7 +185,7 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(config.n_embd, config.layer_norm_epsilon)
 
 
-class LlamaLM(nn.Module):
+class LlamaLM(DecoderBase):
     """A Llama / Qwen2 / Mistral causal LM with the same interface as `GPT` (forward, weight, ...)."""
 
     def __init__(self, config: GPTConfig) -> None:
@@ -203,18 +203,6 @@ class LlamaLM(nn.Module):
         """Re-tie lm_head to the embedding (after `load_state_dict(assign=True)` replaced it)."""
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-
-    def inference_layout_(self) -> LlamaLM:
-        """Projection matrices input-major in memory, as `GPT.inference_layout_` (faster one-row
-        products on CPU). In place; returns the model."""
-        with torch.no_grad():
-            for module in self.modules():
-                if isinstance(module, nn.Linear):
-                    module.weight.data = module.weight.data.t().contiguous().t()
-        return self
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
 
     # the stage whose values the KV cache keeps as keys: rotated, as attention uses them
     cached_keys = "attn.rot_k"
