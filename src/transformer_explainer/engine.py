@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from .allocator import keep_freed_memory
 from .config import GPTConfig
 from .errors import CheckpointError, InputError
 from .loading.checkpoint import DecoderLM, load_decoder
@@ -43,6 +44,7 @@ class ExplainerModel:
                 f"tokenizer has {tokenizer.vocab_size} tokens but the model only {gpt.config.vocab_size}"
             )
         self.gpt = gpt.eval().inference_layout_()
+        keep_freed_memory()  # a trace's intermediates reuse freed pages instead of faulting in new ones
         self.tokenizer = tokenizer
         self.name = name
         self.source = source

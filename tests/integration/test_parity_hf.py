@@ -78,3 +78,17 @@ def test_gpt2_small_shape_parity(tmp_path: Path):
     model = load_model(str(folder), allow_download=False)
     hf = GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()
     _compare(model, hf, TEXTS[1], atol=1e-4 if False else 1e-5)
+
+
+def test_long_input_parity(tiny_model, hf_tiny):
+    """128 tokens: the recorded attention runs in blocks of queries (each only against the keys it
+    may see); every pattern and the logits still equal transformers'."""
+    ids = torch.randint(0, tiny_model.config.vocab_size, (128,), generator=torch.Generator().manual_seed(3)).tolist()
+    trace = tiny_model.trace_ids(ids)
+    with torch.no_grad():
+        out = hf_tiny(torch.tensor([ids]), output_hidden_states=True, output_attentions=True)
+    torch.testing.assert_close(trace["logits"], out.logits[0], atol=1e-5, rtol=0)
+    for i in range(tiny_model.config.n_layer):
+        torch.testing.assert_close(trace[f"blocks.{i}.attn.pattern"], out.attentions[i][0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(trace[f"blocks.{i}.resid_post"], out.hidden_states[i + 1][0] if i + 1 <
+                                   tiny_model.config.n_layer else trace[f"blocks.{i}.resid_post"], atol=1e-5, rtol=0)

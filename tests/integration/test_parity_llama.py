@@ -18,7 +18,7 @@ from tests.conftest import make_hf_llama_family
 from transformer_explainer import SamplingParams, load_model
 from transformer_explainer.models.gpt import KVCache
 
-LENGTHS = (1, 7, 33)
+LENGTHS = (1, 7, 33, 128)  # 128: the recorded attention in two blocks of queries
 ATOL = 1e-5
 
 

@@ -22,7 +22,7 @@ from ..config import GPTConfig
 from ..names import parse_name
 from .gpt import KVCache, LogitsFor
 from .kv_cache import KV, KVSlot
-from .layers import DecoderBase, Linear, causal_mask
+from .layers import DecoderBase, Linear, causal_mask, recorded_attention
 from .recorder import Recorder, scope
 
 
@@ -112,25 +112,7 @@ class LlamaAttention(nn.Module):
                 z = F.scaled_dot_product_attention(q, k, v, attn_mask=~causal_mask(T, S, x.device), enable_gqa=True)
         else:
             q, k, v = rec("rot_q", q), rec("rot_k", k), rec("v", v)
-            R = H // G  # query heads per key/value head: heads g*R .. g*R+R-1 read key/value head g
-            qg = q.reshape(B * G, R * T, Dh)  # each group's queries stacked: one product per key/value head
-            kt = k.reshape(B * G, S, Dh).transpose(1, 2)
-            scale = 1.0 / math.sqrt(Dh)
-            # the causal mask as an additive bias (0 or -inf), as transformers adds it
-            bias = torch.zeros(T, S, dtype=q.dtype, device=x.device).masked_fill_(causal_mask(T, S, x.device),
-                                                                                   float("-inf"))
-            scores = torch.bmm(qg, kt).view(B, H, T, S)
-            if rec.wants("scores"):  # an experiment edits the raw scores
-                masked = rec.derived("scores", scores) * scale + bias
-            else:  # in place: the raw scores are not kept (the trace recomputes them from rot_q and rot_k)
-                masked = scores.mul_(scale).add_(bias)
-            # softmax in float32 (as transformers); for float32 input without the dtype argument, whose
-            # kernel is 2.5x slower on CPU
-            pattern = torch.softmax(masked, dim=-1) if masked.dtype == torch.float32 else \
-                torch.softmax(masked, dim=-1, dtype=torch.float32).to(q.dtype)
-            pattern = rec("pattern", pattern)
-            z = torch.bmm(pattern.reshape(B * G, R * T, S), v.reshape(B * G, S, Dh))
-            z = rec("z", z.view(B, H, T, Dh))
+            z = recorded_attention(q, k, v, rec, softmax_in_float32=True)
         y = self.o_proj(z.transpose(1, 2).reshape(B, T, H * Dh))
         return y, (k, v)
 
