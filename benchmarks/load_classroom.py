@@ -20,10 +20,13 @@ Reported: answered requests per second, p50/p99 latency per endpoint and overall
     .venv/bin/python benchmarks/load_classroom.py --long-input-probe [--server-arg=--max-tokens=256]
 
 The largest class (`--search`): how many students one server takes with p99 under 1 s and no errors.
-Each probe is a full class against a fresh server (default 40 s of load after a 10 s ramp); the count
-grows geometrically from --start (5, 10, 20, 40, ...) until a probe fails, then is bisected between
-the last pass and the first fail to within 10 % or 2 students, and the answer is probed once more to
-confirm it (a lucky pass near the limit does not stand). The measurement, on a quiet machine:
+Each probe is a full class against a fresh server (default 40 s of load, the students arriving over
+the first 10 s; a reused server would start each probe with the last one's traces in its cache and
+its memory high-water mark). The count grows geometrically from --start (5, 10, 20, 40, ...) until a
+probe fails, then is bisected between the last pass and the first fail to within 10 % or 2 students,
+and the answer is probed once more to confirm it (a lucky pass near the limit does not stand). A probe
+takes about a minute with the server's start, a search about ten. The measurement, on a quiet machine
+(the table's `load` column is the 1-minute load average as each probe ended):
 
     PYTHONPATH=src .venv/bin/python benchmarks/load_classroom.py --search --json classroom-1.json
     PYTHONPATH=src .venv/bin/python benchmarks/load_classroom.py --search --server-arg=--workers=2 \
@@ -34,7 +37,9 @@ timeouts, giving up after 20 busy answers) and every student finished. A 503 is 
 student waits for its Retry-After and tries again, and that wait is in the request's latency.
 Options: --start, --factor, --max-students (a cap), --max-probes, --resolution, --abs-resolution,
 --no-confirm, and --duration/--ramp for each probe. It prints every probe (students, answered req/s,
-p50, p99, errors, 503s, peak MB, pass/fail) and the answer line; --json writes the probes and the answer.
+p50, p99, errors, 503s, peak MB, load, pass/fail) and the answer line; --json writes the probes (each
+with the full report of a single run) and the answer. With few students a probe answers only ~50
+requests, so its p99 is nearly its slowest request: the counts near the answer matter, not those.
 
 The model is GPT-2 small's shape with random weights (made once in /tmp by the tests' helper): the
 cost of a forward pass depends on the shape, not the values.
@@ -465,13 +470,14 @@ def server_processes(server_args: list[str]) -> int:
 
 
 TABLE_HEAD = (f"{'students':>8} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6} {'503s':>5} {'peak MB':>8}"
-              "  result")
+              f" {'load':>5}  result")  # load: the machine's 1-minute load average as the probe ended
 
 
 def table_row(res: dict) -> str:
     o = res.get("overall") or {}
     return (f"{res['students']:>8} {res['requests_per_s']:>7.2f} {o.get('p50_ms', '-'):>7} {o.get('p99_ms', '-'):>7} "
-            f"{res['errors_total']:>6} {res['busy_503_total']:>5} {res['server_peak_rss_mb']:>8}  "
+            f"{res['errors_total']:>6} {res['busy_503_total']:>5} {res['server_peak_rss_mb']:>8} "
+            f"{res['load_average_1m']:>5.1f}  "
             f"{'pass' if res['passed'] else 'FAIL'}")
 
 

@@ -215,3 +215,10 @@ def test_the_answer_line_and_the_process_count():
     assert lc.server_processes([]) == 1
     assert lc.server_processes(["--workers=2"]) == 2
     assert lc.server_processes(["--queue=8", "--workers", "3"]) == 3
+
+
+def test_a_table_row():
+    res = {**_res(p99_ms=1097, busy=3), "students": 20, "requests_per_s": 8.853, "server_peak_rss_mb": 1310,
+           "load_average_1m": 4.45, "passed": False}
+    assert lc.table_row(res).split() == ["20", "8.85", "100", "1097", "0", "3", "1310", "4.5", "FAIL"]
+    assert len(lc.TABLE_HEAD.split()) == 9 + 3  # "p50 ms", "p99 ms", "peak MB" are two words each
