@@ -490,7 +490,8 @@ def answer_line(found: SearchResult, p99_s: float, processes: int) -> str:
         return f"{what}: at least {found.answer} students (the cap, --max-students, passed) ({procs})"
     if found.reason == "probe limit":
         above = f"{found.lowest_fail} failed" if found.lowest_fail else "no fail yet"
-        return f"{what}: {found.answer} students, not resolved ({above}; --max-probes reached) ({procs})"
+        got = f"{found.answer} students" if found.answer else "no pass yet"
+        return f"{what}: {got}, not resolved ({above}; --max-probes reached) ({procs})"
     if found.reason == "unconfirmed":
         return (f"{what}: {found.answer} students, passed once, not confirmed ({found.lowest_fail} failed; "
                 f"--max-probes reached) ({procs})")

@@ -183,6 +183,10 @@ def test_the_probe_limit_mid_bisection_and_before_confirming():
     found = lc.search_largest(fake, max_probes=7)
     assert (found.answer, found.lowest_fail, found.reason) == (32, 35, "unconfirmed")
     assert "not confirmed" in lc.answer_line(found, 1.0, 1)
+    found = lc.search_largest(Fake(3), max_probes=1)
+    assert (found.answer, found.lowest_fail, found.reason) == (0, 5, "probe limit")
+    assert lc.answer_line(found, 1.0, 1).endswith(": no pass yet, not resolved (5 failed; --max-probes reached) "
+                                                  "(1 process)")
 
 
 def test_bad_arguments():
