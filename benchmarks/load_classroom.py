@@ -19,6 +19,28 @@ Reported: answered requests per second, p50/p99 latency per endpoint and overall
         [--server-arg=--workers=2 ...] [--json out.json]
     .venv/bin/python benchmarks/load_classroom.py --long-input-probe [--server-arg=--max-tokens=256]
 
+The largest class (`--search`): how many students one server takes with p99 under 1 s and no errors.
+Each probe is a full class against a fresh server (default 40 s of load, the students arriving over
+the first 10 s; a reused server would start each probe with the last one's traces in its cache and
+its memory high-water mark). The count grows geometrically from --start (5, 10, 20, 40, ...) until a
+probe fails, then is bisected between the last pass and the first fail to within 10 % or 2 students,
+and the answer is probed once more to confirm it (a lucky pass near the limit does not stand). A probe
+takes about a minute with the server's start, a search about ten. The measurement, on a quiet machine
+(the table's `load` column is the 1-minute load average as each probe ended):
+
+    PYTHONPATH=src .venv/bin/python benchmarks/load_classroom.py --search --json classroom-1.json
+    PYTHONPATH=src .venv/bin/python benchmarks/load_classroom.py --search --server-arg=--workers=2 \
+        --json classroom-2.json
+
+A probe passes when the overall p99 is under --p99 (default 1.0 s), no request failed (errors,
+timeouts, giving up after 20 busy answers) and every student finished. A 503 is not an error: the
+student waits for its Retry-After and tries again, and that wait is in the request's latency.
+Options: --start, --factor, --max-students (a cap), --max-probes, --resolution, --abs-resolution,
+--no-confirm, and --duration/--ramp for each probe. It prints every probe (students, answered req/s,
+p50, p99, errors, 503s, peak MB, load, pass/fail) and the answer line; --json writes the probes (each
+with the full report of a single run) and the answer. With few students a probe answers only ~50
+requests, so its p99 is nearly its slowest request: the counts near the answer matter, not those.
+
 The model is GPT-2 small's shape with random weights (made once in /tmp by the tests' helper): the
 cost of a forward pass depends on the shape, not the values.
 """
@@ -35,6 +57,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -280,6 +303,7 @@ def pct(xs: list[float], p: float) -> float:
 
 async def classroom(url: str, args: argparse.Namespace, pid: int) -> dict:
     stats = Stats()
+    client_cpu0 = time.process_time()
     limits = httpx.Limits(max_connections=args.students * 2, max_keepalive_connections=args.students * 2)
     async with httpx.AsyncClient(base_url=url, timeout=args.request_timeout, limits=limits) as client:
         info = (await client.get("/api/models")).json()
@@ -325,7 +349,7 @@ async def classroom(url: str, args: argparse.Namespace, pid: int) -> dict:
         "unfinished_students": len(late),
         "retry_after_s": {"n": len(stats.retry_after), "max": max(stats.retry_after, default=0)},
         "server_cache": health.get("cache"),
-        "client_cpu_s": round(time.process_time(), 1),  # the simulated students share the machine too
+        "client_cpu_s": round(time.process_time() - client_cpu0, 1),  # the students share the machine too
     }
 
 
@@ -352,11 +376,171 @@ def long_input_probe(url: str, pid: int) -> dict:
     return out
 
 
+# -- the largest class ------------------------------------------------------------------------------
+
+
+@dataclass
+class SearchResult:
+    answer: int  # the largest count that passed, below every count that failed (0: none passed)
+    lowest_fail: int | None  # the smallest count that failed (None: none failed)
+    # "resolved"; "capped": every count up to --max-students passed; "none passed"; "probe limit": the
+    # bracket was not narrowed enough; "unconfirmed": it was, but no probe was left to run the answer again
+    reason: str
+    probes: list[tuple[int, bool]]  # (students, passed) in the order run
+
+
+def search_largest(probe: Callable[[int], bool], *, start: int = 5, factor: float = 2.0,
+                   max_students: int | None = None, max_probes: int = 12, resolution: float = 0.10,
+                   abs_resolution: int = 2, confirm: bool = True) -> SearchResult:
+    """The largest n with probe(n) true, assuming (roughly) that a larger class does not do better.
+
+    Grows n geometrically from `start` until a probe fails (or `max_students` passes), then bisects
+    between the last pass and the first fail until they are within max(abs_resolution, resolution *
+    last pass), or, when even `start` failed, down to 1. With `confirm`, the answer is probed again;
+    if it fails that time, it counts as a fail and the bisection goes on below it. Never more than
+    `max_probes` probes. Probes are only ever made above the largest pass and below the smallest fail
+    so far, so every count that failed is above the answer: a noisy result moves the bracket but
+    never leaves a probe that contradicts the answer."""
+    if start < 1 or factor <= 1 or max_probes < 1 or (max_students is not None and max_students < 1):
+        raise ValueError("need start >= 1, factor > 1, max_probes >= 1, max_students >= 1")
+    probes: list[tuple[int, bool]] = []
+    lo, hi = 0, None  # lo passed (0: nothing yet), hi failed (None: nothing yet)
+
+    def run(n: int) -> bool:
+        ok = bool(probe(n))
+        probes.append((n, ok))
+        return ok
+
+    def done(reason: str) -> SearchResult:
+        return SearchResult(lo, hi, reason, probes)
+
+    n = min(start, max_students) if max_students is not None else start
+    while True:  # growing
+        if len(probes) >= max_probes:
+            return done("probe limit")
+        if not run(n):
+            hi = n
+            break
+        lo = n
+        if max_students is not None and n >= max_students:
+            break
+        n = max(n + 1, math.ceil(n * factor))
+        if max_students is not None:
+            n = min(n, max_students)
+    while True:  # lo passed, hi failed (or None at the cap), lo < hi
+        # within the resolution of the last pass; from nothing passed, down to 1 student
+        if hi is not None and hi - lo > (max(abs_resolution, resolution * lo) if lo > 0 else 1):
+            if len(probes) >= max_probes:
+                return done("probe limit")
+            mid = (lo + hi) // 2
+            if run(mid):
+                lo = mid
+            else:
+                hi = mid
+            continue
+        final = "resolved" if hi is not None else "capped"
+        if lo == 0:
+            return done("none passed")
+        if not confirm or sum(1 for m, ok in probes if m == lo and ok) >= 2:
+            return done(final)
+        if len(probes) >= max_probes:
+            return done("unconfirmed")
+        if run(lo):
+            return done(final)
+        hi = lo  # the answer failed on its second try: a fail, and the largest pass below it is the new lo
+        lo = max((m for m, ok in probes if ok and m < hi), default=0)
+
+
+def probe_passes(res: dict, p99_s: float) -> bool:
+    """A class passed: answers came, the overall p99 is under the limit, nothing failed (503s retried
+    after Retry-After are not failures: their wait is in the latency), every student finished."""
+    return (res["answered"] > 0 and res["overall"]["p99_ms"] < p99_s * 1e3 and res["errors_total"] == 0
+            and res["unfinished_students"] == 0)
+
+
+def server_processes(server_args: list[str]) -> int:
+    """The --workers in the server's arguments (1 without)."""
+    n = 1
+    for i, a in enumerate(server_args):
+        if a.startswith("--workers="):
+            n = int(a.split("=", 1)[1])
+        elif a == "--workers" and i + 1 < len(server_args):
+            n = int(server_args[i + 1])
+    return n
+
+
+TABLE_HEAD = (f"{'students':>8} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6} {'503s':>5} {'peak MB':>8}"
+              f" {'load':>5}  result")  # load: the machine's 1-minute load average as the probe ended
+
+
+def table_row(res: dict) -> str:
+    o = res.get("overall") or {}
+    return (f"{res['students']:>8} {res['requests_per_s']:>7.2f} {o.get('p50_ms', '-'):>7} {o.get('p99_ms', '-'):>7} "
+            f"{res['errors_total']:>6} {res['busy_503_total']:>5} {res['server_peak_rss_mb']:>8} "
+            f"{res['load_average_1m']:>5.1f}  "
+            f"{'pass' if res['passed'] else 'FAIL'}")
+
+
+def answer_line(found: SearchResult, p99_s: float, processes: int) -> str:
+    what = f"largest class with p99 < {p99_s} s and no errors"
+    procs = f"{processes} process{'es' if processes > 1 else ''}"
+    if found.reason == "none passed":
+        return f"{what}: none ({found.lowest_fail} student{'s' if found.lowest_fail != 1 else ''} failed) ({procs})"
+    if found.reason == "capped":
+        return f"{what}: at least {found.answer} students (the cap, --max-students, passed) ({procs})"
+    if found.reason == "probe limit":
+        above = f"{found.lowest_fail} failed" if found.lowest_fail else "no fail yet"
+        got = f"{found.answer} students" if found.answer else "no pass yet"
+        return f"{what}: {got}, not resolved ({above}; --max-probes reached) ({procs})"
+    if found.reason == "unconfirmed":
+        return (f"{what}: {found.answer} students, passed once, not confirmed ({found.lowest_fail} failed; "
+                f"--max-probes reached) ({procs})")
+    return f"{what}: {found.answer} students ({procs})"
+
+
+def search(args: argparse.Namespace) -> int:
+    folder = gpt2_small_shape(args.model)
+    rows: list[dict] = []
+    print(TABLE_HEAD, flush=True)
+
+    def probe(n: int) -> bool:
+        # a fresh server per probe: the peak memory (VmHWM) is a process's high-water mark and the trace
+        # cache would start warm with the last class's texts, so a reused server would flatter later probes
+        proc, url = start_server(folder, args.server_arg)
+        try:
+            res = asyncio.run(classroom(url, argparse.Namespace(**{**vars(args), "students": n}), proc.pid))
+        finally:
+            stop_server(proc)
+        res["passed"] = probe_passes(res, args.p99)
+        res["load_average_1m"] = os.getloadavg()[0]
+        rows.append(res)
+        print(table_row(res), flush=True)
+        return res["passed"]
+
+    found = search_largest(probe, start=args.start, factor=args.factor, max_students=args.max_students,
+                           max_probes=args.max_probes, resolution=args.resolution,
+                           abs_resolution=args.abs_resolution, confirm=not args.no_confirm)
+    print()
+    print(TABLE_HEAD)
+    for res in sorted(rows, key=lambda r: r["students"]):  # the same rows, by class size
+        print(table_row(res))
+    line = answer_line(found, args.p99, server_processes(args.server_arg))
+    print(line)
+    if args.json:
+        out = {"answer": found.answer, "lowest_fail": found.lowest_fail, "reason": found.reason, "line": line,
+               "p99_limit_s": args.p99, "server_args": args.server_arg, "duration_s": args.duration,
+               "ramp_s": args.ramp, "probes": rows}
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    return 0 if found.answer > 0 else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--students", type=int, default=50)
-    ap.add_argument("--duration", type=float, default=90.0, help="seconds of load (after which students stop)")
-    ap.add_argument("--ramp", type=float, default=15.0, help="students arrive over this many seconds")
+    ap.add_argument("--duration", type=float, default=None,
+                    help="seconds of load (after which students stop); default 90, 40 per probe with --search")
+    ap.add_argument("--ramp", type=float, default=None,
+                    help="students arrive over this many seconds; default 15, 10 per probe with --search")
     ap.add_argument("--think", type=float, default=1.0, help="scale of the think times (1: as a person)")
     ap.add_argument("--request-timeout", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
@@ -366,8 +550,28 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--long-input-probe", action="store_true",
                     help="instead of the class: peak memory for one longest input (trace, then a generation step)")
+    s = ap.add_argument_group("the largest class (--search)")
+    s.add_argument("--search", action="store_true",
+                   help="find the largest class with p99 under --p99 and no errors (a fresh server per probe)")
+    s.add_argument("--p99", type=float, default=1.0, help="seconds the overall p99 must be under (default 1.0)")
+    s.add_argument("--start", type=int, default=5, help="students in the first probe (default 5)")
+    s.add_argument("--factor", type=float, default=2.0, help="growth until a probe fails (default 2)")
+    s.add_argument("--max-students", type=int, default=None, help="never probe more students than this")
+    s.add_argument("--max-probes", type=int, default=12, help="at most this many probes (default 12)")
+    s.add_argument("--resolution", type=float, default=0.10,
+                   help="stop bisecting within this fraction of the answer (default 0.10) ...")
+    s.add_argument("--abs-resolution", type=int, default=2, help="... or within this many students (default 2)")
+    s.add_argument("--no-confirm", action="store_true", help="do not probe the answer a second time")
     args = ap.parse_args()
+    if args.duration is None:
+        args.duration = 40.0 if args.search else 90.0
+    if args.ramp is None:
+        args.ramp = 10.0 if args.search else 15.0
 
+    if args.search:
+        if args.url or args.long_input_probe:
+            ap.error("--search starts its own server for each probe: not with --url or --long-input-probe")
+        return search(args)
     if args.url:
         proc, url, pid = None, args.url.rstrip("/") + "/", -1
     else:
