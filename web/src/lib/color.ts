@@ -8,9 +8,13 @@ function toRgb(s: string): [number, number, number] {
   return [c.r, c.g, c.b];
 }
 
+// the colour tables, built once: every strip and heat map asks for a colour function on every text change
+let rdbu: [number, number, number][] | null = null;
+let purples: [number, number, number][] | null = null;
+
 /** Red for positive, blue for negative, white at 0; |v| >= range is full colour. */
 export function diverging(range: number): ColorFn {
-  const lut = Array.from({ length: 257 }, (_, i) => toRgb(interpolateRdBu(1 - i / 256)));
+  const lut = (rdbu ??= Array.from({ length: 257 }, (_, i) => toRgb(interpolateRdBu(1 - i / 256))));
   return (v) => {
     if (!Number.isFinite(v)) return [200, 200, 200];
     const t = Math.max(-1, Math.min(1, v / range));
@@ -21,7 +25,7 @@ export function diverging(range: number): ColorFn {
 /** For probabilities and attention weights: white at 0, dark purple at `max`. A `gamma` below 1
  * stretches the small values (attention over many tokens is spread thin). */
 export function sequential(max = 1, gamma = 1): ColorFn {
-  const lut = Array.from({ length: 257 }, (_, i) => toRgb(interpolatePurples(i / 256)));
+  const lut = (purples ??= Array.from({ length: 257 }, (_, i) => toRgb(interpolatePurples(i / 256))));
   return (v) => {
     if (!Number.isFinite(v)) return [215, 215, 215];
     return lut[Math.round(Math.max(0, Math.min(1, v / max)) ** gamma * 256)];
