@@ -12,10 +12,13 @@ Prints, all measured in this run:
      and the unembedding lm_head): median time inside the call, its weight bytes, the GB/s it reaches,
      and that as a fraction of the measured bandwidth (timed with hooks around each call, in real
      decode steps, so each weight comes from wherever the previous step left it, not from a hot loop);
-  3. the step's totals: the whole generate_ids step (median, no hooks), the sum of the products, and
+  3. the stretches between the products, by what lies between them (attention over the cache lies
+     between attn.c_attn and attn.c_proj), timed in the same steps: the non-product work as it runs
+     after each weight has streamed through the caches;
+  4. the step's totals: the whole generate_ids step (median, no hooks), the sum of the products, and
      what is left: Python, layer norms, attention over the cache, the cache writes, the engine's
      per-token work (sampling, token text), each of the engine parts timed on its own;
-  4. (unless --no-profiler) torch.profiler's table of one decode step's aten ops by input shape.
+  5. (unless --no-profiler) torch.profiler's table of one decode step's aten ops by input shape.
 The four measurements run interleaved, round by round. On a machine other programs keep busy, wall
 times include the waits for a core; `--clock cpu --threads 1` times the process's CPU time instead
 (what a step costs when it runs), and the generate_ids line always shows both: CPU time near the
@@ -93,17 +96,31 @@ def main() -> None:
         step_cpu.extend(cpu[2:])
         return times[2:] if args.clock == "wall" else cpu[2:]
 
+    def kind(name: str) -> str:  # per-layer products grouped by kind
+        return name.split(".", 3)[-1] if name.startswith("transformer.h.") else name
+
     # (b) per-product times: hooks around each Linear, in real decode steps
     all_op: dict[str, list[float]] = defaultdict(list)
     t0: dict[str, float] = {}
     timing = [False]  # decode steps only, not the prompt
 
+    # the stretches between products, by what lies between them (e.g. attention over the cache lies
+    # between attn.c_attn and attn.c_proj): [label, time] of the last product's end
+    gaps: dict[str, list[float]] = defaultdict(list)
+    last_end: list = [None, 0.0]
+
     def pre(name: str) -> None:
-        t0[name] = clock()
+        now = clock()
+        if timing[0]:
+            label = "start of the call" if last_end[0] is None else last_end[0]
+            gaps[f"{label} -> {kind(name)}"].append(now - last_end[1])
+        t0[name] = now
 
     def post(name: str) -> None:
+        now = clock()
         if timing[0]:
-            all_op[name].append(clock() - t0[name])
+            all_op[name].append(now - t0[name])
+        last_end[0], last_end[1] = kind(name), now
 
     def hooked_round() -> list[float]:
         handles = []
@@ -117,8 +134,10 @@ def main() -> None:
         timing[0] = True
         for _ in range(args.steps):
             t = clock()
+            last_end[0], last_end[1] = None, t
             logits = gpt(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
             times.append(clock() - t)
+            gaps["lm_head -> end of the call"].append(times[-1] + t - last_end[1])
             tid = int(torch.argmax(logits))
         timing[0] = False
         for h in handles:
@@ -187,10 +206,6 @@ def main() -> None:
     print(f"bound (bench_forward's: all weight bytes / bandwidth): {bound_ms:.2f} ms per token = "
           f"{1e3 / bound_ms:.1f} tok/s")
 
-    # group per-layer products by kind
-    def kind(name: str) -> str:
-        return name.split(".", 3)[-1] if name.startswith("transformer.h.") else name
-
     print(f"\n{'product':<14} {'calls':>5} {'MB':>7} {'ms/call':>8} {'GB/s':>7} {'of bw':>6} {'ms/step':>8}")
     kinds: dict[str, list[str]] = defaultdict(list)
     for name, _m in linears:
@@ -211,6 +226,13 @@ def main() -> None:
     per_layer = {k: [med_ms(all_op[n]) for n in names] for k, names in kinds.items() if len(names) > 1}
     if per_layer:
         print("per layer ms: " + "; ".join(f"{k} " + " ".join(f"{v:.2f}" for v in vs) for k, vs in per_layer.items()))
+
+    steps_timed = len(hooked_steps)
+    print("\nbetween the products (in the same hooked steps; ms per step = total / steps):")
+    for label, v in gaps.items():
+        print(f"  {label:<36} {sum(v) / steps_timed * 1e3:6.2f} ms per step ({len(v) // steps_timed} per step, "
+              f"median {med_ms(v) * 1e3:.0f} us)")
+    print(f"  {'all':<36} {sum(sum(v) for v in gaps.values()) / steps_timed * 1e3:6.2f} ms per step")
 
     cpu_step = med_ms(step_cpu)
     step = med_ms(step_times)
