@@ -65,6 +65,7 @@ def main() -> None:
     args = ap.parse_args()
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     step_cpu: list[float] = []
+    first: list[float] = []  # the prompt's forward pass and the first token
     torch.set_num_threads(args.threads)
     folder = gpt2_small_shape(Path(tempfile.gettempdir()) / "te-profile-gpt2-small-shape")
     model = load_model(str(folder), allow_download=False)
@@ -94,6 +95,7 @@ def main() -> None:
             cpu.append(cnow - c)
             t, c = now, cnow
         step_cpu.extend(cpu[2:])
+        first.append(times[0] if args.clock == "wall" else cpu[0])
         return times[2:] if args.clock == "wall" else cpu[2:]
 
     def kind(name: str) -> str:  # per-layer products grouped by kind
@@ -249,6 +251,10 @@ def main() -> None:
         f"{p10_ms(step_times):.1f} ms, range {min(step_times) * 1e3:.1f}-{max(step_times) * 1e3:.1f}")
     row("generate_ids step, CPU time", cpu_step, f"{1e3 / cpu_step:.1f} tok/s, {bound_ms / cpu_step:.2f} of the bound "
         "(process CPU time, all threads)")
+    pf = med_ms(first)
+    row("prompt pass + first token", pf, f"= {pf / step:.1f} steps; bench_forward's tok/s (48 tokens after 32, the "
+        f"prompt's pass included) would be {48e3 / (pf + 47 * step):.1f} = {bound_ms * 48 / (pf + 47 * step):.2f} "
+        "of the bound")
     row("model call alone", fw)
     row("model call with hooks", med_ms(hooked_steps), "(the products were timed in these)")
     row("products (sum of medians)", gemv_ms, f"their own bound {gemv_bytes / bw / 1e6:.2f} ms: "
