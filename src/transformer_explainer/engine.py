@@ -19,7 +19,7 @@ from .loading.resolve import ResolvedModel, resolve
 from .loading.tokenizer import TextTokenizer
 from .models.gpt import KVCache
 from .models.recorder import Patch, Recorder
-from .sampling import NextTokenDistribution, SamplingParams, make_generator, next_token_distribution
+from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
 from .trace import Trace, merge_traces
 
 log = logging.getLogger(__name__)
@@ -177,10 +177,16 @@ class ExplainerModel:
         cache = KVCache(capacity=min(len(ids) + max_new_tokens, self.context_length))  # no regrowth while generating
         logits = self.gpt(torch.tensor([ids]), cache=cache, logits_for="last")[0, -1]
         pos = len(ids)
+        if params.greedy and max_new_tokens:
+            next_token_distribution(logits, params)  # its checks of the parameters (top_k against the vocabulary)
         for _ in range(max_new_tokens):
-            dist = next_token_distribution(logits, params)
-            tid = dist.sample(gen)
-            yield GeneratedToken(tid, self.tokenizer.token_text(tid), float(dist.probs[tid]), pos)
+            if params.greedy:  # the most likely token, with probability 1: no distribution to build
+                tid, prob = most_likely(logits), 1.0
+            else:
+                dist = next_token_distribution(logits, params)
+                tid = dist.sample(gen)
+                prob = float(dist.probs[tid])
+            yield GeneratedToken(tid, self.tokenizer.token_text(tid), prob, pos)
             pos += 1
             if (stop_at_eos and tid in eos) or pos >= self.context_length:
                 return

@@ -66,8 +66,18 @@ class NextTokenDistribution:
 
     def sample(self, generator: torch.Generator | None = None) -> int:
         if self.params.greedy:
-            return int(torch.argmax(self.logits))
+            return most_likely(self.logits)
         return int(torch.multinomial(self.probs, 1, generator=generator))
+
+
+def most_likely(logits: Tensor) -> int:
+    """The index of the largest of the logits (V,), the first one on a tie, as `torch.argmax` picks it.
+
+    On CPU through NumPy: its argmax is vectorised, torch's 1-D argmax is not (about 5 us against 100
+    us over GPT-2's 50257 logits, per generated token)."""
+    if logits.device.type != "cpu":
+        return int(torch.argmax(logits))
+    return int(logits.detach().to(torch.float32).numpy().argmax())
 
 
 def next_token_distribution(logits: Tensor, params: SamplingParams) -> NextTokenDistribution:
@@ -78,7 +88,7 @@ def next_token_distribution(logits: Tensor, params: SamplingParams) -> NextToken
         raise InputError(f"top_k must be at most the vocabulary size {V}, got {params.top_k}")
     if params.greedy:
         kept = torch.zeros(V, dtype=torch.bool)
-        kept[torch.argmax(logits)] = True
+        kept[most_likely(logits)] = True
         return NextTokenDistribution(logits, logits, kept, kept.to(torch.float32), params)
     scaled = logits / params.temperature
     kept = torch.ones(V, dtype=torch.bool)

@@ -157,10 +157,22 @@ def test_logits_derived_on_access_equal_the_recorded_ones(tiny_model, trace):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_one_row_products_split_over_threads_equal_f_linear(threads):
-    """`linear` splits a one-row product over the input dimension when the weight is input-major
-    and torch has several threads: the same values as `F.linear` to float rounding."""
+def test_one_row_products_split_over_threads_equal_f_linear(threads, monkeypatch):
+    """`linear` splits a one-row product over the input dimension when the weight is input-major,
+    torch has several threads and its BLAS does not split it itself: the same values as `F.linear`
+    to float rounding."""
+    from transformer_explainer.models import layers
     from transformer_explainer.models.layers import _row_chunks, linear
+
+    x1 = torch.randn(1, 1, 768)
+    w1 = torch.randn(3072, 768).t().contiguous().t()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:  # with MKL (which spreads one row over the threads itself) nothing is split
+        assert _row_chunks(x1, w1) == (1 if threads == 1 or torch.backends.mkl.is_available() else 8)
+    finally:
+        torch.set_num_threads(before)
+    monkeypatch.setattr(layers, "_BLAS_SPLITS_ONE_ROW", False)  # the split itself, as other BLAS builds take it
 
     g = torch.Generator().manual_seed(0)
     w = torch.randn(3072, 768, generator=g).t().contiguous().t()  # (out, in), input-major in memory
