@@ -22,8 +22,10 @@ def faults_of(fn) -> int:
 def test_freed_blocks_are_reused_without_page_faults(tiny_model):
     assert keep_freed_memory() == "kept"  # loading a model (the fixture) has set it already
 
-    def trace_like() -> None:  # 40 blocks of 4 MB alive at once, then all freed: 40,960 new pages each time
-        blocks = [torch.empty(2**20).fill_(1.0) for _ in range(40)]  # without the setting (measured: 40,929 faults a round)
+    # 40 blocks of 4 MB alive at once, then all freed: without the setting, 40,960 new pages each time
+    # (measured: 40,929 faults a round)
+    def trace_like() -> None:
+        blocks = [torch.empty(2**20).fill_(1.0) for _ in range(40)]
         del blocks
 
     for _ in range(3):  # the first rounds grow the heap
