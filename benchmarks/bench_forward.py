@@ -18,7 +18,9 @@ Also: the machine's measured fp32 GEMM rate and memory bandwidth, the compute an
 limits they imply per length, and generation tokens/s (ours with KV cache vs transformers generate).
 The last block prints the ratios the performance goals are stated in (issues 12 and 15): the trace
 against the compute limit (<= 1.3 at 128 and 512 tokens) and against transformers' plain forward
-(<= 1.0), generation against the weight-streaming bound (>= 0.85) and against transformers' generate.
+(<= 1.0), generation against the weight-streaming bound (>= 0.85) and against transformers' generate;
+and, beside the limit at the peak rate (a square 1536 product), the rate one layer's own weight
+products reach with T rows, with the trace and transformers against the limit at that rate.
 On a machine whose cores other programs keep busy, pass --threads 1 (a pass split over two threads
 waits for the starved one at every operation) and read the ranges, not only the medians.
 """
@@ -61,6 +63,31 @@ def bandwidth_gbs(mb: int = 512, reps: int = 5) -> float:
         x.sum()
         times.append(time.perf_counter() - t)
     return x.numel() * 4 / min(times) / 1e9
+
+
+def projection_shapes(cfg) -> list[tuple[int, int]]:
+    """(in, out) of one layer's weight products, and the unembedding's last row."""
+    D, M = cfg.n_embd, cfg.d_mlp
+    HDh, GDh = cfg.n_head * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    if cfg.family == "llama":
+        return [(D, HDh), (D, GDh), (D, GDh), (HDh, D), (D, M), (D, M), (M, D)]
+    return [(D, 3 * D), (D, D), (D, M), (M, D)]
+
+
+def shape_gflops(cfg, T: int, reps: int = 5) -> float:
+    """The GEMM rate one layer's weight products reach with T rows: what a forward of T tokens can
+    get at best, where the square 1536 product gives the machine's peak."""
+    mats = [(torch.randn(T, i), torch.randn(o, i)) for i, o in projection_shapes(cfg)]
+    flops = sum(2 * T * w.shape[0] * w.shape[1] for _, w in mats)
+    for x, w in mats:
+        torch.nn.functional.linear(x, w)
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        for x, w in mats:
+            torch.nn.functional.linear(x, w)
+        best = min(best, time.perf_counter() - t)
+    return flops / best / 1e9
 
 
 def forward_flops(cfg, T: int) -> float:
@@ -187,6 +214,11 @@ def main() -> None:
     for T, med, _ in ratios:
         limit = forward_flops(cfg, T) / (peak * 1e9) * 1e3
         tr, trl = med["ours trace"] / limit, med["ours trace+lg"] / limit
+        rate = shape_gflops(cfg, T)
+        shape_limit = forward_flops(cfg, T) / (rate * 1e9) * 1e3
+        print(f"  {T:>4} tokens: one layer's weight products run at {rate:.0f} GFLOP/s with {T} rows "
+              f"({rate / peak:.2f} of the peak) -> at that rate the forward takes {shape_limit:.1f} ms; the trace is "
+              f"{med['ours trace'] / shape_limit:.2f}x that, hf plain {med['hf plain'] / shape_limit:.2f}x")
         print(f"  trace {T:>4} tokens: {tr:5.2f}x the compute limit (+ all logits {trl:5.2f}x)"
               f"{'  [goal <= 1.3]' if T >= 128 else ''}; "
               f"{med['ours trace'] / med['hf plain']:4.2f}x hf plain (+ all logits "
