@@ -1,6 +1,7 @@
 """Run the app under uvicorn: bind first, then print the URL, so the address printed is the one
 that is listening (also with `--port 0`). One process answers at once and builds the app (torch,
-the web framework, the default model) behind a `StartingApp`; see starting.py."""
+the web framework, the default model) behind a `StartingApp`, which serves the page meanwhile; see
+starting.py."""
 
 from __future__ import annotations
 
@@ -18,9 +19,13 @@ from ..errors import ExplainerError, InputError
 from .security import AccessSettings, loopback_hosts
 
 if TYPE_CHECKING:  # imported where used: listening must not wait for the web framework and torch
+    from collections.abc import Callable
+
     from fastapi import FastAPI
+    from starlette.types import ASGIApp
 
     from .registry import ModelRegistry
+    from .starting import StartingApp
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +175,21 @@ def model_line(cfg: ServeConfig) -> str:
     return f"model: {first.describe()}" + (f": {first.reason}" if first.reason else "")
 
 
+def starting_app(cfg: ServeConfig, build: Callable[[], ASGIApp] | None = None, *,
+                 on_ready: Callable[[], None] | None = None,
+                 on_error: Callable[[BaseException], None] | None = None) -> StartingApp:
+    """What `serve` runs in one process: the real app (`build`, by default `build_app(cfg)`) built in a
+    thread behind a StartingApp, which serves the page meanwhile with the real app's middleware (the
+    security headers, the access checks of `cfg`, gzip: pages.py)."""
+    from ..web_bundle import package_static_dir
+    from .pages import middleware, wrapped
+    from .starting import StartingApp
+
+    layers = middleware(access_settings(cfg), cfg.max_body_bytes)
+    return StartingApp(build or (lambda: build_app(cfg)), static_dir=package_static_dir(),
+                       wrap=lambda app: wrapped(app, layers), on_ready=on_ready, on_error=on_error)
+
+
 def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> None:
     import uvicorn
 
@@ -213,8 +233,6 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
               file=out, flush=True)
         Multiprocess(config, sockets=[sock]).run()
         return
-    from .starting import StartingApp
-
     server: uvicorn.Server | None = None
 
     def ready() -> None:
@@ -227,11 +245,12 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
         assert server is not None
         server.should_exit = True  # serve() raises the error once the server has stopped
 
-    starting = StartingApp(lambda: build_app(cfg), on_ready=ready, on_error=failed)
+    starting = starting_app(cfg, on_ready=ready, on_error=failed)
     config = uvicorn.Config(starting, interface="asgi3", log_level="warning", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     print(f"serving on {url}\n{about_model}", file=out, flush=True)
-    log.info("loading the model; requests wait for it, /api/health answers 503 {\"status\": \"loading\"} until then")
+    log.info("loading the model; the page is served at once, API requests wait for the model, /api/health "
+             "answers 503 {\"status\": \"loading\"} until then")
     server.run(sockets=[sock])
     if starting.error is not None:
         raise starting.error
