@@ -31,6 +31,21 @@ def test_cli_parser_and_serve_setup_import_no_heavy_library():
     assert _imported_after("import transformer_explainer.server.run") == set()
 
 
+def test_torch_libraries_are_preloaded_without_importing_torch_and_torch_then_works():
+    if sys.platform != "linux":
+        return
+    code = ("import sys\nfrom transformer_explainer.server.run import preload_torch_libraries\n"
+            "preload_torch_libraries()\nassert 'torch' not in sys.modules\n"
+            "maps = open('/proc/self/maps').read()\nprint('libtorch_cpu.so' in maps, 'libc10.so' in maps)\n"
+            "import torch\nx = torch.arange(6.0).reshape(2, 3)\n"
+            "print(torch.nn.functional.gelu(x @ x.T).sum().item() > 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
+    import torch
+
+    cuda_build = torch.version.cuda is not None  # skipped there: torch loads its CUDA libraries in its own order
+    assert out.split() == (["False", "False", "True"] if cuda_build else ["True", "True", "True"])
+
+
 def test_cli_help_imports_no_torch():
     code = "from transformer_explainer.cli import main\nassert main(['--help']) == 0"
     assert not {"torch", "fastapi", "transformers"} & _imported_after(code)

@@ -139,6 +139,34 @@ def build_registry(cfg: ServeConfig) -> ModelRegistry:
     return reg
 
 
+def preload_torch_libraries() -> None:
+    """Load torch's two big shared libraries (libc10, libtorch_cpu) with ctypes, ahead of `import torch`.
+
+    Loading libtorch_cpu (its static initialisers fill torch's operator registry) takes 0.25-0.3 s here,
+    and while it loads, the server's event loop stands still: under `import torch` it holds the GIL, and
+    under ctypes, which releases the GIL, the loop still waited (measured: a /api/health answer took
+    0.30-0.33 s in that window either way, 1-50 ms outside it; the dynamic loader's lock, most likely).
+    `serve` does it before it prints the URL, so that a page opened at once is not caught in that pause;
+    `import torch` then finds the libraries loaded. CPU builds of torch on Linux only (no libtorch_cuda
+    next to them): the same files torch loads itself; anywhere else, or on any error, nothing is done."""
+    import ctypes
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.submodule_search_locations:
+            return
+        lib = os.path.join(next(iter(spec.submodule_search_locations)), "lib")
+        names = ("libc10.so", "libtorch_cpu.so")
+        if sys.platform != "linux" or os.path.exists(os.path.join(lib, "libtorch_cuda.so")) or not all(
+                os.path.exists(os.path.join(lib, n)) for n in names):
+            return
+        for n in names:
+            ctypes.CDLL(os.path.join(lib, n))
+    except (OSError, ValueError, ImportError):
+        log.debug("preloading torch's libraries failed; import torch loads them", exc_info=True)
+
+
 def build_app(cfg: ServeConfig) -> FastAPI:
     import torch
 
@@ -198,6 +226,12 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
         access_settings(cfg)  # a bad --token or limit is refused before anything starts
     except ValueError as e:
         raise InputError(str(e)) from None
+    preload = None
+    if cfg.workers == 1 and "torch" not in sys.modules:  # beside the setup below; done before the URL prints
+        import threading
+
+        preload = threading.Thread(target=preload_torch_libraries, name="preload-torch", daemon=True)
+        preload.start()
     if not is_loopback(cfg.host):
         if cfg.no_token:
             print(f"warning: serving on {cfg.host}, reachable from other machines, without an access token "
@@ -248,6 +282,8 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
     starting = starting_app(cfg, on_ready=ready, on_error=failed)
     config = uvicorn.Config(starting, interface="asgi3", log_level="warning", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
+    if preload is not None:
+        preload.join()
     print(f"serving on {url}\n{about_model}", file=out, flush=True)
     log.info("loading the model; the page is served at once, API requests wait for the model, /api/health "
              "answers 503 {\"status\": \"loading\"} until then")

@@ -134,6 +134,26 @@ class StartingApp:
             reason = f"the server could not load its model: {self.error}" if self.error else "the server is starting"
             return await _json(send, 503, {"detail": reason})
 
+    async def _warm_up(self) -> None:
+        """Answer the page once, to nobody, before the build starts: the first answer imports and starts
+        what it needs (anyio's worker thread and backend modules: ~45 ms), and once the build thread
+        imports torch, that took ~0.35 s (measured: a browser's first request answered 0.36 s after it
+        was sent, the next ones in 3-15 ms)."""
+        if self._static_dir is None:
+            return
+        scope: Scope = {"type": "http", "method": "GET", "path": "/", "headers": [], "query_string": b""}
+
+        async def receive() -> Message:
+            return {"type": "http.disconnect"}
+
+        async def send(_msg: Message) -> None:
+            pass
+
+        try:
+            await self._answer_early(scope, receive, send)
+        except Exception:  # only a head start: the real requests say what is wrong
+            log.debug("warming up the page's answer failed", exc_info=True)
+
     def _answers_early(self, scope: Scope) -> bool:
         path = scope.get("path", "")
         if path == HEALTH_PATH:
@@ -155,6 +175,7 @@ class StartingApp:
         while True:
             msg = await receive()
             if msg["type"] == "lifespan.startup":
+                await self._warm_up()
                 self._start()
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
