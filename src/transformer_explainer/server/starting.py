@@ -136,9 +136,10 @@ class StartingApp:
 
     async def _warm_up(self) -> None:
         """Answer the page once, to nobody, before the build starts: the first answer imports and starts
-        what it needs (anyio's worker thread and backend modules: ~45 ms), and once the build thread
-        imports torch, that took ~0.35 s (measured: a browser's first request answered 0.36 s after it
-        was sent, the next ones in 3-15 ms)."""
+        what it needs (anyio's worker thread and backend modules: ~45 ms on an idle machine), which the
+        build thread, importing torch beside it, would make the first real request pay several times
+        over (measured before `serve` preloaded torch's libraries: the first request 0.36 s, the next
+        ones 3-15 ms)."""
         if self._static_dir is None:
             return
         scope: Scope = {"type": "http", "method": "GET", "path": "/", "headers": [], "query_string": b""}
