@@ -1,6 +1,8 @@
 """Browser-side speed of the web app on a GPT-2-small-shape model (random weights, real tokenizer).
 
 Measures, with the real `transformer-explainer serve` process and Debian's Chromium:
+- page usable: from the server printing its URL to the app's shell drawn and usable (body[data-shell]: header,
+  language switch, text box; the server serves the page while its model still loads);
 - page interactive: from the server printing its URL to the first trace rendered (body[data-ready]);
 - text change to updated view, per main view (tokens, attention, MLP, output) at 32 and 128 tokens,
   broken down from the page's own timestamps (window.__teRun, window.__teCalls) and the server's
@@ -69,26 +71,33 @@ PARTS = ("forward", "encode", "serialise", "http", "transfer", "parse", "decode"
 STARTUP_JS = """() => {
   const nav = performance.getEntriesByType('navigation')[0];
   const js = performance.getEntriesByType('resource').filter((r) => /assets\\/.*\\.js$/.test(r.name));
-  const calls = window.__teCalls, run = window.__teRun;
+  const calls = window.__teCalls, run = window.__teRun, shell = window.__teShell;
   const models = calls.find((c) => c.path === 'models'), trace = calls.find((c) => c.path === 'trace');
   return { origin: performance.timeOrigin, htmlSent: nav.requestStart, htmlFirst: nav.responseStart,
            htmlEnd: nav.responseEnd, jsEnd: Math.max(...js.map((r) => r.responseEnd)), jsBytes: js.reduce(
-           (a, r) => a + r.transferSize, 0), domInteractive: nav.domInteractive, models, trace, run };
+           (a, r) => a + r.transferSize, 0), domInteractive: nav.domInteractive, shell, models, trace, run };
 }"""
 
 
 def startup_breakdown(o: dict, t_url_epoch: float) -> str:
-    """The first page's way from the URL printed to its first trace drawn (s since the URL)."""
-    at = lambda ms: (o["origin"] + ms) / 1000 - t_url_epoch  # noqa: E731 - page ms to s since the URL
+    """The first page's way from the URL printed to its first trace drawn (s since the URL), in the order
+    it went (page times in ms from its navigation start)."""
     m, tr, run = o["models"], o["trace"], o["run"]
-    steps = [("navigation started", at(0)), ("HTML asked", at(o["htmlSent"])),
-             ("HTML's first byte (waits for the model)", at(o["htmlFirst"])), ("HTML done", at(o["htmlEnd"])),
-             (f"JS fetched ({o['jsBytes'] / 1000:.0f} kB)", at(o["jsEnd"])),
-             ("app started: /api/models asked (JS parsed, run, mounted)", at(m["start"])),
-             ("/api/models answered", at(m["parsed"])), ("first trace asked", at(tr["start"])),
-             (f"first trace answered (forward {tr['server'].get('model', 0):.0f} ms)", at(tr["parsed"])),
-             ("first trace drawn", at(run["updated"]))]
+    steps = [("navigation started", 0), ("HTML asked", o["htmlSent"]),
+             ("HTML's first byte", o["htmlFirst"]), ("HTML done", o["htmlEnd"]),
+             (f"JS fetched ({o['jsBytes'] / 1000:.0f} kB)", o["jsEnd"]),
+             ("app started: /api/models asked (JS parsed, run, mounted)", m["start"]),
+             ("shell drawn and usable (body[data-shell]: header, language, text box)", o["shell"]),
+             ("/api/models answered (waits for the model)", m["parsed"]), ("first trace asked", tr["start"]),
+             (f"first trace answered (forward {tr['server'].get('model', 0):.0f} ms)", tr["parsed"]),
+             ("first trace drawn", run["updated"])]
+    steps = sorted(((name, at_url(o, ms, t_url_epoch)) for name, ms in steps), key=lambda s: s[1])
     return "\n".join(f"  {t:6.3f} s  {name}" for name, t in steps)
+
+
+def at_url(o: dict, ms: float, t_url_epoch: float) -> float:
+    """The page's performance.now() `ms` as seconds since the server printed its URL."""
+    return (o["origin"] + ms) / 1000 - t_url_epoch
 
 
 def fit_tokens(url: str, text: str, n: int) -> str:
@@ -289,10 +298,13 @@ def main() -> int:
                 page.goto(url + query)
                 page.wait_for_selector("body[data-ready='1']", timeout=60_000)
                 since = t_url if wire == "binary" else t0  # the first page: from the URL; the second: from goto
-                results[f"page_interactive_s[{wire}]"] = round(time.perf_counter() - since, 3)
+                t_ready = time.perf_counter()
                 if wire == "binary":
-                    results["page interactive, from the URL"] = "\n" + startup_breakdown(
-                        page.evaluate(STARTUP_JS), t_url_epoch)
+                    o = page.evaluate(STARTUP_JS)
+                    results[f"page_usable_s[{wire}]"] = round(at_url(o, o["shell"], t_url_epoch), 3)
+                results[f"page_interactive_s[{wire}]"] = round(t_ready - since, 3)
+                if wire == "binary":
+                    results["page interactive, from the URL"] = "\n" + startup_breakdown(o, t_url_epoch)
                 pages[wire] = page
             for n in args.tokens:
                 base = [fit_tokens(url, t, n) for t in TEXTS]

@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .media import BINARY_MEDIA_TYPE  # noqa: F401 - the binary answer's media type (defined apart: no torch)
+
 DTYPES = {"float16": np.dtype("<f2"), "float32": np.dtype("<f4")}
 
 
@@ -65,9 +67,9 @@ def lower_triangle_u8(thumbs: Tensor) -> np.ndarray:
 #
 # The header is the JSON answer itself, except that each encoded array's "data" is "" and a "blob": [offset,
 # length] (bytes from the start of the blobs, each blob starting at a multiple of 8) says where its bytes are.
-# The values are the same bytes as the base64 would carry: nothing is rounded on the way.
+# The values are the same bytes as the base64 would carry: nothing is rounded on the way. Its media type is
+# BINARY_MEDIA_TYPE (media.py).
 
-BINARY_MEDIA_TYPE = "application/x-te-binary"
 BINARY_MAGIC = b"TEB1"
 
 

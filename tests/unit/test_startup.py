@@ -1,6 +1,7 @@
 """Fast start: commands that need no model do not import torch or the web framework, and `serve`
-answers while its app is built (StartingApp): health says "loading", other requests wait for the
-real app and get its answer, a failed build is reported and stops the server."""
+answers while its app is built (StartingApp): the page and its files at once, exactly as the real app
+serves them (headers, access checks, gzip), health says "loading", other requests wait for the real
+app and get its answer, a failed build is reported and stops the server."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import threading
 
 import httpx
 
+from transformer_explainer.server.pages import CSP, middleware, wrapped
+from transformer_explainer.server.security import AccessSettings, loopback_hosts
 from transformer_explainer.server.starting import StartingApp
 
 HEAVY = ("torch", "fastapi", "transformers", "numpy")
@@ -26,6 +29,21 @@ def test_cli_parser_and_serve_setup_import_no_heavy_library():
     # (numpy comes with the seq2seq tasks' names, a fifth of a second; the rest takes seconds)
     assert _imported_after("from transformer_explainer.cli import build_parser\nbuild_parser()") <= {"numpy"}
     assert _imported_after("import transformer_explainer.server.run") == set()
+
+
+def test_torch_libraries_are_preloaded_without_importing_torch_and_torch_then_works():
+    if sys.platform != "linux":
+        return
+    code = ("import sys\nfrom transformer_explainer.server.run import preload_torch_libraries\n"
+            "preload_torch_libraries()\nassert 'torch' not in sys.modules\n"
+            "maps = open('/proc/self/maps').read()\nprint('libtorch_cpu.so' in maps, 'libc10.so' in maps)\n"
+            "import torch\nx = torch.arange(6.0).reshape(2, 3)\n"
+            "print(torch.nn.functional.gelu(x @ x.T).sum().item() > 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
+    import torch
+
+    cuda_build = torch.version.cuda is not None  # skipped there: torch loads its CUDA libraries in its own order
+    assert out.split() == (["False", "False", "True"] if cuda_build else ["True", "True", "True"])
 
 
 def test_cli_help_imports_no_torch():
@@ -111,6 +129,108 @@ def test_a_failed_build_is_reported_and_answered():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
             r = await c.get("/api/models")
             assert r.status_code == 503 and "weights are broken" in r.json()["detail"]
+        await stop()
+
+    asyncio.run(scenario())
+
+
+# -- the page while the model loads ----------------------------------------------------------------
+
+TOKEN = "secret-token-1"
+ACCESS = AccessSettings(token=TOKEN, allowed_hosts=loopback_hosts())
+GOOD = {"host": "127.0.0.1:8000", "authorization": f"Bearer {TOKEN}", "accept-encoding": "gzip"}
+
+
+def _web(tmp_path):
+    root = tmp_path / "web_dist"
+    (root / "assets").mkdir(parents=True)
+    (root / "index.html").write_text('<!doctype html><title>t</title><script src="/assets/app-1.js"></script>\n')
+    (root / "assets" / "app-1.js").write_text("console.log('the app');\n" * 200)  # over 2048 bytes: gzipped
+    (root / "fonts").mkdir()
+    (root / "fonts" / "f.json").write_text("{}")
+    return root
+
+
+# (path, headers): what a browser asks first, and what the real app refuses
+PAGE_CASES = [
+    ("/", GOOD),
+    ("/assets/app-1.js", GOOD),
+    ("/fonts/f.json", GOOD),
+    ("/", {**GOOD, "host": "evil.example:8000"}),  # DNS rebinding: 403
+    ("/assets/app-1.js", {"host": "localhost:8000"}),  # no token: 401 (the login page)
+    ("/", {"host": "localhost:8000", "authorization": "Bearer wrong-token-9"}),  # 401
+    (f"/?token={TOKEN}&lang=zh", {"host": "localhost:8000"}),  # 303 to /?lang=zh, with the cookie
+    ("/api/health", {"host": "localhost:8000"}),  # no token: 401, as the real app refuses it
+    ("/api/health", {**GOOD, "host": "evil.example"}),  # 403
+]
+
+
+def test_the_page_is_served_while_the_model_loads_exactly_as_the_real_app_serves_it(tmp_path, tiny_model):
+    from transformer_explainer.server import ServerSettings, create_app
+
+    root = _web(tmp_path)
+    real = create_app({"tiny": tiny_model}, ServerSettings(static_dir=root, access=ACCESS))
+    gate = threading.Event()
+
+    def build():
+        assert gate.wait(20)
+        return real
+
+    async def get(c: httpx.AsyncClient, path: str, headers: dict[str, str]) -> httpx.Response:
+        try:
+            return await asyncio.wait_for(c.get(path, headers=headers), 5)
+        finally:
+            c.cookies.clear()  # each request stands alone (the ?token= case sets a cookie)
+
+    async def scenario() -> tuple[list[httpx.Response], list[httpx.Response]]:
+        app = StartingApp(build, static_dir=root, wrap=lambda a: wrapped(a, middleware(ACCESS, 1_000_000)))
+        stop = await _lifespan(app)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            # answered now, not held for the model (a held request would time out here)
+            early = [await get(c, p, h) for p, h in PAGE_CASES]
+            r = await asyncio.wait_for(c.get("/api/health", headers=GOOD), 5)
+            assert r.status_code == 503 and r.json()["status"] == "loading" and r.headers["retry-after"] == "1"
+            assert r.headers["content-security-policy"] == CSP
+            waiting = [asyncio.ensure_future(c.get(p, headers=GOOD)) for p in ("/api/models", "/api/nothing")]
+            head = asyncio.ensure_future(c.head("/", headers=GOOD))  # only GET is the page's: HEAD waits
+            await asyncio.sleep(0.2)
+            assert not any(w.done() for w in [*waiting, head])  # the API waits for the model
+            gate.set()
+            models, nothing = [await asyncio.wait_for(w, 20) for w in waiting]
+            assert models.status_code == 200 and models.json()["default"] == "tiny"
+            assert nothing.status_code == 404
+            assert (await head).status_code == 405  # the real app's answer
+            late = [await get(c, p, h) for p, h in PAGE_CASES]  # now the real app answers
+        await stop()
+        return early, late
+
+    early, late = asyncio.run(scenario())
+    assert [r.status_code for r in early] == [200, 200, 200, 403, 401, 401, 303, 401, 403]
+    page, js = early[0], early[1]
+    assert page.text == (root / "index.html").read_text() and page.headers["cache-control"] == "no-cache"
+    assert page.headers["content-security-policy"] == CSP and page.headers["x-frame-options"] == "DENY"
+    assert js.headers["content-encoding"] == "gzip" and js.text == (root / "assets" / "app-1.js").read_text()
+    assert js.headers["cache-control"] == "public, max-age=31536000, immutable"
+    assert "text/javascript" in js.headers["content-type"]
+    assert early[6].headers["location"] == "/?lang=zh" and "HttpOnly" in early[6].headers["set-cookie"]
+    for (path, _), e, r in zip(PAGE_CASES, early, late, strict=True):  # the same answer, byte for byte
+        assert (e.status_code, e.headers.multi_items(), e.content) == (r.status_code, r.headers.multi_items(),
+                                                                       r.content), path
+
+
+def test_without_a_web_folder_only_health_answers_early():
+    gate = threading.Event()
+
+    async def scenario() -> None:
+        app = StartingApp(lambda: gate.wait(10) and Inner())
+        stop = await _lifespan(app)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            assert (await asyncio.wait_for(c.get("/api/health"), 5)).status_code == 503
+            page = asyncio.ensure_future(c.get("/"))
+            await asyncio.sleep(0.1)
+            assert not page.done()
+            gate.set()
+            assert (await asyncio.wait_for(page, 10)).text == "/"
         await stop()
 
     asyncio.run(scenario())

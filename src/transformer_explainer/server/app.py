@@ -16,28 +16,25 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.middleware.gzip import DEFAULT_EXCLUDED_CONTENT_TYPES, GZipMiddleware
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..encoding import BINARY_MEDIA_TYPE
 from ..engine import ExplainerModel
 from ..errors import CheckpointError, ExplainerError, InputError, ModelNotFoundError
 from ..schemas import ErrorOut
 from ..web_bundle import package_static_dir
 from .context import ServerContext
 from .downloads import downloads_router
+from .pages import CSP, NOT_BUILT, BodyLimit, SecurityHeaders, middleware, page_response, safe_static_path
 from .pool import Busy, ModelPool
 from .registry import ModelRegistry
 from .routes import analysis, core, seq2seq
-from .security import AccessGuard, AccessSettings, FairShare
+from .security import AccessSettings
 from .service import Explainer
 
 log = logging.getLogger(__name__)
 
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-       "font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+__all__ = ["CSP", "NOT_BUILT", "BodyLimit", "SecurityHeaders", "ServerSettings", "create_app", "safe_static_path"]
 
 
 @dataclass(frozen=True)
@@ -52,65 +49,6 @@ class ServerSettings:
     static_dir: Path | None = None  # the built UI; None: the package's web_dist/
     downloads: bool = False  # may the app's download panel fetch known GPT-2 checkpoints (see downloads.py)
     access: AccessSettings = AccessSettings()  # token, Host and Origin checks, per-client limits (security.py)
-
-
-# -- small ASGI middlewares ------------------------------------------------------------------------
-
-
-class BodyLimit:
-    """Refuse request bodies over `max_bytes` (413), whether announced by Content-Length or streamed."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        for k, v in scope.get("headers", []):
-            if k == b"content-length" and (not v.isdigit() or int(v) > self.max_bytes):
-                return await _too_large(self.max_bytes)(scope, receive, send)
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
-            msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _BodyTooLarge
-            return msg
-
-        try:
-            await self.app(scope, limited, send)
-        except _BodyTooLarge:
-            await _too_large(self.max_bytes)(scope, receive, send)
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-def _too_large(limit: int) -> Response:
-    return JSONResponse({"detail": f"the request body is larger than {limit:,} bytes"}, status_code=413)
-
-
-class SecurityHeaders:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-
-        async def send_with_headers(msg: Message) -> None:
-            if msg["type"] == "http.response.start":
-                headers = list(msg.get("headers", []))
-                headers += [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
-                            (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
-                msg = {**msg, "headers": headers}
-            await send(msg)
-
-        await self.app(scope, receive, send_with_headers)
 
 
 # -- errors ----------------------------------------------------------------------------------------
@@ -200,47 +138,21 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 # -- the UI ----------------------------------------------------------------------------------------
 
-NOT_BUILT = """<!doctype html><meta charset="utf-8"><title>transformer-explainer</title>
-<p>The web UI is not built in this installation. Build it with <code>cd web && npm ci && npm run build</code>;
-the JSON API is at <a href="/api/openapi.json">/api/openapi.json</a>.</p>"""
-
-
-def safe_static_path(root: Path, rel: str) -> Path | None:
-    """The file under `root` that `rel` names, or None if it is not one (missing, a folder, or a
-    path that tries to leave `root`)."""
-    if not rel or "\\" in rel or "\0" in rel or rel.startswith("/") or ":" in rel:
-        return None
-    parts = rel.split("/")
-    if any(p in ("", ".", "..") or p.startswith(".") for p in parts):
-        return None
-    path = (root / rel).resolve()
-    try:
-        path.relative_to(root.resolve())
-    except ValueError:
-        return None
-    return path if path.is_file() else None
-
-
 def static_routes(app: FastAPI, root: Path) -> None:
-    def index() -> Response:
-        f = root / "index.html"
-        if not f.is_file():
-            return HTMLResponse(NOT_BUILT)
-        return FileResponse(f, headers={"Cache-Control": "no-cache"})
+    """The page and its files (pages.py; StartingApp answers the same while the model loads). GET only, as
+    FastAPI's GET routes are: a HEAD gets 405."""
 
     @app.get("/", include_in_schema=False)
     async def home() -> Response:
-        return index()
+        r = page_response(root, "")
+        assert r is not None
+        return r
 
     @app.get("/{path:path}", include_in_schema=False)
     async def static(path: str) -> Response:
         if path.startswith("api/"):
             return _error(404, f"no API endpoint /{path}")
-        f = safe_static_path(root, path)
-        if f is None:
-            return _error(404, f"no file /{path}")
-        cache = "public, max-age=31536000, immutable" if path.startswith("assets/") else "no-cache"
-        return FileResponse(f, headers={"Cache-Control": cache})
+        return page_response(root, path) or _error(404, f"no file /{path}")
 
 
 # -- factory ---------------------------------------------------------------------------------------
@@ -271,11 +183,6 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     app.include_router(seq2seq.router, prefix="/api/seq2seq", responses=ERRORS)
     app.include_router(downloads_router(registry, settings.downloads), responses=ERRORS)
     static_routes(app, settings.static_dir or package_static_dir())
-    # binary answers are raw floats: gzip shrinks them by ~10-15 % at 100-230 ms per MB, so they go as they are
-    app.add_middleware(GZipMiddleware, minimum_size=2048,
-                       exclude_content_types=(*DEFAULT_EXCLUDED_CONTENT_TYPES, BINARY_MEDIA_TYPE))
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(FairShare, settings=settings.access)
-    app.add_middleware(AccessGuard, settings=settings.access)  # runs before the limits: strangers are not counted
-    app.add_middleware(SecurityHeaders)
+    for cls, kwargs in reversed(middleware(settings.access, settings.max_body_bytes)):  # outermost last
+        app.add_middleware(cls, **kwargs)
     return app

@@ -1,6 +1,7 @@
 """Run the app under uvicorn: bind first, then print the URL, so the address printed is the one
 that is listening (also with `--port 0`). One process answers at once and builds the app (torch,
-the web framework, the default model) behind a `StartingApp`; see starting.py."""
+the web framework, the default model) behind a `StartingApp`, which serves the page meanwhile; see
+starting.py."""
 
 from __future__ import annotations
 
@@ -18,9 +19,13 @@ from ..errors import ExplainerError, InputError
 from .security import AccessSettings, loopback_hosts
 
 if TYPE_CHECKING:  # imported where used: listening must not wait for the web framework and torch
+    from collections.abc import Callable
+
     from fastapi import FastAPI
+    from starlette.types import ASGIApp
 
     from .registry import ModelRegistry
+    from .starting import StartingApp
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +144,34 @@ def build_registry(cfg: ServeConfig) -> ModelRegistry:
     return reg
 
 
+def preload_torch_libraries() -> None:
+    """Load torch's two big shared libraries (libc10, libtorch_cpu) with ctypes, ahead of `import torch`.
+
+    Loading libtorch_cpu (its static initialisers fill torch's operator registry) takes 0.25-0.3 s here,
+    and while it loads, the server's event loop stands still: under `import torch` it holds the GIL, and
+    under ctypes, which releases the GIL, the loop still waited (measured: a /api/health answer took
+    0.30-0.33 s in that window either way, 1-50 ms outside it; the dynamic loader's lock, most likely).
+    `serve` does it before it prints the URL, so that a page opened at once is not caught in that pause;
+    `import torch` then finds the libraries loaded. CPU builds of torch on Linux only (no libtorch_cuda
+    next to them): the same files torch loads itself; anywhere else, or on any error, nothing is done."""
+    import ctypes
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.submodule_search_locations:
+            return
+        lib = os.path.join(next(iter(spec.submodule_search_locations)), "lib")
+        names = ("libc10.so", "libtorch_cpu.so")
+        if sys.platform != "linux" or os.path.exists(os.path.join(lib, "libtorch_cuda.so")) or not all(
+                os.path.exists(os.path.join(lib, n)) for n in names):
+            return
+        for n in names:
+            ctypes.CDLL(os.path.join(lib, n))
+    except (OSError, ValueError, ImportError):
+        log.debug("preloading torch's libraries failed; import torch loads them", exc_info=True)
+
+
 def build_app(cfg: ServeConfig) -> FastAPI:
     import torch
 
@@ -175,6 +208,21 @@ def model_line(cfg: ServeConfig) -> str:
     return f"model: {first.describe()}" + (f": {first.reason}" if first.reason else "")
 
 
+def starting_app(cfg: ServeConfig, build: Callable[[], ASGIApp] | None = None, *,
+                 on_ready: Callable[[], None] | None = None,
+                 on_error: Callable[[BaseException], None] | None = None) -> StartingApp:
+    """What `serve` runs in one process: the real app (`build`, by default `build_app(cfg)`) built in a
+    thread behind a StartingApp, which serves the page meanwhile with the real app's middleware (the
+    security headers, the access checks of `cfg`, gzip: pages.py)."""
+    from ..web_bundle import package_static_dir
+    from .pages import middleware, wrapped
+    from .starting import StartingApp
+
+    layers = middleware(access_settings(cfg), cfg.max_body_bytes)
+    return StartingApp(build or (lambda: build_app(cfg)), static_dir=package_static_dir(),
+                       wrap=lambda app: wrapped(app, layers), on_ready=on_ready, on_error=on_error)
+
+
 def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> None:
     import uvicorn
 
@@ -183,6 +231,12 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
         access_settings(cfg)  # a bad --token or limit is refused before anything starts
     except ValueError as e:
         raise InputError(str(e)) from None
+    preload = None
+    if cfg.workers == 1 and "torch" not in sys.modules:  # beside the setup below; done before the URL prints
+        import threading
+
+        preload = threading.Thread(target=preload_torch_libraries, name="preload-torch", daemon=True)
+        preload.start()
     if not is_loopback(cfg.host):
         if cfg.no_token:
             print(f"warning: serving on {cfg.host}, reachable from other machines, without an access token "
@@ -218,8 +272,6 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
               file=out, flush=True)
         Multiprocess(config, sockets=[sock]).run()
         return
-    from .starting import StartingApp
-
     server: uvicorn.Server | None = None
 
     def ready() -> None:
@@ -232,11 +284,14 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
         assert server is not None
         server.should_exit = True  # serve() raises the error once the server has stopped
 
-    starting = StartingApp(lambda: build_app(cfg), on_ready=ready, on_error=failed)
+    starting = starting_app(cfg, on_ready=ready, on_error=failed)
     config = uvicorn.Config(starting, interface="asgi3", log_level="warning", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
+    if preload is not None:
+        preload.join()
     print(f"serving on {url}\n{about_model}", file=out, flush=True)
-    log.info("loading the model; requests wait for it, /api/health answers 503 {\"status\": \"loading\"} until then")
+    log.info("loading the model; the page is served at once, API requests wait for the model, /api/health "
+             "answers 503 {\"status\": \"loading\"} until then")
     server.run(sockets=[sock])
     if starting.error is not None:
         raise starting.error

@@ -13,6 +13,8 @@ const en = {
   examples: "Examples",
   tokensOf: "{n} tokens of {ctx}",
   computing: "Computing…",
+  serverLoading: "Loading the model… ({n} s)", // the server has started and is still loading its model
+  serverLoadingHint: "You can type your text now: it is traced as soon as the model is in.",
   ready: "Up to date",
   error: "Problem",
   truncatedNote: "The text was longer than the context; only its last {n} tokens are shown.",
@@ -250,6 +252,8 @@ const zh: Record<Key, string> = {
   examples: "示例",
   tokensOf: "{n} 个词元（上限 {ctx}）",
   computing: "计算中…",
+  serverLoading: "正在加载模型…（{n} 秒）",
+  serverLoadingHint: "现在就可以输入文本：模型加载完成后会立即计算。",
   ready: "已更新",
   error: "出错了",
   truncatedNote: "文本超出了上下文长度，只显示最后 {n} 个词元。",

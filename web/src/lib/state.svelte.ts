@@ -8,6 +8,7 @@ import { translate, type Key, type Lang } from "./i18n";
 import { familyOf, type Family } from "./family";
 import { decodeTensor, type Tensor } from "./tensor";
 import { hasView, specsFor, type LnWhich, type ViewId } from "./views";
+import { snapshot } from "../snapshot/static";
 
 /** Tensors are asked for as float32: every value a readout shows (4 decimals) is the trace's own. With
  *  binary answers float32 costs 4 bytes a value, against 2.7 for float16 as base64. The map of tensors is
@@ -65,6 +66,9 @@ class AppState {
   /** The guided lesson that is open, if any (src/lessons/). */
   lesson = $state<string | null>(null);
   lastUpdateMs = $state<number | null>(null);
+  /** The server is still loading its model (it serves the page at once, the API once the model is in):
+   *  the seconds since this page opened, for the notice; null when it is not (or no longer) loading. */
+  serverLoading = $state<number | null>(null);
 
   #textIsIds = false; // the text came from generation: continue from its token ids, not a re-tokenization
   #traceCtl: AbortController | null = null;
@@ -96,8 +100,37 @@ class AppState {
       const list = await api.models();
       this.models = list.models;
       this.model ??= list.default;
+      this.serverLoading = null;
     } catch (e) {
       this.error = (e as Error).message;
+    }
+  }
+
+  /** While the server says its model is loading (/api/health: 503 {"status": "loading"}), keep
+   *  `serverLoading` counting the seconds, asking again at its Retry-After interval; ends once the model
+   *  list is here or the server says anything else. Runs beside loadModels, whose request simply waits
+   *  for the model: a server that is ready costs one extra small request, and no delay. */
+  async watchServer(): Promise<void> {
+    if (snapshot) return;
+    const seconds = () => Math.floor(performance.now() / 1000);
+    let ticker: ReturnType<typeof setInterval> | undefined;
+    try {
+      while (!this.models.length) {
+        const res = await fetch("api/health", { cache: "no-store" });
+        const body = res.status === 503 ? ((await res.json().catch(() => null)) as { status?: string } | null) : null;
+        if (body?.status !== "loading" || this.models.length) return;
+        if (ticker === undefined) {
+          this.serverLoading = seconds();
+          ticker = setInterval(() => { if (!this.models.length) this.serverLoading = seconds(); }, 1000);
+        }
+        const wait = Math.min(5, Math.max(0.25, Number(res.headers.get("retry-after")) || 1));
+        await new Promise((r) => setTimeout(r, wait * 1000));
+      }
+    } catch {
+      /* the server is gone: the waiting API calls say why */
+    } finally {
+      clearInterval(ticker);
+      this.serverLoading = null;
     }
   }
 

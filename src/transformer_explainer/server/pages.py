@@ -1,0 +1,150 @@
+"""The page: the built web app's files (index.html and its assets), and the middleware that every
+answer of the server passes through (security headers, access checks, per-client limits, body limit,
+gzip).
+
+One implementation for two apps: the real one (app.py) and `StartingApp` (starting.py), which answers
+the page with exactly these headers and checks while the model is still loading. So this module is
+light: Starlette's responses and gzip only, no FastAPI, no torch (importing it takes ~30 ms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from starlette.middleware.gzip import DEFAULT_EXCLUDED_CONTENT_TYPES, GZipMiddleware
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..media import BINARY_MEDIA_TYPE
+from .security import AccessGuard, AccessSettings, FairShare
+
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+       "font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+SECURITY_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
+PAGE_METHODS = ("GET",)  # the page's files answer GET; others (HEAD included) get the real app's 405
+
+
+# -- middleware ------------------------------------------------------------------------------------
+
+
+class SecurityHeaders:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_with_headers(msg: Message) -> None:
+            if msg["type"] == "http.response.start":
+                msg = {**msg, "headers": [*msg.get("headers", []), *SECURITY_HEADERS]}
+            await send(msg)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+class BodyLimit:
+    """Refuse request bodies over `max_bytes` (413), whether announced by Content-Length or streamed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        for k, v in scope.get("headers", []):
+            if k == b"content-length" and (not v.isdigit() or int(v) > self.max_bytes):
+                return await _too_large(self.max_bytes)(scope, receive, send)
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _BodyTooLarge
+            return msg
+
+        try:
+            await self.app(scope, limited, send)
+        except _BodyTooLarge:
+            await _too_large(self.max_bytes)(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _too_large(limit: int) -> Response:
+    return JSONResponse({"detail": f"the request body is larger than {limit:,} bytes"}, status_code=413)
+
+
+def middleware(access: AccessSettings, max_body_bytes: int) -> list[tuple[Callable[..., ASGIApp], dict[str, Any]]]:
+    """Every answer's way out, outermost first: security headers on everything; the access guard (Host,
+    Origin, token) before the limits, so strangers are not counted; the per-client limits (API calls
+    only); the body limit; gzip. Binary answers are raw floats: gzip shrinks them by ~10-15 % at
+    100-230 ms per MB, so they go as they are."""
+    return [(SecurityHeaders, {}), (AccessGuard, {"settings": access}), (FairShare, {"settings": access}),
+            (BodyLimit, {"max_bytes": max_body_bytes}),
+            (GZipMiddleware, {"minimum_size": 2048,
+                              "exclude_content_types": (*DEFAULT_EXCLUDED_CONTENT_TYPES, BINARY_MEDIA_TYPE)})]
+
+
+def wrapped(app: ASGIApp, layers: list[tuple[Callable[..., ASGIApp], dict[str, Any]]]) -> ASGIApp:
+    """`app` inside `layers` (outermost first), as Starlette's add_middleware would stack them."""
+    for cls, kwargs in reversed(layers):
+        app = cls(app, **kwargs)
+    return app
+
+
+# -- the web app's files ---------------------------------------------------------------------------
+
+NOT_BUILT = """<!doctype html><meta charset="utf-8"><title>transformer-explainer</title>
+<p>The web UI is not built in this installation. Build it with <code>cd web && npm ci && npm run build</code>;
+the JSON API is at <a href="/api/openapi.json">/api/openapi.json</a>.</p>"""
+
+
+def safe_static_path(root: Path, rel: str) -> Path | None:
+    """The file under `root` that `rel` names, or None if it is not one (missing, a folder, or a
+    path that tries to leave `root`)."""
+    if not rel or "\\" in rel or "\0" in rel or rel.startswith("/") or ":" in rel:
+        return None
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+        return None
+    path = (root / rel).resolve()
+    try:
+        path.relative_to(root.resolve())
+    except ValueError:
+        return None
+    return path if path.is_file() else None
+
+
+def is_page(root: Path, scope: Scope) -> bool:
+    """Does the request `scope` ask for one of the web app's files, as the real app serves them: a GET
+    of "/" (index.html, or the page saying it is not built) or of a file of the bundle (never anything
+    under /api/)?"""
+    path = scope.get("path", "")
+    if scope.get("type") != "http" or scope.get("method") not in PAGE_METHODS:
+        return False
+    return path == "/" or (not path.startswith("/api/") and safe_static_path(root, path[1:]) is not None)
+
+
+def page_response(root: Path, rel: str) -> Response | None:
+    """The answer for the web app's file `rel` (the URL path without its leading /; "" is the page), or
+    None when there is no such file. index.html and the other unhashed files are revalidated each time
+    (no-cache); assets/ have hashed names and are kept for a year."""
+    if rel == "":
+        f = root / "index.html"
+        if not f.is_file():
+            return HTMLResponse(NOT_BUILT)
+        return FileResponse(f, headers={"Cache-Control": "no-cache"})
+    f = safe_static_path(root, rel)
+    if f is None:
+        return None
+    cache = "public, max-age=31536000, immutable" if rel.startswith("assets/") else "no-cache"
+    return FileResponse(f, headers={"Cache-Control": cache})
