@@ -87,10 +87,11 @@ def middleware(access: AccessSettings, max_body_bytes: int) -> list[tuple[Callab
     """Every answer's way out, outermost first: security headers on everything; the access guard (Host,
     Origin, token) before the limits, so strangers are not counted; the per-client limits (API calls
     only); the body limit; gzip. Binary answers are raw floats: gzip shrinks them by ~10-15 % at
-    100-230 ms per MB, so they go as they are."""
+    100-230 ms per MB, so they go as they are. Level 6, not Starlette's 9: the 419 kB bundle compresses
+    in 22 ms instead of 35 to within 0.1 % of the size (measured, Python's gzip)."""
     return [(SecurityHeaders, {}), (AccessGuard, {"settings": access}), (FairShare, {"settings": access}),
             (BodyLimit, {"max_bytes": max_body_bytes}),
-            (GZipMiddleware, {"minimum_size": 2048,
+            (GZipMiddleware, {"minimum_size": 2048, "compresslevel": 6,
                               "exclude_content_types": (*DEFAULT_EXCLUDED_CONTENT_TYPES, BINARY_MEDIA_TYPE)})]
 
 
