@@ -126,6 +126,26 @@ class Trace(TraceBase):
         return f"Trace of {self.n_tokens} tokens through {self.model_name}"
 
 
+def truncate_trace(trace: Trace, n: int) -> Trace:
+    """The trace of `trace`'s first `n` tokens (0 < n <= its tokens; a trace from position 0): every
+    value cut to those positions, as views. A causal model's first n positions do not depend on what
+    follows, so this is what tracing those tokens alone gives; `extend_trace` continues it when a text
+    is edited after its first n tokens. Its text is not known here (""); nor are its last position's
+    logits as the pass computed them: they are derived on access."""
+    if trace.start != 0 or not 0 < n <= trace.n_tokens:
+        raise ValueError(f"cannot cut a trace of {trace.n_tokens} tokens from position {trace.start} to {n}")
+    values: dict[str, Tensor] = {}
+    family = trace.config.family
+    for name, v in trace.values.items():
+        dims, _ = describe(name, family)
+        if len(dims) != v.dim():
+            raise ValueError(f"{name}: {v.dim()} dimensions where its description has {len(dims)}")
+        values[name] = v[tuple(slice(0, n) if d in ("T", "S") else slice(None) for d in dims)]
+    return Trace(model_name=trace.model_name, config=trace.config, text="", token_ids=trace.token_ids[:n],
+                 tokens=trace.tokens[:n], values=values, start=0, prefix_ids=[], unembed=trace.unembed,
+                 last_logits=trace.last_logits if n == trace.n_tokens else None)
+
+
 def merge_traces(prefix: Trace, new: Trace) -> Trace:
     """The trace of prefix + new positions, where `new` was computed with a KV cache holding the
     prefix. Equal (up to float rounding) to tracing the whole sequence at once: the prefix's score

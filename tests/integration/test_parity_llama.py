@@ -316,3 +316,9 @@ def test_extending_a_trace_with_its_kv_cache_equals_tracing_it_whole(llama_famil
     assert extended.token_ids == full.token_ids
     for name in full.names():
         torch.testing.assert_close(extended[name], full[name], atol=1e-5, rtol=1e-4, msg=name)
+    # a text edited after its first tokens: the trace cut to them (rotation angles included), continued
+    from transformer_explainer.trace import truncate_trace
+
+    continued = model.extend_trace(truncate_trace(full, 3), ids[3:])
+    for name in full.names():
+        torch.testing.assert_close(continued[name], full[name], atol=1e-5, rtol=1e-4, msg=name)

@@ -225,6 +225,24 @@ def test_a_longer_text_reuses_the_trace_of_its_prefix(client, tiny_model):
     assert_same_trace(got, tiny_model.trace_ids(longer["token_ids"]), atol=1e-4)
 
 
+def test_an_edited_end_continues_the_trace_of_the_shared_beginning(client, tiny_model):
+    """Typing over the last word: the cached trace is cut to the ids both texts share, and only the
+    positions after them are computed; every value equals the edited text's own trace."""
+    first = client.post("/api/trace", json={"text": "The quick brown fox jumps"}).json()
+    edited = client.post("/api/trace", json={"text": "The quick brown fox sleeps"}).json()
+    shared = next(i for i, (a, b) in enumerate(zip(first["token_ids"], edited["token_ids"], strict=False)) if a != b)
+    assert 2 * shared >= len(edited["token_ids"])
+    assert edited["computed_positions"] == [shared, len(edited["token_ids"])]
+    got = client.app.state.explainer.cache.get(("tiny", tuple(edited["token_ids"])))
+    assert_same_trace(got, tiny_model.trace_ids(edited["token_ids"]), atol=1e-4)
+    # a text that shares less than half of its ids (here 2 of 5) is traced whole
+    other = client.post("/api/trace", json={"text": "The quick cat sat down"}).json()
+    assert other["computed_positions"] == [0, len(other["token_ids"])]
+    # the original is still answered from the cache, whole
+    again = client.post("/api/trace", json={"text": "The quick brown fox jumps"}).json()
+    assert again["computed_positions"] == [len(first["token_ids"])] * 2
+
+
 def test_health_reports_the_bounded_state(client):
     h = client.get("/api/health").json()
     assert h["status"] == "ok" and h["pending"] == 0

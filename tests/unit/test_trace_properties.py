@@ -189,3 +189,23 @@ def test_one_row_products_split_over_threads_equal_f_linear(threads, monkeypatch
         torch.set_num_threads(before)
     assert y.shape == (1, 1, 3072)
     torch.testing.assert_close(y, torch.nn.functional.linear(x, w, b), atol=1e-4, rtol=1e-5)
+
+
+def test_a_truncated_trace_equals_the_trace_of_its_tokens(tiny_model):
+    """Cutting a trace to its first n tokens gives what tracing those n tokens gives (a causal model's
+    first positions do not see the later ones), and continuing it gives the whole text's trace."""
+    from transformer_explainer.trace import truncate_trace
+
+    ids = tiny_model.encode("Data visualization empowers users to see what a model computes")
+    full = tiny_model.trace_ids(ids)
+    for n in (1, 5, len(ids)):
+        cut, alone = truncate_trace(full, n), tiny_model.trace_ids(ids[:n])
+        assert cut.token_ids == ids[:n] and set(cut.values) == set(alone.values)
+        for name in alone.values:
+            torch.testing.assert_close(cut[name], alone[name], atol=1e-5, rtol=0, msg=name)
+        torch.testing.assert_close(cut.next_token_logits(), alone.next_token_logits(), atol=1e-4, rtol=0)
+    continued = tiny_model.extend_trace(truncate_trace(full, 5), ids[5:])
+    for name in full.values:
+        torch.testing.assert_close(continued[name], full[name], atol=1e-5, rtol=0, msg=name)
+    with pytest.raises(ValueError):
+        truncate_trace(full, 0)

@@ -1,6 +1,7 @@
 """The server's memory of traces: a small LRU bounded in bytes, keyed by (model, token ids), and the
 `Explainer` that answers a trace through it. A view that asks for one more tensor of the same text
-reuses the forward pass, a text being typed is extended from its cached prefix, a class sending the
+reuses the forward pass, a text being typed or edited at its end continues the trace of its cached
+beginning (only the changed positions are computed), a class sending the
 same text at once gets one pass, and nothing a client does can grow memory without bound. What the
 answers hold is the domain's (`overview`, `slicing`, `inputs`); this module only remembers."""
 
@@ -11,11 +12,21 @@ from collections import OrderedDict
 from concurrent.futures import Future
 
 from ..engine import ExplainerModel
-from ..trace import Trace
+from ..trace import Trace, truncate_trace
 
 
 def trace_nbytes(trace: Trace) -> int:
     return sum(v.numel() * v.element_size() for v in trace.values.values())
+
+
+def shared_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """How many ids `a` and `b` have in common at their beginning."""
+    n = 0
+    for x, y in zip(a, b, strict=False):  # up to the shorter
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 class TraceCache:
@@ -47,15 +58,21 @@ class TraceCache:
             self._items.move_to_end(key)
             return hit[0]
 
-    def longest_prefix(self, key: tuple[str, tuple[int, ...]]) -> Trace | None:
-        """The cached trace of the longest proper prefix of `key`'s ids (same model), if any: a text
-        being typed grows at its end, so its previous trace usually is one."""
+    def longest_shared_prefix(self, key: tuple[str, tuple[int, ...]]) -> tuple[Trace, int] | None:
+        """The cached trace (same model) whose ids share the longest beginning with `key`'s, and how
+        many ids they share (fewer than `key` has), if any shares one: a text being typed grows or
+        changes at its end, so its previous trace usually covers most of it."""
         name, ids = key
         with self._lock:
-            best = None
+            best: tuple[Trace, int] | None = None
             for (m, k), (trace, _) in self._items.items():
-                if m == name and len(k) < len(ids) and (best is None or len(k) > best.n_tokens) and ids[:len(k)] == k:
-                    best = trace
+                if m != name:
+                    continue
+                shared = shared_length(k, ids)
+                if shared == len(ids):  # the same ids (a hit), or a longer text: keep only proper beginnings
+                    shared -= 1
+                if shared > 0 and (best is None or shared > best[1]):
+                    best = (trace, shared)
             return best
 
     def stats(self) -> dict[str, int | float]:
@@ -100,10 +117,13 @@ class Explainer:
         if pending is not None:  # computed by another worker thread right now: it only has to finish
             return pending.result(), [n, n]
         try:
-            prefix = self.cache.longest_prefix(key)
-            if prefix is not None:
-                trace = model.extend_trace(prefix, ids[prefix.n_tokens:])
-                computed = [prefix.n_tokens, n]
+            shared = self.cache.longest_shared_prefix(key)
+            # continuing a trace computes only the positions after the shared ones, but copies the
+            # shared ones into the new trace: worth it when they are at least half the text
+            if shared is not None and 2 * shared[1] >= n:
+                prefix, p = shared
+                trace = model.extend_trace(prefix if p == prefix.n_tokens else truncate_trace(prefix, p), ids[p:])
+                computed = [p, n]
             else:
                 trace, computed = model.trace_ids(ids), [0, n]
             mine.set_result(trace)
