@@ -14,7 +14,7 @@ import httpx
 
 from transformer_explainer.server.pages import CSP, middleware, wrapped
 from transformer_explainer.server.security import AccessSettings, loopback_hosts
-from transformer_explainer.server.starting import StartingApp
+from transformer_explainer.server.starting import BUILD_SWITCH_INTERVAL_S, StartingApp
 
 HEAVY = ("torch", "fastapi", "transformers", "numpy")
 
@@ -86,10 +86,11 @@ async def _lifespan(app):
 
 def test_requests_wait_for_the_app_and_health_says_loading():
     inner, gate = Inner(), threading.Event()
-    ready = []
+    ready, switch = [], sys.getswitchinterval()
 
     def build():
         assert gate.wait(10)
+        assert sys.getswitchinterval() == BUILD_SWITCH_INTERVAL_S  # the server's thread gets the GIL back soon
         return inner
 
     async def scenario() -> None:
@@ -106,6 +107,7 @@ def test_requests_wait_for_the_app_and_health_says_loading():
             assert r.status_code == 200 and r.text == "/api/models"
             assert (await c.get("/api/health")).text == "/api/health"  # now the real app's answer
         assert ready == [True] and inner.events == ["lifespan.startup"]
+        assert sys.getswitchinterval() == switch  # restored once built
         await stop()
         assert inner.events == ["lifespan.startup", "lifespan.shutdown"]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -37,6 +38,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 HEALTH_PATH = "/api/health"
+BUILD_SWITCH_INTERVAL_S = 0.0005
 
 
 class StartingApp:
@@ -68,12 +70,20 @@ class StartingApp:
         loop = asyncio.get_running_loop()
         self._done = asyncio.Event()
 
+        # the build (imports, reading weights) holds the GIL most of the time; the server's thread gets it
+        # back at each switch interval, so with Python's 5 ms every step of an early page answer waits up
+        # to 5 ms: a shorter interval while building keeps the page quick
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch, BUILD_SWITCH_INTERVAL_S))
+
         def build() -> None:
             try:
                 app: ASGIApp | None = self._build()
                 error = None
             except BaseException as e:  # reported on the loop: the server stops with it
                 app, error = None, e
+            finally:
+                sys.setswitchinterval(switch)
             loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._finish(app, error)))
 
         threading.Thread(target=build, name="build-app", daemon=True).start()
