@@ -90,5 +90,4 @@ def test_long_input_parity(tiny_model, hf_tiny):
     torch.testing.assert_close(trace["logits"], out.logits[0], atol=1e-5, rtol=0)
     for i in range(tiny_model.config.n_layer):
         torch.testing.assert_close(trace[f"blocks.{i}.attn.pattern"], out.attentions[i][0], atol=1e-5, rtol=0)
-        torch.testing.assert_close(trace[f"blocks.{i}.resid_post"], out.hidden_states[i + 1][0] if i + 1 <
-                                   tiny_model.config.n_layer else trace[f"blocks.{i}.resid_post"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(trace[f"blocks.{i}.resid_pre"], out.hidden_states[i][0], atol=1e-5, rtol=0)
