@@ -10,8 +10,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .media import BINARY_MEDIA_TYPE  # noqa: F401 - the binary answer's media type (defined apart: no torch)
-
 DTYPES = {"float16": np.dtype("<f2"), "float32": np.dtype("<f4")}
 
 

@@ -177,8 +177,7 @@ class ExplainerModel:
         cache = KVCache(capacity=min(len(ids) + max_new_tokens, self.context_length))  # no regrowth while generating
         logits = self.gpt(torch.tensor([ids]), cache=cache, logits_for="last")[0, -1]
         pos = len(ids)
-        if params.greedy and max_new_tokens:
-            next_token_distribution(logits, params)  # its checks of the parameters (top_k against the vocabulary)
+        params.check_vocabulary(logits.shape[-1])  # greedy steps build no distribution, which would check it
         for _ in range(max_new_tokens):
             if params.greedy:  # the most likely token, with probability 1: no distribution to build
                 tid, prob = most_likely(logits), 1.0

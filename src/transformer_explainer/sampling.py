@@ -40,6 +40,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    def check_vocabulary(self, vocab_size: int) -> None:
+        """An InputError if top_k asks for more tokens than the vocabulary has."""
+        if self.top_k is not None and self.top_k > vocab_size:
+            raise InputError(f"top_k must be at most the vocabulary size {vocab_size}, got {self.top_k}")
+
 
 @dataclass(frozen=True)
 class NextTokenDistribution:
@@ -84,8 +89,7 @@ def next_token_distribution(logits: Tensor, params: SamplingParams) -> NextToken
     """Apply temperature, top-k and top-p to one position's logits (V,)."""
     logits = logits.detach().to(torch.float32)
     V = logits.shape[-1]
-    if params.top_k is not None and params.top_k > V:
-        raise InputError(f"top_k must be at most the vocabulary size {V}, got {params.top_k}")
+    params.check_vocabulary(V)
     if params.greedy:
         kept = torch.zeros(V, dtype=torch.bool)
         kept[most_likely(logits)] = True

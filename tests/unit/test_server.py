@@ -386,7 +386,8 @@ def test_trace_brackets_split_characters(client):
 def test_binary_answer_equals_json_answer(client, path):
     """Asked for the binary form, /api/trace and /api/tensors answer the JSON answer's values byte for
     byte: each blob 8-byte aligned after the JSON header, float32 exact, float16 as in the base64."""
-    from transformer_explainer.encoding import BINARY_MAGIC, BINARY_MEDIA_TYPE, unpack_binary
+    from transformer_explainer.encoding import BINARY_MAGIC, unpack_binary
+    from transformer_explainer.media import BINARY_MEDIA_TYPE
 
     specs = [{"name": "blocks.1.attn.pattern", "head": 2, "dtype": "float32"}, {"name": "embed.sum"},
              {"name": "blocks.0.mlp.post", "position": -1, "dtype": "float32"}]

@@ -1,9 +1,9 @@
 """The server's memory of traces: a small LRU bounded in bytes, keyed by (model, token ids), and the
 `Explainer` that answers a trace through it. A view that asks for one more tensor of the same text
 reuses the forward pass, a text being typed or edited at its end continues the trace of its cached
-beginning (only the changed positions are computed), a class sending the
-same text at once gets one pass, and nothing a client does can grow memory without bound. What the
-answers hold is the domain's (`overview`, `slicing`, `inputs`); this module only remembers."""
+beginning (only the changed positions are computed), a class sending the same text at once gets one
+pass, and nothing a client does can grow memory without bound. What the answers hold is the domain's
+(`overview`, `slicing`, `inputs`); this module only remembers."""
 
 from __future__ import annotations
 

@@ -13,9 +13,10 @@ from typing import Any, Literal, TypeVar
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
-from ...encoding import BINARY_MEDIA_TYPE, pack_binary
+from ...encoding import pack_binary
 from ...engine import ExplainerModel
 from ...inputs import Resolved, check_room_to_generate
+from ...media import BINARY_MEDIA_TYPE
 from ...overview import choose_next, config_out, names_out, next_token_out, trace_overview
 from ...schemas import (
     GenerateIn,
