@@ -3,7 +3,7 @@
 // numbers the panels show: the same /api/analysis answers, kept in views/experiments/store.svelte.ts.
 import { tick } from "svelte";
 import { num, prob, visible } from "../lib/format";
-import { L, val, type Lesson, type LessonStep, type Text } from "../lib/lesson";
+import { L, val, type InlineLesson as Lesson, type InlineStep as LessonStep, type Part } from "../lib/lesson";
 import { app } from "../lib/state.svelte";
 import { analysis } from "../views/experiments/api";
 import { inputKey, xp, type XTab } from "../views/experiments/store.svelte";
@@ -83,18 +83,18 @@ const steps: LessonStep[] = [
       const named = [...counts.values()].reduce((a, b) => a + b, 0);
       const N = n("exp-roles-heads", roleOf.flat().length);
       const k = n("exp-roles-named", named);
-      const list: Text = [];
+      const list: Part[] = [];
       [...counts.entries()].sort((a, b) => b[1] - a[1]).forEach(([r, c], i) => {
         if (i) list.push(lang === "en" ? ", " : "、");
         list.push(n(`exp-role-${r}`, c), lang === "en" ? ` ${ROLE_NAMES[r]?.en ?? r}` : ` 个${ROLE_NAMES[r]?.zh ?? r}`);
       });
       const where = H.reference ? (lang === "en" ? "a reference set of texts" : "一组参考文本") : (lang === "en" ? "your text" : "你的文本");
-      const en: Text = L`Looking at where each head puts its attention on ${where}, ${k} of the ${N} heads have one clear habit (a score of at least 0.5; the letter in the cell)`;
-      const zh: Text = L`看每个头在${where}上把注意力放在哪里，${N} 个头里有 ${k} 个有一个明显的习惯（得分至少 0.5，格子里的字母）`;
+      const en: Part[] = L`Looking at where each head puts its attention on ${where}, ${k} of the ${N} heads have one clear habit (a score of at least 0.5; the letter in the cell)`;
+      const zh: Part[] = L`看每个头在${where}上把注意力放在哪里，${N} 个头里有 ${k} 个有一个明显的习惯（得分至少 0.5，格子里的字母）`;
       const tail = lang === "en"
         ? L`. The habits: looking at the previous token, at the first token, at an earlier copy of the current token, at the token that followed that copy (induction, which lets a model continue a repeated pattern), or at a rare token. These names describe attention patterns; they do not prove what the head is for, and one head can do several things.`
         : L`。这些习惯是：看前一个词元、看第一个词元、看当前词元先前出现过的那一次，看那次出现之后的词元（归纳头，模型靠它接着写出重复的模式），或者看罕见的词元。这些名字描述的是注意力的模式，并不能证明这个头的用途，一个头也可能兼做几件事。`;
-      const mid: Text = list.length ? [lang === "en" ? ": " : "：", ...list] : [];
+      const mid: Part[] = list.length ? [lang === "en" ? ": " : "：", ...list] : [];
       return lang === "en" ? [...en, ...mid, ...tail] : [...zh, ...mid, ...tail];
     },
   },
@@ -177,7 +177,7 @@ const steps: LessonStep[] = [
       const r0 = n("exp-lens-rank0", rows[0].target_rank);
       const first = rows.findIndex((r) => r.target_rank === 1);
       const pf = pc("exp-lens-final-prob", rows[rows.length - 1].target_prob);
-      const where: Text = first === rows.length - 1
+      const where: Part[] = first === rows.length - 1
         ? (lang === "en" ? L`only at the very end` : L`直到最后才排到第一`)
         : first === 0
           ? (lang === "en" ? L`already straight from the embeddings` : L`直接从嵌入就已经排第一`)

@@ -6,7 +6,7 @@
 import { format } from "d3-format";
 import { num, prob, visible } from "../lib/format";
 import type { TensorSpec } from "../lib/generated/api";
-import { L, val, type Lesson, type LessonStep, type Text, type Value } from "../lib/lesson";
+import { L, val, type InlineLesson as Lesson, type InlineStep as LessonStep, type Part, type Value } from "../lib/lesson";
 import { paramCounts } from "../lib/params";
 import { app, DEFAULT_SAMPLING } from "../lib/state.svelte";
 import { decodeTensor, row, type Tensor } from "../lib/tensor";
@@ -149,11 +149,11 @@ const steps: LessonStep[] = [
       const split = splitWord();
       const s = sp >= 0 ? tok("space-token", sp) : null;
       const a = split ? tok("split-a", split[0]) : null, b = split ? tok("split-b", split[1]) : null;
-      const en: Text = [...L`GPT-2 cuts text with byte-level BPE: frequent words are one token, rarer ones are built from pieces that were merged because they often occur together. `,
+      const en: Part[] = [...L`GPT-2 cuts text with byte-level BPE: frequent words are one token, rarer ones are built from pieces that were merged because they often occur together. `,
         ...(a && b ? L`Here ${a} and ${b} together make one word. ` : L`Every word of your text is a single token; type a rare word (say “tokenization”) to see one split. `),
         ...(s ? L`A leading space belongs to the token (shown as ␣): ${s} is a different entry from the same letters without the space. ` : []),
         ...L`Why pieces: any string, even a typo or an emoji, can be spelt from bytes, so nothing is ever unknown, while common words still cost one step.`];
-      const zh: Text = [...L`GPT-2 用字节级 BPE 切分文本：常见的词是一个词元，少见的词由几个片段拼成，这些片段是因为经常挨在一起出现而被合并出来的。`,
+      const zh: Part[] = [...L`GPT-2 用字节级 BPE 切分文本：常见的词是一个词元，少见的词由几个片段拼成，这些片段是因为经常挨在一起出现而被合并出来的。`,
         ...(a && b ? L`比如这里的 ${a} 和 ${b} 合起来才是一个词。` : L`你这段文字里每个词都正好是一个词元；输入一个生僻词（比如 “tokenization”）就能看到它被拆开。`),
         ...(s ? L`词前的空格属于词元本身（显示为 ␣）：${s} 和不带空格的同样字母是词表里不同的两项。` : []),
         ...L`为什么用片段：任何字符串，哪怕是错别字或表情符号，都能用字节拼出来，所以不存在“不认识的词”；常见的词仍然只占一步。`];
@@ -501,10 +501,10 @@ const steps: LessonStep[] = [
       const listed = nx.candidates.filter((x) => x.kept);
       const tail = k != null && listed.length === nx.n_kept ? 1 - listed.reduce((s, x) => s + x.prob_no_cut, 0) : null;
       const kv = k != null ? int("top-k", k) : null;
-      const en: Text = [...(kv ? L`Top-k keeps only the ${kv} likeliest tokens and renormalises: ${kept} survive. ` : L`Top-k is off: all ${kept} tokens can be drawn. `),
+      const en: Part[] = [...(kv ? L`Top-k keeps only the ${kv} likeliest tokens and renormalises: ${kept} survive. ` : L`Top-k is off: all ${kept} tokens can be drawn. `),
         ...(tail != null ? L`Together the tokens it cuts would have had ${pr("tail-mass", tail)}. ` : []),
         ...L`This page starts with top-k, k = ${d}, at T = 1. That is our choice, not a rule: drawn from the whole vocabulary, the long tail of unlikely tokens (each tiny, but many) wins now and then, appending a token of well under 1%; greedy decoding avoids that but tends to repeat itself. With k = ${d}, every token that can be drawn is visible in the table.`];
-      const zh: Text = [...(kv ? L`Top-k 只保留最可能的 ${kv} 个词元，再重新归一化：现在剩下 ${kept} 个。` : L`Top-k 已关闭：全部 ${kept} 个词元都可能被抽中。`),
+      const zh: Part[] = [...(kv ? L`Top-k 只保留最可能的 ${kv} 个词元，再重新归一化：现在剩下 ${kept} 个。` : L`Top-k 已关闭：全部 ${kept} 个词元都可能被抽中。`),
         ...(tail != null ? L`被截掉的那些词元，原本加起来有 ${pr("tail-mass", tail)} 的概率。` : []),
         ...L`本页默认用 top-k，k = ${d}，温度为 1。这是我们的选择，不是定规：如果从整个词表里抽，大量低概率词元（每个都很小，但数量极多）时不时会被抽中，追加上去的可能是一个概率远不到 1% 的词元；贪心解码没有这个问题，却容易来回重复。取 k = ${d}，可能被抽中的词元在表里都看得到。`];
       return lang === "en" ? en : zh;
@@ -562,9 +562,9 @@ const steps: LessonStep[] = [
       const [a, b] = tr.computed_positions;
       const one = b - a === 1 && tr.token_ids.length > 1;
       const p = int("computed-pos", a);
-      const en: Text = [...L`The text has ${T} tokens. Appending one runs the model again, but only the new position needs computing: earlier tokens cannot see later ones (the mask), so their keys and values never change. They are kept in a cache and reused, and the new query attends to them. `,
+      const en: Part[] = [...L`The text has ${T} tokens. Appending one runs the model again, but only the new position needs computing: earlier tokens cannot see later ones (the mask), so their keys and values never change. They are kept in a cache and reused, and the new query attends to them. `,
         ...(one ? L`That is what just happened: only position ${p} was computed.` : L`Try it: the note under the button then says which position was computed.`)];
-      const zh: Text = [...L`现在文本有 ${T} 个词元。再追加一个，模型就要再跑一遍，但真正需要计算的只有新位置：前面的词元看不到后面的（因为掩码），它们的键和值从不改变，于是存进缓存直接复用，新位置的查询去和它们匹配。`,
+      const zh: Part[] = [...L`现在文本有 ${T} 个词元。再追加一个，模型就要再跑一遍，但真正需要计算的只有新位置：前面的词元看不到后面的（因为掩码），它们的键和值从不改变，于是存进缓存直接复用，新位置的查询去和它们匹配。`,
         ...(one ? L`刚才正是如此：只计算了第 ${p} 个位置。` : L`试试看：追加之后，按钮下方会注明计算了哪个位置。`)];
       return lang === "en" ? en : zh;
     },

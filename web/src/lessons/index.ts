@@ -1,12 +1,12 @@
 // Every guided lesson, by id, and which one the lesson button opens on the page the learner is on.
-import type { Lesson } from "../lib/lesson";
+import type { InlineLesson, Lesson } from "../lib/lesson";
 import type { ViewId } from "../lib/views";
 import { experimentsLesson } from "./experiments";
 import { gpt2Lesson } from "./gpt2";
 import { modernLesson } from "./modern";
 import { seq2seqLesson } from "./seq2seq";
 
-export const LESSONS: Record<string, Lesson> = {
+export const LESSONS: Record<string, Lesson | InlineLesson> = {
   [gpt2Lesson.id]: gpt2Lesson,
   [seq2seqLesson.id]: seq2seqLesson,
   [experimentsLesson.id]: experimentsLesson,

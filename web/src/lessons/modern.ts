@@ -8,7 +8,7 @@ import { num, prob, visible } from "../lib/format";
 import type { ModelConfigOut, TensorSpec } from "../lib/generated/api";
 import type { Lang } from "../lib/i18n";
 import type { LLAMA_BLOCK_ACTIVATIONS, LLAMA_GLOBAL_ACTIVATIONS } from "../lib/generated/names";
-import { L, val, type Lesson, type LessonStep, type Text, type Value } from "../lib/lesson";
+import { L, val, type InlineLesson as Lesson, type InlineStep as LessonStep, type Part, type Value } from "../lib/lesson";
 import { app } from "../lib/state.svelte";
 import type { Tensor } from "../lib/tensor";
 import { VIEWS, type LnWhich, type ViewId } from "../lib/views";
@@ -180,12 +180,12 @@ const steps: LessonStep[] = [
       const dh = int("d-head", c.head_dim), G = c.n_kv_heads ?? c.n_head;
       const t = str("model-type", c.model_type ?? c.family ?? ""), has = c.qkv_bias ?? false;
       const nb = big("n-qkv-bias", c.n_head * c.head_dim + 2 * G * c.head_dim), b = str("qkv-bias", String(has));
-      const en: Text = [...L`As in GPT-2, every token makes a query, a key and a value of ${dh} numbers per head from its normalised vector. `,
+      const en: Part[] = [...L`As in GPT-2, every token makes a query, a key and a value of ${dh} numbers per head from its normalised vector. `,
         ...(has
           ? L`This model (${t}) keeps a bias on these three (qkv_bias = ${b}): ${nb} numbers per block, and none anywhere else. Qwen's authors (Bai et al. 2023, “Qwen Technical Report”) removed biases from most layers but kept these, to help the model extrapolate to longer texts. `
           : L`But here they are plain matrix products: this model (${t}) has no bias in them (qkv_bias = ${b}), nor in the output projection, the MLP or the norms. A bias is a small share of the parameters, and the PaLM authors (Chowdhery et al. 2022) reported that leaving them all out made large models train more stably. `),
         ...L`The values go on as they are; the queries and keys are now turned according to their position.`];
-      const zh: Text = [...L`和 GPT-2 一样，每个词元用归一化后的向量，为每个头算出 ${dh} 维的查询、键和值。`,
+      const zh: Part[] = [...L`和 GPT-2 一样，每个词元用归一化后的向量，为每个头算出 ${dh} 维的查询、键和值。`,
         ...(has
           ? L`这个模型（${t}）在这三者上保留了偏置（qkv_bias = ${b}）：每个块 ${nb} 个数，其他地方都没有偏置。Qwen 的作者（Bai 等，2023，《Qwen Technical Report》）去掉了大多数层的偏置，唯独保留了这几个，为的是让模型更好地外推到更长的文本。`
           : L`不过这里只是单纯的矩阵乘法：这个模型（${t}）在这里没有偏置（qkv_bias = ${b}），输出投影、MLP 和归一化里也都没有。偏置只占参数的一小部分，而 PaLM 的作者（Chowdhery 等，2022）发现，把偏置全部去掉后，大模型训练起来更稳定。`),
@@ -212,11 +212,11 @@ const steps: LessonStep[] = [
       const slower = w && scaled ? ratio("slow-ratio", Math.round((formula / w[R - 1]) * 100) / 100) : null;
       const turn = w ? big("slow-period", Math.round((2 * Math.PI) / w[R - 1])) : null;
       const fast = w ? n("omega-fast", w[0]) : null;
-      const en: Text = [...L`RoPE (rotary position embedding; Su et al. 2021, “RoFormer”) splits each query and key of ${dh} numbers into ${nr} pairs and turns each pair, as a point in a plane, by an angle that grows with the position: angle = position × ωᵢ, with ωᵢ = θ^(−2i/${dh}) and base θ = ${theta} from the config. At position ${p}, the fastest pair of ${f} is turned by ${a0} radians, the slowest (pair ${last}) by only ${aN}. `,
+      const en: Part[] = [...L`RoPE (rotary position embedding; Su et al. 2021, “RoFormer”) splits each query and key of ${dh} numbers into ${nr} pairs and turns each pair, as a point in a plane, by an angle that grows with the position: angle = position × ωᵢ, with ωᵢ = θ^(−2i/${dh}) and base θ = ${theta} from the config. At position ${p}, the fastest pair of ${f} is turned by ${a0} radians, the slowest (pair ${last}) by only ${aN}. `,
         ...(scaled && slower ? L`This model also stretches its slow frequencies (rope scaling “${scaled}”), so its slowest pair turns ${slower} times slower than that formula says. ` : []),
         ...(fast && turn ? L`Why many speeds: the fastest pair turns ${fast} radian per position and tells neighbours apart; the slowest needs about ${turn} positions for one full turn, so it still changes smoothly across a long text. ` : L`Why many speeds: the fast pairs tell neighbours apart, the slow ones still change smoothly across a long text. `),
         ...L`(This implementation pairs dimension i with i + ${nr}, where the paper pairs neighbours: the same rotation, with the dimensions in another order.)`];
-      const zh: Text = [...L`RoPE（旋转位置编码；Su 等，2021，《RoFormer》）把每个 ${dh} 维的查询和键分成 ${nr} 对，把每一对看成平面上的一个点，按一个随位置增大的角度旋转：角度 = 位置 × ωᵢ，其中 ωᵢ = θ^(−2i/${dh})，底数 θ = ${theta} 来自模型配置。在第 ${p} 个位置，${f} 转得最快的那一对转了 ${a0} 弧度，最慢的那一对（第 ${last} 对）只转了 ${aN} 弧度。`,
+      const zh: Part[] = [...L`RoPE（旋转位置编码；Su 等，2021，《RoFormer》）把每个 ${dh} 维的查询和键分成 ${nr} 对，把每一对看成平面上的一个点，按一个随位置增大的角度旋转：角度 = 位置 × ωᵢ，其中 ωᵢ = θ^(−2i/${dh})，底数 θ = ${theta} 来自模型配置。在第 ${p} 个位置，${f} 转得最快的那一对转了 ${a0} 弧度，最慢的那一对（第 ${last} 对）只转了 ${aN} 弧度。`,
         ...(scaled && slower ? L`这个模型还把低频部分拉长了（rope scaling 为 “${scaled}”），所以最慢的那一对比公式给出的还要慢 ${slower} 倍。` : []),
         ...(fast && turn ? L`为什么要有快有慢：最快的一对每个位置转 ${fast} 弧度，用来区分相邻的词元；最慢的一对大约要 ${turn} 个位置才转满一圈，所以在很长的文本里也只是平缓地变化。` : L`为什么要有快有慢：快的几对用来区分相邻的词元，慢的几对在很长的文本里也只是平缓地变化。`),
         ...L`（这里的实现把第 i 维和第 i + ${nr} 维配成一对，而论文里配对的是相邻的两维：旋转是一样的，只是维度的排列顺序不同。）`];
@@ -244,10 +244,10 @@ const steps: LessonStep[] = [
       const shiftBy = (a: Float32Array) => a.map((x, i) => x + ROPE_SHIFT * (w ? w[i] : 0));
       const moved = w ? n("score-shifted", dot(rotate(q.data, shiftBy(at(app.pos))), rotate(kg, shiftBy(at(j))))) : null;
       const s = int("shift", ROPE_SHIFT);
-      const en: Text = [...L`Turning two vectors by the same angle leaves their dot product unchanged. So when the query is turned by its position's angle and the key by its own, their dot product depends only on the difference of the two angles, that is, on how far apart the two tokens are. In head ${h}, the query of ${f} and the key of ${other}, at distance ${dist}, score ${real}. `,
+      const en: Part[] = [...L`Turning two vectors by the same angle leaves their dot product unchanged. So when the query is turned by its position's angle and the key by its own, their dot product depends only on the difference of the two angles, that is, on how far apart the two tokens are. In head ${h}, the query of ${f} and the key of ${other}, at distance ${dist}, score ${real}. `,
         ...(moved ? L`Move both ${s} positions later (computed here from the same unrotated vectors) and they still score ${moved}. ` : []),
         ...L`Why it matters: a pattern such as “look at the previous token” is learnt once and works at every position. Nor is there a table to run out of, though going beyond the lengths seen in training still needs care: that is what rescaling the slow frequencies (rope scaling, as in Llama 3.1) is for. Nothing is added to the residual stream, and the values are not turned: positions change where a token looks, not what it passes on.`];
-      const zh: Text = [...L`两个向量转过同样的角度，它们的点积不变。所以，当查询按自己位置的角度旋转、键也按自己位置的角度旋转时，二者的点积只取决于两个角度之差，也就是这两个词元相隔多远。在第 ${h} 个头里，${f} 的查询和相距 ${dist} 个位置的 ${other} 的键，得分是 ${real}。`,
+      const zh: Part[] = [...L`两个向量转过同样的角度，它们的点积不变。所以，当查询按自己位置的角度旋转、键也按自己位置的角度旋转时，二者的点积只取决于两个角度之差，也就是这两个词元相隔多远。在第 ${h} 个头里，${f} 的查询和相距 ${dist} 个位置的 ${other} 的键，得分是 ${real}。`,
         ...(moved ? L`把两者一起往后挪 ${s} 个位置（这里用同样的、旋转前的向量重新算），得分仍是 ${moved}。` : []),
         ...L`为什么重要：像“看前一个词元”这样的模式只需学一次，在哪个位置都管用。也没有哪张表会用到尽头；不过要超出训练时见过的长度，仍需小心处理，把低频部分拉长的 rope scaling（如 Llama 3.1 所用）就是为此而设的。残差流里没有加入任何东西，值也不旋转：位置改变的是一个词元去看哪里，而不是它传出什么。`];
       return lang === "en" ? en : zh;
@@ -266,11 +266,11 @@ const steps: LessonStep[] = [
       const mates = Array.from(kvh.data).map((x, i) => (x === g ? i : -1)).filter((i) => i >= 0);
       const nh = int("n-head", H), ng = int("n-kv-heads", G), per = int("group-size", H / G);
       const h = int("head", app.head), gv = int("kv-head", g), list = val("group-heads", mates.join(lang === "en" ? ", " : "、"), mates.join(", "));
-      const en: Text = G === H
+      const en: Part[] = G === H
         ? L`This model gives each of its ${nh} query heads its own key/value head (${ng} of them): plain multi-head attention, as in GPT-2. Many newer models let a group of query heads share one key/value head instead (grouped-query attention; Ainslie et al. 2023, “GQA”), to shrink the memory a generating model keeps (next step).`
         : [...L`This model has ${nh} query heads but only ${ng} key/value heads: each group of ${per} query heads shares one set of keys and values (grouped-query attention; Ainslie et al. 2023, “GQA”). The head in focus, ${h}, reads key/value head ${gv}, which serves heads ${list}. `,
           ...L`Every head keeps its own queries, so it can still look for something of its own; it only searches the same keys and collects the same values as the rest of its group. Why: Ainslie et al. found this keeps quality close to one key/value head per query head while being almost as fast as a single key/value head for all (multi-query attention, Shazeer 2019), because a generating model spends much of its time reading its cached keys and values.`];
-      const zh: Text = G === H
+      const zh: Part[] = G === H
         ? L`这个模型的 ${nh} 个查询头各有自己的键/值头（共 ${ng} 个）：就是普通的多头注意力，和 GPT-2 一样。许多新模型则让一组查询头共用一个键/值头（分组查询注意力；Ainslie 等，2023，《GQA》），以减少生成时要保存的内存（见下一步）。`
         : [...L`这个模型有 ${nh} 个查询头，却只有 ${ng} 个键/值头：每 ${per} 个查询头为一组，共用一套键和值（分组查询注意力；Ainslie 等，2023，《GQA》）。当前的第 ${h} 个头读的是第 ${gv} 个键/值头，共用它的是第 ${list} 个头。`,
           ...L`每个头仍有自己的查询，所以还能各找各的；只是同组的头检索的是同一批键，取回的是同一批值。为什么：Ainslie 等人发现，这样做的效果接近每个查询头各配一个键/值头，速度却几乎和所有头共用一个键/值头（多查询注意力，Shazeer 2019）一样快，因为模型生成文本时，很多时间都花在读取缓存的键和值上。`];
@@ -362,12 +362,12 @@ const steps: LessonStep[] = [
       const vd = big("vd", c.vocab_size * c.n_embd), V = big("vocab", c.vocab_size);
       const share = pr("vd-share", (c.vocab_size * c.n_embd) / N);
       const top1 = val("top-token", shown(top.text, top.id), top.id), l = n("top-logit", top.logit);
-      const en: Text = [...L`After the last block, one more RMSNorm, and the last position's vector is scored against all ${V} tokens. `,
+      const en: Part[] = [...L`After the last block, one more RMSNorm, and the last position's vector is scored against all ${V} tokens. `,
         ...(tied
           ? L`This model scores with W_Eᵀ, the embedding matrix itself, as GPT-2 does (tie_word_embeddings = ${t}); an unembedding of its own would add V × d = ${vd} numbers, ${share} of the model's size. `
           : L`This model has an unembedding matrix of its own (tie_word_embeddings = ${t}): V × d = ${vd} more numbers, ${share} of the model's size, so that reading a token and predicting it can use different vectors. `),
         ...L`Large models such as Llama 2 7B and Llama 3 8B keep the two apart; small ones (Llama 3.2 1B and 3B, Qwen2 0.5B) tie them, because in a small model that matrix is a large part of the whole (Llama 3.2 1B: 128,256 × 2,048, about 263 million of its 1.24 billion parameters). The top candidate here is ${top1}, with logit ${l}; temperature, top-k, top-p and sampling work exactly as in the GPT-2 lesson.`];
-      const zh: Text = [...L`最后一个块之后，再做一次 RMSNorm，然后用最后一个位置的向量给全部 ${V} 个词元打分。`,
+      const zh: Part[] = [...L`最后一个块之后，再做一次 RMSNorm，然后用最后一个位置的向量给全部 ${V} 个词元打分。`,
         ...(tied
           ? L`这个模型和 GPT-2 一样，用嵌入矩阵本身的转置 W_Eᵀ 来打分（tie_word_embeddings = ${t}）；如果另配一个反嵌入矩阵，就要多出 V × d = ${vd} 个数，相当于模型大小的 ${share}。`
           : L`这个模型有自己单独的反嵌入矩阵（tie_word_embeddings = ${t}）：多出 V × d = ${vd} 个数，相当于模型大小的 ${share}，好让“读入一个词元”和“预测一个词元”可以用不同的向量。`),
@@ -388,10 +388,10 @@ const steps: LessonStep[] = [
       const half = bytes("weights-bf16", N * 2, lang);
       const why = L`bfloat16 keeps float32's 8 exponent bits, so the same range (up to about 3.4 × 10³⁸), and gives up precision: 7 fraction bits, two to three significant digits. float16, with 5 exponent bits, overflows above 65,504, which can break training; bfloat16 does not, and a little lost precision matters less than halving the memory and the time spent moving weights.`;
       const whyZh = L`bfloat16 保留了 float32 的 8 个指数位，所以数值范围一样（最大约 3.4 × 10³⁸），牺牲的是精度：只有 7 个尾数位，大约两三位有效数字。float16 只有 5 个指数位，超过 65,504 就会溢出，可能让训练崩掉；bfloat16 不会。少一点精度，换来内存减半、搬运权重的时间减半，是划算的。`;
-      const en: Text = bf16
+      const en: Part[] = bf16
         ? [...L`This model's weights are in ${d}: ${nb} bytes per number, so its ${np} parameters take ${size}, half of what float32 would need. `, ...why]
         : [...L`This copy of the model computes in ${d}: ${nb} bytes per number, so its ${np} parameters take ${size}. Today's large models are usually trained and published in bfloat16, which would take ${half}. `, ...why];
-      const zh: Text = bf16
+      const zh: Part[] = bf16
         ? [...L`这个模型的权重是 ${d} 格式：每个数 ${nb} 字节，${np} 个参数共占 ${size}，是 float32 的一半。`, ...whyZh]
         : [...L`这份模型用 ${d} 计算：每个数 ${nb} 字节，${np} 个参数共占 ${size}。如今的大模型通常用 bfloat16 训练和发布，那样只需 ${half}。`, ...whyZh];
       return lang === "en" ? en : zh;

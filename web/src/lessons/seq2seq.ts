@@ -5,7 +5,7 @@
 import { tick, untrack } from "svelte";
 import { num, prob, visible } from "../lib/format";
 import type { Lang } from "../lib/i18n";
-import { L, val, type Lesson, type LessonStep, type Text } from "../lib/lesson";
+import { L, val, type InlineLesson as Lesson, type InlineStep as LessonStep, type Part } from "../lib/lesson";
 import { s2s } from "../views/seq2seq/state.svelte";
 import { taskName } from "../views/seq2seq/strings";
 import { s2sViews } from "../views/seq2seq/views.svelte";
@@ -234,9 +234,9 @@ const steps: LessonStep[] = [
       const out = val("s2s-beam-output", d.output, d.output);
       const sc = x4("s2s-beam-score", d.score);
       const kept = d.beams[0] ? n("s2s-beam-kept", d.beams[0].alive.length + d.beams[0].finished.length) : null;
-      const en: Text = L`Greedy decoding keeps only the most probable token at each step. A token that looks best now can lead to a worse whole output, so beam search keeps the k best partial outputs, ranked by the sum of their tokens' log-probabilities. With beam ${B} the output is ${out}, log-probability ${sc}.`;
-      const zh: Text = L`贪心解码每一步只保留最可能的那个词元。眼下最好的词元，未必能带来最好的整体输出，所以束搜索同时保留 k 个最好的部分输出，按各词元对数概率之和排序。束宽为 ${B} 时，输出是 ${out}，对数概率为 ${sc}。`;
-      const more = (l: Lang): Text => kept ? (l === "en"
+      const en: Part[] = L`Greedy decoding keeps only the most probable token at each step. A token that looks best now can lead to a worse whole output, so beam search keeps the k best partial outputs, ranked by the sum of their tokens' log-probabilities. With beam ${B} the output is ${out}, log-probability ${sc}.`;
+      const zh: Part[] = L`贪心解码每一步只保留最可能的那个词元。眼下最好的词元，未必能带来最好的整体输出，所以束搜索同时保留 k 个最好的部分输出，按各词元对数概率之和排序。束宽为 ${B} 时，输出是 ${out}，对数概率为 ${sc}。`;
+      const more = (l: Lang): Part[] => kept ? (l === "en"
         ? L` After the first step the beam holds ${kept} hypotheses (the table below the maps lists them). On tasks this small greedy is usually already right.`
         : L` 第一步之后，束里有 ${kept} 个候选（注意力图下方的表格列出了它们）。在这么小的任务上，贪心通常就已经对了。`) : [];
       return lang === "en" ? [...en, ...more("en")] : [...zh, ...more("zh")];

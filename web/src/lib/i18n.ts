@@ -1,478 +1,59 @@
-// Every string the UI shows, in English and Chinese. `{name}` marks a value filled in at run time.
-export type Lang = "en" | "zh";
+// Every word the app shows comes from one catalogue per language: src/locales/<code>.json, a flat map of
+// namespaced keys to strings ("ui.title", "llama.e_rmsnorm", "lesson.gpt2.bpe.split", "error.text_too_long")
+// with named placeholders `{name}` filled in at run time. English (en.json) is the reference: it defines the
+// keys, and a catalogue that lacks a key falls back to it. A translator adds a language by adding one file;
+// its "meta.name" is what the language menu shows, "meta.htmlLang" the page's lang attribute, and
+// "meta.sentenceGap" what separates two sentences of lesson text (a space in English, nothing in Chinese).
+import en from "../locales/en.json";
 
-const en = {
-  title: "Transformer Explainer",
-  subtitle: "A real GPT-2-family model, opened up: every number on this page is computed for your text.",
-  switchLang: "中文 · Chinese", // readable where no CJK font is installed (the bundled one loads only for 中文)
-  switchLangLabel: "Switch the interface to Chinese",
-  tour: "Guided tour",
-  model: "Model",
-  yourText: "Your text",
-  textHelp: "Type or paste any text (up to the model's context). The views update as you type.",
-  examples: "Examples",
-  tokensOf: "{n} tokens of {ctx}",
-  computing: "Computing…",
-  serverLoading: "Loading the model… ({n} s)", // the server has started and is still loading its model
-  serverLoadingHint: "You can type your text now: it is traced as soon as the model is in.",
-  ready: "Up to date",
-  error: "Problem",
-  truncatedNote: "The text was longer than the context; only its last {n} tokens are shown.",
-  layer: "Layer",
-  head: "Head",
-  focus: "Focus token",
-  prev: "Previous",
-  next: "Next",
-  position: "position",
-  id: "id",
-  dims: "{n} numbers",
-  hoverHint: "Hover over a cell or focus the picture and use the arrow keys to read the values.",
-  nothingYet: "Type a text to begin.",
-  loadingView: "Fetching this view's values…",
-  architecture: "Architecture",
-  archHelp: "Click a stage to open its view.",
-  blockTimes: "Transformer block × {n}",
-  formula: "Formula",
-  // views
-  v_tokens: "Tokenization",
-  v_embedding: "Embedding",
-  v_blocks: "Block stack",
-  v_layernorm: "Layer norm",
-  v_qkv: "Q, K, V",
-  v_attention: "Masked self-attention",
-  v_heads: "Head outputs & W_O",
-  v_residual: "Residual & dropout",
-  v_mlp: "MLP",
-  v_output: "Output & sampling",
-  v_experiments: "Experiments",
-  v_overview: "The whole model",
-  e_overview:
-    "Each row is one of your tokens, each column a stage; a dot's size is the length ‖x‖ of that token's vector " +
-    "there. Every token goes through the same stages, side by side; only attention lets them read each other " +
-    "(the arcs, in the opened block). Press Play to follow the focus token's vector, with its real numbers below.",
-  ovEmbed: "embed",
-  ovAttn: "attn",
-  ovAdd: "+",
-  ovMlp: "MLP",
-  ovFinalLn: "LN_f",
-  ovLogits: "next token",
-  ovBlocks: "blocks",
-  ovBlock: "block {l}",
-  ovPlay: "▶ Play",
-  ovPause: "❚❚ Pause",
-  ovStage: "Stage",
-  ovSay_embed: "token embedding + position embedding: the vector every block will read and add to.",
-  ovSay_block: "this block's output: its input plus what its attention and MLP added.",
-  ovSay_attn_out: "what attention adds: a mix of the other tokens' values, weighted by the arcs.",
-  ovSay_resid_mid: "the stream after the first addition (input + attention).",
-  ovSay_mlp_out: "what the MLP adds, computed from this token's vector alone.",
-  ovSay_resid_post: "the block's output (middle + MLP), the next block's input.",
-  ovSay_ln_f: "the final layer norm: the last vector is normalised before the unembedding.",
-  ovSay_logits: "one score per vocabulary entry, turned into the probabilities of the next token.",
-  e_tokens:
-    "The text is cut into subword tokens by GPT-2's byte-level BPE. Each token has an id: its row in the " +
-    "vocabulary. A leading space belongs to the token (shown as ␣), so “ the” and “the” are different tokens. " +
-    "An emoji or a Chinese character can take two to four tokens, each one byte or more of it: such a byte is " +
-    "shown as <0xF0>, and a bracket joins the tokens that make the character.",
-  together: "together",
-  togetherTip: "these {n} tokens together make {text}",
-  e_embedding:
-    "Each token id selects one row of the token embedding matrix W_E; each position selects one row of the " +
-    "position embedding matrix W_pos. Their sum is the vector that enters the first block.",
-  e_blocks:
-    "The model is a stack of identical blocks. Each block reads the residual stream, adds what attention and " +
-    "the MLP compute, and passes it on. The picture shows the length of each position's vector entering each block.",
-  e_layernorm:
-    "Layer normalisation rescales each position's vector to mean 0 and variance 1, then applies a learned " +
-    "scale γ and shift β per dimension. It comes before attention (ln1), before the MLP (ln2) and at the end.",
-  e_qkv:
-    "The normalised vector is multiplied by W_Q, W_K and W_V (plus biases) to give a query, a key and a value, " +
-    "each split into heads of {dh} numbers. A head compares queries with keys to decide where to look.",
-  e_attention:
-    "For one head: each query is compared with every key (Q·Kᵀ), scaled by 1/√d_k, keys after the query are " +
-    "masked with −∞ (the model may not look ahead), and a softmax turns each row into weights that sum to 1.",
-  e_heads:
-    "Each head mixes the value vectors with its attention weights (pattern · V). The heads' outputs are placed " +
-    "side by side and projected back to the model width by W_O plus a bias: this is what attention adds.",
-  e_residual:
-    "Attention and the MLP never replace the vector: they add to it (the residual connection). Dropout is used " +
-    "only during training; at inference it does nothing, so nothing is dropped here.",
-  e_mlp:
-    "The MLP works on each position separately: it expands the vector to {m} numbers, applies GELU, and " +
-    "projects back to {d}. It holds two thirds of each block's parameters (8d² + 5d of 12d² + 13d); with the " +
-    "embeddings counted, the MLPs hold {share} of this model's parameters.",
-  e_output:
-    "The last position's vector goes through the final layer norm and is multiplied by Wᵤ (the transpose of " +
-    "W_E; GPT-2 has no bias here), giving one logit per vocabulary entry. Temperature, top-k and top-p shape " +
-    "the probabilities from which the next token is drawn. This page starts with top-k = 10 at temperature 1: our " +
-    "choice, not a rule. It cuts the long tail of unlikely tokens that sampling from the whole vocabulary " +
-    "sometimes picks, and every token that can be drawn is in the table.",
-  // labels
-  tokenEmb: "token embedding W_E[{id}]",
-  posEmb: "position embedding W_pos[{p}]",
-  sumEmb: "sum: input of block 0",
-  embRowNote: "This is row {id} of W_E ({v} × {d}), looked up for token “{tok}”.",
-  residNorms: "‖x‖ per block (rows) and token (columns)",
-  blockIn: "block {l} input",
-  finalOut: "final output",
-  lnWhich: "Which layer norm",
-  ln1: "ln1 (before attention)",
-  ln2: "ln2 (before the MLP)",
-  lnFinal: "final (before the output)",
-  lnInput: "input x",
-  mean: "mean μ",
-  variance: "variance σ²",
-  normalized: "normalised (x − μ) / √(σ² + ε)",
-  scale: "scale γ",
-  shift: "shift β",
-  lnOut: "output γ · x̂ + β",
-  qkvInput: "input (ln1 output) at the focus token",
-  queries: "queries Q (tokens × d_head)",
-  keys: "keys K (tokens × d_head)",
-  values: "values V (tokens × d_head)",
-  showWeights: "Show this head's W_Q, W_K, W_V",
-  weightOf: "{w} for head {h} (d_model × d_head)",
-  stageScores: "Q·Kᵀ",
-  stageScaled: "÷ √d_k",
-  stageMasked: "causal mask",
-  stageSoftmax: "softmax",
-  rowOf: "row of the focus token “{tok}” (query) over all keys",
-  patternTitle: "attention pattern of head {h}: rows are queries, columns are keys",
-  overviewTitle: "all layers × heads (click one to open it)",
-  attendsTo: "query token {q} attends to key token {k}: {v}",
-  maskedCell: "query token {q} cannot see key token {k} (after it): masked",
-  cellValue: "{r}, {c}: {v}",
-  weightsRow: "weights of the focus token over the keys",
-  zTitle: "z = pattern · V for head {h} (tokens × d_head)",
-  concatTitle: "concatenation of all heads at the focus token ({d} numbers; head {h} highlighted)",
-  attnOutTitle: "attn_out = concat · W_O + b_O at the focus token",
-  residPre: "residual stream entering the block",
-  attnOut: "+ attention output",
-  residMid: "= middle of the block",
-  mlpOut: "+ MLP output",
-  residPost: "= block output (next block's input)",
-  dropoutNote: "Dropout: inactive at inference (p is used only while training).",
-  mlpIn: "input (ln2 output)",
-  mlpPre: "expanded: x · W_in + b_in",
-  mlpPost: "after GELU",
-  mlpOutL: "projected back: · W_out + b_out",
-  geluCurve: "GELU: each dot is one of the {m} hidden units at the focus token",
-  finalLn: "final layer norm output at the last token",
-  logitsHist: "logits over the whole vocabulary ({v} entries)",
-  candidates: "Top candidates",
-  token: "token",
-  logit: "logit",
-  scaled: "logit / T",
-  kept: "kept",
-  probability: "probability",
-  temperature: "Temperature",
-  greedy: "0 = greedy",
-  topK: "Top-k",
-  topP: "Top-p",
-  seed: "Seed",
-  off: "off",
-  keptCount: "{n} tokens survive the cuts",
-  sampled: "Sampled next token",
-  appendSampled: "Append the sampled token",
-  appendThis: "Append “{tok}”",
-  pickHint: "Or click any candidate to append it instead. Only the new position is computed (KV cache).",
-  computedNew: "computed only position {p}, reusing the keys and values of the earlier tokens",
-  yes: "yes",
-  no: "no",
-  tourNext: "Next",
-  tourBack: "Back",
-  tourClose: "Close",
-  tourStep: "Step {i} of {n}",
-  tour1t: "Your text",
-  tour1b: "Everything starts here. Type any text or pick an example; the model reads it at once.",
-  tour2t: "Tokens",
-  tour2b: "The text becomes a list of tokens with ids. Click a token to put the focus on it: the views show its numbers.",
-  tour3t: "The architecture",
-  tour3b: "This map shows the whole pipeline. Each box opens the view of that stage.",
-  tour4t: "Embedding",
-  tour4b: "A token becomes a vector: a row of the embedding matrix plus a position vector.",
-  tour5t: "Blocks and layers",
-  tour5b: "Pick a layer and a head here. Every block has the same parts, with its own weights.",
-  tour6t: "Attention",
-  tour6b: "Here the tokens exchange information. Hover a cell: it tells which query token looks at which key token.",
-  tour7t: "MLP",
-  tour7b: "Each position is then processed on its own by a two-layer network with a GELU in between.",
-  tour8t: "Prediction",
-  tour8b: "The last vector becomes a score for every token of the vocabulary. Move the temperature and watch the probabilities.",
-  tour9t: "Generate",
-  tour9b: "Append the sampled token, or pick another one, and the text grows by one token.",
-  skipToView: "View",
-  showWo: "Show this head's rows of W_O",
-  woTitle: "W_O rows of head {h} (d_head × d_model): they turn z into this head's share of attn_out",
-  bytes: "bytes",
-  vocabEntry: "vocabulary entry",
-  // model notice and download panel (ModelNotice.svelte)
-  mnTitle: "You are using {name}, the small model built into this app",
-  mnFacts: "{params} parameters, trained by this project on about 55 MB of English text; it reads at most {ctx} tokens.",
-  mnLimits: "Every number on this page is really computed, but the model is small: it writes phrases that look like English yet often make little sense, and it knows few facts. It learned English only, so Chinese text reaches it as raw bytes.",
-  mnGpt2: "GPT-2 small (124 million parameters, released by OpenAI in 2019) writes fluent English, though it still makes things up.",
-  mnGet: "Get GPT-2 small (about {size})",
-  mnGetHint: "Downloads once from the Hugging Face hub into its usual cache on this computer; from then on the app starts with it, no internet needed.",
-  mnNotAllowed: "This server does not download models. To use GPT-2 small, start it on your own computer: transformer-explainer serve --model gpt2",
-  mnConnecting: "Connecting to the Hugging Face hub…",
-  mnProgress: "{done} of {total}",
-  mnSpeed: "{speed}/s",
-  mnLeft: "about {eta} left",
-  mnFile: "file: {file}",
-  mnCancel: "Cancel",
-  mnResume: "Resume",
-  mnRetry: "Try again",
-  mnOffline: "The Hugging Face hub cannot be reached: this computer seems to be offline, or a firewall blocks it. Connect and try again; the built-in model keeps working meanwhile.",
-  mnStopped: "The download stopped at {done} of {total}. What is downloaded is kept: Resume continues from there.",
-  mnCancelled: "Download cancelled at {done} of {total}. What is downloaded is kept: Resume continues from there.",
-  mnFailed: "The download failed: {error}",
-  mnDone: "GPT-2 small is downloaded and ready.",
-  mnAvailable: "GPT-2 small is on this computer.",
-  mnSwitch: "Switch to GPT-2 small",
-  mnProgressLabel: "Download progress",
-  mnSeconds: "{n} s",
-  mnMinutes: "{n} min",
-  // -- phones and tablets; over-long input
-  keepLastN: "Keep the last {n} tokens",
-  keepLastFit: "Keep the last tokens that fit",
-  tapHint: "Tap a cell to pin its value; tap elsewhere to clear.",
-};
+/** A key of the catalogue (English defines them). */
+export type MessageKey = keyof typeof en;
+/** A language: the file name of its catalogue ("en", "zh"). */
+export type Lang = string;
 
-export type Key = keyof typeof en;
+type Catalogue = Partial<Record<MessageKey, string>>;
 
-const zh: Record<Key, string> = {
-  title: "Transformer 图解",
-  subtitle: "一个真实的 GPT-2 系列模型，被完整打开：本页的每个数字都是模型针对你的文本实时算出的。",
-  switchLang: "English",
-  switchLangLabel: "把界面切换为英文",
-  tour: "导览",
-  model: "模型",
-  yourText: "你的文本",
-  textHelp: "输入或粘贴任意文本（不超过模型的上下文长度）。输入时各视图会随之更新。",
-  examples: "示例",
-  tokensOf: "{n} 个词元（上限 {ctx}）",
-  computing: "计算中…",
-  serverLoading: "正在加载模型…（{n} 秒）",
-  serverLoadingHint: "现在就可以输入文本：模型加载完成后会立即计算。",
-  ready: "已更新",
-  error: "出错了",
-  truncatedNote: "文本超出了上下文长度，只显示最后 {n} 个词元。",
-  layer: "层",
-  head: "注意力头",
-  focus: "焦点词元",
-  prev: "上一个",
-  next: "下一个",
-  position: "位置",
-  id: "编号",
-  dims: "{n} 个数",
-  hoverHint: "把鼠标移到格子上，或选中图后用方向键，即可读出数值。",
-  nothingYet: "输入一段文本即可开始。",
-  loadingView: "正在获取该视图的数值…",
-  architecture: "模型结构",
-  archHelp: "点击任一环节，打开对应的视图。",
-  blockTimes: "Transformer 块 × {n}",
-  formula: "公式",
-  v_tokens: "分词",
-  v_embedding: "嵌入",
-  v_blocks: "块的堆叠",
-  v_layernorm: "层归一化",
-  v_qkv: "Q、K、V",
-  v_attention: "带掩码的自注意力",
-  v_heads: "各头输出与 W_O",
-  v_residual: "残差与 Dropout",
-  v_mlp: "多层感知机",
-  v_output: "输出与采样",
-  v_experiments: "实验",
-  v_overview: "模型全景",
-  e_overview:
-    "每一行是你的一个词元，每一列是一个计算环节；圆点的大小表示该词元在这一环节的向量长度 ‖x‖。" +
-    "所有词元并排走过同样的环节，只有注意力让它们互相读取（即展开的那个块里的弧线）。" +
-    "按“播放”，跟着焦点词元的向量走一遍，下方显示它的真实数值。",
-  ovEmbed: "嵌入",
-  ovAttn: "注意力",
-  ovAdd: "+",
-  ovMlp: "MLP",
-  ovFinalLn: "LN_f",
-  ovLogits: "下一个词元",
-  ovBlocks: "各块",
-  ovBlock: "第 {l} 块",
-  ovPlay: "▶ 播放",
-  ovPause: "❚❚ 暂停",
-  ovStage: "环节",
-  ovSay_embed: "词元嵌入加位置嵌入：此后每个块都读取这个向量，并在上面累加。",
-  ovSay_block: "这个块的输出：输入加上本块注意力和 MLP 的结果。",
-  ovSay_attn_out: "注意力加上的部分：按弧线的权重，把其他词元的值混合起来。",
-  ovSay_resid_mid: "第一次相加之后的残差流（输入 + 注意力）。",
-  ovSay_mlp_out: "MLP 加上的部分，只由这个词元自己的向量算出。",
-  ovSay_resid_post: "块的输出（中间结果 + MLP），也就是下一个块的输入。",
-  ovSay_ln_f: "最终层归一化：最后的向量先归一化，再做反嵌入。",
-  ovSay_logits: "为词表中每个词元打一个分数，再换算成下一个词元的概率。",
-  e_tokens:
-    "GPT-2 的字节级 BPE 把文本切成子词词元。每个词元有一个编号，即它在词表中的行号。" +
-    "词首的空格属于词元本身（显示为 ␣），所以 “ the” 和 “the” 是两个不同的词元。" +
-    "一个表情符号或汉字可能占两到四个词元，每个词元只含它的一个或几个字节：这样的字节显示为 <0xF0>，" +
-    "括号把合成同一个字符的词元连在一起。",
-  together: "合成",
-  togetherTip: "这 {n} 个词元合起来是 {text}",
-  e_embedding:
-    "词元编号选出词元嵌入矩阵 W_E 的一行，位置选出位置嵌入矩阵 W_pos 的一行；两者相加，就是进入第一个块的向量。",
-  e_blocks:
-    "模型由若干结构相同的块堆叠而成。每个块读取残差流，把注意力和 MLP 的结果加上去，再传给下一个块。" +
-    "图中是每个位置的向量在进入各块时的长度。",
-  e_layernorm:
-    "层归一化把每个位置的向量调整为均值 0、方差 1，再按维度乘以可学习的缩放 γ、加上平移 β。" +
-    "它出现在注意力之前（ln1）、MLP 之前（ln2）和最后输出之前。",
-  e_qkv:
-    "归一化后的向量分别乘以 W_Q、W_K、W_V（再加偏置），得到查询、键和值，并拆分成若干个头，每个头 {dh} 个数。" +
-    "每个头用查询去比较键，决定该关注哪里。",
-  e_attention:
-    "对某一个头：每个查询与所有键相乘（Q·Kᵀ），再乘以 1/√d_k；排在查询之后的键被置为 −∞（模型不能偷看后文）；" +
-    "最后用 softmax 把每一行变成和为 1 的权重。",
-  e_heads:
-    "每个头用自己的注意力权重对值向量加权求和（pattern · V）。各头的结果并排拼接，再经 W_O 加偏置投影回模型宽度：" +
-    "这就是注意力对残差流的贡献。",
-  e_residual:
-    "注意力和 MLP 从不替换向量，而是在其上相加（残差连接）。Dropout 只在训练时使用；推理时它不起作用，这里没有丢弃任何东西。",
-  e_mlp:
-    "MLP 对每个位置单独计算：把向量扩展到 {m} 维，经过 GELU，再投影回 {d} 维。每个块约三分之二的参数在这里" +
-    "（12d² + 13d 中的 8d² + 5d）；把嵌入也算上，所有 MLP 占这个模型参数的 {share}。",
-  e_output:
-    "最后一个位置的向量经过最终层归一化，再乘以 Wᵤ（即 W_E 的转置；GPT-2 在这里没有偏置），为词表中每个词元得到一个 logit。" +
-    "温度、top-k 和 top-p 决定了抽取下一个词元时所用的概率。本页默认用 top-k = 10、温度 1：这是我们的选择，" +
-    "不是定规。它截掉了那条由低概率词元组成的长尾（从整个词表里抽时偶尔会抽中它们），而且可能被抽中的词元在表里都看得到。",
-  tokenEmb: "词元嵌入 W_E[{id}]",
-  posEmb: "位置嵌入 W_pos[{p}]",
-  sumEmb: "二者之和：第 0 块的输入",
-  embRowNote: "这是 W_E（{v} × {d}）的第 {id} 行，对应词元 “{tok}”。",
-  residNorms: "各块（行）与各词元（列）的 ‖x‖",
-  blockIn: "第 {l} 块的输入",
-  finalOut: "最终输出",
-  lnWhich: "选择层归一化",
-  ln1: "ln1（注意力之前）",
-  ln2: "ln2（MLP 之前）",
-  lnFinal: "最终（输出之前）",
-  lnInput: "输入 x",
-  mean: "均值 μ",
-  variance: "方差 σ²",
-  normalized: "归一化 (x − μ) / √(σ² + ε)",
-  scale: "缩放 γ",
-  shift: "平移 β",
-  lnOut: "输出 γ · x̂ + β",
-  qkvInput: "焦点词元处的输入（ln1 的输出）",
-  queries: "查询 Q（词元 × 每头维度）",
-  keys: "键 K（词元 × 每头维度）",
-  values: "值 V（词元 × 每头维度）",
-  showWeights: "显示该头的 W_Q、W_K、W_V",
-  weightOf: "第 {h} 个头的 {w}（模型维度 × 每头维度）",
-  stageScores: "Q·Kᵀ",
-  stageScaled: "÷ √d_k",
-  stageMasked: "因果掩码",
-  stageSoftmax: "softmax",
-  rowOf: "焦点词元 “{tok}”（作为查询）对所有键的一行",
-  patternTitle: "第 {h} 个头的注意力模式：行是查询，列是键",
-  overviewTitle: "所有层 × 所有头（点击打开）",
-  attendsTo: "查询词元 {q} 关注键词元 {k}：{v}",
-  maskedCell: "查询词元 {q} 看不到键词元 {k}（在其之后）：已掩码",
-  cellValue: "{r}，{c}：{v}",
-  weightsRow: "焦点词元对各键的权重",
-  zTitle: "第 {h} 个头的 z = pattern · V（词元 × 每头维度）",
-  concatTitle: "焦点词元处所有头的拼接（{d} 个数，第 {h} 个头已高亮）",
-  attnOutTitle: "焦点词元处的 attn_out = concat · W_O + b_O",
-  residPre: "进入本块的残差流",
-  attnOut: "+ 注意力输出",
-  residMid: "= 块的中间结果",
-  mlpOut: "+ MLP 输出",
-  residPost: "= 块的输出（下一块的输入）",
-  dropoutNote: "Dropout：推理时不起作用（丢弃率只在训练时使用）。",
-  mlpIn: "输入（ln2 的输出）",
-  mlpPre: "扩展：x · W_in + b_in",
-  mlpPost: "经过 GELU",
-  mlpOutL: "投影回去：· W_out + b_out",
-  geluCurve: "GELU：每个点是焦点词元处 {m} 个隐藏单元之一",
-  finalLn: "最后一个词元处的最终层归一化输出",
-  logitsHist: "整个词表上的 logit（共 {v} 个）",
-  candidates: "候选词元",
-  token: "词元",
-  logit: "logit",
-  scaled: "logit / T",
-  kept: "保留",
-  probability: "概率",
-  temperature: "温度",
-  greedy: "0 = 贪心",
-  topK: "Top-k",
-  topP: "Top-p",
-  seed: "随机种子",
-  off: "关闭",
-  keptCount: "截断后剩下 {n} 个词元",
-  sampled: "抽中的下一个词元",
-  appendSampled: "追加抽中的词元",
-  appendThis: "追加 “{tok}”",
-  pickHint: "也可以点击任一候选词元来追加它。只计算新的位置（KV 缓存）。",
-  computedNew: "只计算了位置 {p}，前面词元的键和值直接复用",
-  yes: "是",
-  no: "否",
-  tourNext: "下一步",
-  tourBack: "上一步",
-  tourClose: "关闭",
-  tourStep: "第 {i} 步，共 {n} 步",
-  tour1t: "你的文本",
-  tour1b: "一切从这里开始。输入任意文本或选择一个示例，模型会立即读取它。",
-  tour2t: "词元",
-  tour2b: "文本变成一串带编号的词元。点击某个词元即可把焦点放在它上面，各视图会显示它的数值。",
-  tour3t: "模型结构",
-  tour3b: "这张图展示了整个流程。点击每个方框即可打开对应环节的视图。",
-  tour4t: "嵌入",
-  tour4b: "词元变成向量：嵌入矩阵中的一行，加上一个位置向量。",
-  tour5t: "块与层",
-  tour5b: "在这里选择层和注意力头。每个块的结构相同，但权重各不相同。",
-  tour6t: "注意力",
-  tour6b: "词元之间在这里交换信息。把鼠标移到格子上，会显示哪个查询词元在关注哪个键词元。",
-  tour7t: "多层感知机",
-  tour7b: "随后，每个位置被一个中间带 GELU 的两层网络单独处理。",
-  tour8t: "预测",
-  tour8b: "最后的向量变成词表中每个词元的分数。拖动温度滑块，观察概率如何变化。",
-  tour9t: "生成",
-  tour9b: "追加抽中的词元，或另选一个，文本就增长一个词元。",
-  skipToView: "视图",
-  showWo: "显示该头对应的 W_O 行",
-  woTitle: "第 {h} 个头对应的 W_O 行（每头维度 × 模型维度）：它们把 z 变成该头在 attn_out 中的份额",
-  bytes: "字节",
-  vocabEntry: "词表条目",
-  // model notice and download panel (ModelNotice.svelte)
-  mnTitle: "你正在使用 {name}，即本应用自带的小模型",
-  mnFacts: "{params} 个参数，由本项目用约 55 MB 的英文文本训练；一次最多读取 {ctx} 个词元。",
-  mnLimits: "本页的每个数字都是真实算出来的，但这个模型很小：它写出的句子看起来像英语，却常常不知所云，也不掌握多少事实。它只学过英文，中文文本对它来说只是一串原始字节。",
-  mnGpt2: "GPT-2 small（1.24 亿个参数，OpenAI 于 2019 年发布）能写出通顺的英文，不过仍会编造内容。",
-  mnGet: "获取 GPT-2 small（约 {size}）",
-  mnGetHint: "只需从 Hugging Face Hub 下载一次，存入本机的常规缓存；此后应用启动时默认使用它，无需联网。",
-  mnNotAllowed: "此服务器不下载模型。如需使用 GPT-2 small，请在自己的电脑上启动：transformer-explainer serve --model gpt2",
-  mnConnecting: "正在连接 Hugging Face Hub…",
-  mnProgress: "{done} / {total}",
-  mnSpeed: "{speed}/秒",
-  mnLeft: "约剩 {eta}",
-  mnFile: "文件：{file}",
-  mnCancel: "取消",
-  mnResume: "继续下载",
-  mnRetry: "重试",
-  mnOffline: "无法连接 Hugging Face Hub：这台电脑似乎没有联网，或被防火墙拦截。请联网后重试；在此期间，自带模型照常可用。",
-  mnStopped: "下载在 {done} / {total} 处中断。已下载的部分会保留，点击“继续下载”即可从中断处接着下载。",
-  mnCancelled: "下载已在 {done} / {total} 处取消。已下载的部分会保留，点击“继续下载”即可从中断处接着下载。",
-  mnFailed: "下载失败：{error}",
-  mnDone: "GPT-2 small 已下载完成，可以使用了。",
-  mnAvailable: "这台电脑上已有 GPT-2 small。",
-  mnSwitch: "切换到 GPT-2 small",
-  mnProgressLabel: "下载进度",
-  mnSeconds: "{n} 秒",
-  mnMinutes: "{n} 分钟",
-  // -- phones and tablets; over-long input
-  keepLastN: "保留最后 {n} 个词元",
-  keepLastFit: "保留放得下的最后若干词元",
-  tapHint: "轻点格子可固定显示其数值；轻点别处即可清除。",
-};
+const files = import.meta.glob<Catalogue>("../locales/*.json", { eager: true, import: "default" });
 
-const DICTS: Record<Lang, Record<Key, string>> = { en, zh };
+/** Every catalogue, by language code. */
+export const CATALOGUES: Readonly<Record<Lang, Catalogue>> = Object.fromEntries(
+  Object.entries(files).map(([path, cat]) => [path.replace(/^.*\/([^/]+)\.json$/, "$1"), cat]),
+);
 
-export function translate(lang: Lang, key: Key, vars: Record<string, string | number> = {}): string {
-  const s = DICTS[lang][key] ?? en[key];
-  return s.replace(/\{(\w+)\}/g, (_, k: string) => (k in vars ? String(vars[k]) : `{${k}}`));
+/** The languages there are catalogues for, English first. */
+export const LANGS: readonly Lang[] = Object.keys(CATALOGUES).sort((a, b) =>
+  a === "en" ? -1 : b === "en" ? 1 : a.localeCompare(b));
+
+/** Whether `key` is a key of the catalogue (for keys built at run time, such as a task's name). */
+export function isKey(key: string): key is MessageKey {
+  return Object.prototype.hasOwnProperty.call(en, key);
+}
+
+/** The catalogue's string for `key` in `lang`, English when that catalogue lacks it. */
+export function template(lang: Lang, key: MessageKey): string {
+  return CATALOGUES[lang]?.[key] ?? en[key];
+}
+
+/** The names of the placeholders in a string, in order of first use. */
+export function placeholders(s: string): string[] {
+  return [...new Set([...s.matchAll(/\{(\w+)\}/g)].map((m) => m[1]))];
+}
+
+/** Split a catalogue string at its placeholders: the text between them and each placeholder's value. A
+ *  placeholder without a value stays as written, `{name}`, so a missing value shows instead of hiding. */
+export function fill<V>(s: string, vars: Record<string, V>): (string | V)[] {
+  const out: (string | V)[] = [];
+  let last = 0;
+  for (const m of s.matchAll(/\{(\w+)\}/g)) {
+    if (m.index! > last) out.push(s.slice(last, m.index));
+    out.push(m[1] in vars ? vars[m[1]] : m[0]);
+    last = m.index! + m[0].length;
+  }
+  if (last < s.length) out.push(s.slice(last));
+  return out;
+}
+
+/** A UI string in `lang` with its placeholders filled in. */
+export function translate(lang: Lang, key: MessageKey, vars: Record<string, string | number> = {}): string {
+  return fill(template(lang, key), vars).map(String).join("");
 }

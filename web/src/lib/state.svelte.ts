@@ -4,7 +4,7 @@ import { tick } from "svelte";
 import { APP_TOP_K, APP_TOP_N, DEFAULT_SEED } from "./generated/limits";
 import { api, ApiError, callTimings, specKey } from "./client";
 import type { ModelInfo, NextTokenOut, SamplingIn, TensorSpec, TraceOut } from "./generated/api";
-import { translate, type Key, type Lang } from "./i18n";
+import { translate, type Lang, type MessageKey } from "./i18n";
 import { familyOf, type Family } from "./family";
 import { decodeTensor, type Tensor } from "./tensor";
 import { hasView, specsFor, type LnWhich, type ViewId } from "./views";
@@ -323,6 +323,6 @@ export function overLongError(message: string): { fit: number | null } | null {
 export const app = new AppState();
 
 /** A UI string in the current language (reactive: components re-render when the language changes). */
-export function t(key: Key, vars?: Record<string, string | number>): string {
+export function t(key: MessageKey, vars?: Record<string, string | number>): string {
   return translate(app.lang, key, vars);
 }
