@@ -1,0 +1,41 @@
+// The catalogues (src/locales/): every language has the keys English has, with the same placeholders; no
+// language has a key English lacks; the lesson number format keeps 3 significant digits.
+import { describe, expect, it } from "vitest";
+import en from "../src/locales/en.json";
+import { CATALOGUES, LANGS, placeholders } from "../src/lib/i18n";
+import { percent, sig3, significantDigits } from "../src/lib/lessonFormat";
+
+describe("catalogues", () => {
+  it("are English and Chinese at least", () => {
+    expect(LANGS[0]).toBe("en");
+    expect(LANGS).toContain("zh");
+  });
+  for (const lang of LANGS) {
+    it(`${lang}: the same keys and placeholders as English`, () => {
+      const cat = CATALOGUES[lang] as Record<string, string>;
+      const extra = Object.keys(cat).filter((k) => !(k in en));
+      expect(extra).toEqual([]);
+      const missing = Object.keys(en).filter((k) => !(k in cat));
+      expect(missing).toEqual([]);
+      const differ = Object.entries(en as Record<string, string>)
+        .filter(([k, s]) => placeholders(s).sort().join() !== placeholders(cat[k]).sort().join()).map(([k]) => k);
+      expect(differ).toEqual([]);
+    });
+  }
+});
+
+describe("lesson numbers", () => {
+  it("carry 3 significant digits", () => {
+    expect(sig3(0.13004)).toBe("0.13");
+    expect(sig3(-0.031912)).toBe("−0.0319");
+    expect(sig3(17.88)).toBe("17.9");
+    expect(sig3(5.6569)).toBe("5.66");
+    expect(sig3(9.547e-19)).toBe("9.55 × 10⁻¹⁹");
+    expect(percent(0.779123)).toBe("77.9%");
+    expect(percent(9.547e-19)).toBe("< 0.01%");
+    for (const x of [0.13004, -0.0319, 17.88, 123456.7, 1e-9, 0.999]) expect(significantDigits(sig3(x)) ?? 0).toBeLessThanOrEqual(3);
+    expect(significantDigits("0.00000000000000009547")).toBe(4);
+    expect(significantDigits("8.374%")).toBe(4);
+    expect(significantDigits("50,257")).toBe(null);
+  });
+});

@@ -1,0 +1,26 @@
+// What each claim of a lesson means, as a check on the numbers: for every catalogue key a lesson says with
+// `claim(...)`, a function here tells whether it holds for the values the sentence quotes and for the learner's
+// data, fetched independently (ctx.tensor asks the server again; ctx.trace and ctx.next are the API's answers).
+// A claim key without a check fails the test. The checks live in claims.<lesson>.ts, one file per lesson.
+import type { ModelInfo, NextTokenOut, TensorSpec, TraceOut } from "../../src/lib/generated/api";
+import type { MessageKey } from "../../src/lib/i18n";
+import type { Value } from "../../src/lib/lesson";
+import type { Tensor } from "../../src/lib/tensor";
+
+export interface ClaimContext {
+  trace: TraceOut;
+  next: NextTokenOut | null;
+  model: ModelInfo | undefined;
+  /** The focus when the step's text was read. */
+  focus: { layer: number; head: number; pos: number };
+  /** A tensor of the trace, fetched from the server here (float32). */
+  tensor: (spec: TensorSpec) => Promise<Tensor>;
+}
+
+/** True when the claim holds; otherwise a sentence saying what the numbers show instead. `v` holds the
+ *  values the sentence quotes, by placeholder name. */
+export type Check = (v: Record<string, Value>, ctx: ClaimContext) => true | string | Promise<true | string>;
+
+const files = import.meta.glob<Partial<Record<MessageKey, Check>>>("./claims.*.ts", { eager: true, import: "CLAIMS" });
+
+export const CLAIMS: Partial<Record<MessageKey, Check>> = Object.assign({}, ...Object.values(files));
