@@ -1,0 +1,172 @@
+"""Direct logit attribution: the logit of a token as a sum of what each part of the model wrote.
+
+The residual stream at the last block's output is a sum: the token embedding, the position embedding
+(GPT-2), and for every block what each attention head wrote (its `z` times its rows of W_O), the output
+projection's bias, and what the MLP wrote. The final norm is linear once its scale is fixed: with the
+scale the forward pass actually computed at that position (1 / sqrt(var + eps) for LayerNorm, 1 / rms for
+RMSNorm) frozen, each part's contribution to a logit is that part, centred where the norm centres, times
+the scale, times the norm's weight, dotted with the token's column of W_U. The contributions plus a
+constant (the norm's shift dotted with the same column) equal the logit exactly. For "why A rather than
+B", the column is W_U[:, A] - W_U[:, B] and the sum is the logit difference.
+
+Semantics as TransformerLens's `cache.stack_head_results` + `apply_ln_to_stack` + `logit_attrs`, so a
+result can be checked against it. Computed from the trace alone: no extra forward pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from ..engine import ExplainerModel
+from ..errors import InputError
+from ..trace import Trace
+from .embeddings import TokenLike, token_id
+
+Kind = Literal["embed", "pos_embed", "head", "attn_bias", "mlp"]
+
+
+@dataclass(frozen=True)
+class Component:
+    """One part of the model that writes the residual stream, and its contribution to the metric."""
+
+    kind: Kind
+    layer: int | None
+    head: int | None
+    value: float
+
+    @property
+    def label(self) -> str:
+        if self.kind == "head":
+            return f"L{self.layer}H{self.head}"
+        if self.kind in ("attn_bias", "mlp"):
+            return f"{'attn bias' if self.kind == 'attn_bias' else 'MLP'} {self.layer}"
+        return {"embed": "token embedding", "pos_embed": "position embedding"}[self.kind]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "layer": self.layer, "head": self.head, "value": self.value}
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """The metric (a logit, or the difference of two) at one position as a sum of contributions.
+
+    `components` lists every part, in the order of the computation; `sum(c.value) + rest == metric` to
+    float rounding (computed in float64). `heads` is the (L, H) map of the heads' contributions."""
+
+    tokens: list[str]
+    position: int  # index into the traced tokens of the prediction explained
+    target: int
+    target_text: str
+    versus: int | None
+    versus_text: str | None
+    metric: float  # the logit of `target` (minus that of `versus`) at `position`
+    rest: float  # what no component wrote: the final norm's shift (and an unembedding bias) along the direction
+    scale: float  # the final norm's scale at `position`, from the forward pass (frozen)
+    components: list[Component]
+    heads: Tensor = field(repr=False)  # (L, H)
+
+    def ranked(self, n: int | None = None) -> list[Component]:
+        """The components by the size of their contribution, largest first."""
+        out = sorted(self.components, key=lambda c: abs(c.value), reverse=True)
+        return out if n is None else out[:n]
+
+    def total(self) -> float:
+        """The components' sum plus the constant: equal to `metric`."""
+        return sum(c.value for c in self.components) + self.rest
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens, "position": self.position,
+            "target": {"id": self.target, "text": self.target_text},
+            "versus": None if self.versus is None else {"id": self.versus, "text": self.versus_text},
+            "metric": self.metric, "rest": self.rest, "scale": self.scale,
+            "components": [c.to_dict() for c in self.components],
+            "heads": self.heads.tolist(),
+        }
+
+
+def _position(trace: Trace, position: int | None) -> int:
+    T = trace.n_tokens
+    if position is None:
+        return T - 1
+    if isinstance(position, bool) or not isinstance(position, int) or not -T <= position < T:
+        raise InputError(f"position {position!r} is outside the {T} traced tokens")
+    return position % T
+
+
+def _has_weight(model: ExplainerModel, name: str) -> bool:
+    return name in model.weight_names()
+
+
+@torch.inference_mode()
+def attribute(model: ExplainerModel, trace: Trace, target: TokenLike | None = None,
+              versus: TokenLike | None = None, *, position: int | None = None) -> Attribution:
+    """Why the model gives `target` the logit it does at `position` (default: the last): the contribution of
+    every component, with the final norm's scale frozen at the value the forward pass computed there.
+
+    `target` defaults to the token that actually comes next in the text at an earlier position, and to the
+    model's top prediction at the last. With `versus`, the metric is logit(target) - logit(versus)."""
+    cfg = model.config
+    p = _position(trace, position)
+    if trace.start:
+        raise InputError("attribution needs a trace of the whole text, not of a continuation from a cache")
+    if target is None:
+        t = trace.token_ids[p + 1] if p + 1 < trace.n_tokens else int(torch.argmax(trace.next_token_logits()))
+    else:
+        t = token_id(model, target)
+    v = None if versus is None else token_id(model, versus)
+    if v is not None and v == t:
+        raise InputError("the target and the token it is compared with are the same token: their difference is 0")
+
+    f64 = torch.float64
+    W_U = model.weight("unembed.W_U").to(f64)  # (D, V)
+    direction = W_U[:, t] - (W_U[:, v] if v is not None else 0)  # (D,)
+    layer_norm = cfg.family == "gpt2"
+    w = model.weight("ln_final.w").to(f64)
+    eps = cfg.layer_norm_epsilon
+    if layer_norm:
+        scale = float(1.0 / torch.sqrt(trace["ln_final.var"][p].to(f64) + eps))
+    else:
+        scale = float(1.0 / trace["ln_final.rms"][p].to(f64))
+    along = w * direction * scale  # a residual vector's contribution is (centred vector) . along
+
+    def contribution(x: Tensor) -> float:
+        x = x.to(f64)
+        if layer_norm:
+            x = x - x.mean(-1, keepdim=True)
+        return float(x @ along)
+
+    rest = 0.0
+    if _has_weight(model, "ln_final.b"):
+        rest += float(model.weight("ln_final.b").to(f64) @ direction)
+    if _has_weight(model, "unembed.b_U"):
+        b = model.weight("unembed.b_U").to(f64)
+        rest += float(b[t] - (b[v] if v is not None else 0))
+
+    comps: list[Component] = [Component("embed", None, None, contribution(trace["embed.token"][p]))]
+    if layer_norm:
+        comps.append(Component("pos_embed", None, None, contribution(trace["embed.position"][p])))
+    L, H = cfg.n_layer, cfg.n_head
+    heads = torch.zeros(L, H, dtype=f64)
+    for layer in range(L):
+        z = trace[f"blocks.{layer}.attn.z"][:, p].to(f64)  # (H, Dh)
+        W_O = model.weight(f"blocks.{layer}.attn.W_O").to(f64)  # (H, Dh, D)
+        per_head = torch.einsum("hd,hde->he", z, W_O)  # (H, D): what each head wrote at p
+        if layer_norm:
+            per_head = per_head - per_head.mean(-1, keepdim=True)
+        heads[layer] = per_head @ along
+        comps += [Component("head", layer, h, float(heads[layer, h])) for h in range(H)]
+        if _has_weight(model, f"blocks.{layer}.attn.b_O"):
+            comps.append(Component("attn_bias", layer, None, contribution(model.weight(f"blocks.{layer}.attn.b_O"))))
+        comps.append(Component("mlp", layer, None, contribution(trace[f"blocks.{layer}.mlp_out"][p])))
+
+    logits = trace["logits"][p].to(f64)
+    metric = float(logits[t] - (logits[v] if v is not None else 0))
+    text = model.tokenizer.token_text
+    return Attribution(tokens=trace.tokens, position=p, target=t, target_text=text(t), versus=v,
+                       versus_text=None if v is None else text(v), metric=metric, rest=rest, scale=scale,
+                       components=comps, heads=heads.to(torch.float32))

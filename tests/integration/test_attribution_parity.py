@@ -1,0 +1,116 @@
+"""Direct logit attribution: the components plus the constant equal the logit (or the logit difference) within
+1e-5 relative, for GPT-2 and the Llama family (Llama, Qwen2, Mistral), at the last and earlier positions; and each
+head's contribution equals one computed independently from transformers' eager forward, from the input of its
+attention output projection (a forward pre-hook), the final norm's input and the HF weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from transformer_explainer import load_model
+from transformer_explainer.analysis.attribution import attribute
+from transformer_explainer.errors import InputError
+
+TEXT = "The king said, 'Hello!' and then left the room; the queen stayed."
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(1.0, abs(b))
+
+
+@pytest.mark.parametrize("position", [None, 3])
+def test_gpt2_components_sum_to_the_logit(tiny_model, position) -> None:
+    tr = tiny_model.trace(TEXT)
+    a = attribute(tiny_model, tr, position=position)
+    assert _rel(a.total(), a.metric) < 1e-5
+    p = tr.n_tokens - 1 if position is None else position
+    assert a.metric == pytest.approx(float(tr["logits"][p, a.target]), rel=1e-6)
+    if position is not None:  # an earlier position: the token that actually came next
+        assert a.target == tr.token_ids[position + 1]
+    kinds = [c.kind for c in a.components]
+    L, H = tiny_model.config.n_layer, tiny_model.config.n_head
+    assert kinds.count("head") == L * H and kinds.count("mlp") == L and kinds.count("attn_bias") == L
+    assert kinds.count("embed") == 1 and kinds.count("pos_embed") == 1
+    assert a.heads.shape == (L, H)
+
+
+def test_gpt2_difference_of_two_tokens(tiny_model) -> None:
+    tr = tiny_model.trace(TEXT)
+    logits = tr["logits"][-1]
+    top2 = torch.topk(logits, 2).indices.tolist()
+    a = attribute(tiny_model, tr, top2[0], top2[1])
+    assert a.metric == pytest.approx(float(logits[top2[0]] - logits[top2[1]]), rel=1e-5, abs=1e-6)
+    assert _rel(a.total(), a.metric) < 1e-5
+    with pytest.raises(InputError, match="same token"):
+        attribute(tiny_model, tr, top2[0], top2[0])
+    with pytest.raises(InputError, match="outside"):
+        attribute(tiny_model, tr, position=tr.n_tokens)
+
+
+def test_gpt2_heads_equal_transformers_hooks(tiny_model, hf_tiny) -> None:
+    tr = tiny_model.trace(TEXT)
+    a = attribute(tiny_model, tr)
+    ids = torch.tensor([tr.token_ids])
+    z_in: dict[int, torch.Tensor] = {}
+    final_in: list[torch.Tensor] = []
+    hooks = [blk.attn.c_proj.register_forward_pre_hook(lambda m, args, i=i: z_in.__setitem__(i, args[0].detach()))
+             for i, blk in enumerate(hf_tiny.transformer.h)]
+    hooks.append(hf_tiny.transformer.ln_f.register_forward_pre_hook(lambda m, args: final_in.append(args[0].detach())))
+    try:
+        with torch.no_grad():
+            hf_tiny(ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    f64 = torch.float64
+    cfg = hf_tiny.config
+    H, D = cfg.n_head, cfg.n_embd
+    Dh = D // H
+    x = final_in[0][0, -1].to(f64)
+    scale = 1 / torch.sqrt(x.var(unbiased=False) + cfg.layer_norm_epsilon)
+    w_u = hf_tiny.lm_head.weight[a.target].detach().to(f64)
+    along = (hf_tiny.transformer.ln_f.weight.to(f64) * w_u * scale).detach()
+    for layer, blk in enumerate(hf_tiny.transformer.h):
+        W = blk.attn.c_proj.weight.detach().to(f64)  # Conv1D: (D_in, D_out), y = x @ W + b
+        for h in range(H):
+            out = z_in[layer][0, -1, h * Dh:(h + 1) * Dh].to(f64) @ W[h * Dh:(h + 1) * Dh]
+            ref = float((out - out.mean()) @ along)
+            assert float(a.heads[layer, h]) == pytest.approx(ref, rel=1e-4, abs=1e-5), (layer, h)
+
+
+def test_llama_family_components_and_heads(llama_family_dir) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = load_model(str(llama_family_dir), allow_download=False)
+    tr = model.trace(TEXT)
+    for position in (None, 2):
+        a = attribute(model, tr, position=position)
+        assert _rel(a.total(), a.metric) < 1e-5
+        assert not any(c.kind == "pos_embed" for c in a.components)
+    a = attribute(model, tr)
+    hf = AutoModelForCausalLM.from_pretrained(llama_family_dir, attn_implementation="eager").eval()
+    z_in: dict[int, torch.Tensor] = {}
+    final_in: list[torch.Tensor] = []
+    layers = hf.model.layers
+    hooks = [blk.self_attn.o_proj.register_forward_pre_hook(lambda m, args, i=i: z_in.__setitem__(i, args[0].detach()))
+             for i, blk in enumerate(layers)]
+    hooks.append(hf.model.norm.register_forward_pre_hook(lambda m, args: final_in.append(args[0].detach())))
+    try:
+        with torch.no_grad():
+            hf(torch.tensor([tr.token_ids]))
+    finally:
+        for h in hooks:
+            h.remove()
+    f64 = torch.float64
+    cfg = hf.config
+    H = cfg.num_attention_heads
+    Dh = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
+    x = final_in[0][0, -1].to(f64)
+    scale = 1 / torch.sqrt((x * x).mean() + cfg.rms_norm_eps)
+    along = (hf.model.norm.weight.to(f64) * hf.lm_head.weight[a.target].to(f64) * scale).detach()
+    for layer, blk in enumerate(layers):
+        W = blk.self_attn.o_proj.weight.detach().to(f64)  # Linear: (D_out, D_in), y = x @ W.T
+        for h in range(H):
+            out = z_in[layer][0, -1, h * Dh:(h + 1) * Dh].to(f64) @ W[:, h * Dh:(h + 1) * Dh].T
+            assert float(a.heads[layer, h]) == pytest.approx(float(out @ along), rel=1e-4, abs=1e-5), (layer, h)
