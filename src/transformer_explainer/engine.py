@@ -4,7 +4,7 @@ Python API, the CLI and the web app."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from .allocator import keep_freed_memory
+from .attribution import Attribution, direct_logit_attribution
 from .config import GPTConfig
 from .errors import CheckpointError, InputError
 from .loading.checkpoint import DecoderLM, load_decoder
@@ -19,10 +20,13 @@ from .loading.resolve import ResolvedModel, resolve
 from .loading.tokenizer import TextTokenizer
 from .models.gpt import KVCache
 from .models.recorder import Patch, Recorder
+from .patching import KINDS, Kind, Patching, activation_patching, check_kinds
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
 from .trace import Trace, merge_traces
 
 log = logging.getLogger(__name__)
+
+TokenLike = int | str  # a token id, a text that is one token, or a raw vocabulary entry ('Ġking')
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,83 @@ class ExplainerModel:
     def generate(self, text: str, max_new_tokens: int,
                  params: SamplingParams | None = None) -> Iterator[GeneratedToken]:
         return self.generate_ids(self.encode(text), max_new_tokens, params)
+
+    def token_id(self, token: TokenLike) -> int:
+        """The id of a single token: an id, a text that encodes to one token, or a raw vocabulary entry
+        such as 'Ġking' or '<|endoftext|>'; an InputError otherwise."""
+        V = self.config.vocab_size
+        if isinstance(token, bool) or not isinstance(token, int | str):
+            raise InputError(f"a token must be a string or an id, got {type(token).__name__}")
+        if isinstance(token, int):
+            if not 0 <= token < V:
+                raise InputError(f"token id {token} is outside the vocabulary (0..{V - 1})")
+            return token
+        if token == "":
+            raise InputError("an empty string is not a token")
+        ids = self.tokenizer.encode(token, add_bos=False)  # the word's own tokens, without a BOS
+        if len(ids) == 1:
+            return ids[0]
+        raw = self.tokenizer.tokenizer.token_to_id(token)
+        if raw is not None:
+            return raw
+        pieces = " + ".join(repr(self.tokenizer.token_text(i)) for i in ids)
+        raise InputError(f"{token!r} is not one token but {len(ids)}: {pieces}; choose a single-token word")
+
+    # -- why this token ------------------------------------------------------------------------------
+
+    def attribute(self, text_or_trace: str | Trace, target: TokenLike | None = None, versus: TokenLike | None = None,
+                  *, position: int | None = None) -> Attribution:
+        """Direct logit attribution: the logit of `target` at `position` (default: the last; `target` defaults
+        to the token that came next there, or the top prediction at the last) as the sum of what each
+        embedding, head, output bias and MLP wrote, with the final norm's scale from the forward pass. With
+        `versus`, the logit difference target - versus. From the trace alone: no extra forward pass."""
+        trace = text_or_trace if isinstance(text_or_trace, Trace) else self.trace(text_or_trace)
+        t = None if target is None else self.token_id(target)
+        v = None if versus is None else self.token_id(versus)
+        return direct_logit_attribution(self.gpt, self.tokenizer, trace, t, v, position=position)
+
+    def _prompt_ids(self, prompt: str | Sequence[int], which: str) -> list[int]:
+        if isinstance(prompt, str):
+            return self.encode(prompt)
+        ids = [int(i) for i in prompt]
+        self._check_ids(ids, None)
+        return ids
+
+    def patch(self, clean: str | Sequence[int], corrupted: str | Sequence[int], answer: TokenLike, wrong: TokenLike,
+              what: Sequence[Kind] = KINDS, *, batch_tokens: int = 2048,
+              progress: Callable[[int, int], None] | None = None,
+              cancelled: Callable[[], bool] | None = None) -> Patching:
+        """Activation patching: each activation of `what` ("resid_pre", "attn_out", "mlp_out": per layer and
+        position; "heads": each head's z over all positions) from the clean run into the corrupted one, one
+        cell at a time; the logit difference answer - wrong normalised so that 0 is the corrupted run and 1
+        the clean one. The prompts (texts or ids) must have the same number of tokens. `progress(done, total)`
+        is told after each batch of patched runs, and `cancelled()` asked before each (it raises
+        `patching.Cancelled`)."""
+        kinds = check_kinds(what)
+        c_ids, x_ids = self._prompt_ids(clean, "clean"), self._prompt_ids(corrupted, "corrupted")
+        if len(c_ids) != len(x_ids):
+            raise InputError(f"the clean prompt is {len(c_ids)} tokens and the corrupted one {len(x_ids)}: "
+                             f"patching swaps activations position by position, so they must have the same "
+                             f"number of tokens")
+        if c_ids == x_ids:
+            raise InputError("the clean and corrupted prompts are the same tokens: there is no difference to patch")
+        a, w = self.token_id(answer), self.token_id(wrong)
+        if a == w:
+            raise InputError("the answer and the wrong token are the same token: their logit difference is always 0")
+        with torch.inference_mode():
+            clean_trace = self.trace_ids(c_ids)
+            x_logits = self.last_logits(x_ids)
+        m_clean = float(clean_trace.next_token_logits()[a].double() - clean_trace.next_token_logits()[w].double())
+        m_corr = float(x_logits[a].double() - x_logits[w].double())
+        if abs(m_clean - m_corr) < 1e-6 * max(1.0, abs(m_clean)):
+            raise InputError(f"the two prompts give the same logit difference ({m_clean:.4g}): with nothing to "
+                             "recover, the normalised metric is undefined; choose tokens whose difference changes")
+        grids, raw = activation_patching(self.gpt, clean_trace, x_ids, m_corr, a, w, kinds,
+                                         batch_tokens=batch_tokens, progress=progress, cancelled=cancelled)
+        texts = self.tokenizer.token_texts
+        return Patching(clean_tokens=texts(c_ids), corrupted_tokens=texts(x_ids), answer=a,
+                        answer_text=self.tokenizer.token_text(a), wrong=w, wrong_text=self.tokenizer.token_text(w),
+                        clean=m_clean, corrupted=m_corr, grids=grids, raw=raw)
 
     def weight(self, name: str) -> Tensor:
         """A weight matrix by name, e.g. `blocks.0.attn.W_Q` (heads, d_model, d_head)."""

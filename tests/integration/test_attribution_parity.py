@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from transformer_explainer import load_model
-from transformer_explainer.analysis.attribution import attribute
 from transformer_explainer.errors import InputError
 
 TEXT = "The king said, 'Hello!' and then left the room; the queen stayed."
@@ -22,7 +21,7 @@ def _rel(a: float, b: float) -> float:
 @pytest.mark.parametrize("position", [None, 3])
 def test_gpt2_components_sum_to_the_logit(tiny_model, position) -> None:
     tr = tiny_model.trace(TEXT)
-    a = attribute(tiny_model, tr, position=position)
+    a = tiny_model.attribute(tr, position=position)
     assert _rel(a.total(), a.metric) < 1e-5
     p = tr.n_tokens - 1 if position is None else position
     assert a.metric == pytest.approx(float(tr["logits"][p, a.target]), rel=1e-6)
@@ -39,18 +38,18 @@ def test_gpt2_difference_of_two_tokens(tiny_model) -> None:
     tr = tiny_model.trace(TEXT)
     logits = tr["logits"][-1]
     top2 = torch.topk(logits, 2).indices.tolist()
-    a = attribute(tiny_model, tr, top2[0], top2[1])
+    a = tiny_model.attribute(tr, top2[0], top2[1])
     assert a.metric == pytest.approx(float(logits[top2[0]] - logits[top2[1]]), rel=1e-5, abs=1e-6)
     assert _rel(a.total(), a.metric) < 1e-5
     with pytest.raises(InputError, match="same token"):
-        attribute(tiny_model, tr, top2[0], top2[0])
+        tiny_model.attribute(tr, top2[0], top2[0])
     with pytest.raises(InputError, match="outside"):
-        attribute(tiny_model, tr, position=tr.n_tokens)
+        tiny_model.attribute(tr, position=tr.n_tokens)
 
 
 def test_gpt2_heads_equal_transformers_hooks(tiny_model, hf_tiny) -> None:
     tr = tiny_model.trace(TEXT)
-    a = attribute(tiny_model, tr)
+    a = tiny_model.attribute(tr)
     ids = torch.tensor([tr.token_ids])
     z_in: dict[int, torch.Tensor] = {}
     final_in: list[torch.Tensor] = []
@@ -85,10 +84,10 @@ def test_llama_family_components_and_heads(llama_family_dir) -> None:
     model = load_model(str(llama_family_dir), allow_download=False)
     tr = model.trace(TEXT)
     for position in (None, 2):
-        a = attribute(model, tr, position=position)
+        a = model.attribute(tr, position=position)
         assert _rel(a.total(), a.metric) < 1e-5
         assert not any(c.kind == "pos_embed" for c in a.components)
-    a = attribute(model, tr)
+    a = model.attribute(tr)
     hf = AutoModelForCausalLM.from_pretrained(llama_family_dir, attn_implementation="eager").eval()
     z_in: dict[int, torch.Tensor] = {}
     final_in: list[torch.Tensor] = []

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from transformer_explainer import load_model
-from transformer_explainer.analysis.patching import Cancelled, patch, patched_metrics
 from transformer_explainer.errors import InputError
 from transformer_explainer.models.recorder import Recorder
+from transformer_explainer.patching import Cancelled, patched_metrics
 
 CLEAN = "The cat sat on the mat and the dog sat on the"
 CORRUPTED = "The cat sat on the rug and the dog sat on the"
@@ -65,7 +65,7 @@ def _set_pos(pos, value, pre):
 
 def _check_against_hf(model, hf, blocks, attn_of, mlp_of, o_proj_of, n_head, d_head) -> None:
     c, x, a, w = _pair(model)
-    res = patch(model, c, x, a, w, batch_tokens=3 * len(c))  # several batches per layer
+    res = model.patch(c, x, a, w, batch_tokens=3 * len(c))  # several batches per layer
     T = len(c)
     for layer, blk in enumerate(blocks):
         for kind, module, pre in (("resid_pre", blk, True), ("attn_out", attn_of(blk), False),
@@ -108,12 +108,12 @@ def test_llama_family_grids_equal_transformers_hooks(llama_family_dir) -> None:
 
 def test_nothing_gives_0_and_the_last_output_gives_1(tiny_model) -> None:
     c, x, a, w = _pair(tiny_model)
-    res = patch(tiny_model, c, x, a, w, what=("resid_pre",))
+    res = tiny_model.patch(c, x, a, w, what=("resid_pre",))
     L, T = tiny_model.config.n_layer, len(c)
     span = res.clean - res.corrupted
     # patching nothing: the corrupted run's own value put back
     own = tiny_model.trace_ids(x)
-    nothing = patched_metrics(tiny_model, x, L - 1, "resid_pre", [T - 1], own[f"blocks.{L - 1}.resid_pre"], a, w)
+    nothing = patched_metrics(tiny_model.gpt, x, L - 1, "resid_pre", [T - 1], own[f"blocks.{L - 1}.resid_pre"], a, w)
     assert float((nothing[0] - res.corrupted) / span) == pytest.approx(0, abs=1e-5)
     # the last block's output at the last position, from the clean run: the clean metric
     clean_out = tiny_model.trace_ids(c)[f"blocks.{L - 1}.resid_post"]
@@ -132,15 +132,15 @@ def test_nothing_gives_0_and_the_last_output_gives_1(tiny_model) -> None:
 def test_bad_pairs_get_a_sentence(tiny_model) -> None:
     c, x, a, w = _pair(tiny_model)
     with pytest.raises(InputError, match="same number of tokens"):
-        patch(tiny_model, CLEAN, CORRUPTED + " again", a, w)
+        tiny_model.patch(CLEAN, CORRUPTED + " again", a, w)
     with pytest.raises(InputError, match="not one token"):
-        patch(tiny_model, CLEAN, CORRUPTED, " hippopotamus", w)
+        tiny_model.patch(CLEAN, CORRUPTED, " hippopotamus", w)
     with pytest.raises(InputError, match="same tokens"):
-        patch(tiny_model, CLEAN, CLEAN, a, w)
+        tiny_model.patch(CLEAN, CLEAN, a, w)
     with pytest.raises(InputError, match="same token"):
-        patch(tiny_model, CLEAN, CORRUPTED, a, a)
+        tiny_model.patch(CLEAN, CORRUPTED, a, a)
     with pytest.raises(InputError, match="unknown patching grid"):
-        patch(tiny_model, CLEAN, CORRUPTED, a, w, what=("resid_post",))
+        tiny_model.patch(CLEAN, CORRUPTED, a, w, what=("resid_post",))
     calls = []
     with pytest.raises(Cancelled):
-        patch(tiny_model, CLEAN, CORRUPTED, a, w, cancelled=lambda: calls.append(1) or len(calls) > 2)
+        tiny_model.patch(CLEAN, CORRUPTED, a, w, cancelled=lambda: calls.append(1) or len(calls) > 2)

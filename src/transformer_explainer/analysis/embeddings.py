@@ -17,32 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..engine import ExplainerModel
+from ..engine import ExplainerModel, TokenLike
 from ..errors import InputError
-
-TokenLike = str | int
 
 
 def token_id(model: ExplainerModel, token: TokenLike) -> int:
     """The id of a single token: an id, a text that encodes to one token, or a raw vocabulary entry
-    such as 'Ġking' or '<|endoftext|>'."""
-    V = model.config.vocab_size
-    if isinstance(token, bool) or not isinstance(token, int | str):
-        raise InputError(f"a token must be a string or an id, got {type(token).__name__}")
-    if isinstance(token, int):
-        if not 0 <= token < V:
-            raise InputError(f"token id {token} is outside the vocabulary (0..{V - 1})")
-        return token
-    if token == "":
-        raise InputError("an empty string is not a token")
-    ids = model.tokenizer.encode(token, add_bos=False)  # the word's own tokens, without a BOS
-    if len(ids) == 1:
-        return ids[0]
-    raw = model.tokenizer.tokenizer.token_to_id(token)
-    if raw is not None:
-        return raw
-    pieces = " + ".join(repr(model.tokenizer.token_text(i)) for i in ids)
-    raise InputError(f"{token!r} is not one token but {len(ids)}: {pieces}; choose a single-token word")
+    such as 'Ġking' or '<|endoftext|>' (`ExplainerModel.token_id`)."""
+    return model.token_id(token)
 
 
 def embedding_matrix(model: ExplainerModel) -> Tensor:

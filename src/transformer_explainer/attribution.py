@@ -11,6 +11,7 @@ B", the column is W_U[:, A] - W_U[:, B] and the sum is the logit difference.
 
 Semantics as TransformerLens's `cache.stack_head_results` + `apply_ln_to_stack` + `logit_attrs`, so a
 result can be checked against it. Computed from the trace alone: no extra forward pass.
+`ExplainerModel.attribute` is the entry point.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from ..engine import ExplainerModel
-from ..errors import InputError
-from ..trace import Trace
-from .embeddings import TokenLike, token_id
+from .errors import InputError
+from .loading.checkpoint import DecoderLM
+from .loading.tokenizer import TextTokenizer
+from .trace import Trace
 
 Kind = Literal["embed", "pos_embed", "head", "attn_bias", "mlp"]
 
@@ -98,35 +99,33 @@ def _position(trace: Trace, position: int | None) -> int:
     return position % T
 
 
-def _has_weight(model: ExplainerModel, name: str) -> bool:
-    return name in model.weight_names()
-
-
 @torch.inference_mode()
-def attribute(model: ExplainerModel, trace: Trace, target: TokenLike | None = None,
-              versus: TokenLike | None = None, *, position: int | None = None) -> Attribution:
-    """Why the model gives `target` the logit it does at `position` (default: the last): the contribution of
-    every component, with the final norm's scale frozen at the value the forward pass computed there.
+def direct_logit_attribution(net: DecoderLM, tokenizer: TextTokenizer, trace: Trace, target: int | None = None,
+                             versus: int | None = None, *, position: int | None = None) -> Attribution:
+    """Why the model `net` gives token id `target` the logit it does at `position` (default: the last) of
+    `trace`: the contribution of every component, with the final norm's scale frozen at the value the forward
+    pass computed there (`ExplainerModel.attribute` takes tokens as text too).
 
     `target` defaults to the token that actually comes next in the text at an earlier position, and to the
     model's top prediction at the last. With `versus`, the metric is logit(target) - logit(versus)."""
-    cfg = model.config
+    cfg = net.config
     p = _position(trace, position)
     if trace.start:
         raise InputError("attribution needs a trace of the whole text, not of a continuation from a cache")
     if target is None:
         t = trace.token_ids[p + 1] if p + 1 < trace.n_tokens else int(torch.argmax(trace.next_token_logits()))
     else:
-        t = token_id(model, target)
-    v = None if versus is None else token_id(model, versus)
+        t = target
+    v = versus
+    weights = set(net.weight_names())
     if v is not None and v == t:
         raise InputError("the target and the token it is compared with are the same token: their difference is 0")
 
     f64 = torch.float64
-    W_U = model.weight("unembed.W_U").to(f64)  # (D, V)
+    W_U = net.weight("unembed.W_U").to(f64)  # (D, V)
     direction = W_U[:, t] - (W_U[:, v] if v is not None else 0)  # (D,)
     layer_norm = cfg.family == "gpt2"
-    w = model.weight("ln_final.w").to(f64)
+    w = net.weight("ln_final.w").to(f64)
     eps = cfg.layer_norm_epsilon
     if layer_norm:
         scale = float(1.0 / torch.sqrt(trace["ln_final.var"][p].to(f64) + eps))
@@ -141,10 +140,10 @@ def attribute(model: ExplainerModel, trace: Trace, target: TokenLike | None = No
         return float(x @ along)
 
     rest = 0.0
-    if _has_weight(model, "ln_final.b"):
-        rest += float(model.weight("ln_final.b").to(f64) @ direction)
-    if _has_weight(model, "unembed.b_U"):
-        b = model.weight("unembed.b_U").to(f64)
+    if "ln_final.b" in weights:
+        rest += float(net.weight("ln_final.b").to(f64) @ direction)
+    if "unembed.b_U" in weights:
+        b = net.weight("unembed.b_U").to(f64)
         rest += float(b[t] - (b[v] if v is not None else 0))
 
     comps: list[Component] = [Component("embed", None, None, contribution(trace["embed.token"][p]))]
@@ -154,19 +153,19 @@ def attribute(model: ExplainerModel, trace: Trace, target: TokenLike | None = No
     heads = torch.zeros(L, H, dtype=f64)
     for layer in range(L):
         z = trace[f"blocks.{layer}.attn.z"][:, p].to(f64)  # (H, Dh)
-        W_O = model.weight(f"blocks.{layer}.attn.W_O").to(f64)  # (H, Dh, D)
+        W_O = net.weight(f"blocks.{layer}.attn.W_O").to(f64)  # (H, Dh, D)
         per_head = torch.einsum("hd,hde->he", z, W_O)  # (H, D): what each head wrote at p
         if layer_norm:
             per_head = per_head - per_head.mean(-1, keepdim=True)
         heads[layer] = per_head @ along
         comps += [Component("head", layer, h, float(heads[layer, h])) for h in range(H)]
-        if _has_weight(model, f"blocks.{layer}.attn.b_O"):
-            comps.append(Component("attn_bias", layer, None, contribution(model.weight(f"blocks.{layer}.attn.b_O"))))
+        if f"blocks.{layer}.attn.b_O" in weights:
+            comps.append(Component("attn_bias", layer, None, contribution(net.weight(f"blocks.{layer}.attn.b_O"))))
         comps.append(Component("mlp", layer, None, contribution(trace[f"blocks.{layer}.mlp_out"][p])))
 
     logits = trace["logits"][p].to(f64)
     metric = float(logits[t] - (logits[v] if v is not None else 0))
-    text = model.tokenizer.token_text
+    text = tokenizer.token_text
     return Attribution(tokens=trace.tokens, position=p, target=t, target_text=text(t), versus=v,
                        versus_text=None if v is None else text(v), metric=metric, rest=rest, scale=scale,
                        components=comps, heads=heads.to(torch.float32))

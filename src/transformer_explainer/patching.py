@@ -10,7 +10,7 @@ The grids and their semantics follow TransformerLens's `patching.get_act_patch_*
 `attn_out`, `mlp_out` per layer and position; `heads`, each head's `z` over all positions, per layer and head:
 `get_act_patch_attn_head_out_all_pos`), so a result can be checked against it. The patched runs go through
 the model in batches (many rows of the same corrupted prompt, each with its own cell patched), recording
-nothing; the blocks no patch reaches take the fast path.
+nothing; the blocks no patch reaches take the fast path. `ExplainerModel.patch` is the entry point.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from ..engine import ExplainerModel
-from ..errors import InputError
-from ..models.recorder import Recorder
-from .embeddings import TokenLike, token_id
+from .errors import InputError
+from .loading.checkpoint import DecoderLM
+from .models.recorder import Recorder
+from .trace import Trace
 
 Kind = Literal["resid_pre", "attn_out", "mlp_out", "heads"]
 KINDS: tuple[Kind, ...] = ("resid_pre", "attn_out", "mlp_out", "heads")
@@ -62,16 +62,6 @@ class Patching:
                 "raw": {k: v.tolist() for k, v in self.raw.items()}}
 
 
-def _ids(model: ExplainerModel, prompt: str | Sequence[int], which: str) -> list[int]:
-    if isinstance(prompt, str):
-        return model.encode(prompt)
-    ids = [int(i) for i in prompt]
-    model.check_vocabulary(ids)
-    if not ids:
-        raise InputError(f"the {which} prompt has no tokens")
-    return ids
-
-
 def _metric(logits: Tensor, answer: int, wrong: int) -> Tensor:
     """answer - wrong at the last position, per row of (B, V) logits, in float64."""
     return logits[:, answer].double() - logits[:, wrong].double()
@@ -92,7 +82,7 @@ def _replace(rows: Tensor, cells: list[int], clean: Tensor) -> Callable[[Tensor]
 
 
 @torch.inference_mode()
-def patched_metrics(model: ExplainerModel, ids: list[int], layer: int, kind: Kind, cells: Sequence[int],
+def patched_metrics(net: DecoderLM, ids: list[int], layer: int, kind: Kind, cells: Sequence[int],
                     clean: Tensor, answer: int, wrong: int) -> Tensor:
     """The metric of the corrupted prompt `ids` run once per cell, with block `layer`'s activation of `kind`
     replaced at that cell by `clean` (that block's value in the clean run, without the batch dimension)."""
@@ -100,61 +90,47 @@ def patched_metrics(model: ExplainerModel, ids: list[int], layer: int, kind: Kin
     rows = torch.arange(B)
     patches = {f"blocks.{layer}.{SITE[kind]}": _replace(rows, list(cells), clean)}
     batch = torch.tensor([ids] * B)
-    logits = model.gpt(batch, rec=Recorder(patches=patches, store=False), logits_for="last")[:, -1]
+    logits = net(batch, rec=Recorder(patches=patches, store=False), logits_for="last")[:, -1]
     return _metric(logits, answer, wrong)
 
 
-@torch.inference_mode()
-def patch(model: ExplainerModel, clean: str | Sequence[int], corrupted: str | Sequence[int], answer: TokenLike,
-          wrong: TokenLike, what: Sequence[Kind] = KINDS, *, batch_tokens: int = 2048,
-          progress: Callable[[int, int], None] | None = None,
-          cancelled: Callable[[], bool] | None = None) -> Patching:
-    """Patch each activation of `what` from the clean run into the corrupted one, one cell at a time.
-
-    `batch_tokens` bounds the tokens of one batched pass (rows x length); `progress(done, total)` is told after
-    each batch, and `cancelled()` is asked before each: when it says so, `Cancelled` is raised."""
-    cfg = model.config
-    what = tuple(what)
+def check_kinds(what: Sequence[str]) -> tuple[Kind, ...]:
+    """The grids asked for, or an InputError naming the first unknown one."""
     unknown = [k for k in what if k not in KINDS]
     if unknown or not what:
         raise InputError(f"unknown patching grid {unknown[0] if unknown else '(none)'}; choose from {', '.join(KINDS)}")
-    c_ids, x_ids = _ids(model, clean, "clean"), _ids(model, corrupted, "corrupted")
-    if len(c_ids) != len(x_ids):
-        raise InputError(f"the clean prompt is {len(c_ids)} tokens and the corrupted one {len(x_ids)}: patching "
-                         f"swaps activations position by position, so they must have the same number of tokens")
-    a, w = token_id(model, answer), token_id(model, wrong)
-    if a == w:
-        raise InputError("the answer and the wrong token are the same token: their logit difference is always 0")
-    clean_trace = model.trace_ids(c_ids)
-    corrupted_logits = model.last_logits(x_ids)
-    m_clean = float(_metric(clean_trace.next_token_logits()[None], a, w)[0])
-    m_corr = float(_metric(corrupted_logits[None], a, w)[0])
-    if c_ids == x_ids:
-        raise InputError("the clean and corrupted prompts are the same tokens: there is no difference to patch")
-    if abs(m_clean - m_corr) < 1e-6 * max(1.0, abs(m_clean)):
-        raise InputError(f"the two prompts give the same logit difference ({m_clean:.4g}): with nothing to "
-                         "recover, the normalised metric is undefined; choose tokens whose difference changes")
+    return tuple(what)  # type: ignore[return-value]
 
-    L, H, T = cfg.n_layer, cfg.n_head, len(c_ids)
+
+@torch.inference_mode()
+def activation_patching(net: DecoderLM, clean: Trace, corrupted_ids: list[int], corrupted_metric: float,
+                        answer: int, wrong: int, what: Sequence[Kind] = KINDS, *, batch_tokens: int = 2048,
+                        progress: Callable[[int, int], None] | None = None,
+                        cancelled: Callable[[], bool] | None = None) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """The normalised and raw grids: each activation of `what` patched from the `clean` trace into the corrupted
+    run, one cell at a time (`ExplainerModel.patch` checks the pair and computes the two runs' metrics).
+
+    `batch_tokens` bounds the tokens of one batched pass (rows x length); `progress(done, total)` is told after
+    each batch, and `cancelled()` is asked before each: when it says so, `Cancelled` is raised."""
+    cfg = net.config
+    m_clean = float(_metric(clean.next_token_logits()[None], answer, wrong)[0])
+    span = m_clean - corrupted_metric
+    L, H, T = cfg.n_layer, cfg.n_head, len(corrupted_ids)
     per_batch = max(1, batch_tokens // T)
     jobs = [(k, layer) for k in what for layer in range(L)]
     total = sum(H if k == "heads" else T for k, _ in jobs)
     raw = {k: torch.empty(L, H if k == "heads" else T, dtype=torch.float64) for k in what}
     done = 0
     for kind, layer in jobs:
-        value = clean_trace[f"blocks.{layer}.{SITE[kind]}"]
+        value = clean[f"blocks.{layer}.{SITE[kind]}"]
         n = H if kind == "heads" else T
         for start in range(0, n, per_batch):
             if cancelled is not None and cancelled():
                 raise Cancelled()
             cells = list(range(start, min(n, start + per_batch)))
-            raw[kind][layer, cells] = patched_metrics(model, x_ids, layer, kind, cells, value, a, w)
+            raw[kind][layer, cells] = patched_metrics(net, corrupted_ids, layer, kind, cells, value, answer, wrong)
             done += len(cells)
             if progress is not None:
                 progress(done, total)
-    span = m_clean - m_corr
-    grids = {k: ((v - m_corr) / span).to(torch.float32) for k, v in raw.items()}
-    text = model.tokenizer.token_texts
-    return Patching(clean_tokens=text(c_ids), corrupted_tokens=text(x_ids), answer=a,
-                    answer_text=model.tokenizer.token_text(a), wrong=w, wrong_text=model.tokenizer.token_text(w),
-                    clean=m_clean, corrupted=m_corr, grids=grids, raw={k: v.to(torch.float32) for k, v in raw.items()})
+    grids = {k: ((v - corrupted_metric) / span).to(torch.float32) for k, v in raw.items()}
+    return grids, {k: v.to(torch.float32) for k, v in raw.items()}
