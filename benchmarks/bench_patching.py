@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 from fixtures import gpt2_small_shape
+from transformer_explainer.analysis.patching import patch
 
 from transformer_explainer import load_model
-from transformer_explainer.analysis.patching import patch
 
 
 def hooked_transformer(folder: Path):
