@@ -74,7 +74,7 @@ def test_every_json_answer_on_a_text_carries_its_tokens(run):
     from transformer_explainer import load_model
 
     model = load_model(str(run.folder), allow_download=False)
-    for argv in (("explain", TEXT), ("lens", TEXT), ("ablate", TEXT, "--layer", "0"), ("heads", TEXT),
+    for argv in (("explain", TEXT), ("lens", TEXT), ("ablate", TEXT, "--layer", "0"), ("heads", TEXT, "--no-reference"),
                  ("importance", TEXT), ("prune", TEXT, "--max-heads", "1")):
         code, out, _ = run(*argv, "--json")
         assert code == 0
