@@ -8,68 +8,18 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from .cli_args import (
-    PROG,
-    Parser,
-    dtype_arg,
-    fail,
-    int_range,
-    non_negative_float,
-    non_negative_int,
-    positive_int,
-    probability,
-)
+from .cli_args import PROG, Parser, fail, int_range, non_negative_int
+from .cli_model import encode_text, load_model_for, sampling_args, text_args
 from .errors import ExplainerError
 
 log = logging.getLogger("transformer_explainer")
 
 
-def _model_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None,
-                   help="built-in model name, local HF-format folder, or hub id (gpt2, gpt2-medium, distilgpt2, "
-                        "owner/repo), downloaded into the Hugging Face cache if it is not there yet; "
-                        "default: GPT-2 small if cached, else the built-in model")
-    p.add_argument("--offline", action="store_true", help="never download; use only local models")
-    dtype_arg(p)
-
-
-def _sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--temperature", type=non_negative_float, default=1.0, help="0 = greedy (default 1.0)")
-    p.add_argument("--top-k", type=positive_int, default=None)
-    p.add_argument("--top-p", type=probability, default=None)
-    p.add_argument("--seed", type=int_range(0, 2**63 - 1), default=None)
-
-
-def _load(args: argparse.Namespace, check: Callable[[Any], None] | None = None):
-    """Load the model named by --model. The text (when the command has one) and `check` are
-    validated against the model before the `model:` line is printed, so a refused input gives one
-    line on stderr, the error."""
-    from .engine import load_model
-
-    model = load_model(args.model, allow_download=not args.offline, dtype=getattr(args, "dtype", None))
-    if getattr(args, "text", None) is not None:
-        model.encode(args.text, truncate=getattr(args, "truncate", False))
-    if check is not None:
-        check(model)
-    c = model.config
-    kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""
-    print(f"model: {model.name} ({model.source}; {c.model_type}, {c.n_layer} layers, {c.n_head} heads{kv}, "
-          f"d_model {c.n_embd}, context {c.block_size}, {str(model.dtype).removeprefix('torch.')} weights)",
-          file=sys.stderr)
-    if args.model is None and model.source == "builtin":
-        from .loading.resolve import gpt2_download_hint
-
-        print(f"(the built-in model: GPT-2 small is not in the Hugging Face cache; {gpt2_download_hint()})",
-              file=sys.stderr)
-    return model
-
-
 def cmd_explain(args: argparse.Namespace) -> int:
     from .sampling import SamplingParams
 
-    model = _load(args)
+    model = load_model_for(args)
     trace = model.trace(args.text, truncate=args.truncate)
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     dist = model.next_token(trace, params)
@@ -88,11 +38,20 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if groups:
         print("  (<0xF0>: one byte of a character that is split over several tokens; ┐│┘ brackets the tokens "
               "that make it)")
-    print(f"\nnext token (temperature {params.temperature}, top-k {params.top_k}, top-p {params.top_p}):")
+    print(f"\nnext token ({_sampling_words(params)}):")
     print(f"  {'token':<20} {'id':>6} {'logit':>9} {'prob':>8}")
     for row in top:
         print(f"  {row['token']!r:<20} {row['id']:>6} {row['logit']:>9.3f} {row['prob']:>8.2%}")
     return 0
+
+
+def _sampling_words(params) -> str:
+    """The sampling parameters as a reader would say them: "temperature 0.8, top-k 40, no top-p cut"."""
+    if params.greedy:
+        return "temperature 0: greedy, the most likely token"
+    k = f"top-k {params.top_k}" if params.top_k is not None else "no top-k cut"
+    p = f"top-p {params.top_p:g}" if params.top_p is not None else "no top-p cut"
+    return f"temperature {params.temperature:g}, {k}, {p}"
 
 
 def _group_marks(groups) -> dict[int, str]:
@@ -110,15 +69,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .sampling import SamplingParams
 
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    model = _load(args)
-    ids = model.encode(args.text, truncate=args.truncate)
+    model = load_model_for(args)
+    ids = encode_text(model, args.text, truncate=args.truncate)
     ctx = model.context_length
+    eos = set(model.tokenizer.eos_ids())
     steps = model.generate_ids(ids, args.n, params)  # a generator: it checks its inputs on the first step
     sys.stdout.write(args.text)
     sys.stdout.flush()
     out: list[int] = []
     shown = ""
+    ended = False
     for tok in steps:
+        if tok.id in eos:  # the last step: it ends the text, it is not part of it
+            ended = True
+            break
         out.append(tok.id)
         text = model.tokenizer.decode(out)  # decode the run so multi-token characters come out whole
         if not text.endswith("\ufffd"):
@@ -126,8 +90,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             shown = text
     sys.stdout.write(model.tokenizer.decode(out)[len(shown):] + "\n")
-    if len(out) < args.n:
-        why = ("the model wrote its end-of-text token" if out and out[-1] == model.tokenizer.eos_id()
+    if ended or len(out) < args.n:
+        why = ("the model wrote its end-of-text token" if ended
                else f"the context of {ctx} tokens is full ({len(ids)} of the prompt + {len(out)} new)")
         print(f"stopped after {len(out)} of {args.n} tokens: {why}", file=sys.stderr)
     return 0
@@ -210,32 +174,28 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("explain", help="tokens of TEXT and the model's top next tokens")
-    p.add_argument("text")
-    _model_arg(p)
+    text_args(p)
     p.add_argument("--top", "--top-n", dest="top", type=int_range(1, 1000), default=10,
-                   help="how many candidates to list (1-1000, default 10)")
-    p.add_argument("--temperature", type=non_negative_float, default=1.0)
-    p.add_argument("--top-k", type=positive_int, default=None)
-    p.add_argument("--top-p", type=probability, default=None)
-    p.add_argument("--truncate", action="store_true", help="keep the last tokens of an over-long text")
-    p.add_argument("--json", action="store_true")
+                   help="how many candidates to list, by the model's logits (1-1000, default 10); their "
+                        "probabilities are those left after temperature, top-k and top-p")
+    sampling_args(p, seed=False)
+    p.add_argument("--json", action="store_true", help="print the tokens and candidates as one JSON object")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("generate", help="continue TEXT, streaming tokens as they come")
-    p.add_argument("text")
+    text_args(p, "prompt")
     p.add_argument("-n", type=non_negative_int, default=30,
-                   help="new tokens (default 30); generation also stops where the context is full")
-    p.add_argument("--truncate", action="store_true", help="keep the last tokens of an over-long prompt")
-    _model_arg(p)
-    _sampling_args(p)
+                   help="new tokens (default 30); generation stops earlier at the model's end-of-text token "
+                        "or where the context is full")
+    sampling_args(p, seed=True)
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("models", help="built-in, cached and downloadable models")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the default and the list as JSON")
     p.set_defaults(func=cmd_models)
 
     train = sub.add_parser("train", help="train a model").add_subparsers(dest="what", required=True)
-    p = train.add_parser("lm", help="train a GPT-2-architecture language model on a text corpus")
+    p = train.add_parser("lm", help="train a GPT-2- or Llama-family language model (--family) on a text corpus")
     from .training.lm_args import add_lm_args
 
     add_lm_args(p)

@@ -14,10 +14,11 @@ PROG = "transformer-explainer"
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but an error is one line (`PROG CMD: error: ...`) instead of the usage block."""
+    """argparse, but an error is one line instead of the usage block, written as every other error of
+    the command line is (`PROG: error: ...`, see `fail`), with the subcommand's help to read."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{PROG}: error: {message} (see {self.prog} --help)\n")
 
 
 def fail(message: str) -> None:
@@ -72,6 +73,14 @@ def positive_float(text: str) -> float:
     v = _float(text)
     if v <= 0:
         raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return v
+
+
+def fraction(text: str) -> float:
+    """A share of something, 0 or more and below 1: a dropout rate, a label-smoothing epsilon."""
+    v = _float(text)
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"must be 0 or more and below 1, got {text}")
     return v
 
 

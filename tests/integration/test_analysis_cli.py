@@ -50,6 +50,38 @@ def test_ablate_json_and_table(run):
     assert code == 0 and "zero ablation of layer 0, heads 1, 3" in out and "before" in out
 
 
+def test_ablate_lists_as_many_tokens_as_asked(run):
+    """--top N: the N tokens most likely before or after the ablation, not the union of both top N."""
+    from transformer_explainer import load_model
+    from transformer_explainer.analysis import ablate
+
+    model = load_model(str(run.folder), allow_download=False)
+    res = ablate(model, TEXT, [(1, 2)])
+    either = torch.maximum(res.clean_probs, res.ablated_probs)
+    for n in (1, 3, 7):
+        code, out, _ = run("ablate", TEXT, "--layer", "1", "--head", "2", "--top", str(n))
+        assert code == 0
+        rows = [r.strip().rsplit(maxsplit=3) for r in out.split("change\n", 1)[1].splitlines()]
+        assert len(rows) == n  # token, before, after, change
+        before = [float(r[1].rstrip("%")) for r in rows]
+        assert before == sorted(before, reverse=True)
+        expected = {repr(model.tokenizer.token_text(i)) for i in either.topk(n).indices.tolist()}
+        assert {r[0] for r in rows} == expected
+
+
+def test_every_json_answer_on_a_text_carries_its_tokens(run):
+    """importance and prune too, like explain, lens, ablate and heads: `tokens` beside `token_ids`."""
+    from transformer_explainer import load_model
+
+    model = load_model(str(run.folder), allow_download=False)
+    for argv in (("explain", TEXT), ("lens", TEXT), ("ablate", TEXT, "--layer", "0"), ("heads", TEXT, "--no-reference"),
+                 ("importance", TEXT), ("prune", TEXT, "--max-heads", "1")):
+        code, out, _ = run(*argv, "--json")
+        assert code == 0
+        d = json.loads(out)
+        assert d["tokens"] == model.tokenizer.token_texts(d["token_ids"]) and len(d["tokens"]) == 9, argv[0]
+
+
 def test_importance_and_prune(run):
     from transformer_explainer import load_model
     from transformer_explainer.analysis import head_importance, prune_heads

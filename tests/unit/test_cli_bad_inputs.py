@@ -1,5 +1,5 @@
 """Every subcommand over a table of bad inputs: exit status 2, exactly one line on stderr
-(`transformer-explainer ...: error: ...`), no traceback, nothing on stdout, and no output file
+(`transformer-explainer: error: ...`), no traceback, nothing on stdout, and no output file
 (finished or partial) left behind.
 
 The first table runs each case as a real process (every subcommand, and each case the issue named);
@@ -52,7 +52,7 @@ CASES: dict[str, tuple[list[str], str]] = {
 IN_PROCESS: dict[str, tuple[list[str], str]] = {
     "serve-workers": (["serve", "--workers", "0"], "--workers"),
     "explain-empty": (["explain", "", "--model", M], "the text is empty"),
-    "explain-too-long": (["explain", LONG, "--model", M], "reads at most 128"),
+    "explain-too-long": (["explain", LONG, "--model", M], "reads at most 128; shorten it, or add --truncate"),
     "explain-missing-abs-folder": (["explain", "hi", "--model", f"{OUT}/no-model"], "no such folder"),
     "explain-top-p": (["explain", "hi", "--top-p", "1.5", "--model", M], "--top-p"),
     "explain-offline-uncached": (["explain", "hi", "--model", "no-such-owner-zz/no-model", "--offline"],
@@ -64,6 +64,11 @@ IN_PROCESS: dict[str, tuple[list[str], str]] = {
     "export-into-a-file": (["export", TEXT, "--out", f"{OUT}/weights.bin/t.npz", "--model", M], "is a file"),
     "snapshot-max-mb": (["snapshot", TEXT, "--out", f"{OUT}/x.html", "--max-mb", "0", "--model", M], "--max-mb"),
     "seq2seq-task": (["seq2seq", "hello", "--task", "nope"], "unknown task"),
+    "seq2seq-beam-too-wide": (["seq2seq", "hello", "--task", "reverse", "--beam", "99"], "from 1 to 16"),
+    "train-lm-warmup": (["train", "lm", "--corpus", "c", "--tokenizer", "t", "--out", f"{OUT}/run", "--warmup", "-1"],
+                        "--warmup"),
+    "train-seq2seq-eval-samples": (["train", "seq2seq", "--task", "reverse", "--out", f"{OUT}/run",
+                                    "--eval-samples", "0"], "--eval-samples"),
     "train-seq2seq-tsv-without-file": (["train", "seq2seq", "--task", "tsv", "--out", f"{OUT}/run"], "--tsv FILE"),
     "neighbours-k": (["neighbours", "king", "--k", "0", "--model", M], "--k"),
     "analogy-several-tokens": (["analogy", "king", "man", "Transformerish", "--model", M], "is not one token"),
@@ -95,7 +100,7 @@ def _check(code: int, out: str, err: str, phrase: str, folder: Path) -> None:
     assert code == 2, (code, err)
     assert len(err_lines) == 1, err
     line = err_lines[0]
-    assert line.startswith("transformer-explainer") and ": error: " in line, line
+    assert line.startswith("transformer-explainer: error: "), line
     assert phrase in line, line
     assert "Traceback" not in err and out == ""
     left = sorted(p.name for p in folder.rglob("*") if p.name != "weights.bin")

@@ -1,8 +1,9 @@
 """The package's import structure, read from the source (ast, nothing is imported): no module imports
 itself back through others, the top-level parts (a module, or a subpackage taken whole) import each
-other without a circle, nothing outside `server/` knows the server, and the web framework stays
-inside `server/`. Imports inside functions count: an import moved into a function to dodge a circle
-is still a circle."""
+other without a circle, nothing outside `server/` knows the server, the web framework stays inside
+`server/`, and no module takes another's private (`_name`) names. Imports inside functions count: an
+import moved into a function to dodge a circle is still a circle; so does a module named in a string
+(`import_module("transformer_explainer.x")`, as `cli.py` loads the feature packages' command lines)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ MODULES = _modules()
 
 
 def _imports(name: str, path: Path) -> tuple[set[str], set[str]]:
-    """(modules of this package that `name` imports, top-level names of other packages it imports)."""
+    """(modules of this package that `name` imports, top-level names of other packages it imports).
+    A string that is the full name of one of the package's modules counts as importing it: that is how
+    `import_module` is told what to load."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     is_package = path.name == "__init__.py"
     own: set[str] = set()
@@ -60,7 +63,20 @@ def _imports(name: str, path: Path) -> tuple[set[str], set[str]]:
             for a in node.names:  # `from . import x` may name a submodule
                 sub = f"{module}.{a.name}"
                 add(sub if sub in MODULES else module)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in MODULES \
+                and not name.startswith(node.value + "."):  # its own packages (a logger's or resources' name)
+            add(node.value)
     return own, other
+
+
+def _private_imports(name: str, path: Path) -> list[str]:
+    """`module._name` for each private name that `name` imports from another module of the package."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(PACKAGE)):
+            out += [f"{'.' * node.level}{node.module or ''}.{a.name}" for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
 
 
 GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
@@ -121,6 +137,19 @@ def test_no_module_imports_itself_back():
     assert _cycles({m: own for m, (own, _) in GRAPH.items()}) == []
 
 
+def test_a_module_named_in_a_string_is_an_import():
+    """`cli.py` loads the feature packages' command lines by name; the graph sees those edges."""
+    own, _ = GRAPH[f"{PACKAGE}.cli"]
+    assert {f"{PACKAGE}.analysis.cli", f"{PACKAGE}.seq2seq.cli", f"{PACKAGE}.server.cli"} <= own
+
+
+def test_no_module_takes_another_modules_private_names():
+    """What two modules share is public in a module of its own (e.g. `cli_model.py` for the command
+    lines), not a `_name` borrowed from one of them."""
+    bad = {m: found for m, path in MODULES.items() if (found := _private_imports(m, path))}
+    assert bad == {}
+
+
 def test_the_top_level_parts_import_each_other_without_a_circle():
     edges: dict[str, set[str]] = {}
     for m, (own, _) in GRAPH.items():
@@ -136,8 +165,11 @@ def _in_server(module: str) -> bool:
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if not _in_server(m) and m != PACKAGE))
 def test_only_the_server_knows_the_server_and_the_web_framework(module: str):
+    """The command line, the front that stands on every part, may load the server's own command line
+    (`serve`), and only that."""
     own, other = GRAPH[module]
-    assert not [t for t in own if _in_server(t)], f"{module} imports the server"
+    allowed = {f"{PACKAGE}.server.cli"} if _part(module) == "cli" else set()
+    assert not [t for t in own - allowed if _in_server(t)], f"{module} imports the server"
     assert not other & set(WEB_FRAMEWORKS), f"{module} imports a web framework"
 
 

@@ -43,6 +43,23 @@ def test_beam_and_steps(checkpoint: Path, capsys):
     assert out[0].split()[:2] == ["step", "decoder"] and len(out) >= 3
 
 
+def test_steps_show_every_probability_as_a_percentage(checkpoint: Path, capsys):
+    """The chosen token's and the next two's probabilities, on one scale (they were 0.00 beside 90.45%)."""
+    from transformer_explainer.seq2seq.decoding import translate
+
+    assert main(["seq2seq", "--checkpoint", str(checkpoint), "--steps", "abc"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:-1]  # between the header and the output
+    steps = translate(load_seq2seq(checkpoint), "abc").steps
+    assert len(rows) == len(steps)
+    for row, s in zip(rows, steps, strict=True):
+        chosen, alternatives = row.split("%  ", 1)
+        assert chosen.endswith(f"{s.prob:.2%}"[:-1])
+        for shown, t in zip(alternatives.split(", "), s.top[1:3], strict=True):
+            token, value = shown.rsplit(" ", 1)
+            assert token == t.token and value.endswith("%")
+            assert float(value[:-1]) == pytest.approx(t.prob * 100, rel=0.01, abs=0.006)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["seq2seq", "--task", "reverse", ""], "empty"),
     (["seq2seq", "--task", "nope", "abc"], "unknown task"),
@@ -53,7 +70,7 @@ def test_beam_and_steps(checkpoint: Path, capsys):
 def test_errors_are_one_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("transformer-explainer") and ": error: " in err and message in err and "\n" not in err
+    assert err.startswith("transformer-explainer: error: ") and message in err and "\n" not in err
 
 
 def test_bad_text_for_the_checkpoint(checkpoint: Path, capsys):

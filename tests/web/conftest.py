@@ -1,6 +1,9 @@
 """Browser tests: the real server (tiny random GPT-2) in a thread on a free 127.0.0.1 port, driven
 by Playwright through Debian's Chromium. Requests to anywhere but that server are blocked and
-recorded, and each test fails if there were any."""
+recorded, and each test fails if there were any.
+
+Without Chromium, Playwright or the built app the tests are skipped on a developer's machine, but
+fail where the `CI` environment variable is set: in CI they must run, not pass silently."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlparse
 
 import pytest
@@ -20,6 +23,13 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--no-first-run"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+def cannot_run(reason: str) -> NoReturn:
+    """Skip a browser test that cannot run here, or fail it in CI."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}, and CI must run the browser tests", pytrace=False)
+    pytest.skip(f"{reason} (with CI set this fails instead)")
 
 
 def free_port() -> int:
@@ -57,7 +67,7 @@ def live_server(tiny_model) -> Iterator[LiveServer]:
 
     static = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "web_dist"
     if not (static / "index.html").is_file():
-        pytest.skip("the web UI is not built (cd web && npm ci && npm run build)")
+        cannot_run("the web UI is not built (cd web && npm ci && npx vite build)")
     with LiveServer(create_app({"tiny": tiny_model})) as srv:
         yield srv
 
@@ -72,7 +82,7 @@ def llama_live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live
 
     static = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "web_dist"
     if not (static / "index.html").is_file():
-        pytest.skip("the web UI is not built (cd web && npm ci && npm run build)")
+        cannot_run("the web UI is not built (cd web && npm ci && npx vite build)")
     folder = make_hf_llama_family(tmp_path_factory.mktemp("tiny-llama"), "llama")
     with LiveServer(create_app({"tiny-llama": load_model(str(folder), allow_download=False)})) as srv:
         yield srv
@@ -81,8 +91,11 @@ def llama_live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live
 @pytest.fixture(scope="module")  # Playwright's sync API holds an event loop: close it with the module
 def browser():
     if not Path(CHROMIUM).is_file():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+        cannot_run(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    try:
+        from playwright import sync_api
+    except ModuleNotFoundError:
+        cannot_run("Playwright is not installed (pip install -e '.[test]')")
     with sync_api.sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         yield b

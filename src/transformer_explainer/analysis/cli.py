@@ -9,9 +9,11 @@ import math
 import sys
 from pathlib import Path
 
-from ..cli import _load, _model_arg
 from ..cli_args import int_range, output_file, positive_float, positive_int
+from ..cli_model import load_model_for, model_args, text_args
 from ..errors import InputError
+
+JSON_HELP = "print the result as one JSON object instead of the table (numbers that are not finite as null)"
 
 
 def _fmt_tok(t: str, width: int = 0) -> str:
@@ -31,7 +33,7 @@ def _score(v: float) -> str:
 def cmd_lens(args: argparse.Namespace) -> int:
     from .lens import logit_lens
 
-    model = _load(args)
+    model = load_model_for(args)
     trace = model.trace(args.text, truncate=args.truncate)
     lens = logit_lens(model, trace, top=args.top, positions=[-1])
     if args.json:
@@ -55,7 +57,7 @@ def cmd_lens(args: argparse.Namespace) -> int:
 def cmd_ablate(args: argparse.Namespace) -> int:
     from .ablation import ablate, check_heads, layer_heads
 
-    model = _load(args, lambda m: check_heads(m.config, [(args.layer, h) for h in args.head or [0]]))
+    model = load_model_for(args, lambda m: check_heads(m.config, [(args.layer, h) for h in args.head or [0]]))
     ids = model.encode(args.text, truncate=args.truncate)
     heads = [(args.layer, h) for h in args.head] if args.head else layer_heads(model.config, args.layer)
     res = ablate(model, ids, heads, mode=args.mode)
@@ -71,9 +73,16 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         print(f"loss on the text: {res.clean_loss:.4f} -> {res.ablated_loss:.4f} ({res.loss_change:+.4f} nats/token)")
     print(f"KL(before || after), next token: {res.kl:.4f} nats\n")
     print(f"  {'next token':<22} {'before':>8} {'after':>8} {'change':>9}")
-    for i, b, a in res.top_changes(args.top):
+    for i, b, a in _most_likely_either_side(res, args.top):
         print(f"  {_fmt_tok(model.tokenizer.token_text(i), 22)} {_pct(b):>8} {_pct(a):>8} {(a - b) * 100:>+8.2f}pp")
     return 0
+
+
+def _most_likely_either_side(res, n: int) -> list[tuple[int, float, float]]:
+    """The n tokens most likely before or after the ablation (by the larger of the two), most likely
+    before first. `top_changes(n)` is the union of both top n, up to 2n rows: the app shows it whole."""
+    rows = sorted(res.top_changes(n), key=lambda r: -max(r[1], r[2]))[:n]
+    return sorted(rows, key=lambda r: -r[1])
 
 
 def _loss_input(args: argparse.Namespace, what: str):
@@ -83,7 +92,7 @@ def _loss_input(args: argparse.Namespace, what: str):
         if len(model.encode(args.text, truncate=args.truncate)) < 2:
             raise InputError(f"{what} follows the loss on the text: give at least two tokens")
 
-    model = _load(args, check)
+    model = load_model_for(args, check)
     return model, model.encode(args.text, truncate=args.truncate)
 
 
@@ -93,7 +102,7 @@ def cmd_importance(args: argparse.Namespace) -> int:
     model, ids = _loss_input(args, "head importance")
     imp = head_importance(model, ids, mode=args.mode)
     if args.json:
-        out = {"model": model.name, "token_ids": ids, **imp.to_dict(),
+        out = {"model": model.name, "tokens": model.tokenizer.token_texts(ids), "token_ids": ids, **imp.to_dict(),
                "ranked": [list(h) for h, _ in imp.ranked(args.by)]}
         print(json.dumps(out, ensure_ascii=False))
         return 0
@@ -116,7 +125,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
     model, ids = _loss_input(args, "pruning")
     curve = prune_heads(model, ids, mode=args.mode, max_heads=args.max_heads, recompute=args.rescore)
     if args.json:
-        print(json.dumps({"model": model.name, "token_ids": ids, "recompute": args.rescore, **curve.to_dict()}))
+        print(json.dumps({"model": model.name, "tokens": model.tokenizer.token_texts(ids), "token_ids": ids,
+                          "recompute": args.rescore, **curve.to_dict()}, ensure_ascii=False))
         return 0
     how = "re-scoring the remaining heads at each step" if args.rescore else "in the order of head importance"
     print(f"pruning heads one by one ({args.mode} ablation), least important first, {how}\n")
@@ -131,7 +141,7 @@ def cmd_heads(args: argparse.Namespace) -> int:
     from .attention_statistics import attention_stats
     from .roles import ROLES, head_roles, reference_head_roles
 
-    model = _load(args)
+    model = load_model_for(args)
     trace = model.trace(args.text, truncate=args.truncate)
     roles = head_roles(trace)
     stats = attention_stats(trace)
@@ -183,7 +193,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         traced.append(model.trace(args.text, truncate=args.truncate))
         select_names(traced[0], names)
 
-    _load(args, check)
+    load_model_for(args, check)
     trace = traced[0]
     if suffix == ".npz":
         save_npz(trace, out, names)
@@ -198,7 +208,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from ..notebook.snapshot import page_html, snapshot_data
 
     out: Path = args.out
-    model = _load(args)
+    model = load_model_for(args)
     trace = model.trace(args.text, truncate=args.truncate)
     data, info = snapshot_data(model, trace, max_mb=args.max_mb, ablations=not args.no_ablations,
                                bundle_bytes=_bundle_bytes())
@@ -236,7 +246,7 @@ def cmd_neighbours(args: argparse.Namespace) -> int:
     from .answers import neighbours_json
     from .embeddings import nearest_tokens
 
-    model = _load(args, lambda m: _word_token(m, args.word, args.no_space))
+    model = load_model_for(args, lambda m: _word_token(m, args.word, args.no_space))
     tid = _word_token(model, args.word, args.no_space)
     if args.json:
         print(json.dumps(neighbours_json(model, tid, args.k), ensure_ascii=False))
@@ -252,7 +262,7 @@ def cmd_analogy(args: argparse.Namespace) -> int:
     from .embeddings import analogy
 
     words = (args.a, args.b, args.c)
-    model = _load(args, lambda m: [_word_token(m, w, args.no_space) for w in words])
+    model = load_model_for(args, lambda m: [_word_token(m, w, args.no_space) for w in words])
     a, b, c = (_word_token(model, w, args.no_space) for w in words)
     res = analogy(model, [a, c], [b], args.k)
     if args.json:
@@ -274,54 +284,48 @@ def _bundle_bytes() -> int:
     return sum(p.stat().st_size for p in assets.glob("*")) if assets.is_dir() else 0
 
 
-def _text_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("text")
-    _model_arg(p)
-    p.add_argument("--truncate", action="store_true", help="keep the last tokens of an over-long text")
-
-
 def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction) -> None:
     p = sub.add_parser("lens", help="logit lens: what each layer would predict next for TEXT")
-    _text_args(p)
+    text_args(p)
     p.add_argument("--top", type=int_range(1, 50), default=5, help="tokens to list per layer (1-50, default 5)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_lens)
 
     p = sub.add_parser("ablate", help="switch attention heads off and compare the next-token distribution")
-    _text_args(p)
-    p.add_argument("--layer", type=int_range(0), required=True)
+    text_args(p)
+    p.add_argument("--layer", type=int_range(0), required=True, help="the layer of the heads to switch off (0 = first)")
     p.add_argument("--head", type=int_range(0), action="append", default=[],
                    help="head to ablate; repeat for several; omit to ablate the whole layer")
-    p.add_argument("--mode", choices=["zero", "mean"], default="zero",
-                   help="zero the heads' output, or replace it by its mean over a reference set")
-    p.add_argument("--top", type=int_range(1, 1000), default=10, help="changes to list (1-1000, default 10)")
-    p.add_argument("--json", action="store_true")
+    _mode_arg(p, "the heads'")
+    p.add_argument("--top", type=int_range(1, 1000), default=10,
+                   help="next tokens to list, the most likely before or after the ablation (1-1000, default 10)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_ablate)
 
     p = sub.add_parser("importance", help="ablate each head alone: a layer x head map of the loss change")
-    _text_args(p)
-    p.add_argument("--mode", choices=["zero", "mean"], default="zero")
+    text_args(p)
+    _mode_arg(p, "each head's")
     p.add_argument("--by", choices=["loss", "kl"], default="loss", help="what to show and rank by (default loss)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_importance)
 
     p = sub.add_parser("prune", help="switch heads off one by one, least important first, with the loss after each")
-    _text_args(p)
-    p.add_argument("--mode", choices=["zero", "mean"], default="zero")
+    text_args(p)
+    _mode_arg(p, "each head's")
     p.add_argument("--max-heads", type=positive_int, default=None, help="stop after this many heads (default: all)")
     p.add_argument("--rescore", action="store_true",
                    help="re-score every remaining head at each step (greedy; about N^2/2 forward passes)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser("heads", help="attention-head roles and statistics for TEXT and a reference set")
-    _text_args(p)
+    text_args(p)
     p.add_argument("--no-reference", action="store_true", help="score TEXT only")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_heads)
 
     p = sub.add_parser("export", help="save the trace of TEXT to .npz (all tensors) or .json")
-    _text_args(p)
+    text_args(p)
     p.add_argument("--out", required=True, type=output_file(".npz", ".json"),
                    help="FILE.npz or FILE.json, in a folder that exists")
     p.add_argument("--names", default=None,
@@ -330,7 +334,7 @@ def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction)
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("snapshot", help="write one self-contained HTML page explaining TEXT (opens offline)")
-    _text_args(p)
+    text_args(p)
     p.add_argument("--out", required=True, type=output_file(".html", ".htm"),
                    help="FILE.html, in a folder that exists")
     p.add_argument("--max-mb", type=positive_float, default=4.5,
@@ -341,17 +345,23 @@ def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction)
 
     p = sub.add_parser("neighbours", help="the tokens whose embeddings are nearest to WORD's")
     p.add_argument("word", help="one token's worth of text, e.g. king (looked up as ' king', see --no-space)")
-    _model_arg(p)
+    model_args(p)
     _word_args(p)
     p.set_defaults(func=cmd_neighbours)
 
     p = sub.add_parser("analogy", help="embedding arithmetic: A - B + C (king man woman) and its nearest tokens")
-    p.add_argument("a", metavar="A")
-    p.add_argument("b", metavar="B")
-    p.add_argument("c", metavar="C")
-    _model_arg(p)
+    p.add_argument("a", metavar="A", help="the word to start from, e.g. king")
+    p.add_argument("b", metavar="B", help="the word whose embedding is taken away, e.g. man")
+    p.add_argument("c", metavar="C", help="the word whose embedding is added, e.g. woman")
+    model_args(p)
     _word_args(p)
     p.set_defaults(func=cmd_analogy)
+
+
+def _mode_arg(p: argparse.ArgumentParser, whose: str) -> None:
+    p.add_argument("--mode", choices=["zero", "mean"], default="zero",
+                   help=f"how a head is switched off: zero sets {whose} output to 0 (default), mean replaces it "
+                        f"by its average over a reference set of texts")
 
 
 def _word_args(p: argparse.ArgumentParser) -> None:
@@ -359,4 +369,4 @@ def _word_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-space", action="store_true",
                    help="look words up exactly as typed ('king', a word at the start of a text) instead of "
                         "their mid-sentence form with the leading space (' king')")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)

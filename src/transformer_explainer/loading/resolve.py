@@ -173,11 +173,16 @@ def _download(spec: str, repo: str) -> Path:
             f"Hugging Face hub (built-in models: {', '.join(builtin_models()) or 'none'})"
         ) from None
     except (LocalEntryNotFoundError, OfflineModeIsEnabled, OSError) as e:
-        why = "HF_HUB_OFFLINE is set" if isinstance(e, OfflineModeIsEnabled) else "huggingface.co cannot be reached"
+        from huggingface_hub import constants
+
+        # huggingface_hub 2.4 answers HF_HUB_OFFLINE with LocalEntryNotFoundError, not OfflineModeIsEnabled
+        offline_mode = isinstance(e, OfflineModeIsEnabled) or constants.HF_HUB_OFFLINE
+        why = "HF_HUB_OFFLINE is set" if offline_mode else "huggingface.co cannot be reached"
+        # read by Python users and the command line alike: the model's name, not a flag of either
         raise ModelNotFoundError(
             f"cannot download {spec!r}: this machine is offline ({why}) and {repo} is not in the Hugging Face "
-            f"cache. Connect and run the command again, pass the path of an HF-format model folder, or use "
-            f"the built-in model (--model {BUILTIN_DEFAULT})"
+            f"cache. Connect and try again, or load a local HF-format model folder or the built-in model "
+            f"{BUILTIN_DEFAULT!r}"
         ) from None
     except Exception as e:  # network stacks raise many classes; keep the message, drop the trace
         raise ModelNotFoundError(f"could not download {repo!r}: {type(e).__name__}: {e}") from None

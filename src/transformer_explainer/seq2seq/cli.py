@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from ..cli_args import fraction, int_range, non_negative_float, non_negative_int, positive_float, positive_int
 from ..errors import InputError
 
 log = logging.getLogger(__name__)
@@ -25,39 +26,46 @@ def register(subcommands: argparse._SubParsersAction, train_subcommands: argpars
     p.add_argument("--list", action="store_true", help="list the tasks and their shipped checkpoints")
     p.add_argument("--task", help="a built-in task (see --list)")
     p.add_argument("--checkpoint", type=Path, help="a checkpoint folder from `train seq2seq` instead of --task")
-    p.add_argument("--beam", type=int, default=1, help=f"beam size, 1 (greedy, default) to {MAX_BEAM}")
-    p.add_argument("--steps", action="store_true", help="show every decoding step")
+    p.add_argument("--beam", type=int_range(1, MAX_BEAM), default=1,
+                   help=f"beam size, 1 (greedy, default) to {MAX_BEAM}")
+    p.add_argument("--steps", action="store_true",
+                   help="show every decoding step: the token chosen and the two next most likely, with their "
+                        "probabilities")
     p.add_argument("--json", action="store_true", help='print {"task", "input", "output", "tokens"}')
     p.set_defaults(func=cmd_seq2seq)
 
     p = train_subcommands.add_parser("seq2seq", help="train an encoder-decoder Transformer on a toy task")
-    p.add_argument("--task", required=True, choices=sorted(TASKS))
+    p.add_argument("--task", required=True, choices=sorted(TASKS),
+                   help="the task to learn (see `seq2seq --list`); tsv: your own pairs, from --tsv")
     p.add_argument("--tsv", type=Path, help="source<TAB>target file, for --task tsv")
     p.add_argument("--level", choices=["char", "word"], default="char", help="tsv tokens: characters or words")
     p.add_argument("--out", type=Path, help="run folder: checkpoints, resumes if present (default runs/seq2seq-TASK)")
     p.add_argument("--export", type=Path, help="also write a float16 shipped-style folder with README here")
     p.add_argument("--preset", choices=["tiny", "small", "base"], help="model shape (default: the task's recipe)")
-    p.add_argument("--layers", type=int, help="encoder and decoder layers (overrides the preset)")
-    p.add_argument("--d-model", type=int)
-    p.add_argument("--heads", type=int)
-    p.add_argument("--d-ff", type=int)
-    p.add_argument("--dropout", type=float)
-    p.add_argument("--steps", type=int, help="optimizer steps (default: the task's recipe)")
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--lr", type=float, help="peak learning rate")
-    p.add_argument("--min-lr", type=float, help="floor of the schedule (default 1e-5)")
-    p.add_argument("--warmup", type=int, help="linear warmup steps")
+    p.add_argument("--layers", type=positive_int, help="encoder and decoder layers (overrides the preset)")
+    p.add_argument("--d-model", type=positive_int, help="width of the residual stream (a multiple of --heads)")
+    p.add_argument("--heads", type=positive_int, help="attention heads")
+    p.add_argument("--d-ff", type=positive_int, help="hidden width of the feed-forward layers")
+    p.add_argument("--dropout", type=fraction, help="P_drop, 0 or more and below 1")
+    p.add_argument("--steps", type=positive_int, help="optimizer steps (default: the task's recipe)")
+    p.add_argument("--batch-size", type=positive_int, help="pairs per step (default: the task's recipe)")
+    p.add_argument("--lr", type=positive_float, help="peak learning rate")
+    p.add_argument("--min-lr", type=non_negative_float, help="floor of the schedule (default 1e-5)")
+    p.add_argument("--warmup", type=non_negative_int, help="linear warmup steps")
     p.add_argument("--schedule", choices=["inverse_sqrt", "cosine"],
                    help="after warmup: the paper's inverse square root or cosine decay (default: the task's recipe)")
-    p.add_argument("--label-smoothing", type=float, help="epsilon of label smoothing (default 0.1, the paper's)")
-    p.add_argument("--eval-interval", type=int, default=500)
-    p.add_argument("--eval-samples", type=int, default=500, help="held-out pairs for validation exact match")
-    p.add_argument("--final-samples", type=int, default=2000, help="held-out pairs measured for --export")
-    p.add_argument("--checkpoint-interval", type=int, default=500)
-    p.add_argument("--max-minutes", type=float, help="stop cleanly, with a checkpoint, after this long")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, help="torch CPU threads")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--label-smoothing", type=fraction,
+                   help="epsilon of label smoothing, 0 or more and below 1 (default 0.1, the paper's)")
+    p.add_argument("--eval-interval", type=positive_int, default=500, help="steps between validations (default 500)")
+    p.add_argument("--eval-samples", type=positive_int, default=500, help="held-out pairs for validation exact match")
+    p.add_argument("--final-samples", type=positive_int, default=2000, help="held-out pairs measured for --export")
+    p.add_argument("--checkpoint-interval", type=positive_int, default=500,
+                   help="steps between checkpoints (default 500)")
+    p.add_argument("--max-minutes", type=positive_float, help="stop cleanly, with a checkpoint, after this long")
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of the initial weights and of the pairs drawn (default 0)")
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
     p.set_defaults(func=cmd_train_seq2seq)
 
 
@@ -81,7 +89,7 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_seq2seq(args: argparse.Namespace) -> int:
-    from .decoding import MAX_BEAM, translate
+    from .decoding import translate
 
     if args.list:
         return _list(args.json)
@@ -89,8 +97,6 @@ def cmd_seq2seq(args: argparse.Namespace) -> int:
         raise InputError("give the TEXT to translate, e.g. transformer-explainer seq2seq --task reverse hello")
     if not args.text.strip():
         raise InputError("the text is empty: type something to translate")
-    if not 1 <= args.beam <= MAX_BEAM:
-        raise InputError(f"--beam must be between 1 and {MAX_BEAM}, got {args.beam}")
     model = _load(args)
     result = translate(model, args.text, args.beam)
     if args.json:
@@ -102,12 +108,17 @@ def cmd_seq2seq(args: argparse.Namespace) -> int:
         for s in result.steps:
             inp = " ".join(s.input_tokens)
             inp = inp if len(inp) <= 24 else "…" + inp[-23:]
-            alt = ", ".join(f"{t.token} {t.prob:.2f}" for t in s.top[1:3])
+            alt = ", ".join(f"{t.token} {_pct(t.prob)}" for t in s.top[1:3])  # as the prob column
             print(f"{s.step:>4}  {inp:<24} {s.token:<14} {s.prob:>7.2%}  {alt}")
     print(result.text)
     if not result.finished:
         print(f"(stopped at the length limit of {len(result.steps)} tokens, before the end token)", file=sys.stderr)
     return 0
+
+
+def _pct(p: float) -> str:
+    """A probability as a percentage that stays readable for the tiny ones beside a confident choice."""
+    return f"{p:.2%}" if p >= 1e-4 or p == 0 else f"{p * 100:.1e}%"
 
 
 def _list(as_json: bool) -> int:
@@ -178,7 +189,10 @@ def cmd_train_seq2seq(args: argparse.Namespace) -> int:
         shape = {k: v for k, v in {"n_encoder_layers": args.layers, "n_decoder_layers": args.layers,
                                    "d_model": args.d_model, "n_head": args.heads, "d_ff": args.d_ff,
                                    "dropout": args.dropout}.items() if v is not None}
-        config = replace(PRESETS[recipe["preset"]], **shape).with_vocab(len(task.src_vocab), len(task.tgt_vocab))
+        try:
+            config = replace(PRESETS[recipe["preset"]], **shape).with_vocab(len(task.src_vocab), len(task.tgt_vocab))
+        except ValueError as e:  # a shape the flags make but no model has, e.g. --d-model 128 --heads 3
+            raise InputError(f"bad model shape: {e}") from None
     run = {"task": args.task, "task_options": task.options(), "model": config.to_dict(), "recipe": recipe}
     out.mkdir(parents=True, exist_ok=True)  # only now: a refused task or option leaves no folder behind
     # whole or not at all: a kill while writing must not leave a run that cannot resume

@@ -1,4 +1,4 @@
-"""`transformer-explainer serve`: registered into the main CLI by `cli._register_optional`."""
+"""`transformer-explainer serve`: registered into the main CLI by `cli.py` (its FEATURE_CLIS)."""
 
 from __future__ import annotations
 

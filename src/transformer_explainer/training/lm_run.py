@@ -29,20 +29,23 @@ SAMPLE_PROMPTS = ["Data visualization empowers users to", "The king said", "In t
 
 
 def model_config(args: argparse.Namespace, vocab_size: int) -> GPTConfig:
-    """The shape `train lm` builds from its flags."""
-    if getattr(args, "family", "gpt2") == "gpt2":
-        if args.n_kv_head not in (None, args.n_head):
-            raise InputError("--n-kv-head is for --family llama: GPT-2 has one key/value head per query head")
-        return GPTConfig(vocab_size=vocab_size, block_size=args.block_size, n_layer=args.n_layer,
-                         n_head=args.n_head, n_embd=args.n_embd, n_inner=args.n_inner, dropout=args.dropout)
-    if args.dropout:
-        raise InputError("--dropout is not supported with --family llama (the family has no dropout)")
-    n_inner = args.n_inner or 64 * round(8 * args.n_embd / 3 / 64)
+    """The shape `train lm` builds from its flags; an InputError for one no model has (e.g. --n-embd
+    not a multiple of --n-head)."""
     try:
+        if getattr(args, "family", "gpt2") == "gpt2":
+            if args.n_kv_head not in (None, args.n_head):
+                raise InputError("--n-kv-head is for --family llama: GPT-2 has one key/value head per query head")
+            return GPTConfig(vocab_size=vocab_size, block_size=args.block_size, n_layer=args.n_layer,
+                             n_head=args.n_head, n_embd=args.n_embd, n_inner=args.n_inner, dropout=args.dropout)
+        if args.dropout:
+            raise InputError("--dropout is not supported with --family llama (the family has no dropout)")
+        n_inner = args.n_inner or 64 * round(8 * args.n_embd / 3 / 64)
         return GPTConfig(vocab_size=vocab_size, block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
                          n_embd=args.n_embd, n_inner=n_inner, model_type="llama", n_kv_head=args.n_kv_head,
                          layer_norm_epsilon=1e-5, activation="silu", rope_theta=args.rope_theta,
                          tie_word_embeddings=True, qkv_bias=False, out_bias=False, mlp_bias=False)
+    except InputError:
+        raise
     except ValueError as e:
         raise InputError(f"bad model shape: {e}") from None
 
@@ -59,6 +62,9 @@ def run_lm_training(args: argparse.Namespace) -> Path:
     corpus: Path = args.corpus
     if not (corpus / "train.txt").is_file() or not (corpus / "valid.txt").is_file():
         raise InputError(f"{corpus} must hold train.txt and valid.txt (see scripts/build_corpus.py)")
+    run_file = args.out / "run.json"
+    if not run_file.is_file():  # a new run: refuse a bad shape now, not after tokenizing the corpus
+        model_config(args, args.vocab_size)
     if not (args.tokenizer / "tokenizer.json").is_file():
         from .bpe import train_bpe_tokenizer
 
@@ -74,7 +80,6 @@ def run_lm_training(args: argparse.Namespace) -> Path:
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    run_file = out / "run.json"
     if run_file.is_file():  # resuming: the model's shape is the one the run started with
         run = json.loads(run_file.read_text())
         config = GPTConfig.from_dict(run["model"])
@@ -117,7 +122,8 @@ _LLAMA_INTRO = [
 
 def export_builtin(model: GPT | LlamaLM, tokenizer_dir: Path, folder: Path, state, args: argparse.Namespace,
                    train_tokens: int) -> None:
-    """HF GPT-2 folder + model card, then reload it through `load_model` to write the samples."""
+    """An HF folder (GPT2LMHeadModel or LlamaForCausalLM, as the model's family) + tokenizer + model
+    card, then reload it through `load_model` to write the card's samples."""
     from ..engine import load_model
     from ..sampling import SamplingParams
 

@@ -1,0 +1,93 @@
+"""The decoder model a subcommand runs: its arguments (--model, --offline, --dtype, the text and
+--truncate, the sampling parameters) and loading the model they name, checked and announced on
+stderr. Shared by `cli.py` and the feature packages' command lines (`analysis/cli.py`), which import
+it, not each other."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .cli_args import dtype_arg, int_range, non_negative_float, positive_int, probability
+from .errors import InputError
+
+if TYPE_CHECKING:
+    from .engine import ExplainerModel
+
+
+def model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None,
+                   help="built-in model name, local HF-format folder, or hub id (gpt2, gpt2-medium, distilgpt2, "
+                        "owner/repo), downloaded into the Hugging Face cache if it is not there yet; "
+                        "default: GPT-2 small if cached, else the built-in model")
+    p.add_argument("--offline", action="store_true", help="never download; use only local models")
+    dtype_arg(p)
+
+
+def text_args(p: argparse.ArgumentParser, what: str = "text") -> None:
+    """TEXT, the model arguments and --truncate, for a command that runs the model on a text."""
+    p.add_argument("text", help=f"the {what} to run the model on (quote it)")
+    model_args(p)
+    p.add_argument("--truncate", action="store_true",
+                   help=f"keep the last tokens of an over-long {what} (those that fit the model's context)")
+
+
+def sampling_args(p: argparse.ArgumentParser, *, seed: bool) -> None:
+    """Temperature, top-k and top-p: the cuts applied, in that order, to the next-token distribution."""
+    p.add_argument("--temperature", type=non_negative_float, default=1.0,
+                   help="divide the logits by T before the softmax: below 1 sharper, above 1 flatter, "
+                        "0 = greedy, always the most likely token (default 1.0)")
+    p.add_argument("--top-k", type=positive_int, default=None, metavar="K",
+                   help="keep only the K most likely tokens, then renormalise (default: no cut)")
+    p.add_argument("--top-p", type=probability, default=None, metavar="P",
+                   help="then keep the fewest most likely tokens whose probabilities add up to P or more "
+                        "(0 < P <= 1), and renormalise (default: no cut)")
+    if seed:
+        p.add_argument("--seed", type=int_range(0, 2**63 - 1), default=None,
+                       help="seed of the sampling: the same seed gives the same tokens (default: a fresh one)")
+
+
+def load_model_for(args: argparse.Namespace, check: Callable[[Any], None] | None = None) -> ExplainerModel:
+    """Load the model named by --model. The text (when the command has one) and `check` are
+    validated against the model before the `model:` line is printed, so a refused input gives one
+    line on stderr, the error."""
+    from .engine import load_model
+
+    model = load_model(args.model, allow_download=not args.offline, dtype=getattr(args, "dtype", None))
+    if getattr(args, "text", None) is not None:
+        encode_text(model, args.text, truncate=getattr(args, "truncate", False))
+    if check is not None:
+        check(model)
+    c = model.config
+    kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""
+    print(f"model: {model.name} ({model.source}; {c.model_type}, {c.n_layer} layers, {c.n_head} heads{kv}, "
+          f"d_model {c.n_embd}, context {c.block_size}, {str(model.dtype).removeprefix('torch.')} weights)",
+          file=sys.stderr)
+    if args.model is None and model.source == "builtin":
+        print(f"(the built-in model: GPT-2 small is not in the Hugging Face cache; {_gpt2_hint(args.offline)})",
+              file=sys.stderr)
+    return model
+
+
+def encode_text(model: ExplainerModel, text: str, *, truncate: bool) -> list[int]:
+    """The text's token ids; an over-long text is refused with the flag that keeps its last tokens
+    (the engine's message speaks of truncation in general: it serves the API and Python too)."""
+    try:
+        return model.encode(text, truncate=truncate)
+    except InputError:
+        n, ctx = len(model.tokenizer.encode(text)), model.context_length
+        if truncate or n <= ctx:  # refused for another reason: the engine's message says which
+            raise
+        raise InputError(f"the text is {n} tokens long but {model.name} reads at most {ctx}; shorten it, "
+                         f"or add --truncate to keep its last {ctx} tokens") from None
+
+
+def _gpt2_hint(offline: bool) -> str:
+    """How to get GPT-2 small from the command being run: the same command with --model gpt2."""
+    from .loading.resolve import KNOWN_HUB_MODELS
+
+    size = KNOWN_HUB_MODELS["gpt2"][2]
+    how = "drop --offline and add --model gpt2" if offline else "add --model gpt2"
+    return f"{how} to download it (about {size / 1e6:.0f} MB) and use it"
