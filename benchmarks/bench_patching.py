@@ -32,9 +32,10 @@ def hooked_transformer(folder: Path):
 
     hf = GPT2LMHeadModel.from_pretrained(folder).eval()
     c = hf.config
-    cfg = HookedTransformerConfig(n_layers=c.n_layer, d_model=c.n_embd, n_ctx=c.n_positions, d_head=c.n_embd // c.n_head,
-                                  n_heads=c.n_head, d_mlp=4 * c.n_embd, d_vocab=c.vocab_size, act_fn="gelu_new",
-                                  normalization_type="LN", eps=c.layer_norm_epsilon, device="cpu")
+    cfg = HookedTransformerConfig(
+        n_layers=c.n_layer, d_model=c.n_embd, n_ctx=c.n_positions, d_head=c.n_embd // c.n_head, n_heads=c.n_head,
+        d_mlp=4 * c.n_embd, d_vocab=c.vocab_size, act_fn="gelu_new", normalization_type="LN",
+        eps=c.layer_norm_epsilon, device="cpu")
     tl = HookedTransformer(cfg)
     tl.load_and_process_state_dict(convert_gpt2_weights(hf, cfg), fold_ln=False, center_writing_weights=False,
                                    center_unembed=False, fold_value_biases=False)
