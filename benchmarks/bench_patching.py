@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 from fixtures import gpt2_small_shape
-from transformer_explainer.analysis.patching import patch
 
 from transformer_explainer import load_model
 
@@ -84,7 +83,7 @@ def main() -> None:
         t_ours, t_tl, diff = [], [], 0.0
         for _ in range(args.reps):
             t0 = time.perf_counter()
-            res = patch(ours, clean, corrupted, a, w, what=(kind,))
+            res = ours.patch(clean, corrupted, a, w, what=(kind,))
             t_ours.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             with torch.no_grad():
