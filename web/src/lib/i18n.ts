@@ -10,6 +10,8 @@ const en = {
   model: "Model",
   yourText: "Your text",
   textHelp: "Type or paste any text (up to the model's context). The views update as you type.",
+  textHelpSnapshot: "This offline snapshot explains this one text; the text box is read-only. To explain another text, "
+    + "run the live app (transformer-explainer serve).",
   examples: "Examples",
   tokensOf: "{n} tokens of {ctx}",
   computing: "Computing…",
@@ -249,6 +251,7 @@ const zh: Record<Key, string> = {
   model: "模型",
   yourText: "你的文本",
   textHelp: "输入或粘贴任意文本（不超过模型的上下文长度）。输入时各视图会随之更新。",
+  textHelpSnapshot: "这是这一段文本的离线快照，文本框为只读。要解释其他文本，请运行在线应用（transformer-explainer serve）。",
   examples: "示例",
   tokensOf: "{n} 个词元（上限 {ctx}）",
   computing: "计算中…",
