@@ -307,12 +307,12 @@ def snapshot_html(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: 
                   static_dir: Path | None = None, languages: Sequence[str] = LANGUAGES) -> str:
     """One self-contained HTML page explaining `text_or_trace` with `model`: opens offline from file://.
     `languages`: what the page offers (English and 中文; one alone fixes the page to it)."""
+    languages = check_languages(languages)
     trace = model.trace(text_or_trace) if isinstance(text_or_trace, str) else text_or_trace
     if trace.config != model.config:
         raise InputError(f"the trace was made by {trace.model_name}, not by {model.name}")
     root = static_dir or _bundle_dir()
     bundle = sum(p.stat().st_size for p in (root / "assets").glob("*")) if (root / "assets").is_dir() else 0
-    languages = check_languages(languages)
     data, _ = snapshot_data(model, trace, max_mb=max_mb, ablations=ablations, bundle_bytes=bundle,
                             languages=languages, cjk_font=cjk_font_url(trace.text, languages, root))
     return page_html(data, root)
