@@ -475,9 +475,27 @@ def test_chinese_draws_with_the_inlined_font(browser, snaps):
         box = page.evaluate(DRAW, "\u0378\u0379")  # two unassigned code points: the missing-glyph boxes
         chinese = page.evaluate(DRAW, "图解")
         assert sum(chinese) > 0 and chinese != box and chinese != page.evaluate(DRAW, "注意")
+        assert page.get_attribute("[data-testid=text]", "readonly") is not None
+        assert "离线快照" in page.inner_text("#text-help") and "只读" in page.inner_text("#text-help")
         page.click("[data-testid=nav-attention]")
         settle(page)
         page.screenshot(path=str(ARTIFACTS / "snapshot-zh-attention.png"), full_page=False)
+
+
+def test_an_english_only_snapshot(browser, tiny_model, tmp_path):
+    """languages=("en",): no CJK font in the file, no language switch, English even for a Chinese browser
+    asking for 中文; the read-only text box says what it is."""
+    path = save_snapshot(tiny_model, TEXT, tmp_path / "en.html", languages=("en",), ablations=False)
+    assert "data:font/woff2" not in path.read_text(encoding="utf-8")
+    with offline(browser, path, lang="zh") as page:
+        assert page.evaluate("document.documentElement.lang") == "en"
+        assert page.inner_text("h1") == "Transformer Explainer"
+        assert page.locator("[data-testid=lang]").count() == 0
+        assert page.evaluate("document.documentElement.dataset.cjkFont") is None
+        assert page.get_attribute("[data-testid=text]", "readonly") is not None
+        help_text = page.inner_text("#text-help")
+        assert "read-only" in help_text and "as you type" not in help_text
+        page.screenshot(path=str(ARTIFACTS / "snapshot-english-only.png"), full_page=False)
 
 
 def test_widget_shows_every_view_of_a_llama_family_model(browser, snaps, tmp_path):
