@@ -54,14 +54,50 @@ GLOBAL_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "logits": (("T", "V"), "ln_final.out @ W_U: one score per vocabulary entry (GPT-2 has no bias here)"),
 }
 
-# Stages computed on request from a recorded one instead of being stored.
-DERIVED: dict[str, str] = {
-    "attn.scores": "attn.q",  # q @ k^T: recomputing it costs less than keeping (H, T, S) per block
-    "attn.scaled_scores": "attn.q",
-    "attn.masked_scores": "attn.q",
-    "attn.concat": "attn.z",
-    "embed.sum": "blocks.0.resid_pre",
+# Stages computed on request from recorded ones instead of being stored: the rule (`Derivation`) that
+# the trace follows, and the offline snapshot page too (web/src/snapshot/derive.ts, from the generated
+# TypeScript of this table).
+@dataclass(frozen=True)
+class Derivation:
+    """A stage computed by `op` (one of `DERIVATION_OPS`) from `sources`: stages of the same block,
+    or full names where the stage is a global one."""
+
+    op: str
+    sources: tuple[str, ...]
+
+
+DERIVATION_OPS: dict[str, str] = {
+    "same": "the source itself, under a second name",
+    "scores": "queries @ keys^T, each query head against the keys of the key/value head it reads",
+    "scale": "the source / sqrt(head_dim)",
+    "causal_mask": "the source with -inf where the key lies after the query",
+    "concat_heads": "(H, T, Dh) -> (T, H*Dh): each position's heads side by side",
+    "kv_head_index": "for each query head h (of the source's H), the key/value head it reads: h // (H / G)",
 }
+
+DERIVATIONS: dict[str, Derivation] = {
+    # q @ k^T: recomputing it costs less than keeping (H, T, S) per block
+    "attn.scores": Derivation("scores", ("attn.q", "attn.k")),
+    "attn.scaled_scores": Derivation("scale", ("attn.scores",)),
+    "attn.masked_scores": Derivation("causal_mask", ("attn.scaled_scores",)),
+    "attn.concat": Derivation("concat_heads", ("attn.z",)),
+    "embed.sum": Derivation("same", ("blocks.0.resid_pre",)),
+}
+
+
+def recorded_sources(derivations: dict[str, Derivation]) -> dict[str, str]:
+    """Each derived stage's first recorded source (what /api/names calls `derived`): the first source,
+    followed through the stages that are derived themselves."""
+    out = {}
+    for stage, d in derivations.items():
+        src = d.sources[0]
+        while src in derivations:
+            src = derivations[src].sources[0]
+        out[stage] = src
+    return out
+
+
+DERIVED: dict[str, str] = recorded_sources(DERIVATIONS)
 
 BLOCK_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
     "ln1.w": (("D",), "first LayerNorm scale"),
@@ -139,13 +175,14 @@ LLAMA_GLOBAL_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "logits": (("T", "V"), "ln_final.out @ W_U: one score per vocabulary entry (no bias)"),
 }
 
-LLAMA_DERIVED: dict[str, str] = {
-    "attn.scores": "attn.rot_q",
-    "attn.scaled_scores": "attn.rot_q",
-    "attn.masked_scores": "attn.rot_q",
-    "attn.concat": "attn.z",
-    "attn.kv_head": "attn.rot_q",  # from the model's shape
+LLAMA_DERIVATIONS: dict[str, Derivation] = {
+    "attn.scores": Derivation("scores", ("attn.rot_q", "attn.rot_k")),  # the rotated queries and keys
+    "attn.scaled_scores": Derivation("scale", ("attn.scores",)),
+    "attn.masked_scores": Derivation("causal_mask", ("attn.scaled_scores",)),
+    "attn.concat": Derivation("concat_heads", ("attn.z",)),
+    "attn.kv_head": Derivation("kv_head_index", ("attn.rot_q",)),  # from the model's shape
 }
+LLAMA_DERIVED: dict[str, str] = recorded_sources(LLAMA_DERIVATIONS)
 
 LLAMA_BLOCK_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
     "ln1.w": (("D",), "first RMSNorm scale"),
@@ -181,16 +218,35 @@ class NameTable:
     global_activations: dict[str, tuple[tuple[str, ...], str]]
     block_weights: dict[str, tuple[tuple[str, ...], str]]
     global_weights: dict[str, tuple[tuple[str, ...], str]]
-    derived: dict[str, str]
+    derivations: dict[str, Derivation]  # stages computed from recorded ones
     globals_before_blocks: tuple[str, ...]  # the global activations computed before block 0
+
+    @property
+    def derived(self) -> dict[str, str]:
+        """Each derived stage's recorded source."""
+        return recorded_sources(self.derivations)
 
 
 FAMILY_NAMES: dict[str, NameTable] = {
-    "gpt2": NameTable(BLOCK_ACTIVATIONS, GLOBAL_ACTIVATIONS, BLOCK_WEIGHTS, GLOBAL_WEIGHTS, DERIVED,
+    "gpt2": NameTable(BLOCK_ACTIVATIONS, GLOBAL_ACTIVATIONS, BLOCK_WEIGHTS, GLOBAL_WEIGHTS, DERIVATIONS,
                       ("embed.token", "embed.position", "embed.sum")),
     "llama": NameTable(LLAMA_BLOCK_ACTIVATIONS, LLAMA_GLOBAL_ACTIVATIONS, LLAMA_BLOCK_WEIGHTS, LLAMA_GLOBAL_WEIGHTS,
-                       LLAMA_DERIVED, ("embed.token", "rope.angles")),
+                       LLAMA_DERIVATIONS, ("embed.token", "rope.angles")),
 }
+
+# How `head` (query head h of the model's H) slices a tensor: at the first of these dims the tensor
+# has, by the rule named. "query_head": index h itself; "kv_head_of_query": the key/value head that
+# query head h reads under grouped-query attention, `kv_head_of(h, H, G)`. The server's slicing and the
+# offline snapshot page (web/src/snapshot/slicing.ts, from the generated TypeScript) both follow it.
+HEAD_DIMS: dict[str, str] = {"H": "query_head", "G": "kv_head_of_query"}
+# `position` slices at the first of these dims a tensor has: its query positions, else its key positions.
+POSITION_DIMS: tuple[str, ...] = ("T", "S")
+
+
+def kv_head_of(head: int, n_head: int, n_kv_heads: int) -> int:
+    """The key/value head that query head `head` (0 <= head < n_head) reads: query heads
+    g*H/G .. (g+1)*H/G - 1 share key/value head g."""
+    return head // (n_head // n_kv_heads)
 
 
 def names_for(family: str) -> NameTable:

@@ -2,9 +2,11 @@
 API: activations from a trace, weights from the model. Bounded: a slice larger than one answer may
 hold is refused with a message that says how to ask for less.
 
-Names are the model family's (`names.FAMILY_NAMES`). `head` indexes query heads: a tensor with a
-key/value-head dim G instead (grouped-query attention: keys, values, their weights) is sliced at
-key/value head h // (H / G), the one query head h reads, and the answer says which (`kv_head`).
+Names are the model family's (`names.FAMILY_NAMES`). `head` indexes query heads, by the rule of the
+dim that holds heads (`names.HEAD_DIMS`): a tensor with a key/value-head dim G instead (grouped-query
+attention: keys, values, their weights) is sliced at key/value head h // (H / G), the one query head h
+reads, and the answer says which (`kv_head`). `position` takes the first of `names.POSITION_DIMS`. The
+offline snapshot page follows the same tables (web/src/snapshot/slicing.ts).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from .config import GPTConfig
 from .encoding import encode_array
 from .engine import ExplainerModel
 from .errors import InputError
-from .names import describe, is_weight, parse_name
+from .names import HEAD_DIMS, POSITION_DIMS, describe, is_weight, kv_head_of, parse_name
 from .schemas import EncodedTensor, TensorSpec
 from .trace import Trace
 
@@ -48,13 +50,20 @@ def _take(t: Tensor, dims: list[str], dim: str, index: int, what: str, name: str
 
 def _take_head(t: Tensor, dims: list[str], head: int, name: str, config: GPTConfig) -> tuple[Tensor, int | None]:
     """The slice of query head `head`, and the key/value head it was taken at (for a G dim)."""
-    if "H" in dims or "G" not in dims:
-        return _take(t, dims, "H", head, "head", name), None
-    H, G = config.n_head, config.n_kv_heads
+    dim = next((d for d in HEAD_DIMS if d in dims), None)
+    if dim is None:
+        raise InputError(f"{name} has no head dimension (its dims are {', '.join(dims)})")
+    if HEAD_DIMS[dim] == "query_head":
+        return _take(t, dims, dim, head, "head", name), None
+    H = config.n_head
     if not -H <= head < H:
         raise InputError(f"head {head} is out of range for {name} (0..{H - 1})")
-    g = (head % H) // (H // G)  # query heads g*H/G .. (g+1)*H/G - 1 read key/value head g
-    return _take(t, dims, "G", g, "key/value head", name), g
+    g = kv_head_of(head % H, H, config.n_kv_heads)
+    return _take(t, dims, dim, g, "key/value head", name), g
+
+
+def _position_dim(dims: list[str]) -> str:
+    return next((d for d in POSITION_DIMS if d in dims), POSITION_DIMS[0])  # none: _take says so
 
 
 def _encode(name: str, spec: TensorSpec, t: Tensor, dims: list[str], kv_head: int | None) -> EncodedTensor:
@@ -81,7 +90,7 @@ def activation_tensor(trace: Trace, spec: TensorSpec) -> EncodedTensor:
     if spec.head is not None:
         t, kv_head = _take_head(t, dims, spec.head, spec.name, cfg)
     if spec.position is not None:
-        t = _take(t, dims, "T" if "T" in dims else "S", spec.position, "position", spec.name, trace.start)
+        t = _take(t, dims, _position_dim(dims), spec.position, "position", spec.name, trace.start)
     return _encode(spec.name, spec, t, dims, kv_head)
 
 

@@ -10,11 +10,11 @@ from torch import Tensor
 
 from .config import GPTConfig
 from .models.layers import causal_mask, linear
-from .names import FAMILY_NAMES, activation_names, describe, parse_name
+from .names import FAMILY_NAMES, Derivation, activation_names, describe, parse_name
 from .trace_base import TraceBase
 
-# per family: the queries and keys whose products are the attention scores
-SCORE_INPUTS: dict[str, tuple[str, str]] = {"gpt2": ("attn.q", "attn.k"), "llama": ("attn.rot_q", "attn.rot_k")}
+# per family: the queries and keys whose products are the attention scores (names.DERIVATIONS)
+SCORE_INPUTS: dict[str, tuple[str, ...]] = {f: t.derivations["attn.scores"].sources for f, t in FAMILY_NAMES.items()}
 
 
 def attention_scores(q: Tensor, k: Tensor, family: str) -> Tensor:
@@ -69,27 +69,31 @@ class Trace(TraceBase):
         key = p.suffix
         if p.layer is not None and not 0 <= p.layer < self.config.n_layer:
             raise KeyError(f"{name!r}: the model has {self.config.n_layer} blocks")
-        derived = FAMILY_NAMES[family].derived
-        if key not in derived:
+        derivation = FAMILY_NAMES[family].derivations.get(key)
+        if derivation is None:
             raise KeyError(f"{name!r} is not an activation recorded in this trace")
-        if name == "embed.sum":
-            return self.values["blocks.0.resid_pre"]
-        if key == "attn.kv_head":  # query head h reads key/value head h // (H / G)
+        return self._derive(derivation, p.layer)
+
+    def _derive(self, d: Derivation, layer: int | None) -> Tensor:
+        """A derived stage of block `layer` (None: a global one), by its rule in names.DERIVATIONS.
+        Sources are looked up by name, so a stage a patched forward stored (its own scores) wins."""
+        src = [s if layer is None else f"blocks.{layer}.{s}" for s in d.sources]
+        if d.op == "same":
+            return self[src[0]]
+        if d.op == "kv_head_index":  # query head h reads key/value head h // (H / G)
             return torch.arange(self.config.n_head) // (self.config.n_head // self.config.n_kv_heads)
-        src = self.values[f"blocks.{p.layer}.{derived[key]}"]
-        if key == "attn.concat":  # (H, T, Dh) -> (T, H*Dh)
-            return src.transpose(0, 1).reshape(src.shape[1], -1)
-        # the same matmul as the forward pass, so the same numbers (a patched forward stored its own)
-        scores = self.values.get(f"blocks.{p.layer}.attn.scores")
-        if scores is None:
-            scores = attention_scores(src, self.values[f"blocks.{p.layer}.{SCORE_INPUTS[family][1]}"], family)
-        if key == "attn.scores":
-            return scores
-        scaled = scores * (1.0 / math.sqrt(self.config.head_dim))
-        if key == "attn.scaled_scores":
-            return scaled
-        t, s = scaled.shape[-2:]
-        return scaled.masked_fill(causal_mask(t, s, scaled.device), float("-inf"))
+        if d.op == "concat_heads":  # (H, T, Dh) -> (T, H*Dh)
+            z = self[src[0]]
+            return z.transpose(0, 1).reshape(z.shape[1], -1)
+        if d.op == "scores":  # the same matmul as the forward pass, so the same numbers
+            return attention_scores(self[src[0]], self[src[1]], self.config.family)
+        if d.op == "scale":
+            return self[src[0]] * (1.0 / math.sqrt(self.config.head_dim))
+        if d.op == "causal_mask":
+            scaled = self[src[0]]
+            t, s = scaled.shape[-2:]
+            return scaled.masked_fill(causal_mask(t, s, scaled.device), float("-inf"))
+        raise KeyError(f"no rule to derive {d.op!r}")
 
     def names(self) -> list[str]:
         """Every name this trace answers, in computation order."""

@@ -16,7 +16,7 @@ from transformer_explainer import InputError
 from transformer_explainer.analysis.answers import heads_json, lens_json, reference_roles
 from transformer_explainer.cli import main
 from transformer_explainer.notebook import SnapshotView, show, snapshot_data, snapshot_html, widget_class
-from transformer_explainer.notebook.snapshot import page_html
+from transformer_explainer.notebook.snapshot import cjk_font_url, page_html
 from transformer_explainer.notebook.widget import widget_esm
 
 TEXT = "The cat sat on the mat, and then the cat slept."
@@ -178,3 +178,91 @@ def test_show_a_trace_without_a_widget(tiny_model, monkeypatch, static):
     assert isinstance(view, SnapshotView)
     assert embedded(html.unescape(re.search(r'srcdoc="(.*?)"', view._repr_html_(), re.S).group(1)))["trace"][
         "token_ids"] == trace.token_ids
+
+
+FONTS = Path(__file__).resolve().parents[2] / "web" / "public" / "fonts"  # what vite copies into web_dist/fonts
+FONT_URL = "data:font/woff2;base64,"
+
+
+@pytest.fixture(scope="module")
+def static_fonts(static, tmp_path_factory) -> Path:
+    """The stand-in bundle with the real CJK font subset and its record."""
+    root = tmp_path_factory.mktemp("web_dist_fonts")
+    for p in static.rglob("*"):
+        if p.is_file():
+            (root / p.relative_to(static)).parent.mkdir(parents=True, exist_ok=True)
+            (root / p.relative_to(static)).write_bytes(p.read_bytes())
+    (root / "fonts").mkdir()
+    for name in ("noto-sans-sc-subset.woff2", "noto-sans-sc-subset.json"):
+        (root / "fonts" / name).write_bytes((FONTS / name).read_bytes())
+    return root
+
+
+def test_the_page_carries_the_cjk_font_where_it_can_show_chinese(tiny_model, static_fonts):
+    """The font is inlined (a data: URL: nothing to fetch from file:// or a notebook's iframe) where the page
+    offers 中文 (the default) or its text holds CJK characters; an English-only page of English text is
+    smaller by the font's base64 and shows no Chinese."""
+    font = (static_fonts / "fonts" / "noto-sans-sc-subset.woff2").read_bytes()
+    trace = tiny_model.trace(TEXT)
+    both = snapshot_html(tiny_model, trace, static_dir=static_fonts, ablations=False)
+    en = snapshot_html(tiny_model, trace, static_dir=static_fonts, ablations=False, languages=("en",))
+    d = embedded(both)
+    assert both.count(FONT_URL) == 1 and d["cjk_font"].startswith(FONT_URL)
+    assert base64.b64decode(d["cjk_font"].removeprefix(FONT_URL)) == font
+    assert d["languages"] == ["en", "zh"] and "单一文本的离线快照" in both
+    assert FONT_URL not in en and embedded(en)["cjk_font"] is None and embedded(en)["languages"] == ["en"]
+    assert not re.search(r"[\u4e00-\u9fff]", re.search(r'<div class="te-snapshot-banner".*?</div>', en).group(0))
+    assert len(both.encode()) - len(en.encode()) >= len(font) * 4 // 3
+    # the rule itself: a page offering 中文, or holding a character of the subset's range (its tokens show it)
+    assert cjk_font_url("The cat", ["zh"], static_fonts) == d["cjk_font"]
+    assert cjk_font_url("人工智能正在改变世界", ["en"], static_fonts) == d["cjk_font"]
+    assert cjk_font_url("Ünïcödé — “quotes” 🙂", ["en"], static_fonts) is None
+    with pytest.raises(InputError, match="languages must be some of en, zh"):
+        snapshot_html(tiny_model, trace, static_dir=static_fonts, ablations=False, languages=("fr",))
+
+
+def test_the_font_counts_in_the_size_budget(tiny_model):
+    trace = tiny_model.trace(TEXT)
+    url = FONT_URL + base64.b64encode((FONTS / "noto-sans-sc-subset.woff2").read_bytes()).decode()
+    without, _ = snapshot_data(tiny_model, trace, ablations=False, languages=("en",))
+    budget = len(json.dumps(without)) / 1e6 + 0.01  # everything fits without the font, not with it
+    _, plain = snapshot_data(tiny_model, trace, ablations=False, languages=("en",), max_mb=budget)
+    _, with_font = snapshot_data(tiny_model, trace, ablations=False, cjk_font=url, max_mb=budget)
+    assert not plain.omitted and with_font.omitted
+
+
+def test_each_blocks_output_is_stored_once_as_the_next_blocks_input(tiny_model, data):
+    d, _ = data
+    trace = tiny_model.trace(TEXT)
+    L = tiny_model.config.n_layer
+    assert d["aliases"] == {f"blocks.{i}.resid_post": f"blocks.{i + 1}.resid_pre" for i in range(L - 1)}
+    for name, same in d["aliases"].items():
+        assert name not in d["tensors"] and same in d["tensors"]
+        np.testing.assert_array_equal(trace[name].numpy(), trace[same].numpy())
+    assert f"blocks.{L - 1}.resid_post" in d["tensors"]
+    # derived stages are not stored: the page derives them by names.DERIVATIONS
+    assert not [n for n in d["tensors"] if n.endswith(("scaled_scores", "masked_scores", "attn.concat", "embed.sum"))]
+
+
+def test_widget_of_a_llama_family_model(tmp_path, monkeypatch, static_fonts):
+    """`show` for a Qwen2 checkpoint (4 query heads on 2 key/value heads): the widget's page holds the
+    keys and values per key/value head (dims G, ...) and the font; the views are walked in
+    tests/web/test_snapshot.py::test_widget_shows_every_view_of_a_llama_family_model."""
+    from tests.conftest import make_hf_llama_family
+    from transformer_explainer import load_model
+
+    monkeypatch.setattr("transformer_explainer.notebook.snapshot._bundle_dir", lambda: static_fonts)
+    model = load_model(str(make_hf_llama_family(tmp_path / "qwen2", "qwen2")), allow_download=False)
+    trace = model.trace(TEXT)
+    cls = widget_class()
+    if cls is None:
+        pytest.skip("anywidget is not installed")
+    w = show(trace, model, ablations=False)
+    assert isinstance(w, cls)
+    d = embedded(w.html)
+    assert d["trace"]["config"]["family"] == "llama" and d["trace"]["config"]["n_kv_heads"] == 2
+    k = d["tensors"]["blocks.0.attn.k"]
+    assert k["dims"] == ["G", "T", "Dh"] and k["shape"][0] == 2
+    np.testing.assert_allclose(f16(k), trace["blocks.0.attn.k"].numpy(), rtol=1e-3, atol=1e-3)
+    assert d["cjk_font"].startswith(FONT_URL)
+    assert FONT_URL not in show(trace, model, ablations=False, languages=("en",)).html

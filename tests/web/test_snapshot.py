@@ -3,9 +3,12 @@ recorded: it needs none, and the values it shows are the trace's."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+import numpy as np
 import pytest
 
 from transformer_explainer.analysis.answers import ablate_json, lens_json
@@ -171,6 +174,380 @@ def test_notebook_widget_front_end_renders_the_snapshot_offline(browser, snapsho
     chips = frame.locator("[data-testid=token-chip] .txt")
     assert chips.all_inner_texts() == [visible(t) for t in tiny_model.trace(TEXT).tokens]
     page.screenshot(path=str(ARTIFACTS / "snapshot-07-widget.png"))
+    context.close()
+    assert not outside, f"the widget loaded: {outside}"
+    assert not errors, errors
+
+
+# -- every family: every view, from file://, on a desktop and a phone, in English and 中文 -------------------
+
+FAMILY_TEXT = "The quick brown fox jumps over the lazy dog"
+NAV = ["overview", "tokens", "embedding", "blocks", "layernorm-ln1", "qkv", "rope", "gqa", "attention", "heads",
+       "layernorm-ln2", "mlp", "residual", "layernorm-final", "output", "experiments"]
+LLAMA_ONLY = {"rope", "gqa"}
+SCREENS = {"desktop": {"viewport": {"width": 1280, "height": 900}},
+           "phone": {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 3, "is_mobile": True,
+                     "has_touch": True}}
+# explainer-small: GPT-2; explainer-llama: 8 query heads on 2 key/value heads; tiny-qwen2: a random Qwen2
+# checkpoint saved by transformers (4 query heads on 2 key/value heads, q/k/v biases)
+FAMILY_MODELS = ["explainer-small", "explainer-llama", "tiny-qwen2"]
+
+
+@dataclass
+class Snap:
+    model: object
+    trace: object
+    file: Path
+
+
+@pytest.fixture(scope="module")
+def snaps(tmp_path_factory):
+    """name -> its model, the trace of FAMILY_TEXT and its snapshot file (English and 中文), made on first use."""
+    from tests.conftest import make_hf_llama_family
+    from transformer_explainer import load_model
+
+    static = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "web_dist"
+    if not (static / "index.html").is_file():
+        pytest.skip("the web UI is not built (cd web && npm ci && npm run build)")
+    made: dict[str, Snap] = {}
+
+    def get(name: str) -> Snap:
+        if name not in made:
+            spec = name
+            if name == "tiny-qwen2":
+                spec = str(make_hf_llama_family(tmp_path_factory.mktemp("tiny-qwen2"), "qwen2"))
+            model = load_model(spec, allow_download=False)
+            path = save_snapshot(model, FAMILY_TEXT, tmp_path_factory.mktemp("snap") / f"{name}.html")
+            made[name] = Snap(model, model.trace(FAMILY_TEXT), path)
+        return made[name]
+
+    return get
+
+
+@contextmanager
+def offline(browser, file: Path, *, screen: str = "desktop", lang: str = "en"):
+    """`file` opened from file:// (in 中文 by ?lang=zh) with every other request blocked; fails on a request
+    or an error in the page."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    own = file.as_uri()
+    url = own + ("?lang=zh" if lang == "zh" else "")
+    context = browser.new_context(locale="zh-CN" if lang == "zh" else "en-US", **SCREENS[screen])
+    blocked: list[str] = []
+    errors: list[str] = []
+
+    def guard(route) -> None:
+        if route.request.url.split("?")[0] == own or urlparse(route.request.url).scheme in ("data", "blob"):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", guard)
+    pg = context.new_page()
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(url)
+    pg.wait_for_selector("body[data-ready='1']", timeout=60_000)
+    try:
+        yield pg
+    finally:
+        context.close()
+    assert not blocked, f"the snapshot tried to load: {blocked}"
+    assert not errors, f"errors in the page: {errors}"
+
+
+def settle(page) -> None:
+    page.wait_for_selector(".view:not(.busy)")
+    page.wait_for_function("() => !document.querySelector('.view .placeholder')", timeout=30_000)
+    page.wait_for_timeout(300)  # a fetch that failed has set the page's error by now
+
+
+def no_error(page, where: str) -> None:
+    banner = page.locator("[data-testid=error]")
+    assert banner.count() == 0, f"{where}: {banner.inner_text()}"
+
+
+def api_values(trace, **spec) -> tuple[np.ndarray, int | None]:
+    """What the server answers for `spec` (float16, as the snapshot stores it), and its kv_head."""
+    from transformer_explainer.encoding import decode_array
+    from transformer_explainer.schemas import TensorSpec
+    from transformer_explainer.slicing import activation_tensor
+
+    t = activation_tensor(trace, TensorSpec(dtype="float16", **spec))
+    return decode_array(t.data, t.shape, t.dtype), t.kv_head
+
+
+def shown(page, strip: str) -> np.ndarray:
+    sel = f"[data-strip='{strip}'][data-values]"
+    page.wait_for_selector(sel, timeout=30_000)
+    return np.array([float(x) for x in page.get_attribute(sel, "data-values").split(",")], dtype=np.float32)
+
+
+def matrix(page, name: str, rows: int) -> np.ndarray:
+    sel = f"[data-matrix='{name}'][data-values]"
+    page.wait_for_selector(sel, state="attached", timeout=30_000)
+    return np.array([float(x) for x in page.get_attribute(sel, "data-values").split(",")],
+                    dtype=np.float32).reshape(rows, -1)
+
+
+def walk(page, model, tag: str) -> None:
+    """Open every view of the model's family; none shows an error."""
+    llama = model.config.family == "llama"
+    for i, v in enumerate(NAV):
+        nav = page.locator(f"[data-testid=nav-{v}]")
+        if v in LLAMA_ONLY and not llama:
+            assert nav.count() == 0
+            continue
+        nav.click()
+        page.wait_for_selector("section.view")
+        settle(page)
+        no_error(page, f"{tag} {v}")
+        assert page.locator("section.view").inner_text().strip()
+        page.screenshot(path=str(ARTIFACTS / f"snapshot-family-{tag}-{i:02d}-{v}.png"), full_page=False)
+
+
+@pytest.mark.parametrize("name", FAMILY_MODELS)
+def test_every_view_of_every_family_offline(browser, snaps, name):
+    """Every view at the last layer and head (whose keys and values are the last key/value head's), on a
+    desktop in English: no error, and the numbers drawn are the server's for the same names."""
+    s = snaps(name)
+    cfg, trace = s.model.config, s.trace
+    L, H, T = cfg.n_layer, cfg.n_head, trace.n_tokens
+    last, h, p = L - 1, H - 1, T - 1
+    with offline(browser, s.file) as page:
+        page.click(f"[aria-label='Layer {last}'][role=radio]")
+        page.click("[data-testid=nav-qkv]")
+        page.click(f"[data-testid=head-picker] button:text-is('{h}')")
+        settle(page)
+        b = f"blocks.{last}"
+        q, _ = api_values(trace, name=f"{b}.attn.q", head=h)
+        k, kv_k = api_values(trace, name=f"{b}.attn.k", head=h)
+        v, kv_v = api_values(trace, name=f"{b}.attn.v", head=h)
+        if cfg.family == "llama":  # grouped-query attention: query head h reads key/value head h // (H / G)
+            assert cfg.n_kv_heads < H and kv_k == kv_v == h // (H // cfg.n_kv_heads)
+        np.testing.assert_array_equal(matrix(page, "qkv-q", T), q)
+        np.testing.assert_array_equal(matrix(page, "qkv-k", T), k)
+        np.testing.assert_array_equal(matrix(page, "qkv-v", T), v)
+
+        page.click("[data-testid=nav-heads]")
+        settle(page)
+        np.testing.assert_array_equal(shown(page, "heads-concat"), api_values(trace, name=f"{b}.attn.concat",
+                                                                              position=p)[0])  # derived from z
+        np.testing.assert_array_equal(shown(page, "heads-out"), api_values(trace, name=f"{b}.attn_out", position=p)[0])
+
+        page.click("[data-testid=nav-attention]")
+        settle(page)
+        scaled, _ = api_values(trace, name=f"{b}.attn.scaled_scores", head=h, position=p)  # derived from the scores
+        for c in (0, p // 2, p):
+            assert number(hover_cell(page, "stage-scaled", 0, c, 1, T).split(":")[-1]) == pytest.approx(
+                float(scaled[c]), rel=2e-3, abs=2e-4)
+
+        walk(page, s.model, f"{name}-desktop-en")
+
+        # block 0's output is stored as block 1's input (an alias in the file)
+        page.click("[aria-label='Layer 0'][role=radio]")
+        page.click("[data-testid=nav-residual]")
+        settle(page)
+        np.testing.assert_array_equal(shown(page, "resid-post"), api_values(trace, name="blocks.0.resid_post",
+                                                                            position=p)[0])
+        no_error(page, f"{name} residual of block 0")
+
+
+@pytest.mark.parametrize(("name", "screen", "lang"), [
+    *((n, "phone", "zh") for n in FAMILY_MODELS),
+    ("explainer-llama", "desktop", "zh"), ("explainer-llama", "phone", "en"),
+])
+def test_every_view_on_a_phone_and_in_chinese(browser, snaps, name, screen, lang):
+    s = snaps(name)
+    with offline(browser, s.file, screen=screen, lang=lang) as page:
+        if lang == "zh":
+            page.wait_for_function("() => document.documentElement.lang === 'zh-CN'")
+            assert page.evaluate("document.documentElement.dataset.cjkFont") == "loaded"
+        walk(page, s.model, f"{name}-{screen}-{lang}")
+
+
+def page_without(snap: Snap, stages: list[str], path: Path) -> Path:
+    """The snapshot of `snap` with the stored activations of `stages` (every block's) left out."""
+    from transformer_explainer.notebook.snapshot import page_html, snapshot_data
+
+    data, _ = snapshot_data(snap.model, snap.trace, ablations=False)
+    for stage in stages:
+        assert [data["tensors"].pop(n) for n in list(data["tensors"]) if n.endswith("." + stage)], stage
+        data["omitted"].append(f"blocks.*.{stage}")
+    path.write_text(page_html(data), encoding="utf-8")
+    return path
+
+
+def test_error_banner_clears_when_a_later_view_loads(browser, snaps, tmp_path):
+    """One view that cannot load (its tensors left out of the file) shows its error; the next view that
+    loads shows none; back on the failing view the error is there again (it is still true)."""
+    s = snaps("explainer-small")
+    with offline(browser, page_without(s, ["mlp.post"], tmp_path / "no-mlp.html")) as page:
+        for _ in range(2):
+            page.click("[data-testid=nav-mlp]")
+            page.wait_for_selector("[data-testid=error]", timeout=30_000)
+            assert "mlp.post (left out to keep the file small)" in page.inner_text("[data-testid=error]")
+            page.screenshot(path=str(ARTIFACTS / "snapshot-error-mlp.png"), full_page=False)
+            for v in ["residual", "attention", "layernorm-ln2"]:
+                page.click(f"[data-testid=nav-{v}]")
+                settle(page)
+                no_error(page, f"{v} after the MLP view failed")
+        page.screenshot(path=str(ARTIFACTS / "snapshot-error-cleared.png"), full_page=False)
+
+
+def test_scores_left_out_are_derived_from_queries_and_keys(browser, snaps, tmp_path):
+    """A file without the attention scores (a long text: they grow with its square) derives them from the
+    rotated queries and keys by the trace's rule, each query head against its key/value head."""
+    s = snaps("tiny-qwen2")
+    trace, cfg = s.trace, s.model.config
+    H, T = cfg.n_head, trace.n_tokens
+    h, p = H - 1, 5
+    with offline(browser, page_without(s, ["attn.scores"], tmp_path / "no-scores.html")) as page:
+        page.click("[aria-label='Layer 1'][role=radio]")
+        page.click("[data-testid=nav-attention]")
+        page.click(f"[data-testid=head-picker] button:text-is('{h}')")
+        page.locator("[data-testid=token-chip]").nth(p).click()
+        settle(page)
+        no_error(page, "attention")
+        for stage, name in [("scores", "attn.scores"), ("scaled", "attn.scaled_scores"),
+                            ("masked", "attn.masked_scores")]:
+            want, _ = api_values(trace, name=f"blocks.1.{name}", head=h, position=p)
+            for c in range(T):
+                got = hover_cell(page, f"stage-{stage}", 0, c, 1, T).split(":")[-1]
+                if c > p and stage == "masked":
+                    assert "−∞" in got
+                else:
+                    assert number(got) == pytest.approx(float(want[c]), rel=3e-3, abs=3e-4), (stage, c)
+        for v in ["rope", "gqa", "heads"]:
+            page.click(f"[data-testid=nav-{v}]")
+            settle(page)
+            no_error(page, v)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_llama_lesson_walks_in_the_snapshot(browser, snaps, lang):
+    """The lesson for the Llama family, every step, from the file alone: no step shows an error."""
+    from .test_lesson import wait_body
+
+    s = snaps("explainer-llama")
+    with offline(browser, s.file, lang=lang) as page:
+        page.click("[data-testid=tour-open]")
+        page.wait_for_selector("[data-testid=tour]")
+        assert page.get_attribute("[data-testid=tour]", "data-lesson") == "modern"
+        steps = []
+        while True:
+            wait_body(page)
+            page.wait_for_function("() => !document.querySelector('.view.busy')", timeout=30_000)
+            page.wait_for_timeout(300)
+            sid = page.get_attribute("[data-testid=tour]", "data-step")
+            steps.append(sid)
+            no_error(page, f"lesson step {sid}")
+            page.screenshot(path=str(ARTIFACTS / f"snapshot-lesson-{lang}-{len(steps):02d}-{sid}.png"), full_page=False)
+            if page.locator("[data-testid=tour-next]").count() == 0:
+                break
+            page.click("[data-testid=tour-next]")
+        assert len(steps) >= 10 and len(set(steps)) == len(steps), steps
+
+
+# Draw `text` with the h1's font into a canvas and return its alpha channel (as tests/web/test_cjk_font.py).
+DRAW = """(text) => {
+  const font = getComputedStyle(document.querySelector('h1')).fontFamily;
+  const c = document.createElement('canvas');
+  c.width = 160; c.height = 60;
+  const ctx = c.getContext('2d');
+  ctx.font = `40px ${font}`;
+  ctx.fillText(text, 4, 46);
+  const d = ctx.getImageData(0, 0, c.width, c.height).data;
+  const a = [];
+  for (let i = 3; i < d.length; i += 4) a.push(d[i]);
+  return a;
+}"""
+
+
+def test_chinese_draws_with_the_inlined_font(browser, snaps):
+    """In 中文, from file:// with nothing fetched, CJK characters are the inlined font's glyphs, not boxes."""
+    s = snaps("explainer-small")
+    html = s.file.read_text(encoding="utf-8")
+    assert html.count("data:font/woff2;base64,") == 1
+    with offline(browser, s.file, lang="zh") as page:
+        page.wait_for_function("() => document.querySelector('h1').textContent === 'Transformer 图解'")
+        assert page.evaluate("document.documentElement.dataset.cjkFont") == "loaded"
+        assert page.evaluate("document.fonts.check('16px \"TE Noto Sans SC\"', '图解')")
+        box = page.evaluate(DRAW, "\u0378\u0379")  # two unassigned code points: the missing-glyph boxes
+        chinese = page.evaluate(DRAW, "图解")
+        assert sum(chinese) > 0 and chinese != box and chinese != page.evaluate(DRAW, "注意")
+        assert page.get_attribute("[data-testid=text]", "readonly") is not None
+        assert "离线快照" in page.inner_text("#text-help") and "只读" in page.inner_text("#text-help")
+        page.click("[data-testid=nav-attention]")
+        settle(page)
+        page.screenshot(path=str(ARTIFACTS / "snapshot-zh-attention.png"), full_page=False)
+
+
+def test_an_english_only_snapshot(browser, tiny_model, tmp_path):
+    """languages=("en",): no CJK font in the file, no language switch, English even for a Chinese browser
+    asking for 中文; the read-only text box says what it is."""
+    path = save_snapshot(tiny_model, TEXT, tmp_path / "en.html", languages=("en",), ablations=False)
+    assert "data:font/woff2" not in path.read_text(encoding="utf-8")
+    with offline(browser, path, lang="zh") as page:
+        assert page.evaluate("document.documentElement.lang") == "en"
+        assert page.inner_text("h1") == "Transformer Explainer"
+        assert page.locator("[data-testid=lang]").count() == 0
+        assert page.evaluate("document.documentElement.dataset.cjkFont") is None
+        assert page.get_attribute("[data-testid=text]", "readonly") is not None
+        help_text = page.inner_text("#text-help")
+        assert "read-only" in help_text and "as you type" not in help_text
+        page.screenshot(path=str(ARTIFACTS / "snapshot-english-only.png"), full_page=False)
+
+
+def test_widget_shows_every_view_of_a_llama_family_model(browser, snaps, tmp_path):
+    """The anywidget front end with the page `show` makes for a Qwen2 checkpoint (grouped-query attention),
+    in a sandboxed iframe inside a notebook-like host, in 中文: every view opens without an error, with the
+    inlined font."""
+    from transformer_explainer.notebook import show, widget_class
+    from transformer_explainer.notebook.widget import widget_esm
+
+    if widget_class() is None:
+        pytest.skip("anywidget is not installed")
+    s = snaps("tiny-qwen2")
+    w = show(s.trace, s.model)
+    assert isinstance(w, widget_class())
+    host = "http://notebook.test/"
+    page_html = ('<!doctype html><meta charset="utf-8"><div id="out"></div><script type="module">'
+                 'import w from "./widget.js";'
+                 'const html = await (await fetch("./snapshot.html")).text();'
+                 'const model = { get: (k) => ({ html, height: 900 })[k], on: () => {}, off: () => {} };'
+                 'w.render({ model, el: document.getElementById("out") });'
+                 '</script>')
+    files = {host: ("text/html", page_html), host + "widget.js": ("text/javascript", widget_esm().read_text()),
+             host + "snapshot.html": ("text/html", w.html)}
+    context = browser.new_context(viewport={"width": 1300, "height": 1000}, locale="zh-CN")
+    outside: list[str] = []
+    errors: list[str] = []
+
+    def serve(route) -> None:
+        url = route.request.url
+        if url in files:
+            ctype, body = files[url]
+            route.fulfill(status=200, content_type=ctype, body=body)
+        elif urlparse(url).scheme in ("data", "blob"):
+            route.continue_()
+        else:
+            outside.append(url)
+            route.abort()
+
+    context.route("**/*", serve)
+    page = context.new_page()
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(host)
+    frame = page.frame_locator("iframe[sandbox='allow-scripts']")
+    frame.locator("body[data-ready='1']").wait_for(timeout=60_000)
+    frame.locator("html[data-cjk-font='loaded']").wait_for(timeout=30_000)
+    assert frame.locator("h1").inner_text() == "Transformer 图解"
+    for i, v in enumerate(NAV):
+        frame.locator(f"[data-testid=nav-{v}]").click()
+        frame.locator("div.view:not(.busy) section.view").wait_for()
+        page.wait_for_timeout(400)
+        assert frame.locator("[data-testid=error]").count() == 0, (v, frame.locator("[data-testid=error]").inner_text())
+        page.screenshot(path=str(ARTIFACTS / f"snapshot-widget-qwen2-zh-{i:02d}-{v}.png"))
     context.close()
     assert not outside, f"the widget loaded: {outside}"
     assert not errors, errors

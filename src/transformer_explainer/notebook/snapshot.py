@@ -6,7 +6,12 @@ attention thumbnails), the full activation tensors the views slice (float16, as 
 the layer-norm weights, and the analyses (logit lens at every position, head roles and attention
 statistics, the head-importance map with each head's ablation, embedding neighbours of the text's
 tokens). To stay small, the largest tensors are left out first when they would not fit in
-`max_mb`; the views that need them then say so.
+`max_mb`; the views that need them then say so. Stages the trace derives (scaled scores, the
+concatenated heads, ...) are not stored: the page derives them by the same rules (names.DERIVATIONS).
+
+Where the page can show Chinese (it offers 中文, the default, or its text holds CJK characters), it
+carries the app's CJK font subset as a data: URL, so 中文 needs no system font and no fetch; an
+English-only page (`languages=("en",)`) is about 250 kB smaller.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +52,10 @@ from ..web_bundle import package_static_dir
 log = logging.getLogger(__name__)
 
 FORMAT = "transformer-explainer-snapshot"
-VERSION = 1
+VERSION = 2  # 2: aliases, languages and the inlined CJK font; derived stages by names.DERIVATIONS
+LANGUAGES = ("en", "zh")  # the app's languages: a snapshot offers both unless told otherwise
+CJK_FONT = "fonts/noto-sans-sc-subset.woff2"  # in the web bundle (web/public/fonts/, scripts/build_cjk_font.py)
+CJK_FONT_RECORD = "fonts/noto-sans-sc-subset.json"  # its record: the unicode-range the subset covers
 # What the app asks for on its first trace (web/src/lib/state.svelte.ts): the snapshot's stored
 # next-token distribution must be for these settings.
 APP_SAMPLING = {"temperature": 1.0, "top_k": APP_TOP_K, "top_p": None, "seed": DEFAULT_SEED}
@@ -138,9 +147,19 @@ class SnapshotInfo:
     nbytes: int
 
 
+def check_languages(languages: Sequence[str]) -> list[str]:
+    out = list(dict.fromkeys(languages))
+    if not out or any(lang not in LANGUAGES for lang in out):
+        raise InputError(f"languages must be some of {', '.join(LANGUAGES)}, got {', '.join(languages) or 'none'}")
+    return out
+
+
 def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, ablations: bool = True,
-                  bundle_bytes: int = 0) -> tuple[dict[str, Any], SnapshotInfo]:
-    """The JSON the snapshot page carries (see web/src/snapshot/static.ts for its reader)."""
+                  bundle_bytes: int = 0, languages: Sequence[str] = LANGUAGES,
+                  cjk_font: str | None = None) -> tuple[dict[str, Any], SnapshotInfo]:
+    """The JSON the snapshot page carries (see web/src/snapshot/static.ts for its reader): `languages`
+    the page offers, `cjk_font` (a data: URL) for the page to draw Chinese with, counted in `max_mb`."""
+    languages = check_languages(languages)
     if trace.start != 0:  # a generation step's trace covers only its new positions: trace it all
         trace = model.trace_ids(list(trace.prefix_ids) + list(trace.token_ids), text=trace.text)
     sampling = SamplingIn(**APP_SAMPLING)
@@ -156,7 +175,10 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     weights = {n: _stored(model.weight(n), describe(n, family)[0]) for n in small if n in has}
     data: dict[str, Any] = {
         "format": FORMAT, "version": VERSION, "models": models.model_dump(), "trace": overview.model_dump(),
-        "sampling": sampling.model_dump(), "top_n": APP_TOP_N, "tensors": {}, "weights": weights, "omitted": [],
+        "sampling": sampling.model_dump(), "top_n": APP_TOP_N, "tensors": {},
+        # each block's resid_post is the next block's resid_pre (the same tensor): only the last is stored
+        "aliases": {block_name(i, "resid_post"): block_name(i + 1, "resid_pre") for i in range(L - 1)},
+        "weights": weights, "omitted": [], "languages": languages, "cjk_font": cjk_font,
         "analysis": snapshot_analyses(model, trace, ablations=ablations),
     }
     used = bundle_bytes + len(json.dumps(data, ensure_ascii=False)) + 2048
@@ -164,7 +186,6 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
 
     global_first, block_order = ACTIVATION_ORDER[family]
     groups: list[tuple[str, list[str], bool]] = [(n, [n], False) for n in global_first]
-    # each block's resid_post is the next block's resid_pre (the same tensor): only the last is stored
     groups += [(f"blocks.*.{s}", [block_name(i, s) for i in (range(L) if s != "resid_post" else [L - 1])], False)
                for s in block_order]
     groups += [(f"blocks.*.{s}", [block_name(i, s) for i in range(L)], True) for s in LARGE_WEIGHTS]
@@ -212,6 +233,31 @@ def _json_safe(data: dict[str, Any]) -> str:
     return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
+def _cjk_ranges(root: Path) -> list[tuple[int, int]]:
+    """The code points the bundled CJK subset is used for (its record's unicode-range, as the page's)."""
+    record = json.loads((root / CJK_FONT_RECORD).read_text(encoding="utf-8"))
+    out = []
+    for part in record["unicode_range"].split(","):
+        lo, _, hi = part.strip().removeprefix("U+").partition("-")
+        out.append((int(lo, 16), int(hi or lo, 16)))
+    return out
+
+
+def cjk_font_url(text: str, languages: Sequence[str], root: Path) -> str | None:
+    """The bundle's CJK font subset as a data: URL where a page offering `languages` with `text` can show
+    Chinese (it offers 中文, or the text holds a character of the subset's range); else None. Inlined, it
+    needs no fetch: a file:// page or a notebook's sandboxed iframe could not fetch it relative to itself."""
+    font, record = root / CJK_FONT, root / CJK_FONT_RECORD
+    if not font.is_file() or not record.is_file():
+        if "zh" in languages or any(ord(c) >= 0x2E80 for c in text):
+            log.warning("snapshot: the web bundle has no %s: Chinese needs a system CJK font", CJK_FONT)
+        return None
+    ranges = _cjk_ranges(root)
+    if "zh" not in languages and not any(lo <= ord(c) <= hi for c in text for lo, hi in ranges):
+        return None
+    return "data:font/woff2;base64," + base64.b64encode(font.read_bytes()).decode("ascii")
+
+
 def page_html(data: dict[str, Any], static_dir: Path | None = None) -> str:
     """The app's index.html with its scripts and styles inlined and `data` embedded."""
     root = static_dir or _bundle_dir()
@@ -236,16 +282,21 @@ def page_html(data: dict[str, Any], static_dir: Path | None = None) -> str:
             f"<style>.examples{{display:none!important}}{BANNER_CSS}</style>\n"
             f'<script type="application/json" id="te-snapshot">{_json_safe(data)}</script>\n'
             f'<script type="module">{js}</script>\n')
-    html = html.replace('<div id="app"></div>', BANNER + '<div id="app"></div>', 1)
+    html = html.replace('<div id="app"></div>', _banner(data.get("languages", LANGUAGES)) + '<div id="app"></div>', 1)
     html = re.sub(r"<title>.*?</title>", lambda _: f"<title>{_escape(title)}</title>", html, count=1)
     return html.replace("</head>", head + "</head>", 1)
 
 
-BANNER = ('<div class="te-snapshot-banner" data-testid="snapshot-banner">Offline snapshot of one text: no server '
-          "needed; views that need new computation say so. · "
-          "单一文本的离线快照：无需服务器；需要重新计算的视图会给出提示。</div>")
-BANNER_CSS = (".te-snapshot-banner{background:#fff6d6;color:#5c4a00;font:13px system-ui,sans-serif;padding:4px 20px;"
-              "border-bottom:1px solid #eadb9f}")
+BANNER_TEXT = {"en": "Offline snapshot of one text: no server needed; views that need new computation say so.",
+               "zh": "单一文本的离线快照：无需服务器；需要重新计算的视图会给出提示。"}
+# the app's font list (app.css --sans), which holds the inlined CJK subset once it has loaded
+BANNER_CSS = (".te-snapshot-banner{background:#fff6d6;color:#5c4a00;font:13px var(--sans,system-ui,sans-serif);"
+              "padding:4px 20px;border-bottom:1px solid #eadb9f}")
+
+
+def _banner(languages: Sequence[str]) -> str:
+    text = " · ".join(BANNER_TEXT[lang] for lang in languages)
+    return f'<div class="te-snapshot-banner" data-testid="snapshot-banner">{text}</div>'
 
 
 def _escape(s: str) -> str:
@@ -253,14 +304,17 @@ def _escape(s: str) -> str:
 
 
 def snapshot_html(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: float = 4.5, ablations: bool = True,
-                  static_dir: Path | None = None) -> str:
-    """One self-contained HTML page explaining `text_or_trace` with `model`: opens offline from file://."""
+                  static_dir: Path | None = None, languages: Sequence[str] = LANGUAGES) -> str:
+    """One self-contained HTML page explaining `text_or_trace` with `model`: opens offline from file://.
+    `languages`: what the page offers (English and 中文; one alone fixes the page to it)."""
+    languages = check_languages(languages)
     trace = model.trace(text_or_trace) if isinstance(text_or_trace, str) else text_or_trace
     if trace.config != model.config:
         raise InputError(f"the trace was made by {trace.model_name}, not by {model.name}")
     root = static_dir or _bundle_dir()
     bundle = sum(p.stat().st_size for p in (root / "assets").glob("*")) if (root / "assets").is_dir() else 0
-    data, _ = snapshot_data(model, trace, max_mb=max_mb, ablations=ablations, bundle_bytes=bundle)
+    data, _ = snapshot_data(model, trace, max_mb=max_mb, ablations=ablations, bundle_bytes=bundle,
+                            languages=languages, cjk_font=cjk_font_url(trace.text, languages, root))
     return page_html(data, root)
 
 

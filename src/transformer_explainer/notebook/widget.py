@@ -6,6 +6,7 @@ server."""
 from __future__ import annotations
 
 import html as html_lib
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from ..engine import ExplainerModel, load_model
 from ..errors import InputError, ModelNotFoundError
 from ..trace import Trace
-from .snapshot import snapshot_html
+from .snapshot import LANGUAGES, snapshot_html
 
 DEFAULT_HEIGHT = 900
 
@@ -82,12 +83,14 @@ def _model_for(trace: Trace) -> ExplainerModel:
 
 
 def show(trace_or_text: Trace | str, model: ExplainerModel | None = None, *, height: int = DEFAULT_HEIGHT,
-         widget: bool | None = None, max_mb: float = 4.5, ablations: bool = True) -> Any:
+         widget: bool | None = None, max_mb: float = 4.5, ablations: bool = True,
+         languages: Sequence[str] = LANGUAGES) -> Any:
     """The app's views of a trace, in a notebook cell.
 
     `show(model.trace(text), model)`, `show(trace)` (the model is found again by name when it is a
     built-in or cached one) or `show(text, model)`. `widget=None` uses anywidget when it is
     installed, else an HTML output; both work offline. Either result has `.save(path)` for the page.
+    `languages=("en",)` makes an English-only page, without the CJK font it otherwise carries.
     """
     if isinstance(trace_or_text, str):
         if model is None:
@@ -96,7 +99,7 @@ def show(trace_or_text: Trace | str, model: ExplainerModel | None = None, *, hei
     else:
         trace = trace_or_text
         model = model or _model_for(trace)
-    page = snapshot_html(model, trace, max_mb=max_mb, ablations=ablations)
+    page = snapshot_html(model, trace, max_mb=max_mb, ablations=ablations, languages=languages)
     cls = widget_class() if widget in (None, True) else None
     if cls is None:
         if widget:

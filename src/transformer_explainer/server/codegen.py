@@ -104,8 +104,92 @@ def names_ts() -> str:
         "  return null;",
         "}",
         "",
+        *_families_ts(),
     ]
     return "\n".join(parts)
+
+
+TABLE_KINDS = {"block_activations": "BLOCK_ACTIVATIONS", "global_activations": "GLOBAL_ACTIVATIONS",
+               "block_weights": "BLOCK_WEIGHTS", "global_weights": "GLOBAL_WEIGHTS"}
+WRITTEN_FAMILIES = ("gpt2", "llama")  # names_ts writes their tables by hand-picked names above
+
+
+def _prefix(family: str) -> str:
+    return "" if family == "gpt2" else family.upper() + "_"
+
+
+def _union(values: list[str]) -> str:
+    return " | ".join(json.dumps(v) for v in dict.fromkeys(values))
+
+
+def _families_ts() -> list[str]:
+    """Every family's tables by family, the derivation rules and the slicing rules: what code serving
+    any family follows (the offline snapshot page, web/src/snapshot/) instead of a switch on the family."""
+    out = [
+        "// -- every family, for code that serves any of them (the offline snapshot page) ---------------------",
+        "",
+        "/** How a derived stage is computed from its sources (names.DERIVATION_OPS):",
+        *(f" *  - {op}: {text}" for op, text in names.DERIVATION_OPS.items()),
+        " */",
+        f"export type DerivationOp = {_union(list(names.DERIVATION_OPS))};",
+        "export interface Derivation { readonly op: DerivationOp; readonly sources: readonly string[] }",
+        "export interface FamilyNames {",
+        *(f"  readonly {_camel(k)}: Readonly<Record<string, NameInfo>>;" for k in TABLE_KINDS),
+        "  readonly derivations: Readonly<Record<string, Derivation>>;",
+        "}",
+        "",
+    ]
+    for family, t in names.FAMILY_NAMES.items():
+        pre = _prefix(family)
+        if family not in WRITTEN_FAMILIES:
+            out += [_table(pre + const, getattr(t, kind)) for kind, const in TABLE_KINDS.items()]
+        out.append(f"export const {pre}DERIVATIONS = {{")
+        out += [f"  {json.dumps(stage)}: {{ op: {json.dumps(d.op)}, sources: {json.dumps(list(d.sources))} }},"
+                for stage, d in t.derivations.items()]
+        out.append("} as const satisfies Record<string, Derivation>;")
+    out += ["", "/** The names each family answers (names.FAMILY_NAMES). */",
+            "export const FAMILY_NAMES: Readonly<Record<string, FamilyNames>> = {"]
+    for family in names.FAMILY_NAMES:
+        pre = _prefix(family)
+        fields = ", ".join(f"{_camel(k)}: {pre}{c}" for k, c in TABLE_KINDS.items())
+        out.append(f"  {json.dumps(family)}: {{ {fields}, derivations: {pre}DERIVATIONS }},")
+    out += [
+        "};",
+        "",
+        "/** How `head` (query head h) slices a tensor, by the first of these dims it has (names.HEAD_DIMS):",
+        " *  query_head takes h itself, kv_head_of_query the key/value head h reads, h // (H / G). */",
+        f"export type HeadRule = {_union(list(names.HEAD_DIMS.values()))};",
+        f"export const HEAD_DIMS: Readonly<Record<string, HeadRule>> = {json.dumps(names.HEAD_DIMS)};",
+        "/** `position` slices the first of these dims a tensor has (names.POSITION_DIMS). */",
+        f"export const POSITION_DIMS: readonly string[] = {json.dumps(list(names.POSITION_DIMS))};",
+        "",
+        "/** A full name of `family`: its layer, stage, dims and whether it is a weight (names.parse_name and",
+        " *  names.describe); null for names outside the family's tables. */",
+        "export function describeIn(family: string, name: string):",
+        "    (NameInfo & { layer: number | null; suffix: string; weight: boolean }) | null {",
+        "  const t = FAMILY_NAMES[family];",
+        "  if (!t) return null;",
+        "  let layer: number | null = null, suffix = name;",
+        "  if (name.startsWith(\"blocks.\")) {",
+        "    const m = /^blocks\\.(\\d+)\\.(.+)$/.exec(name);",
+        "    if (!m) return null;",
+        "    layer = Number(m[1]);",
+        "    suffix = m[2];",
+        "  }",
+        "  const [acts, weights] = layer === null ? [t.globalActivations, t.globalWeights]",
+        "    : [t.blockActivations, t.blockWeights];",
+        "  if (suffix in acts) return { ...acts[suffix], layer, suffix, weight: false };",
+        "  if (suffix in weights) return { ...weights[suffix], layer, suffix, weight: true };",
+        "  return null;",
+        "}",
+        "",
+    ]
+    return out
+
+
+def _camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(w.title() for w in rest)
 
 
 def _ts(schema: dict[str, Any]) -> str:

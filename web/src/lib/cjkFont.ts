@@ -3,6 +3,10 @@
 // would otherwise draw the 中文 UI as boxes. It is registered (and fetched, about 130 kB) only once the
 // language is 中文; app.css then lists the family in --sans and --mono, so it is used for CJK characters only
 // (unicode-range) and system fonts keep drawing everything else; it joins those lists once it has loaded.
+// An offline snapshot carries the file as a data: URL (a file:// page or a notebook's sandboxed iframe could
+// not fetch it relative to itself), and loads it at once: its banner may hold Chinese too.
+import { snapshot } from "../snapshot/static";
+
 export const CJK_FAMILY = "TE Noto Sans SC";
 export const CJK_FONT_FILE = "fonts/noto-sans-sc-subset.woff2";
 // The same ranges as CJK_RANGES in scripts/build_cjk_font.py (a unit test checks they agree).
@@ -11,11 +15,12 @@ export const CJK_UNICODE_RANGE =
 
 let loading: Promise<boolean> | null = null;
 
-/** Register and load the CJK font (once); resolves to whether it loaded (an offline snapshot has no font file). */
+/** Register and load the CJK font (once); resolves to whether it loaded (a snapshot without it: false). */
 export function loadCjkFont(): Promise<boolean> {
   if (loading) return loading;
   if (typeof FontFace === "undefined" || !document.fonts) return (loading = Promise.resolve(false));
-  const url = new URL(CJK_FONT_FILE, document.baseURI).href;
+  if (snapshot && !snapshot.cjk_font) return (loading = Promise.resolve(false)); // an English-only snapshot
+  const url = snapshot?.cjk_font ?? new URL(CJK_FONT_FILE, document.baseURI).href;
   const face = new FontFace(CJK_FAMILY, `url("${url}") format("woff2")`,
     { unicodeRange: CJK_UNICODE_RANGE, display: "swap" });
   document.fonts.add(face);

@@ -55,7 +55,16 @@ class AppState {
   ln = $state<LnWhich>("ln1");
   sampling = $state<SamplingIn>({ ...DEFAULT_SAMPLING });
   loading = $state(false);
-  error = $state<string | null>(null);
+  /** The failure the page shows: the last trace's, the model list's, sampling's or generation's (set here),
+   *  else a view's fetch that failed, while the page still shows what it failed for: the view's error clears
+   *  once the view, layer, head, token or trace changes, or its tensors arrive after all. */
+  get error(): string | null {
+    const v = this.#viewError;
+    return this.#runError ?? (v && v.trace === this.trace && v.at === this.#at() ? v.message : null);
+  }
+  set error(message: string | null) {
+    this.#runError = message;
+  }
   /** The last error was an over-long input: the page offers to keep its last `fit` tokens (null: count unknown). */
   overLong = $state<{ fit: number | null } | null>(null);
   /** Keep the last tokens of an over-long text (the user asked for it); dropped once a text fits again. */
@@ -75,6 +84,26 @@ class AppState {
   #nextCtl: AbortController | null = null;
   #pending = new Set<string>();
   #seq = 0;
+  #runError = $state<string | null>(null);
+  #viewError = $state.raw<{ message: string; trace: TraceOut; at: string; keys: string[] } | null>(null);
+
+  /** What a view's fetch is for, besides the trace: the view and its focus. */
+  #at(): string {
+    return [this.view, this.layer, this.head, this.pos, this.ln].join("|");
+  }
+
+  /** A view's fetch of `keys` failed: the page says so while it shows that view of this trace. */
+  #viewFailed(message: string, trace: TraceOut, at: string, keys: string[]): void {
+    this.#viewError = { message, trace, at, keys };
+  }
+
+  /** Tensors arrived: a view error about them (and nothing else) is over. Its keys are the tensors' (`key`),
+   *  and the weights' with "w|" before them. */
+  #arrived(): void {
+    const model = this.trace?.model;
+    const has = (k: string) => (k.startsWith("w|") ? this.weightCache.has(`${model}|${k.slice(2)}`) : this.tensors.has(k));
+    if (this.#viewError?.keys.every(has)) this.#viewError = null;
+  }
 
   get ids(): number[] | null {
     return this.trace?.token_ids ?? null;
@@ -230,14 +259,16 @@ class AppState {
     const missing = specs.filter((s) => !this.tensors.has(key(s)) && !this.#pending.has(key(s)));
     if (!missing.length) return;
     missing.forEach((s) => this.#pending.add(key(s)));
+    const at = this.#at();
     try {
       const out = await api.tensors({ model: tr.model, ids: tr.token_ids, tensors: missing.map(wire) });
       if (this.trace !== tr) return;
       const map = new Map(this.tensors);
       for (const t of out.tensors) map.set(key(t), decodeTensor(t));
       this.tensors = map;
+      this.#arrived();
     } catch (e) {
-      if (this.trace === tr) this.error = (e as Error).message;
+      if (this.trace === tr) this.#viewFailed((e as Error).message, tr, at, missing.map(key));
     } finally {
       missing.forEach((s) => this.#pending.delete(key(s)));
     }
@@ -255,13 +286,15 @@ class AppState {
       && !this.#pending.has(`w|${model}|${key(s)}`));
     if (!missing.length) return;
     missing.forEach((s) => this.#pending.add(`w|${model}|${key(s)}`));
+    const tr = this.trace!, at = this.#at();
     try {
       const out = await api.weights({ model, tensors: missing.map(wire) });
       const map = new Map(this.weightCache);
       for (const t of out.tensors) map.set(`${model}|${key(t)}`, decodeTensor(t));
       this.weightCache = map;
+      this.#arrived();
     } catch (e) {
-      this.error = (e as Error).message;
+      this.#viewFailed((e as Error).message, tr, at, missing.map((s) => `w|${key(s)}`));
     } finally {
       missing.forEach((s) => this.#pending.delete(`w|${model}|${key(s)}`));
     }

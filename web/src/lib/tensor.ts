@@ -90,6 +90,43 @@ export function decodeTensor(t: EncodedTensor): Tensor {
   return { name: t.name, dims: t.dims, shape: t.shape, data };
 }
 
+// float -> IEEE half bits, rounding to nearest even (as numpy's and torch's float32 -> float16, which the
+// server's float16 answers use).
+const f32buf = new Float32Array(1), u32buf = new Uint32Array(f32buf.buffer);
+export function floatToHalf(v: number): number {
+  f32buf[0] = v;
+  const x = u32buf[0], sign = (x >>> 16) & 0x8000, exp = (x >>> 23) & 0xff;
+  let mant = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
+  const e = exp - 112; // the exponent re-biased for half
+  if (e >= 0x1f) return sign | 0x7c00;
+  if (e <= 0) { // a subnormal half, or zero
+    if (e < -10) return sign;
+    mant |= 0x800000;
+    const shift = 14 - e, rem = mant & ((1 << shift) - 1), mid = 1 << (shift - 1);
+    let h = mant >> shift;
+    if (rem > mid || (rem === mid && h & 1)) h++;
+    return sign | h;
+  }
+  let h = (e << 10) | (mant >> 13);
+  const rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem === 0x1000 && h & 1)) h++; // a carry into the exponent is the right rounding
+  return sign | h;
+}
+
+/** An answer's encoded tensor holding `values` in `t.dtype`, with its bytes attached as a binary answer's
+ *  are (no base64): for answers made in the page itself (the offline snapshot). */
+export function encodedTensor(t: Omit<EncodedTensor, "data">, values: Float32Array): EncodedTensor {
+  const n = values.length, width = t.dtype === "float16" ? 2 : 4;
+  const bytes = new Uint8Array(n * width), view = new DataView(bytes.buffer);
+  if (t.dtype === "float16") for (let i = 0; i < n; i++) view.setUint16(2 * i, floatToHalf(values[i]), true);
+  else if (LITTLE_ENDIAN) new Float32Array(bytes.buffer).set(values);
+  else for (let i = 0; i < n; i++) view.setFloat32(4 * i, values[i], true);
+  const out: EncodedTensor = { ...t, data: "" };
+  attached.set(out, bytes);
+  return out;
+}
+
 export function decodeU8(b64: string): Uint8Array {
   return base64Bytes(b64);
 }

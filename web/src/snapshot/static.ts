@@ -1,9 +1,16 @@
 // The offline snapshot: one HTML file holding the app and the data of one trace (written by
 // `transformer-explainer snapshot`). When the page carries that data, every API call is answered from
-// it here instead of going to a server: the same shapes, cut from the stored full tensors, and the
-// analyses computed when the file was written. Anything else gets a message saying so.
+// it here instead of going to a server: the same shapes, cut from the stored full tensors by the server's
+// own rules (slicing.ts), derived stages computed by the trace's own rules (derive.ts), and the analyses
+// computed when the file was written. Anything else gets a message saying so.
 import type { EncodedTensor, ModelList, SamplingIn, TensorSpec, TraceOut } from "../lib/generated/api";
+import { describeIn } from "../lib/generated/names";
 import { ABLATION_TOP } from "../lib/generated/limits";
+import { decodeTensor, encodedTensor, type Tensor } from "../lib/tensor";
+import { derivationOf, derive, type ModelShape } from "./derive";
+import { SnapshotError, takeHead, takePosition, takeRow } from "./slicing";
+
+export { SnapshotError } from "./slicing";
 
 interface Stored { dims: string[]; shape: number[]; dtype: "float16" | "float32"; data: string }
 
@@ -15,8 +22,11 @@ export interface SnapshotData {
   sampling: SamplingIn;
   top_n: number;
   tensors: Record<string, Stored>; // full activations by name (no head / position slicing)
+  aliases: Record<string, string>; // names stored under another name (a block's output: the next one's input)
   weights: Record<string, Stored>;
   omitted: string[]; // names left out to keep the file small
+  languages: string[]; // the languages the page offers ("en", "zh")
+  cjk_font: string | null; // the CJK font subset as a data: URL, where the page can show Chinese
   analysis: {
     lens: { top: number; out: Record<string, unknown> & { positions: number[]; layers: { positions: unknown[] }[] } } | null;
     heads: (Record<string, unknown> & { reference: unknown }) | null;
@@ -40,151 +50,73 @@ function read(): SnapshotData | null {
 
 export const snapshot: SnapshotData | null = read();
 
-export class SnapshotError extends Error {
-  status = 404;
-}
-
 const NEEDS_SERVER = "This page is an offline snapshot of one text; {what} needs the live app " +
   "(transformer-explainer serve).";
 const missing = (what: string) => new SnapshotError(NEEDS_SERVER.replace("{what}", what));
 
 // -- tensors ---------------------------------------------------------------------------------------
 
-function b64bytes(b64: string): Uint8Array {
-  const bin = atob(b64);
-  const out = new Uint8Array(bin.length);
-  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
-  return out;
+const decoded = new Map<string, Tensor>();
+
+/** A stored tensor, decoded once (float16 in the file; float32 here, which holds every float16 exactly). */
+function stored(key: string, name: string, s: Stored): Tensor {
+  let t = decoded.get(key);
+  if (!t) decoded.set(key, (t = decodeTensor({ ...s, name })));
+  return t;
 }
 
-function half(h: number): number {
-  const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, f = h & 0x3ff;
-  if (e === 0) return s * 2 ** -14 * (f / 1024);
-  if (e === 31) return f ? NaN : s * Infinity;
-  return s * 2 ** (e - 15) * (1 + f / 1024);
+function shapeOf(d: SnapshotData): ModelShape {
+  const c = d.trace.config;
+  return { family: c.family ?? "gpt2", nHead: c.n_head, nKvHeads: c.n_kv_heads || c.n_head, headDim: c.head_dim };
 }
 
-// float -> IEEE half bits, round to nearest even (as numpy's float32 -> float16, which the server uses)
-const f32buf = new Float32Array(1), u32buf = new Uint32Array(f32buf.buffer);
-function toHalf(v: number): number {
-  f32buf[0] = v;
-  const x = u32buf[0], sign = (x >>> 16) & 0x8000, exp = (x >>> 23) & 0xff;
-  let mant = x & 0x7fffff;
-  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
-  const e = exp - 112; // the exponent re-biased for half
-  if (e >= 0x1f) return sign | 0x7c00;
-  if (e <= 0) { // a subnormal half, or zero
-    if (e < -10) return sign;
-    mant |= 0x800000;
-    const shift = 14 - e, rem = mant & ((1 << shift) - 1), mid = 1 << (shift - 1);
-    let h = mant >> shift;
-    if (rem > mid || (rem === mid && h & 1)) h++;
-    return sign | h;
-  }
-  let h = (e << 10) | (mant >> 13);
-  const rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem === 0x1000 && h & 1)) h++; // a carry into the exponent is the right rounding
-  return sign | h;
-}
-
-/** A stored tensor as float16 bits: slices keep the exact values the server would send. */
-interface Full { dims: string[]; shape: number[]; bits: Uint16Array }
-const decoded = new Map<string, Full>();
-
-function decode(key: string, s: Stored): Full {
-  let d = decoded.get(key);
-  if (!d) {
-    const bytes = b64bytes(s.data), view = new DataView(bytes.buffer);
-    const n = s.shape.reduce((a, b) => a * b, 1), bits = new Uint16Array(n);
-    if (s.dtype === "float16") for (let i = 0; i < n; i++) bits[i] = view.getUint16(2 * i, true);
-    else for (let i = 0; i < n; i++) bits[i] = toHalf(view.getFloat32(4 * i, true));
-    d = { dims: s.dims, shape: s.shape, bits };
-    decoded.set(key, d);
-  }
-  return d;
-}
-
-/** `t` with one index of axis `axis` taken (the axis removed). */
-function take(t: Full, axis: number, i: number): Full {
-  const outer = t.shape.slice(0, axis).reduce((a, b) => a * b, 1);
-  const inner = t.shape.slice(axis + 1).reduce((a, b) => a * b, 1);
-  const n = t.shape[axis];
-  const bits = new Uint16Array(outer * inner);
-  for (let o = 0; o < outer; o++) bits.set(t.bits.subarray((o * n + i) * inner, (o * n + i + 1) * inner), o * inner);
-  return { dims: t.dims.filter((_, k) => k !== axis), shape: t.shape.filter((_, k) => k !== axis), bits };
-}
-
-function index(t: Full, dim: string, i: number, what: string, name: string): Full {
-  const axis = t.dims.indexOf(dim);
-  if (axis < 0) throw new SnapshotError(`${name} has no ${what} dimension (its dims are ${t.dims.join(", ")})`);
-  const n = t.shape[axis], j = i < 0 ? n + i : i;
-  if (j < 0 || j >= n) throw new SnapshotError(`${what} ${i} is out of range for ${name} (0..${n - 1})`);
-  return take(t, axis, j);
-}
-
-function base64(bytes: Uint8Array): string {
-  let bin = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  return btoa(bin);
-}
-
-/** The answer for `spec`, echoing its fields as the server does (the app files tensors by them). */
-function encode(name: string, spec: TensorSpec, t: Full): EncodedTensor {
-  const dtype = spec.dtype ?? "float16";
-  let bytes: Uint8Array;
-  if (dtype === "float16") {
-    const le = new DataView(new ArrayBuffer(2 * t.bits.length));
-    t.bits.forEach((h, i) => le.setUint16(2 * i, h, true));
-    bytes = new Uint8Array(le.buffer);
-  } else {
-    const le = new DataView(new ArrayBuffer(4 * t.bits.length));
-    t.bits.forEach((h, i) => le.setFloat32(4 * i, half(h), true));
-    bytes = new Uint8Array(le.buffer);
-  }
-  return { name, head: spec.head ?? null, position: spec.position ?? null, row: spec.row ?? null, dims: t.dims,
-    shape: t.shape, dtype, data: base64(bytes) };
-}
-
-/** The full activation `name`: stored, or derived from a stored one as the Python trace derives it. */
-function activation(d: SnapshotData, name: string): Full {
-  if (name in d.tensors) return decode(name, d.tensors[name]);
-  if (name === "embed.sum") return activation(d, "blocks.0.resid_pre");
-  const post = /^blocks\.(\d+)\.resid_post$/.exec(name); // a block's output is the next block's input
-  if (post && Number(post[1]) < d.trace.config.n_layer - 1) return activation(d, `blocks.${Number(post[1]) + 1}.resid_pre`);
-  const m = /^blocks\.(\d+)\.(attn\.concat|attn\.scaled_scores|attn\.masked_scores)$/.exec(name);
-  if (m && m[2] === "attn.concat") { // (H, T, Dh) -> (T, H * Dh)
-    const z = activation(d, `blocks.${m[1]}.attn.z`);
-    const [H, T, Dh] = z.shape, bits = new Uint16Array(H * T * Dh);
-    for (let h = 0; h < H; h++) for (let t = 0; t < T; t++)
-      bits.set(z.bits.subarray((h * T + t) * Dh, (h * T + t + 1) * Dh), t * H * Dh + h * Dh);
-    return { dims: ["T", "D"], shape: [T, H * Dh], bits };
-  }
-  if (m) {
-    const s = activation(d, `blocks.${m[1]}.attn.scores`);
-    const [H, T, S] = s.shape, scale = 1 / Math.sqrt(d.trace.config.head_dim), bits = new Uint16Array(s.bits.length);
-    const masked = m[2] === "attn.masked_scores";
-    for (let h = 0; h < H; h++) for (let t = 0; t < T; t++) for (let k = 0; k < S; k++) {
-      const i = (h * T + t) * S + k;
-      bits[i] = masked && k > t ? toHalf(-Infinity) : toHalf(Math.fround(half(s.bits[i]) * scale));
-    }
-    return { dims: s.dims, shape: s.shape, bits };
+/** The full activation `name`: stored, stored under another name, or derived from stored ones as the trace
+ *  derives it. */
+function activation(d: SnapshotData, name: string): Tensor {
+  if (name in d.tensors) return stored(name, name, d.tensors[name]);
+  if (name in d.aliases) return { ...activation(d, d.aliases[name]), name };
+  const model = shapeOf(d), rule = derivationOf(model.family, name);
+  if (rule) {
+    let t = decoded.get(name);
+    if (!t) decoded.set(name, (t = derive(name, rule.derivation, rule.layer, model, (n) => activation(d, n))));
+    return t;
   }
   throw missing(`${name} (left out to keep the file small)`);
 }
 
+/** A name of this snapshot's model, checked as the server checks it (src/transformer_explainer/slicing.py). */
+function known(d: SnapshotData, name: string, weight: boolean) {
+  const family = shapeOf(d).family, info = describeIn(family, name);
+  if (!info) throw new SnapshotError(`unknown tensor name '${name}' for a ${family} model`);
+  if (info.layer !== null && info.layer >= d.trace.config.n_layer)
+    throw new SnapshotError(`${name}: the model has ${d.trace.config.n_layer} blocks (0..${d.trace.config.n_layer - 1})`);
+  if (info.weight && !weight) throw new SnapshotError(`${name} is a weight, not an activation: ask POST /api/weights for it`);
+  if (!info.weight && weight) throw new SnapshotError(`${name} is an activation: ask POST /api/trace or /api/tensors for it`);
+}
+
+/** The answer for `spec`, echoing its fields as the server does (the app files tensors by them). */
+function answer(spec: TensorSpec, t: Tensor, kvHead: number | null): EncodedTensor {
+  return encodedTensor({ name: spec.name, head: spec.head ?? null, kv_head: kvHead, position: spec.position ?? null,
+    row: spec.row ?? null, dims: t.dims, shape: t.shape, dtype: spec.dtype ?? "float16" }, t.data);
+}
+
 function activationSlice(d: SnapshotData, spec: TensorSpec): EncodedTensor {
-  let t = activation(d, spec.name);
-  if (spec.head != null) t = index(t, "H", spec.head, "head", spec.name);
-  if (spec.position != null) t = index(t, t.dims.includes("T") ? "T" : "S", spec.position, "position", spec.name);
-  return encode(spec.name, spec, t);
+  known(d, spec.name, false);
+  if (spec.row != null) throw new SnapshotError("`row` applies to weights; for activations use `head` and `position`");
+  let t = activation(d, spec.name), kvHead: number | null = null;
+  if (spec.head != null) ({ tensor: t, kvHead } = takeHead(t, spec.head, shapeOf(d)));
+  if (spec.position != null) t = takePosition(t, spec.position);
+  return answer(spec, t, kvHead);
 }
 
 function weightSlice(d: SnapshotData, spec: TensorSpec): EncodedTensor {
+  known(d, spec.name, true);
+  if (spec.position != null) throw new SnapshotError("`position` applies to activations; for weights use `head` and `row`");
   if (!(spec.name in d.weights)) throw missing(`the weight ${spec.name} (left out to keep the file small)`);
-  let t = decode(`w|${spec.name}`, d.weights[spec.name]);
-  if (spec.head != null) t = index(t, "H", spec.head, "head", spec.name);
-  if (spec.row != null) t = index(t, t.dims[0], spec.row, "row", spec.name);
-  return encode(spec.name, spec, t);
+  let t = stored(`w|${spec.name}`, spec.name, d.weights[spec.name]), kvHead: number | null = null;
+  if (spec.head != null) ({ tensor: t, kvHead } = takeHead(t, spec.head, shapeOf(d)));
+  if (spec.row != null) t = takeRow(t, spec.row);
+  return answer(spec, t, kvHead);
 }
 
 // -- requests --------------------------------------------------------------------------------------

@@ -175,3 +175,71 @@ export function describe(name: string): NameInfo | null {
   for (const t of tables) if (p.suffix in t) return t[p.suffix];
   return null;
 }
+
+// -- every family, for code that serves any of them (the offline snapshot page) ---------------------
+
+/** How a derived stage is computed from its sources (names.DERIVATION_OPS):
+ *  - same: the source itself, under a second name
+ *  - scores: queries @ keys^T, each query head against the keys of the key/value head it reads
+ *  - scale: the source / sqrt(head_dim)
+ *  - causal_mask: the source with -inf where the key lies after the query
+ *  - concat_heads: (H, T, Dh) -> (T, H*Dh): each position's heads side by side
+ *  - kv_head_index: for each query head h (of the source's H), the key/value head it reads: h // (H / G)
+ */
+export type DerivationOp = "same" | "scores" | "scale" | "causal_mask" | "concat_heads" | "kv_head_index";
+export interface Derivation { readonly op: DerivationOp; readonly sources: readonly string[] }
+export interface FamilyNames {
+  readonly blockActivations: Readonly<Record<string, NameInfo>>;
+  readonly globalActivations: Readonly<Record<string, NameInfo>>;
+  readonly blockWeights: Readonly<Record<string, NameInfo>>;
+  readonly globalWeights: Readonly<Record<string, NameInfo>>;
+  readonly derivations: Readonly<Record<string, Derivation>>;
+}
+
+export const DERIVATIONS = {
+  "attn.scores": { op: "scores", sources: ["attn.q", "attn.k"] },
+  "attn.scaled_scores": { op: "scale", sources: ["attn.scores"] },
+  "attn.masked_scores": { op: "causal_mask", sources: ["attn.scaled_scores"] },
+  "attn.concat": { op: "concat_heads", sources: ["attn.z"] },
+  "embed.sum": { op: "same", sources: ["blocks.0.resid_pre"] },
+} as const satisfies Record<string, Derivation>;
+export const LLAMA_DERIVATIONS = {
+  "attn.scores": { op: "scores", sources: ["attn.rot_q", "attn.rot_k"] },
+  "attn.scaled_scores": { op: "scale", sources: ["attn.scores"] },
+  "attn.masked_scores": { op: "causal_mask", sources: ["attn.scaled_scores"] },
+  "attn.concat": { op: "concat_heads", sources: ["attn.z"] },
+  "attn.kv_head": { op: "kv_head_index", sources: ["attn.rot_q"] },
+} as const satisfies Record<string, Derivation>;
+
+/** The names each family answers (names.FAMILY_NAMES). */
+export const FAMILY_NAMES: Readonly<Record<string, FamilyNames>> = {
+  "gpt2": { blockActivations: BLOCK_ACTIVATIONS, globalActivations: GLOBAL_ACTIVATIONS, blockWeights: BLOCK_WEIGHTS, globalWeights: GLOBAL_WEIGHTS, derivations: DERIVATIONS },
+  "llama": { blockActivations: LLAMA_BLOCK_ACTIVATIONS, globalActivations: LLAMA_GLOBAL_ACTIVATIONS, blockWeights: LLAMA_BLOCK_WEIGHTS, globalWeights: LLAMA_GLOBAL_WEIGHTS, derivations: LLAMA_DERIVATIONS },
+};
+
+/** How `head` (query head h) slices a tensor, by the first of these dims it has (names.HEAD_DIMS):
+ *  query_head takes h itself, kv_head_of_query the key/value head h reads, h // (H / G). */
+export type HeadRule = "query_head" | "kv_head_of_query";
+export const HEAD_DIMS: Readonly<Record<string, HeadRule>> = {"H": "query_head", "G": "kv_head_of_query"};
+/** `position` slices the first of these dims a tensor has (names.POSITION_DIMS). */
+export const POSITION_DIMS: readonly string[] = ["T", "S"];
+
+/** A full name of `family`: its layer, stage, dims and whether it is a weight (names.parse_name and
+ *  names.describe); null for names outside the family's tables. */
+export function describeIn(family: string, name: string):
+    (NameInfo & { layer: number | null; suffix: string; weight: boolean }) | null {
+  const t = FAMILY_NAMES[family];
+  if (!t) return null;
+  let layer: number | null = null, suffix = name;
+  if (name.startsWith("blocks.")) {
+    const m = /^blocks\.(\d+)\.(.+)$/.exec(name);
+    if (!m) return null;
+    layer = Number(m[1]);
+    suffix = m[2];
+  }
+  const [acts, weights] = layer === null ? [t.globalActivations, t.globalWeights]
+    : [t.blockActivations, t.blockWeights];
+  if (suffix in acts) return { ...acts[suffix], layer, suffix, weight: false };
+  if (suffix in weights) return { ...weights[suffix], layer, suffix, weight: true };
+  return null;
+}
