@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 import torch
@@ -267,6 +268,24 @@ def test_serve_flags_reach_the_settings(monkeypatch):
             cfg.api_downloads) == (256, 50_000, 1, 2, 4, True)
     defaults = build_parser().parse_args(["serve"])
     assert not defaults.api_downloads and defaults.host == "127.0.0.1" and defaults.max_tokens is None
+
+
+def test_serve_defaults_are_written_once(monkeypatch):
+    """No flag means ServeConfig's default, and the app's settings default to the same values."""
+    from transformer_explainer.cli import build_parser
+    from transformer_explainer.server import run
+    from transformer_explainer.server.cli import TOKEN_ENV
+
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    got = {}
+    monkeypatch.setattr(run, "serve", lambda cfg, open_browser=False: got.setdefault("cfg", cfg))
+    args = build_parser().parse_args(["serve"])
+    assert args.func(args) == 0
+    # the command line downloads a named --model unless --offline; a ServeConfig built in code does not
+    assert replace(got["cfg"], allow_download=False) == run.ServeConfig()
+    app, cfg = ServerSettings(), run.ServeConfig()
+    assert (app.max_queue, app.request_timeout_s, app.trace_cache_mb, app.max_body_bytes) == (
+        cfg.max_queue, cfg.request_timeout_s, cfg.trace_cache_mb, cfg.max_body_bytes)
 
 
 @pytest.mark.parametrize("bad", [["--model-threads", "0"], ["--max-tokens", "0"], ["--queue", "-1"],

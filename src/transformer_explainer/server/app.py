@@ -23,6 +23,7 @@ from ..engine import ExplainerModel
 from ..errors import CheckpointError, ExplainerError, InputError, ModelNotFoundError
 from ..schemas import ErrorOut
 from ..web_bundle import package_static_dir
+from . import defaults
 from .context import ServerContext
 from .downloads import downloads_router
 from .pages import CSP, NOT_BUILT, BodyLimit, SecurityHeaders, middleware, page_response, safe_static_path
@@ -41,10 +42,10 @@ __all__ = ["CSP", "NOT_BUILT", "BodyLimit", "SecurityHeaders", "ServerSettings",
 class ServerSettings:
     model_threads: int = 1  # forward passes at once per process
     thread_budget: int | None = None  # torch threads shared out among the running passes; None: torch's setting
-    max_queue: int = 16  # calls waiting beyond those; more get 503 + Retry-After
-    request_timeout_s: float = 60.0
-    trace_cache_mb: int = 256  # recent traces kept for lazy tensor requests
-    max_body_bytes: int = 1_000_000
+    max_queue: int = defaults.QUEUE  # calls waiting beyond those; more get 503 + Retry-After
+    request_timeout_s: float = defaults.TIMEOUT_S
+    trace_cache_mb: int = defaults.CACHE_MB  # recent traces kept for lazy tensor requests
+    max_body_bytes: int = defaults.MAX_BODY_BYTES
     max_tokens: int | None = None  # tokens per request; None: the model's context length
     static_dir: Path | None = None  # the built UI; None: the package's web_dist/
     downloads: bool = False  # may the app's download panel fetch known GPT-2 checkpoints (see downloads.py)

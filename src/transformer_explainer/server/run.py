@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ..errors import ExplainerError, InputError
+from . import defaults
 from .security import AccessSettings, loopback_hosts
 
 if TYPE_CHECKING:  # imported where used: listening must not wait for the web framework and torch
@@ -42,10 +43,10 @@ class ServeConfig:
     workers: int = 1  # processes
     model_threads: int | None = None  # forward passes at once per process; None: see `model_threads`
     torch_threads: int | None = None  # threads per model call; None: shared out as calls run (`thread_budget`)
-    max_queue: int = 16
-    request_timeout_s: float = 60.0
-    trace_cache_mb: int = 256
-    max_body_bytes: int = 1_000_000
+    max_queue: int = defaults.QUEUE
+    request_timeout_s: float = defaults.TIMEOUT_S
+    trace_cache_mb: int = defaults.CACHE_MB
+    max_body_bytes: int = defaults.MAX_BODY_BYTES
     max_tokens: int | None = None  # tokens per request; None: the model's context
     allow_download: bool = False  # may `--model gpt2` download at startup
     api_downloads: bool = False  # may a request download a known GPT-2 hub model (never any other)
@@ -56,12 +57,7 @@ class ServeConfig:
     allow_hosts: list[str] = field(default_factory=list)  # Host names answered besides the loopback ones
     client_calls: int | None = None  # model calls at once per client; None: 2 when exposed, no limit on loopback
     client_rate: float | None = None  # API requests/s per client; None: 10 when exposed, no limit on loopback
-    client_burst: int = 50  # API requests at once before the rate applies
-
-
-# per-client limits of an exposed server unless told otherwise (docs/deploy.md, "Fair share")
-EXPOSED_CLIENT_CALLS = 2
-EXPOSED_CLIENT_RATE = 10.0
+    client_burst: int = defaults.CLIENT_BURST  # API requests at once before the rate applies
 
 
 def model_threads(cfg: ServeConfig) -> int:
@@ -118,10 +114,11 @@ def access_settings(cfg: ServeConfig) -> AccessSettings:
             return None if loopback else exposed
         return given or None  # 0: off
 
-    calls = limit(cfg.client_calls, EXPOSED_CLIENT_CALLS)
+    calls = limit(cfg.client_calls, defaults.EXPOSED_CLIENT_CALLS)
     return AccessSettings(token=None if cfg.no_token else cfg.token, allowed_hosts=hosts,
                           client_calls=None if calls is None else int(calls),
-                          client_rate=limit(cfg.client_rate, EXPOSED_CLIENT_RATE), client_burst=cfg.client_burst)
+                          client_rate=limit(cfg.client_rate, defaults.EXPOSED_CLIENT_RATE),
+                          client_burst=cfg.client_burst)
 
 
 def build_registry(cfg: ServeConfig) -> ModelRegistry:
