@@ -42,11 +42,12 @@ __all__ = ["CSP", "NOT_BUILT", "BodyLimit", "SecurityHeaders", "ServerSettings",
 class ServerSettings:
     model_threads: int = 1  # forward passes at once per process
     thread_budget: int | None = None  # torch threads shared out among the running passes; None: torch's setting
-    max_queue: int = defaults.QUEUE  # calls waiting beyond those; more get 503 + Retry-After
+    max_queue: int = defaults.QUEUE  # calls waiting beyond those (per lane); more get 503 + Retry-After
     request_timeout_s: float = defaults.TIMEOUT_S
     trace_cache_mb: int = defaults.CACHE_MB  # recent traces kept for lazy tensor requests
     max_body_bytes: int = defaults.MAX_BODY_BYTES
     max_tokens: int | None = None  # tokens per request; None: the model's context length
+    max_analysis_gflop: float | None = defaults.ANALYSIS_GFLOP  # the largest analysis (analysis/cost.py); None: any
     static_dir: Path | None = None  # the built UI; None: the package's web_dist/
     downloads: bool = False  # may the app's download panel fetch known GPT-2 checkpoints (see downloads.py)
     access: AccessSettings = AccessSettings()  # token, Host and Origin checks, per-client limits (security.py)
@@ -176,7 +177,7 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     app = FastAPI(title="transformer-explainer", version="1", docs_url=None, redoc_url=None, lifespan=lifespan,
                   openapi_url="/api/openapi.json",
                   description="Every intermediate value of a GPT-2 or Llama-family model for your text, by name.")
-    app.state.context = ServerContext(registry, pool, explainer, settings.max_tokens)
+    app.state.context = ServerContext(registry, pool, explainer, settings.max_tokens, settings.max_analysis_gflop)
     app.state.registry, app.state.pool, app.state.explainer = registry, pool, explainer
     install_error_handlers(app)
     app.include_router(core.router, prefix="/api", responses=ERRORS)

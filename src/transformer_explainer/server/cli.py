@@ -23,6 +23,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       model_threads=args.model_threads, torch_threads=args.torch_threads,
                       max_queue=args.queue, request_timeout_s=args.timeout, trace_cache_mb=args.cache_mb,
                       max_body_bytes=args.max_body_bytes, max_tokens=args.max_tokens,
+                      analysis_gflop=args.analysis_gflop,
                       allow_download=not args.offline, api_downloads=args.api_downloads, discover=not args.only,
                       token=token, no_token=args.no_token, allow_hosts=args.allow_host or [],
                       client_calls=args.client_calls, client_rate=args.client_rate, client_burst=args.client_burst,
@@ -50,7 +51,12 @@ def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction
     p.add_argument("--queue", type=non_negative_int, default=defaults.QUEUE,
                    help=f"requests that may wait for the model (default {defaults.QUEUE}); more get 503")
     p.add_argument("--timeout", type=positive_float, default=defaults.TIMEOUT_S,
-                   help=f"seconds one model call may take (default {defaults.TIMEOUT_S:g})")
+                   help=f"seconds one model call may take (default {defaults.TIMEOUT_S:g}); then 503, and an analysis "
+                        f"stops after its current forward pass")
+    p.add_argument("--analysis-gflop", type=non_negative_float, default=None, metavar="G",
+                   help=f"the largest head analysis (importance, pruning) a request may ask for, in GFLOP of its "
+                        f"forward passes; larger ones are refused with a cheaper setting to try (default "
+                        f"{defaults.ANALYSIS_GFLOP_PER_S:g} x --timeout; 0: no limit)")
     p.add_argument("--cache-mb", type=non_negative_int, default=defaults.CACHE_MB,
                    help=f"memory for recent traces per process (default {defaults.CACHE_MB})")
     p.add_argument("--max-tokens", type=positive_int, default=None,
@@ -76,8 +82,9 @@ def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction
                    help="on a loopback bind, also answer requests for the Host NAME (a reverse proxy's name); "
                         "others than localhost, 127.0.0.1 and [::1] get 403 (DNS rebinding)")
     g.add_argument("--client-calls", type=non_negative_int, default=None, metavar="N",
-                   help=f"model calls at once per client address, as many again wait, more get 429 "
-                        f"(default {defaults.EXPOSED_CLIENT_CALLS} when exposed, no limit on loopback; 0: no limit)")
+                   help=f"model calls at once per client address, as many again wait, more get 429; of them "
+                        f"{defaults.CLIENT_ANALYSES} head analysis (default {defaults.EXPOSED_CLIENT_CALLS} when "
+                        f"exposed, no limit on loopback; 0: no limit)")
     g.add_argument("--client-rate", type=non_negative_float, default=None, metavar="R",
                    help=f"API requests per second per client address, beyond a burst; more get 429 + Retry-After "
                         f"(default {defaults.EXPOSED_CLIENT_RATE:g} when exposed, no limit on loopback; 0: no limit)")

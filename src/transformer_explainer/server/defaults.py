@@ -4,12 +4,18 @@ settings (app.ServerSettings) and the command line's flags and help (cli.py) rea
 
 from __future__ import annotations
 
-QUEUE = 16  # model calls that may wait; more get 503 + Retry-After
-TIMEOUT_S = 60.0  # seconds one call may take; then 503
+QUEUE = 16  # model calls that may wait (per lane); more get 503 + Retry-After
+TIMEOUT_S = 60.0  # seconds one call may take; then 503, and an analysis stops between its passes
 CACHE_MB = 256  # memory for recent traces per process
 MAX_BODY_BYTES = 1_000_000  # largest request body; larger ones get 413
+
+# The largest analysis accepted, in GFLOP (cost.py): what a minute takes at 50 GFLOP/s, about one
+# core of the project's 2-core build machine on a GPT-2-small trace of 16-256 tokens (43-93 GFLOP/s)
+ANALYSIS_GFLOP_PER_S = 50.0
+ANALYSIS_GFLOP = ANALYSIS_GFLOP_PER_S * TIMEOUT_S
 
 # per-client limits of an exposed server unless told otherwise (docs/deploy.md, "Fair share")
 EXPOSED_CLIENT_CALLS = 2  # model calls at once per client (as many again wait)
 EXPOSED_CLIENT_RATE = 10.0  # API requests per second per client, sustained
 CLIENT_BURST = 50  # API requests a client may make at once before the rate applies
+CLIENT_ANALYSES = 1  # analyses (a pass per head) at once per client, where the per-client limits are on

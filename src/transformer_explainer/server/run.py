@@ -48,6 +48,7 @@ class ServeConfig:
     trace_cache_mb: int = defaults.CACHE_MB
     max_body_bytes: int = defaults.MAX_BODY_BYTES
     max_tokens: int | None = None  # tokens per request; None: the model's context
+    analysis_gflop: float | None = None  # largest analysis (cost.py); None: ANALYSIS_GFLOP_PER_S x timeout; 0: any
     allow_download: bool = False  # may `--model gpt2` download at startup
     api_downloads: bool = False  # may a request download a known GPT-2 hub model (never any other)
     discover: bool = True  # also offer the built-in and cached models
@@ -117,8 +118,17 @@ def access_settings(cfg: ServeConfig) -> AccessSettings:
     calls = limit(cfg.client_calls, defaults.EXPOSED_CLIENT_CALLS)
     return AccessSettings(token=None if cfg.no_token else cfg.token, allowed_hosts=hosts,
                           client_calls=None if calls is None else int(calls),
+                          client_analyses=None if calls is None else defaults.CLIENT_ANALYSES,
                           client_rate=limit(cfg.client_rate, defaults.EXPOSED_CLIENT_RATE),
                           client_burst=cfg.client_burst)
+
+
+def analysis_gflop(cfg: ServeConfig) -> float | None:
+    """The largest analysis a request may ask for, in GFLOP: the given one (0: no limit), else what
+    the time limit per call allows at `defaults.ANALYSIS_GFLOP_PER_S`."""
+    if cfg.analysis_gflop is None:
+        return defaults.ANALYSIS_GFLOP_PER_S * cfg.request_timeout_s
+    return cfg.analysis_gflop or None
 
 
 def build_registry(cfg: ServeConfig) -> ModelRegistry:
@@ -179,7 +189,8 @@ def build_app(cfg: ServeConfig) -> FastAPI:
     settings = ServerSettings(model_threads=model_threads(cfg), thread_budget=budget, max_queue=cfg.max_queue,
                               request_timeout_s=cfg.request_timeout_s, trace_cache_mb=cfg.trace_cache_mb,
                               max_body_bytes=cfg.max_body_bytes, max_tokens=cfg.max_tokens,
-                              downloads=downloads_allowed(cfg), access=access_settings(cfg))
+                              max_analysis_gflop=analysis_gflop(cfg), downloads=downloads_allowed(cfg),
+                              access=access_settings(cfg))
     return create_app(build_registry(cfg), settings)
 
 
