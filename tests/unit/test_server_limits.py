@@ -355,7 +355,8 @@ def test_serve_defaults_are_written_once(monkeypatch):
 
 
 @pytest.mark.parametrize("bad", [["--model-threads", "0"], ["--max-tokens", "0"], ["--queue", "-1"],
-                                 ["--timeout", "0"], ["--analysis-gflop", "-1"]])
+                                 ["--timeout", "0"], ["--read-timeout", "0"], ["--max-connections", "0"],
+                                 ["--analysis-gflop", "-1"]])
 def test_serve_refuses_nonsense_limits(bad, capsys):
     from transformer_explainer.cli import main
 

@@ -23,7 +23,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       model_threads=args.model_threads, torch_threads=args.torch_threads,
                       max_queue=args.queue, request_timeout_s=args.timeout, trace_cache_mb=args.cache_mb,
                       max_body_bytes=args.max_body_bytes, max_tokens=args.max_tokens,
-                      analysis_gflop=args.analysis_gflop,
+                      analysis_gflop=args.analysis_gflop, max_connections=args.max_connections,
+                      read_timeout_s=args.read_timeout,
                       allow_download=not args.offline, api_downloads=args.api_downloads, discover=not args.only,
                       token=token, no_token=args.no_token, allow_hosts=args.allow_host or [],
                       client_calls=args.client_calls, client_rate=args.client_rate, client_burst=args.client_burst,
@@ -64,6 +65,12 @@ def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction
                         "refused, or cut when the client asks for truncation")
     p.add_argument("--max-body-bytes", type=positive_int, default=defaults.MAX_BODY_BYTES,
                    help=f"largest request body accepted (default {defaults.MAX_BODY_BYTES}); larger ones get 413")
+    p.add_argument("--max-connections", type=positive_int, default=defaults.MAX_CONNECTIONS, metavar="N",
+                   help=f"connections open at once per process (default {defaults.MAX_CONNECTIONS}, fewer under a "
+                        f"lower `ulimit -n`); beyond it the connection idle longest is closed")
+    p.add_argument("--read-timeout", type=positive_float, default=defaults.REQUEST_READ_TIMEOUT_S, metavar="S",
+                   help=f"seconds a connection may take to send a request (head and body), from its start or the "
+                        f"last answer (default {defaults.REQUEST_READ_TIMEOUT_S:g}); slower ones are closed")
     # downloading a named --model is the default now; the flag stays so that old scripts still run
     p.add_argument("--allow-download", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--api-downloads", action="store_true",

@@ -19,3 +19,8 @@ EXPOSED_CLIENT_CALLS = 2  # model calls at once per client (as many again wait)
 EXPOSED_CLIENT_RATE = 10.0  # API requests per second per client, sustained
 CLIENT_BURST = 50  # API requests a client may make at once before the rate applies
 CLIENT_ANALYSES = 1  # analyses (a pass per head) at once per client, where the per-client limits are on
+
+# connections (protocol.py)
+MAX_CONNECTIONS = 1000  # open at once per process (fewer when the descriptor limit is lower)
+REQUEST_READ_TIMEOUT_S = 10.0  # for a request's head and body to arrive, from the connection or the last answer
+KEEP_ALIVE_S = 5  # an idle connection is closed after this long (uvicorn's default)

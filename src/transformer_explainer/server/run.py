@@ -49,6 +49,8 @@ class ServeConfig:
     max_body_bytes: int = defaults.MAX_BODY_BYTES
     max_tokens: int | None = None  # tokens per request; None: the model's context
     analysis_gflop: float | None = None  # largest analysis (cost.py); None: ANALYSIS_GFLOP_PER_S x timeout; 0: any
+    max_connections: int = defaults.MAX_CONNECTIONS  # at once per process (fewer under a lower descriptor limit)
+    read_timeout_s: float = defaults.REQUEST_READ_TIMEOUT_S  # for a request's head and body to arrive
     allow_download: bool = False  # may `--model gpt2` download at startup
     api_downloads: bool = False  # may a request download a known GPT-2 hub model (never any other)
     discover: bool = True  # also offer the built-in and cached models
@@ -270,10 +272,13 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
     about_model = model_line(cfg)
     port = sock.getsockname()[1]
     url = url_for(cfg.host, port, cfg.token)
+    from .protocol import ServerConfig
+
+    connections = {"read_timeout_s": cfg.read_timeout_s, "max_connections": cfg.max_connections}
     if cfg.workers > 1:
         os.environ[_CONFIG_ENV] = json.dumps(asdict(cfg))
-        config = uvicorn.Config("transformer_explainer.server.run:app_from_env", factory=True, workers=cfg.workers,
-                                log_level="warning")
+        config = ServerConfig("transformer_explainer.server.run:app_from_env", factory=True, workers=cfg.workers,
+                              log_level="warning", **connections)
         from uvicorn.supervisors import Multiprocess
 
         print(f"serving on {url} ({cfg.workers} processes; each loads the models before answering)\n{about_model}",
@@ -293,7 +298,7 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
         server.should_exit = True  # serve() raises the error once the server has stopped
 
     starting = starting_app(cfg, on_ready=ready, on_error=failed)
-    config = uvicorn.Config(starting, interface="asgi3", log_level="warning", timeout_graceful_shutdown=5)
+    config = ServerConfig(starting, interface="asgi3", log_level="warning", timeout_graceful_shutdown=5, **connections)
     server = uvicorn.Server(config)
     if preload is not None:
         preload.join()
