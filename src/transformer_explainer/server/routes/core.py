@@ -121,8 +121,10 @@ async def models(ctx: Context) -> ModelList:
 
 @router.get("/models/{name}", response_model=ModelInfo)
 async def model(name: str, ctx: Context) -> ModelInfo:
-    canonical, _ = await ctx.pool.run(ctx.registry.lookup, name, light=ctx.is_loaded(name))
-    return model_info(ctx, canonical)
+    """What the server knows of one of its models. Like every GET it changes nothing: a model not in
+    memory is not loaded (nor downloaded) for it, and answers `loaded: false` without its config; the
+    first POST that uses the model loads it."""
+    return model_info(ctx, ctx.registry.known(name))
 
 
 @router.get("/names", response_model=NamesOut)
