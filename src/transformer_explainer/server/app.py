@@ -26,7 +26,7 @@ from ..web_bundle import package_static_dir
 from . import defaults
 from .context import ServerContext
 from .downloads import downloads_router
-from .pages import CSP, NOT_BUILT, BodyLimit, SecurityHeaders, middleware, page_response, safe_static_path
+from .pages import CSP, NOT_BUILT, BodyLimit, BodyTooLarge, SecurityHeaders, middleware, page_response, safe_static_path
 from .pool import Busy, ModelPool
 from .registry import ModelRegistry
 from .routes import analysis, core, seq2seq
@@ -91,7 +91,10 @@ def body_error_message(cause: BaseException) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(req: Request, exc: StarletteHTTPException) -> Response:
-        # FastAPI turns a body it cannot decode (bad UTF-8, deep nesting, huge numbers) into a bare 400
+        # FastAPI turns a body it cannot read into a bare 400: one over the limit (streamed, so BodyLimit
+        # saw it only while FastAPI read it), or one it cannot decode (bad UTF-8, deep nesting, huge numbers)
+        if exc.status_code == 400 and isinstance(exc.__cause__, BodyTooLarge):
+            return _error(413, str(exc.__cause__))
         if exc.status_code == 400 and exc.__cause__ is not None:
             return _error(400, body_error_message(exc.__cause__))
         return await http_exception_handler(req, exc)

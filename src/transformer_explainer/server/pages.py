@@ -124,21 +124,28 @@ class BodyLimit:
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _BodyTooLarge
+                    raise BodyTooLarge(self.max_bytes)
             return msg
 
         try:
             await self.app(scope, limited, send)
-        except _BodyTooLarge:
+        except BodyTooLarge:  # an app that lets it through (FastAPI answers it: app.install_error_handlers)
             await _too_large(self.max_bytes)(scope, receive, send)
 
 
-class _BodyTooLarge(Exception):
-    pass
+class BodyTooLarge(Exception):
+    """A streamed (chunked) body went over the limit while it was read."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(too_large_message(limit))
+
+
+def too_large_message(limit: int) -> str:
+    return f"the request body is larger than {limit:,} bytes"
 
 
 def _too_large(limit: int) -> Response:
-    return JSONResponse({"detail": f"the request body is larger than {limit:,} bytes"}, status_code=413)
+    return JSONResponse({"detail": too_large_message(limit)}, status_code=413)
 
 
 def middleware(access: AccessSettings, max_body_bytes: int) -> list[tuple[Callable[..., ASGIApp], dict[str, Any]]]:

@@ -31,7 +31,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -131,6 +131,14 @@ async def _json(send: Send, status: int, detail: str, headers: list[tuple[bytes,
     await _send(send, status, json.dumps({"detail": detail}).encode(), "application/json", headers)
 
 
+def local_path(path: str) -> str:
+    """`path` (decoded, as in the ASGI scope) as a redirect target that stays on this server. A Location
+    of `//host/...` is another site's address to a browser (a network-path reference), and browsers
+    read a backslash as a slash and drop tabs and newlines, so: one leading slash, and the rest
+    percent-encoded (a tab, a backslash or a space cannot then rebuild `//`)."""
+    return "/" + quote(path.lstrip("/\\"), safe="/!$&'()*+,;=:@-._~")
+
+
 def _is_api(scope: Scope) -> bool:
     return scope.get("path", "").startswith("/api/")
 
@@ -188,7 +196,8 @@ class AccessGuard:
             if method == "GET" and not _is_api(scope):
                 # remember it in a cookie, and take it out of the address bar (and the history, and Referer)
                 rest = urlencode([(k, v) for k, v in query if k != "token"])
-                location = scope.get("root_path", "") + scope.get("path", "/") + (f"?{rest}" if rest else "")
+                location = local_path(scope.get("root_path", "") + scope.get("path", "/"))
+                location += f"?{rest}" if rest else ""
                 secure = "; Secure" if scope.get("scheme") == "https" else ""
                 cookie = f"{cookie_name}={token}; Path=/; HttpOnly; SameSite=Strict{secure}"
                 return await _send(send, 303, b"", "text/plain", [(b"location", location.encode()),
