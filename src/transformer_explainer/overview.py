@@ -34,7 +34,7 @@ from .schemas import (
     TokenOut,
     TraceOut,
 )
-from .slicing import activation_tensor
+from .slicing import activation_tensors
 from .trace import Trace
 
 THUMBNAIL = 32  # attention overview thumbnails are at most 32 x 32
@@ -128,7 +128,7 @@ def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated:
     ready (perf_counter seconds), for the timings."""
     cfg = model.config
     tok = model.tokenizer
-    tensors = [activation_tensor(trace, s) for s in include]
+    tensors = activation_tensors(trace, include)
     nxt = next_token_out(model, trace.next_token_logits(), sampling, top_n, trace.n_tokens - 1)
     thumbs = torch.stack([pooled_pattern(trace[f"blocks.{i}.attn.pattern"], THUMBNAIL) for i in range(cfg.n_layer)])
     size = thumbs.shape[-1]

@@ -1,6 +1,7 @@
 """One tensor by its name, or a slice of it (one head, one position, one row), encoded for the JSON
-API: activations from a trace, weights from the model. Bounded: a slice larger than one answer may
-hold is refused with a message that says how to ask for less.
+API: activations from a trace, weights from the model. Bounded per answer: the tensors one request
+asks for may hold `MAX_ELEMENTS` values together, and more is refused, before anything is encoded,
+with a message that says how to ask for less.
 
 Names are the model family's (`names.FAMILY_NAMES`). `head` indexes query heads, by the rule of the
 dim that holds heads (`names.HEAD_DIMS`): a tensor with a key/value-head dim G instead (grouped-query
@@ -10,6 +11,10 @@ offline snapshot page follows the same tables (web/src/snapshot/slicing.ts).
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from torch import Tensor
 
@@ -21,7 +26,7 @@ from .names import HEAD_DIMS, POSITION_DIMS, describe, is_weight, kv_head_of, pa
 from .schemas import EncodedTensor, TensorSpec
 from .trace import Trace
 
-MAX_ELEMENTS = 4_000_000  # per tensor in one answer (16 MB as float32): slice bigger ones by head/position/row
+MAX_ELEMENTS = 4_000_000  # values in one answer, its tensors together (16 MB as float32): slice by head/position/row
 
 
 def _parse(name: str, family: str) -> tuple[int | None, str, tuple[str, ...]]:
@@ -66,16 +71,83 @@ def _position_dim(dims: list[str]) -> str:
     return next((d for d in POSITION_DIMS if d in dims), POSITION_DIMS[0])  # none: _take says so
 
 
-def _encode(name: str, spec: TensorSpec, t: Tensor, dims: list[str], kv_head: int | None) -> EncodedTensor:
-    if t.numel() > MAX_ELEMENTS:
-        raise InputError(f"{name} has {t.numel():,} values, more than the {MAX_ELEMENTS:,} one answer may hold; "
-                         f"ask for one head, position or row")
-    return EncodedTensor(name=name, head=spec.head, kv_head=kv_head, position=spec.position, row=spec.row, dims=dims,
-                         shape=list(t.shape), dtype=spec.dtype, data=encode_array(t, spec.dtype))
+@dataclass(frozen=True)
+class _Slice:
+    """A requested tensor, sliced (a view: nothing copied yet)."""
+
+    spec: TensorSpec
+    t: Tensor
+    dims: list[str]
+    kv_head: int | None
+
+    def encode(self) -> EncodedTensor:
+        s = self.spec
+        return EncodedTensor(name=s.name, head=s.head, kv_head=self.kv_head, position=s.position, row=s.row,
+                             dims=self.dims, shape=list(self.t.shape), dtype=s.dtype,
+                             data=encode_array(self.t, s.dtype))
+
+
+def _check_total(sizes: list[tuple[str, int]]) -> None:
+    """InputError when the tensors (name, values) together are more than one answer may hold."""
+    total = sum(n for _, n in sizes)
+    if total <= MAX_ELEMENTS:
+        return
+    big, most = max(sizes, key=lambda s: s[1])
+    what = (f"{big} has {total:,} values" if len(sizes) == 1 else
+            f"the {len(sizes)} tensors asked for hold {total:,} values together (the largest, {big}, {most:,})")
+    raise InputError(f"{what}, more than the {MAX_ELEMENTS:,} one answer may hold; ask for one head, position or "
+                     f"row, or for fewer tensors at a time")
+
+
+def _encode_all(slices: list[_Slice]) -> list[EncodedTensor]:
+    """The slices encoded, when together they fit in one answer (else InputError, before any is encoded)."""
+    _check_total([(s.spec.name, s.t.numel()) for s in slices])
+    return [s.encode() for s in slices]
+
+
+def check_activations_fit(config: GPTConfig, n_tokens: int, specs: Sequence[TensorSpec]) -> None:
+    """Before a forward pass: refuse (InputError) activations `specs` of a trace of `n_tokens` tokens
+    that would not fit in one answer together, or that name no activation; so that asking for too
+    much costs no pass. Sizes come from the names' dims and the model's shape."""
+    sizes = {"T": n_tokens, "S": n_tokens, "D": config.n_embd, "Dh": config.head_dim, "H": config.n_head,
+             "G": config.n_kv_heads, "M": config.d_mlp, "V": config.vocab_size, "R": config.head_dim // 2,
+             "H*Dh": config.n_head * config.head_dim}
+    out = []
+    for spec in specs:
+        _layer, suffix, dims = _parse(spec.name, config.family)
+        if is_weight(suffix, config.family):
+            continue  # refused by activation_tensors, at no cost
+        kept = list(dims)
+        for index, axes in ((spec.head, tuple(HEAD_DIMS)), (spec.position, POSITION_DIMS)):  # as the slicing takes them
+            taken = next((d for d in axes if d in kept), None)
+            if index is not None and taken is not None:
+                kept.remove(taken)
+        out.append((spec.name, math.prod(sizes.get(d, 1) for d in kept)))
+    if out:
+        _check_total(out)
+
+
+def activation_tensors(trace: Trace, specs: Sequence[TensorSpec]) -> list[EncodedTensor]:
+    """The activations `specs` of `trace`, each sliced by its `head` and `position`, within one answer's size."""
+    return _encode_all([_activation_slice(trace, s) for s in specs])
+
+
+def weight_tensors(model: ExplainerModel, specs: Sequence[TensorSpec]) -> list[EncodedTensor]:
+    """The weights `specs` of `model`, each sliced by its `head` and `row`, within one answer's size."""
+    return _encode_all([_weight_slice(model, s) for s in specs])
 
 
 def activation_tensor(trace: Trace, spec: TensorSpec) -> EncodedTensor:
     """An activation of `trace`, sliced by `spec.head` and `spec.position`."""
+    return activation_tensors(trace, [spec])[0]
+
+
+def weight_tensor(model: ExplainerModel, spec: TensorSpec) -> EncodedTensor:
+    """A weight of `model`, sliced by `spec.head` and `spec.row`."""
+    return weight_tensors(model, [spec])[0]
+
+
+def _activation_slice(trace: Trace, spec: TensorSpec) -> _Slice:
     cfg = trace.config
     layer, suffix, dims_t = _parse(spec.name, cfg.family)
     if is_weight(suffix, cfg.family):
@@ -91,11 +163,10 @@ def activation_tensor(trace: Trace, spec: TensorSpec) -> EncodedTensor:
         t, kv_head = _take_head(t, dims, spec.head, spec.name, cfg)
     if spec.position is not None:
         t = _take(t, dims, _position_dim(dims), spec.position, "position", spec.name, trace.start)
-    return _encode(spec.name, spec, t, dims, kv_head)
+    return _Slice(spec, t, dims, kv_head)
 
 
-def weight_tensor(model: ExplainerModel, spec: TensorSpec) -> EncodedTensor:
-    """A weight of `model`, sliced by `spec.head` and `spec.row`."""
+def _weight_slice(model: ExplainerModel, spec: TensorSpec) -> _Slice:
     cfg = model.config
     layer, suffix, dims_t = _parse(spec.name, cfg.family)
     if not is_weight(suffix, cfg.family):
@@ -116,4 +187,4 @@ def weight_tensor(model: ExplainerModel, spec: TensorSpec) -> EncodedTensor:
         if not dims:
             raise InputError(f"{spec.name} has no rows")
         t = _take(t, dims, dims[0], spec.row, "row", spec.name)
-    return _encode(spec.name, spec, t, dims, kv_head)
+    return _Slice(spec, t, dims, kv_head)

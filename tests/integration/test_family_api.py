@@ -397,6 +397,9 @@ def test_a_llama_builtin_is_found_loaded_and_served(llama_family_dir, tiny_gpt2_
         assert r.json()["config"]["family"] == "llama" and r.json()["token_ids"] == m.encode(TEXT)
         info = c.get("/api/models/a-llama").json()
         assert info["source"] == "builtin" and info["config"]["norm"] == "rmsnorm"
+        unused = c.get("/api/models/a-gpt2").json()  # a GET loads nothing: the default is loaded by its first use
+        assert not unused["loaded"] and unused["config"] is None
+        assert c.post("/api/trace", json={"model": "a-gpt2", "text": TEXT}).status_code == 200
         assert c.get("/api/models/a-gpt2").json()["config"]["family"] == "gpt2"
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 import torch
@@ -179,6 +181,69 @@ def test_timed_out_call_frees_its_place_when_it_finishes():
     in_thread(scenario())
 
 
+def long_analysis(passes: list[int], n: int = 1000):
+    """An analysis of `n` passes of 10 ms that records each pass it starts."""
+    def analysis(between_passes) -> int:
+        for i in range(n):
+            between_passes()
+            passes.append(i)
+            time.sleep(0.01)
+        return n
+
+    return analysis
+
+
+def test_an_analysis_stops_at_its_next_pass_once_its_request_timed_out():
+    async def scenario() -> None:
+        pool = ModelPool(workers=1, max_queue=0, timeout_s=0.3)
+        passes: list[int] = []
+        with pytest.raises(Busy):
+            await pool.run_passes(long_analysis(passes))
+        at_answer = len(passes)
+        while pool.pending:
+            await asyncio.sleep(0.01)
+        assert 0 < at_answer < 1000 and len(passes) - at_answer <= 1  # at most the pass under way when answered
+        pool.shutdown()
+
+    in_thread(scenario())
+
+
+def test_an_analysis_stops_when_nobody_waits_for_it_any_more():
+    """The request's handler is cancelled (CancelOnDisconnect, when the client goes away)."""
+    async def scenario() -> None:
+        pool = ModelPool(workers=1, max_queue=0, timeout_s=30)
+        passes: list[int] = []
+        waiting = asyncio.ensure_future(pool.run_passes(long_analysis(passes)))
+        while len(passes) < 5:
+            await asyncio.sleep(0.01)
+        waiting.cancel()
+        at_cancel = len(passes)
+        while pool.pending:
+            await asyncio.sleep(0.01)
+        assert len(passes) - at_cancel <= 1
+        pool.shutdown()
+
+    in_thread(scenario())
+
+
+def test_analyses_have_a_lane_of_their_own():
+    """However many analyses run or wait, the model lane's workers stay free for traces."""
+    async def scenario() -> None:
+        gate = threading.Event()
+        pool = ModelPool(workers=1, max_queue=1, timeout_s=10)
+        held = [asyncio.ensure_future(pool.run_passes(lambda _between: gate.wait())) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        with pytest.raises(Busy, match="analyses ahead"):
+            await pool.run_passes(lambda _between: 1)  # the analysis lane is full
+        assert await pool.run(lambda: 2) == 2  # a trace still has the model lane
+        assert pool.pending == 2 and pool.pending_analyses == 2
+        gate.set()
+        await asyncio.gather(*held)
+        pool.shutdown()
+
+    in_thread(scenario())
+
+
 # -- forward passes --------------------------------------------------------------------------------
 
 
@@ -269,8 +334,29 @@ def test_serve_flags_reach_the_settings(monkeypatch):
     assert not defaults.api_downloads and defaults.host == "127.0.0.1" and defaults.max_tokens is None
 
 
+def test_serve_defaults_are_written_once(monkeypatch):
+    """No flag means ServeConfig's default, and the app's settings default to the same values."""
+    from transformer_explainer.cli import build_parser
+    from transformer_explainer.server import run
+    from transformer_explainer.server.cli import TOKEN_ENV
+
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    got = {}
+    monkeypatch.setattr(run, "serve", lambda cfg, open_browser=False: got.setdefault("cfg", cfg))
+    args = build_parser().parse_args(["serve"])
+    assert args.func(args) == 0
+    # the command line downloads a named --model unless --offline; a ServeConfig built in code does not
+    assert replace(got["cfg"], allow_download=False) == run.ServeConfig()
+    app, cfg = ServerSettings(), run.ServeConfig()
+    assert (app.max_queue, app.request_timeout_s, app.trace_cache_mb, app.max_body_bytes, app.max_analysis_gflop) == (
+        cfg.max_queue, cfg.request_timeout_s, cfg.trace_cache_mb, cfg.max_body_bytes, run.analysis_gflop(cfg))
+    assert run.analysis_gflop(replace(cfg, request_timeout_s=120)) == 2 * app.max_analysis_gflop  # follows --timeout
+    assert run.analysis_gflop(replace(cfg, analysis_gflop=0)) is None  # 0: no limit
+
+
 @pytest.mark.parametrize("bad", [["--model-threads", "0"], ["--max-tokens", "0"], ["--queue", "-1"],
-                                 ["--timeout", "0"]])
+                                 ["--timeout", "0"], ["--read-timeout", "0"], ["--max-connections", "0"],
+                                 ["--analysis-gflop", "-1"]])
 def test_serve_refuses_nonsense_limits(bad, capsys):
     from transformer_explainer.cli import main
 

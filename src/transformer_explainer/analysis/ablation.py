@@ -8,6 +8,10 @@ replacement is a recorder patch, so every downstream value of the ablated run is
 With grouped-query attention (the Llama family) every query head still has its own z, so one head is
 switched off alone though it shares its keys and values with its group; switching off all the query
 heads of a group equals zeroing that key/value head's values.
+
+The analyses that run a pass per head (`head_importance`, `ablate_each_head`, `prune_heads`) take
+`between_passes`, called before each forward pass: a server stops an analysis nobody waits for any
+more by raising there (see `cost.py` for what one costs before it starts).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from .reference import REFERENCE_TEXTS
 log = logging.getLogger(__name__)
 
 Head = tuple[int, int]  # (layer, head)
+BetweenPasses = Callable[[], None]  # called before each forward pass of a long analysis; may raise to stop it
 AblationMode = Literal["zero", "mean"]
 MODES: tuple[str, ...] = ("zero", "mean")
 
@@ -172,7 +177,9 @@ class AblationResult:
 
 
 def _run(model: ExplainerModel, ids: list[int], heads: list[Head], mode: AblationMode,
-         means: Tensor | None, text: str | None = None) -> Trace:
+         means: Tensor | None, text: str | None = None, between_passes: BetweenPasses | None = None) -> Trace:
+    if between_passes is not None:
+        between_passes()
     return model.trace_ids(ids, text=text, patches=ablation_patches(heads, mode, means) if heads else None)
 
 
@@ -223,24 +230,25 @@ class HeadImportance:
 
 
 def head_importance(model: ExplainerModel, text: str | Sequence[int], *, mode: AblationMode = "zero",
-                    means: Tensor | None = None) -> HeadImportance:
+                    means: Tensor | None = None, between_passes: BetweenPasses | None = None) -> HeadImportance:
     """Ablate every head on its own (L x H forward passes) and record the loss change and KL."""
     ids = _ids(model, text)
     if mode == "mean" and means is None:
         means = head_means(model)
-    clean = model.trace_ids(ids)
+    clean = _run(model, ids, [], mode, means, between_passes=between_passes)
     clean_loss = text_loss(clean.logits, ids)
     L, H = model.config.n_layer, model.config.n_head
     dloss, kl = torch.zeros(L, H), torch.zeros(L, H)
     for layer, h in all_heads(model.config):
-        ablated = _run(model, ids, [(layer, h)], mode, means)
+        ablated = _run(model, ids, [(layer, h)], mode, means, between_passes=between_passes)
         dloss[layer, h] = text_loss(ablated.logits, ids) - clean_loss
         kl[layer, h] = _kl(clean.next_token_logits(), ablated.next_token_logits())
     return HeadImportance(mode, clean_loss, dloss, kl)
 
 
 def ablate_each_head(model: ExplainerModel, text: str | Sequence[int], *, mode: AblationMode = "zero",
-                     means: Tensor | None = None, clean: Trace | None = None
+                     means: Tensor | None = None, clean: Trace | None = None,
+                     between_passes: BetweenPasses | None = None
                      ) -> tuple[dict[Head, AblationResult], HeadImportance]:
     """Every head ablated alone, sharing one clean pass (or `clean`, a trace of the same ids): each
     head's `AblationResult` and the importance map they make (the same numbers as `ablate` and
@@ -250,13 +258,13 @@ def ablate_each_head(model: ExplainerModel, text: str | Sequence[int], *, mode: 
     if mode == "mean" and means is None:
         means = head_means(model)
     if clean is None or list(clean.token_ids) != ids or clean.start != 0:
-        clean = model.trace_ids(ids, text=txt)
+        clean = _run(model, ids, [], mode, means, txt, between_passes)
     clean_loss = text_loss(clean.logits, ids)
     L, H = model.config.n_layer, model.config.n_head
     dloss, kl = torch.zeros(L, H), torch.zeros(L, H)
     results: dict[Head, AblationResult] = {}
     for layer, h in all_heads(model.config):
-        ablated = _run(model, ids, [(layer, h)], mode, means, txt)
+        ablated = _run(model, ids, [(layer, h)], mode, means, txt, between_passes)
         loss = text_loss(ablated.logits, ids)
         res = AblationResult([(layer, h)], mode, clean, ablated, clean_loss, loss,
                              _kl(clean.next_token_logits(), ablated.next_token_logits()))
@@ -281,33 +289,35 @@ class PruningCurve:
 
 
 def prune_heads(model: ExplainerModel, text: str | Sequence[int], *, mode: AblationMode = "zero",
-                means: Tensor | None = None, max_heads: int | None = None, recompute: bool = True) -> PruningCurve:
+                means: Tensor | None = None, max_heads: int | None = None, recompute: bool = True,
+                between_passes: BetweenPasses | None = None) -> PruningCurve:
     """Greedy pruning: repeatedly remove the head whose removal (on top of those already removed)
     raises the loss least.
 
     `recompute=True` re-scores every remaining head at each step (about N^2 / 2 forward passes for N
     heads); `recompute=False` scores each head once, alone, and prunes in that order (2N passes), as
-    in the head-importance pruning studies.
+    in the head-importance pruning studies. `cost.prune_passes` counts them.
     """
     ids = _ids(model, text)
     if mode == "mean" and means is None:
         means = head_means(model)
-    clean_loss = text_loss(model.trace_ids(ids).logits, ids)
+    clean_loss = text_loss(_run(model, ids, [], mode, means, between_passes=between_passes).logits, ids)
     remaining = all_heads(model.config)
     n = len(remaining) if max_heads is None else max(0, min(max_heads, len(remaining)))
     pruned: list[Head] = []
     losses: list[float] = []
     if not recompute:
-        imp = head_importance(model, ids, mode=mode, means=means)
+        imp = head_importance(model, ids, mode=mode, means=means, between_passes=between_passes)
         order = [h for h, _ in reversed(imp.ranked("loss"))][:n]
         for head in order:
             pruned.append(head)
-            losses.append(text_loss(_run(model, ids, pruned, mode, means).logits, ids))
+            losses.append(text_loss(_run(model, ids, pruned, mode, means, between_passes=between_passes).logits, ids))
         return PruningCurve(mode, clean_loss, pruned, losses)
     for step in range(n):
         best: tuple[float, Head] | None = None
         for head in remaining:
-            loss = text_loss(_run(model, ids, pruned + [head], mode, means).logits, ids)
+            loss = text_loss(_run(model, ids, pruned + [head], mode, means, between_passes=between_passes).logits,
+                             ids)
             if best is None or loss < best[0]:
                 best = (loss, head)
         assert best is not None

@@ -16,7 +16,16 @@ from typing import Any
 from ..engine import ExplainerModel
 from ..errors import InputError
 from ..trace import Trace
-from .ablation import AblationResult, Head, HeadImportance, ablate, head_importance, head_means, prune_heads
+from .ablation import (
+    AblationResult,
+    BetweenPasses,
+    Head,
+    HeadImportance,
+    ablate,
+    head_importance,
+    head_means,
+    prune_heads,
+)
 from .attention_statistics import attention_stats
 from .embeddings import analogy, nearest_tokens, project_2d
 from .lens import logit_lens
@@ -51,8 +60,10 @@ def ablate_json(model: ExplainerModel, ids: list[int], heads: list[Head], mode: 
     return ablation_dict(model, ablate(model, ids, heads, mode=mode, means=means), top)  # type: ignore[arg-type]
 
 
-def importance_json(model: ExplainerModel, ids: list[int], mode: str, means: Any = None) -> dict[str, Any]:
-    return importance_dict(model, head_importance(model, ids, mode=mode, means=means))  # type: ignore[arg-type]
+def importance_json(model: ExplainerModel, ids: list[int], mode: str, means: Any = None,
+                    between_passes: BetweenPasses | None = None) -> dict[str, Any]:
+    imp = head_importance(model, ids, mode=mode, means=means, between_passes=between_passes)  # type: ignore[arg-type]
+    return importance_dict(model, imp)
 
 
 def importance_dict(model: ExplainerModel, imp: HeadImportance) -> dict[str, Any]:
@@ -66,9 +77,9 @@ def ablation_dict(model: ExplainerModel, res: AblationResult, top: int) -> dict[
 
 
 def prune_json(model: ExplainerModel, ids: list[int], mode: str, max_heads: int | None, recompute: bool,
-               means: Any = None) -> dict[str, Any]:
+               means: Any = None, between_passes: BetweenPasses | None = None) -> dict[str, Any]:
     curve = prune_heads(model, ids, mode=mode, means=means, max_heads=max_heads,  # type: ignore[arg-type]
-                        recompute=recompute)
+                        recompute=recompute, between_passes=between_passes)
     return finite({"model": model.name, "recompute": recompute, **curve.to_dict()})
 
 

@@ -4,7 +4,8 @@ in a background thread while the page watches its loss fall and its cross-attent
 At most one run per server process at a time (a second start is refused), capped in steps and wall
 time, one torch thread, checkpoints only into a temporary folder that is removed when the run ends.
 The run's events (start, step, snapshot, eval, done) are kept in order so that a client can join or
-reconnect at any point and replay what it missed.
+reconnect at any point and replay what it missed. Anyone may watch a run; only the client that
+started it (its `owner`, as the server names clients) may stop it.
 """
 
 from __future__ import annotations
@@ -72,9 +73,10 @@ def _round(x: float) -> float:
 class LiveRun:
     """One run: its thread, its events so far, and the flag that stops it."""
 
-    def __init__(self, config: LiveConfig) -> None:
+    def __init__(self, config: LiveConfig, owner: str | None = None) -> None:
         self.id = uuid.uuid4().hex[:12]
         self.config = config
+        self.owner = owner  # who started it, and so may stop it; None: anyone
         self.task: Seq2SeqTask = make_task(config.task)
         example = config.example if config.example is not None else self.task.examples[0]
         reference = self.task.reference(example)
@@ -123,6 +125,9 @@ class LiveRun:
 
     def start(self) -> None:
         self._thread.start()
+
+    def may_stop(self, client: str | None) -> bool:
+        return self.owner is None or client == self.owner
 
     def stop(self) -> None:
         """Ask the run to end after its current step (the trainer evaluates once more and stops)."""
@@ -236,14 +241,14 @@ class LiveTraining:
             going = [r for r in self.runs.values() if not r.finished]
             return going[0] if going else (next(reversed(self.runs.values())) if self.runs else None)
 
-    def start(self, config: LiveConfig) -> LiveRun:
+    def start(self, config: LiveConfig, owner: str | None = None) -> LiveRun:
         with self._lock:
             going = next((r for r in self.runs.values() if not r.finished), None)
             if going is not None:
                 raise TrainingBusy(f"a training run is already going on this server (run {going.id}, "
                                    f"{going.config.task}, step {going.step} of {going.config.steps}); "
-                                   "watch it, stop it, or try again when it ends")
-            run = LiveRun(config)  # InputError for a bad example
+                                   "watch it, or try again when it ends (whoever started it can stop it)")
+            run = LiveRun(config, owner)  # InputError for a bad example
             for old in list(self.runs)[: max(0, len(self.runs) - self.keep + 1)]:
                 del self.runs[old]
             self.runs[run.id] = run

@@ -23,9 +23,10 @@ from ..engine import ExplainerModel
 from ..errors import CheckpointError, ExplainerError, InputError, ModelNotFoundError
 from ..schemas import ErrorOut
 from ..web_bundle import package_static_dir
+from . import defaults
 from .context import ServerContext
 from .downloads import downloads_router
-from .pages import CSP, NOT_BUILT, BodyLimit, SecurityHeaders, middleware, page_response, safe_static_path
+from .pages import CSP, NOT_BUILT, BodyLimit, BodyTooLarge, SecurityHeaders, middleware, page_response, safe_static_path
 from .pool import Busy, ModelPool
 from .registry import ModelRegistry
 from .routes import analysis, core, seq2seq
@@ -41,11 +42,12 @@ __all__ = ["CSP", "NOT_BUILT", "BodyLimit", "SecurityHeaders", "ServerSettings",
 class ServerSettings:
     model_threads: int = 1  # forward passes at once per process
     thread_budget: int | None = None  # torch threads shared out among the running passes; None: torch's setting
-    max_queue: int = 16  # calls waiting beyond those; more get 503 + Retry-After
-    request_timeout_s: float = 60.0
-    trace_cache_mb: int = 256  # recent traces kept for lazy tensor requests
-    max_body_bytes: int = 1_000_000
+    max_queue: int = defaults.QUEUE  # calls waiting beyond those (per lane); more get 503 + Retry-After
+    request_timeout_s: float = defaults.TIMEOUT_S
+    trace_cache_mb: int = defaults.CACHE_MB  # recent traces kept for lazy tensor requests
+    max_body_bytes: int = defaults.MAX_BODY_BYTES
     max_tokens: int | None = None  # tokens per request; None: the model's context length
+    max_analysis_gflop: float | None = defaults.ANALYSIS_GFLOP  # the largest analysis (analysis/cost.py); None: any
     static_dir: Path | None = None  # the built UI; None: the package's web_dist/
     downloads: bool = False  # may the app's download panel fetch known GPT-2 checkpoints (see downloads.py)
     access: AccessSettings = AccessSettings()  # token, Host and Origin checks, per-client limits (security.py)
@@ -89,7 +91,10 @@ def body_error_message(cause: BaseException) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(req: Request, exc: StarletteHTTPException) -> Response:
-        # FastAPI turns a body it cannot decode (bad UTF-8, deep nesting, huge numbers) into a bare 400
+        # FastAPI turns a body it cannot read into a bare 400: one over the limit (streamed, so BodyLimit
+        # saw it only while FastAPI read it), or one it cannot decode (bad UTF-8, deep nesting, huge numbers)
+        if exc.status_code == 400 and isinstance(exc.__cause__, BodyTooLarge):
+            return _error(413, str(exc.__cause__))
         if exc.status_code == 400 and exc.__cause__ is not None:
             return _error(400, body_error_message(exc.__cause__))
         return await http_exception_handler(req, exc)
@@ -175,7 +180,7 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     app = FastAPI(title="transformer-explainer", version="1", docs_url=None, redoc_url=None, lifespan=lifespan,
                   openapi_url="/api/openapi.json",
                   description="Every intermediate value of a GPT-2 or Llama-family model for your text, by name.")
-    app.state.context = ServerContext(registry, pool, explainer, settings.max_tokens)
+    app.state.context = ServerContext(registry, pool, explainer, settings.max_tokens, settings.max_analysis_gflop)
     app.state.registry, app.state.pool, app.state.explainer = registry, pool, explainer
     install_error_handlers(app)
     app.include_router(core.router, prefix="/api", responses=ERRORS)

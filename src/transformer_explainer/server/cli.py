@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..cli_args import dtype_arg, non_negative_float, non_negative_int, port_number, positive_float, positive_int
+from . import defaults
 
 TOKEN_ENV = "TRANSFORMER_EXPLAINER_TOKEN"
 
@@ -22,6 +23,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       model_threads=args.model_threads, torch_threads=args.torch_threads,
                       max_queue=args.queue, request_timeout_s=args.timeout, trace_cache_mb=args.cache_mb,
                       max_body_bytes=args.max_body_bytes, max_tokens=args.max_tokens,
+                      analysis_gflop=args.analysis_gflop, max_connections=args.max_connections,
+                      read_timeout_s=args.read_timeout,
                       allow_download=not args.offline, api_downloads=args.api_downloads, discover=not args.only,
                       token=token, no_token=args.no_token, allow_hosts=args.allow_host or [],
                       client_calls=args.client_calls, client_rate=args.client_rate, client_burst=args.client_burst,
@@ -46,16 +49,28 @@ def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction
     p.add_argument("--torch-threads", type=positive_int, default=None,
                    help="threads per forward pass, fixed (default: each pass gets the cores of its process shared "
                         "among the passes running, e.g. all of them for a lone user)")
-    p.add_argument("--queue", type=non_negative_int, default=16,
-                   help="requests that may wait for the model; more get 503")
-    p.add_argument("--timeout", type=positive_float, default=60.0, help="seconds one model call may take (default 60)")
-    p.add_argument("--cache-mb", type=non_negative_int, default=256,
-                   help="memory for recent traces per process (default 256)")
+    p.add_argument("--queue", type=non_negative_int, default=defaults.QUEUE,
+                   help=f"requests that may wait for the model (default {defaults.QUEUE}); more get 503")
+    p.add_argument("--timeout", type=positive_float, default=defaults.TIMEOUT_S,
+                   help=f"seconds one model call may take (default {defaults.TIMEOUT_S:g}); then 503, and an analysis "
+                        f"stops after its current forward pass")
+    p.add_argument("--analysis-gflop", type=non_negative_float, default=None, metavar="G",
+                   help=f"the largest head analysis (importance, pruning) a request may ask for, in GFLOP of its "
+                        f"forward passes; larger ones are refused with a cheaper setting to try (default "
+                        f"{defaults.ANALYSIS_GFLOP_PER_S:g} x --timeout; 0: no limit)")
+    p.add_argument("--cache-mb", type=non_negative_int, default=defaults.CACHE_MB,
+                   help=f"memory for recent traces per process (default {defaults.CACHE_MB})")
     p.add_argument("--max-tokens", type=positive_int, default=None,
                    help="tokens per request (default: the model's context, 1024 for GPT-2); longer inputs are "
                         "refused, or cut when the client asks for truncation")
-    p.add_argument("--max-body-bytes", type=positive_int, default=1_000_000,
-                   help="largest request body accepted (default 1000000); larger ones get 413")
+    p.add_argument("--max-body-bytes", type=positive_int, default=defaults.MAX_BODY_BYTES,
+                   help=f"largest request body accepted (default {defaults.MAX_BODY_BYTES}); larger ones get 413")
+    p.add_argument("--max-connections", type=positive_int, default=defaults.MAX_CONNECTIONS, metavar="N",
+                   help=f"connections open at once per process (default {defaults.MAX_CONNECTIONS}, fewer under a "
+                        f"lower `ulimit -n`); beyond it the connection idle longest is closed")
+    p.add_argument("--read-timeout", type=positive_float, default=defaults.REQUEST_READ_TIMEOUT_S, metavar="S",
+                   help=f"seconds a connection may take to send a request (head and body), from its start or the "
+                        f"last answer (default {defaults.REQUEST_READ_TIMEOUT_S:g}); slower ones are closed")
     # downloading a named --model is the default now; the flag stays so that old scripts still run
     p.add_argument("--allow-download", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--api-downloads", action="store_true",
@@ -74,11 +89,13 @@ def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction
                    help="on a loopback bind, also answer requests for the Host NAME (a reverse proxy's name); "
                         "others than localhost, 127.0.0.1 and [::1] get 403 (DNS rebinding)")
     g.add_argument("--client-calls", type=non_negative_int, default=None, metavar="N",
-                   help="model calls at once per client address, as many again wait, more get 429 "
-                        "(default 2 when exposed, no limit on loopback; 0: no limit)")
+                   help=f"model calls at once per client address, as many again wait, more get 429; of them "
+                        f"{defaults.CLIENT_ANALYSES} head analysis (default {defaults.EXPOSED_CLIENT_CALLS} when "
+                        f"exposed, no limit on loopback; 0: no limit)")
     g.add_argument("--client-rate", type=non_negative_float, default=None, metavar="R",
-                   help="API requests per second per client address, beyond a burst; more get 429 + Retry-After "
-                        "(default 10 when exposed, no limit on loopback; 0: no limit)")
-    g.add_argument("--client-burst", type=positive_int, default=50, metavar="B",
-                   help="API requests a client may make at once before --client-rate applies (default 50)")
+                   help=f"API requests per second per client address, beyond a burst; more get 429 + Retry-After "
+                        f"(default {defaults.EXPOSED_CLIENT_RATE:g} when exposed, no limit on loopback; 0: no limit)")
+    g.add_argument("--client-burst", type=positive_int, default=defaults.CLIENT_BURST, metavar="B",
+                   help=f"API requests a client may make at once before --client-rate applies "
+                        f"(default {defaults.CLIENT_BURST})")
     p.set_defaults(func=cmd_serve)

@@ -23,6 +23,7 @@ class ServerContext:
     pool: ModelPool
     explainer: Explainer
     max_tokens: int | None = None  # tokens per request; None: the model's context length
+    max_analysis_gflop: float | None = None  # the largest analysis a request may ask for (analysis/cost.py)
 
     def resolve(self, model: ExplainerModel, body: InputIn) -> Resolved:
         """The request's token ids, within the model's context and this server's limit."""

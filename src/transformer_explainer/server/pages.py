@@ -9,6 +9,8 @@ light: Starlette's responses and gzip only, no FastAPI, no torch (importing it t
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,62 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+class CancelOnDisconnect:
+    """Cancel the handling of an API request whose client goes away before its answer, so that the
+    work behind it stops: a call still waiting for the pool is dropped, and an analysis stops between
+    two forward passes (pool.py). The client's going is noticed once the app has read the whole body:
+    from then on this middleware alone listens to the connection (the app's own later `receive()`
+    waits for what it hears)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope.get("path", "").startswith("/api/"):
+            return await self.app(scope, receive, send)
+        body_read, gone = asyncio.Event(), asyncio.Event()
+        answered = False
+
+        async def app_receive() -> Message:
+            if body_read.is_set():
+                await gone.wait()
+                return {"type": "http.disconnect"}
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                gone.set()
+            elif not msg.get("more_body", False):
+                body_read.set()
+            return msg
+
+        async def app_send(msg: Message) -> None:
+            nonlocal answered
+            if msg["type"] == "http.response.body" and not msg.get("more_body", False):
+                answered = True
+            await send(msg)
+
+        handler = asyncio.ensure_future(self.app(scope, app_receive, app_send))
+
+        async def listen() -> None:
+            await body_read.wait()
+            msg = await receive()  # the server answers this only when the client has gone (or the answer is out)
+            if msg["type"] == "http.disconnect":
+                gone.set()
+                if not answered:
+                    handler.cancel()
+
+        listener = asyncio.ensure_future(listen())
+        try:
+            await handler
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this request's own task is being cancelled (the server stops): not ours to swallow
+        finally:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
+
+
 class BodyLimit:
     """Refuse request bodies over `max_bytes` (413), whether announced by Content-Length or streamed."""
 
@@ -66,31 +124,39 @@ class BodyLimit:
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _BodyTooLarge
+                    raise BodyTooLarge(self.max_bytes)
             return msg
 
         try:
             await self.app(scope, limited, send)
-        except _BodyTooLarge:
+        except BodyTooLarge:  # an app that lets it through (FastAPI answers it: app.install_error_handlers)
             await _too_large(self.max_bytes)(scope, receive, send)
 
 
-class _BodyTooLarge(Exception):
-    pass
+class BodyTooLarge(Exception):
+    """A streamed (chunked) body went over the limit while it was read."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(too_large_message(limit))
+
+
+def too_large_message(limit: int) -> str:
+    return f"the request body is larger than {limit:,} bytes"
 
 
 def _too_large(limit: int) -> Response:
-    return JSONResponse({"detail": f"the request body is larger than {limit:,} bytes"}, status_code=413)
+    return JSONResponse({"detail": too_large_message(limit)}, status_code=413)
 
 
 def middleware(access: AccessSettings, max_body_bytes: int) -> list[tuple[Callable[..., ASGIApp], dict[str, Any]]]:
     """Every answer's way out, outermost first: security headers on everything; the access guard (Host,
     Origin, token) before the limits, so strangers are not counted; the per-client limits (API calls
-    only); the body limit; gzip. Binary answers are raw floats: gzip shrinks them by ~10-15 % at
-    100-230 ms per MB, so they go as they are. Level 6, not Starlette's 9: the 419 kB bundle compresses
-    in 22 ms instead of 35 to within 0.1 % of the size (measured, Python's gzip)."""
+    only); cancelling what a client that went away asked for; the body limit; gzip. Binary answers are
+    raw floats: gzip shrinks them by ~10-15 % at 100-230 ms per MB, so they go as they are. Level 6,
+    not Starlette's 9: the 419 kB bundle compresses in 22 ms instead of 35 to within 0.1 % of the size
+    (measured, Python's gzip)."""
     return [(SecurityHeaders, {}), (AccessGuard, {"settings": access}), (FairShare, {"settings": access}),
-            (BodyLimit, {"max_bytes": max_body_bytes}),
+            (CancelOnDisconnect, {}), (BodyLimit, {"max_bytes": max_body_bytes}),
             (GZipMiddleware, {"minimum_size": 2048, "compresslevel": 6,
                               "exclude_content_types": (*DEFAULT_EXCLUDED_CONTENT_TYPES, BINARY_MEDIA_TYPE)})]
 

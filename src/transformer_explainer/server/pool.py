@@ -2,16 +2,22 @@
 waits for them, and anything beyond is refused at once (503 with Retry-After) instead of piling up
 memory and latency. Each call has a time limit.
 
-Two lanes: model calls (a forward pass: hundreds of milliseconds for GPT-2 small) and light calls
-(a slice of a cached trace, a weight: milliseconds). Light calls have their own thread, so a
-student stepping through views of a text already traced does not wait behind other students'
-forward passes.
+Three lanes: model calls (a forward pass: hundreds of milliseconds for GPT-2 small), light calls
+(a slice of a cached trace, a weight: milliseconds) and analyses (a forward pass per head, or more:
+seconds to minutes). Light calls have their own thread, so a student stepping through views of a
+text already traced does not wait behind other students' forward passes; analyses have theirs, so
+however many a client sends, the model lane's workers stay free for everyone's traces.
+
+An analysis is stopped between its passes once nobody waits for its answer: when its request timed
+out (answered 503) or was abandoned (the client went away, and the coroutine awaiting it was
+cancelled). A single forward pass cannot be interrupted; an analysis is many of them, and it calls
+`between_passes` before each one (`run_passes`).
 
 Threads per forward pass: with a `thread_budget` (the cores this process may use), each model call
-gets the budget shared among the calls running when it starts (at least one). A lone user's pass
-runs on every core; when a class keeps several calls running, each gets one core, which keeps up
-better than passes contending for the same cores. torch's thread setting is per calling thread
-(OpenMP), so each worker sets its own before each call.
+gets the budget shared among the calls running when it starts (at least one), and an analysis takes
+its share again before each pass. A lone user's pass runs on every core; when a class keeps several
+calls running, each gets one core, which keeps up better than passes contending for the same cores.
+torch's thread setting is per calling thread (OpenMP), so each worker sets its own.
 """
 
 from __future__ import annotations
@@ -22,12 +28,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 import torch
 
 T = TypeVar("T")
+
+BetweenPasses = Callable[[], None]
 
 
 class Busy(Exception):
@@ -38,12 +46,17 @@ class Busy(Exception):
         self.retry_after = retry_after
 
 
+class Abandoned(Exception):
+    """Raised in an analysis between two passes: its request was answered (timed out) or abandoned, so
+    the rest of its work would be for nobody."""
+
+
 class _Lane:
     def __init__(self, name: str, workers: int, max_queue: int) -> None:
+        self.name = name
         self.workers, self.max_queue = workers, max_queue
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
         self.pending = 0  # submitted and not finished (running or queued)
-        self.running = 0  # of those, started
         self.done_at: deque[float] = deque(maxlen=32)  # when recent calls finished, for Retry-After
         self.lock = threading.Lock()
 
@@ -64,52 +77,85 @@ class _Lane:
 
 class ModelPool:
     def __init__(self, workers: int = 1, max_queue: int = 16, timeout_s: float = 60.0, light_workers: int = 1,
-                 thread_budget: int | None = None) -> None:
-        """`workers` model calls run at once, `max_queue` more may wait; the light lane alike.
-        `thread_budget`: torch threads shared out among the running model calls; None leaves torch's
-        thread setting alone."""
-        if workers < 1 or light_workers < 1 or max_queue < 0 or timeout_s <= 0 or (thread_budget or 1) < 1:
-            raise ValueError("workers >= 1, light_workers >= 1, max_queue >= 0, timeout_s > 0 and thread_budget >= 1 "
-                             "are required")
+                 thread_budget: int | None = None, analysis_workers: int = 1) -> None:
+        """`workers` model calls run at once, `max_queue` more may wait; the light and the analysis
+        lanes alike, with `light_workers` and `analysis_workers`. `thread_budget`: torch threads
+        shared out among the running model calls and analyses; None leaves torch's thread setting alone."""
+        if (workers < 1 or light_workers < 1 or analysis_workers < 1 or max_queue < 0 or timeout_s <= 0
+                or (thread_budget or 1) < 1):
+            raise ValueError("workers >= 1, light_workers >= 1, analysis_workers >= 1, max_queue >= 0, timeout_s > 0 "
+                             "and thread_budget >= 1 are required")
         self.thread_budget = thread_budget
         self.workers = workers
         self.max_queue = max_queue
         self.timeout_s = timeout_s
         self._heavy = _Lane("model", workers, max_queue)
         self._light = _Lane("light", light_workers, max_queue)
+        self._analysis = _Lane("analysis", analysis_workers, max_queue)
+        self._computing = 0  # model calls and analyses running now: they share the thread budget
+        self._computing_lock = threading.Lock()
 
     @property
     def pending(self) -> int:
-        """Model calls running or waiting."""
-        return self._heavy.pending
+        """Model calls and analyses running or waiting."""
+        return self._heavy.pending + self._analysis.pending
 
     @property
     def pending_light(self) -> int:
         return self._light.pending
 
+    @property
+    def pending_analyses(self) -> int:
+        return self._analysis.pending
+
+    def _take_threads(self) -> None:
+        """This thread's share of the budget, for the calls computing now."""
+        if self.thread_budget is not None:
+            with self._computing_lock:
+                running = max(1, self._computing)
+            torch.set_num_threads(max(1, self.thread_budget // running))
+
     async def run(self, fn: Callable[..., T], *args: object, light: bool = False) -> T:
-        lane = self._light if light else self._heavy
+        """`fn(*args)` in the light lane or the model lane."""
+        return await self._run(self._light if light else self._heavy, lambda _stop: fn(*args))
+
+    async def run_passes(self, fn: Callable[[BetweenPasses], T]) -> T:
+        """An analysis, `fn(between_passes)`, in the analysis lane. `fn` calls `between_passes()` before
+        each forward pass: it raises `Abandoned` once the request timed out or was abandoned, and
+        otherwise gives the thread its current share of the budget."""
+        return await self._run(self._analysis, lambda stop: fn(stop))
+
+    async def _run(self, lane: _Lane, call: Callable[[BetweenPasses], T]) -> T:
         with lane.lock:
             if lane.pending >= lane.workers + lane.max_queue:
-                raise Busy(f"the server is busy ({lane.pending} requests ahead of this one); try again shortly",
+                what = "analyses" if lane is self._analysis else "requests"
+                raise Busy(f"the server is busy ({lane.pending} {what} ahead of this one); try again shortly",
                            retry_after=lane.retry_after())
             lane.pending += 1
+        stopped = threading.Event()  # set once nobody waits for the answer
+        computes = lane is not self._light
+
+        def between_passes() -> None:
+            if stopped.is_set():
+                raise Abandoned("the request was answered or abandoned before its work ended")
+            self._take_threads()
 
         def timed() -> T:
-            with lane.lock:
-                lane.running += 1
-                threads = max(1, (self.thread_budget or 1) // lane.running)
+            if computes:
+                with self._computing_lock:
+                    self._computing += 1
             try:
-                if self.thread_budget is not None and not light:
-                    torch.set_num_threads(threads)
-                return fn(*args)
+                if computes:
+                    self._take_threads()
+                return call(between_passes)
             finally:
-                with lane.lock:
-                    lane.running -= 1
+                if computes:
+                    with self._computing_lock:
+                        self._computing -= 1
                 lane.finished(True)
 
         try:
-            fut = lane.executor.submit(timed)
+            fut: Future[T] = lane.executor.submit(timed)
         except RuntimeError:  # shut down
             lane.finished(False)
             raise Busy("the server is shutting down", retry_after=5) from None
@@ -118,10 +164,15 @@ class ModelPool:
         try:
             return await asyncio.wait_for(asyncio.wrap_future(fut), self.timeout_s)
         except TimeoutError:
-            fut.cancel()  # drops it if it is still queued; a running call finishes in the background
+            stopped.set()
+            fut.cancel()  # drops it if it is still queued; a running pass finishes, an analysis stops after it
             raise Busy(f"this request took longer than {self.timeout_s:g} s (a long text, or a model still loading); "
                        f"try a shorter text, or again shortly", retry_after=5) from None
+        except asyncio.CancelledError:  # the client went away (CancelOnDisconnect), or the server stops
+            stopped.set()
+            fut.cancel()
+            raise
 
     def shutdown(self) -> None:
-        for lane in (self._heavy, self._light):
+        for lane in (self._heavy, self._light, self._analysis):
             lane.executor.shutdown(wait=False, cancel_futures=True)

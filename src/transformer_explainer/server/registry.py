@@ -1,8 +1,9 @@
 """The models a server may use: those it was started with, plus (when asked) the built-in models and
 the GPT-2 checkpoints already in the local cache. A client picks among these by name only, so no
 request can make the server read an arbitrary path. A request starts a download only when the
-server was started with API downloads on (`serve --api-downloads`), and only of the known GPT-2
-hub checkpoints."""
+server was started with API downloads on (`serve --api-downloads`), only of the known GPT-2
+hub checkpoints, and only by using the model (`lookup`, from a POST: the Origin check keeps other
+sites out); looking at what is offered (`known`, for GETs) loads and downloads nothing."""
 
 from __future__ import annotations
 
@@ -108,16 +109,22 @@ class ModelRegistry:
         name = self.canonical(name)
         return name if name in self._loaded else None
 
-    def lookup(self, name: str | None) -> tuple[str, ExplainerModel]:
-        """(its name here, the model) for `name` (the default for None), loading it if needed."""
+    def known(self, name: str | None) -> str:
+        """The name here of `name` (the default for None), if this server offers it
+        (ModelNotFoundError otherwise); nothing is loaded or downloaded."""
         name = self.canonical(name)
-        entry = self._entries.get(name)
-        if entry is None:
+        if name not in self._entries:
             hint = ""
             if name in KNOWN_HUB_MODELS and not self.api_downloads:
                 hint = (f" ({name} is not downloaded on this server, and downloads from the API are off: "
                         f"start the server with --model {name} or --api-downloads)")
             raise ModelNotFoundError(f"unknown model {name!r}{hint}; this server offers: {', '.join(self._entries)}")
+        return name
+
+    def lookup(self, name: str | None) -> tuple[str, ExplainerModel]:
+        """(its name here, the model) for `name` (the default for None), loading it if needed."""
+        name = self.known(name)
+        entry = self._entries[name]
         if entry.folder is None and name not in self._loaded:
             with self._download_lock:  # outside the registry lock: a download takes minutes
                 if entry.folder is None:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ..errors import ExplainerError, InputError
+from . import defaults
 from .security import AccessSettings, loopback_hosts
 
 if TYPE_CHECKING:  # imported where used: listening must not wait for the web framework and torch
@@ -42,11 +43,14 @@ class ServeConfig:
     workers: int = 1  # processes
     model_threads: int | None = None  # forward passes at once per process; None: see `model_threads`
     torch_threads: int | None = None  # threads per model call; None: shared out as calls run (`thread_budget`)
-    max_queue: int = 16
-    request_timeout_s: float = 60.0
-    trace_cache_mb: int = 256
-    max_body_bytes: int = 1_000_000
+    max_queue: int = defaults.QUEUE
+    request_timeout_s: float = defaults.TIMEOUT_S
+    trace_cache_mb: int = defaults.CACHE_MB
+    max_body_bytes: int = defaults.MAX_BODY_BYTES
     max_tokens: int | None = None  # tokens per request; None: the model's context
+    analysis_gflop: float | None = None  # largest analysis (cost.py); None: ANALYSIS_GFLOP_PER_S x timeout; 0: any
+    max_connections: int = defaults.MAX_CONNECTIONS  # at once per process (fewer under a lower descriptor limit)
+    read_timeout_s: float = defaults.REQUEST_READ_TIMEOUT_S  # for a request's head and body to arrive
     allow_download: bool = False  # may `--model gpt2` download at startup
     api_downloads: bool = False  # may a request download a known GPT-2 hub model (never any other)
     discover: bool = True  # also offer the built-in and cached models
@@ -56,12 +60,7 @@ class ServeConfig:
     allow_hosts: list[str] = field(default_factory=list)  # Host names answered besides the loopback ones
     client_calls: int | None = None  # model calls at once per client; None: 2 when exposed, no limit on loopback
     client_rate: float | None = None  # API requests/s per client; None: 10 when exposed, no limit on loopback
-    client_burst: int = 50  # API requests at once before the rate applies
-
-
-# per-client limits of an exposed server unless told otherwise (docs/deploy.md, "Fair share")
-EXPOSED_CLIENT_CALLS = 2
-EXPOSED_CLIENT_RATE = 10.0
+    client_burst: int = defaults.CLIENT_BURST  # API requests at once before the rate applies
 
 
 def model_threads(cfg: ServeConfig) -> int:
@@ -118,10 +117,20 @@ def access_settings(cfg: ServeConfig) -> AccessSettings:
             return None if loopback else exposed
         return given or None  # 0: off
 
-    calls = limit(cfg.client_calls, EXPOSED_CLIENT_CALLS)
+    calls = limit(cfg.client_calls, defaults.EXPOSED_CLIENT_CALLS)
     return AccessSettings(token=None if cfg.no_token else cfg.token, allowed_hosts=hosts,
                           client_calls=None if calls is None else int(calls),
-                          client_rate=limit(cfg.client_rate, EXPOSED_CLIENT_RATE), client_burst=cfg.client_burst)
+                          client_analyses=None if calls is None else defaults.CLIENT_ANALYSES,
+                          client_rate=limit(cfg.client_rate, defaults.EXPOSED_CLIENT_RATE),
+                          client_burst=cfg.client_burst)
+
+
+def analysis_gflop(cfg: ServeConfig) -> float | None:
+    """The largest analysis a request may ask for, in GFLOP: the given one (0: no limit), else what
+    the time limit per call allows at `defaults.ANALYSIS_GFLOP_PER_S`."""
+    if cfg.analysis_gflop is None:
+        return defaults.ANALYSIS_GFLOP_PER_S * cfg.request_timeout_s
+    return cfg.analysis_gflop or None
 
 
 def build_registry(cfg: ServeConfig) -> ModelRegistry:
@@ -182,7 +191,8 @@ def build_app(cfg: ServeConfig) -> FastAPI:
     settings = ServerSettings(model_threads=model_threads(cfg), thread_budget=budget, max_queue=cfg.max_queue,
                               request_timeout_s=cfg.request_timeout_s, trace_cache_mb=cfg.trace_cache_mb,
                               max_body_bytes=cfg.max_body_bytes, max_tokens=cfg.max_tokens,
-                              downloads=downloads_allowed(cfg), access=access_settings(cfg))
+                              max_analysis_gflop=analysis_gflop(cfg), downloads=downloads_allowed(cfg),
+                              access=access_settings(cfg))
     return create_app(build_registry(cfg), settings)
 
 
@@ -262,10 +272,13 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
     about_model = model_line(cfg)
     port = sock.getsockname()[1]
     url = url_for(cfg.host, port, cfg.token)
+    from .protocol import ServerConfig
+
+    connections = {"read_timeout_s": cfg.read_timeout_s, "max_connections": cfg.max_connections}
     if cfg.workers > 1:
         os.environ[_CONFIG_ENV] = json.dumps(asdict(cfg))
-        config = uvicorn.Config("transformer_explainer.server.run:app_from_env", factory=True, workers=cfg.workers,
-                                log_level="warning")
+        config = ServerConfig("transformer_explainer.server.run:app_from_env", factory=True, workers=cfg.workers,
+                              log_level="warning", **connections)
         from uvicorn.supervisors import Multiprocess
 
         print(f"serving on {url} ({cfg.workers} processes; each loads the models before answering)\n{about_model}",
@@ -285,7 +298,7 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
         server.should_exit = True  # serve() raises the error once the server has stopped
 
     starting = starting_app(cfg, on_ready=ready, on_error=failed)
-    config = uvicorn.Config(starting, interface="asgi3", log_level="warning", timeout_graceful_shutdown=5)
+    config = ServerConfig(starting, interface="asgi3", log_level="warning", timeout_graceful_shutdown=5, **connections)
     server = uvicorn.Server(config)
     if preload is not None:
         preload.join()

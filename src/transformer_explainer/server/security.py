@@ -14,8 +14,10 @@ the model per client. Pure ASGI middlewares, configured by one `AccessSettings`.
 - Fair share: per client (its IP address), at most `client_calls` model calls (POSTs under /api/)
   run at once and as many again wait for them; beyond that, and beyond a token-bucket rate of
   `client_rate` API requests per second (bursts of `client_burst`), the answer is 429 with
-  Retry-After. The per-client table is bounded (`max_clients`, least recently seen idle clients
-  are forgotten first), so many addresses cannot grow it without bound.
+  Retry-After. Of those calls, at most `client_analyses` may be analyses that run a pass per head
+  (`ANALYSIS_PATHS`), so that one client cannot keep the analysis lane to itself. The per-client
+  table is bounded (`max_clients`, least recently seen idle clients are forgotten first), so many
+  addresses cannot grow it without bound.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -37,6 +39,8 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9._~-]{8,512}")
 COOKIE_PREFIX = "te-token-"
+# the analyses that run a forward pass per head or more (routes/analysis.py: the pool's analysis lane)
+ANALYSIS_PATHS = frozenset({"/api/analysis/importance", "/api/analysis/prune"})
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class AccessSettings:
     allowed_hosts: tuple[str, ...] | None = None  # Host names answered (any port); None: any Host
     check_origin: bool = True  # 403 for state-changing requests from another site
     client_calls: int | None = None  # model calls at once per client (as many again may wait); None: no limit
+    client_analyses: int | None = None  # of those, analyses (ANALYSIS_PATHS) running or waiting; None: no limit
     client_rate: float | None = None  # API requests per second per client, sustained; None: no limit
     client_burst: int = 50  # API requests a client may make at once before the rate applies
     max_clients: int = 4096  # clients remembered for the two limits above
@@ -52,10 +57,12 @@ class AccessSettings:
     def __post_init__(self) -> None:
         if self.token is not None and not TOKEN_PATTERN.fullmatch(self.token):
             raise ValueError(token_problem(self.token))
-        calls_ok = self.client_calls is None or self.client_calls >= 1
+        calls_ok = (self.client_calls is None or self.client_calls >= 1) and (
+            self.client_analyses is None or self.client_analyses >= 1)
         rate_ok = self.client_rate is None or self.client_rate > 0
         if not (calls_ok and rate_ok and self.client_burst >= 1 and self.max_clients >= 1):
-            raise ValueError("client_calls >= 1, client_rate > 0, client_burst >= 1 and max_clients >= 1 are required")
+            raise ValueError("client_calls >= 1, client_analyses >= 1, client_rate > 0, client_burst >= 1 and "
+                             "max_clients >= 1 are required")
 
 
 def token_problem(token: str) -> str:
@@ -124,6 +131,14 @@ async def _json(send: Send, status: int, detail: str, headers: list[tuple[bytes,
     await _send(send, status, json.dumps({"detail": detail}).encode(), "application/json", headers)
 
 
+def local_path(path: str) -> str:
+    """`path` (decoded, as in the ASGI scope) as a redirect target that stays on this server. A Location
+    of `//host/...` is another site's address to a browser (a network-path reference), and browsers
+    read a backslash as a slash and drop tabs and newlines, so: one leading slash, and the rest
+    percent-encoded (a tab, a backslash or a space cannot then rebuild `//`)."""
+    return "/" + quote(path.lstrip("/\\"), safe="/!$&'()*+,;=:@-._~")
+
+
 def _is_api(scope: Scope) -> bool:
     return scope.get("path", "").startswith("/api/")
 
@@ -181,7 +196,8 @@ class AccessGuard:
             if method == "GET" and not _is_api(scope):
                 # remember it in a cookie, and take it out of the address bar (and the history, and Referer)
                 rest = urlencode([(k, v) for k, v in query if k != "token"])
-                location = scope.get("root_path", "") + scope.get("path", "/") + (f"?{rest}" if rest else "")
+                location = local_path(scope.get("root_path", "") + scope.get("path", "/"))
+                location += f"?{rest}" if rest else ""
                 secure = "; Secure" if scope.get("scheme") == "https" else ""
                 cookie = f"{cookie_name}={token}; Path=/; HttpOnly; SameSite=Strict{secure}"
                 return await _send(send, 303, b"", "text/plain", [(b"location", location.encode()),
@@ -218,12 +234,13 @@ class AccessGuard:
 
 
 class _Client:
-    __slots__ = ("active", "running", "slot", "tokens", "updated")
+    __slots__ = ("active", "analyses", "running", "slot", "tokens", "updated")
 
     def __init__(self, burst: int, calls: int | None) -> None:
         self.tokens = float(burst)
         self.updated = time.monotonic()
         self.active = 0  # model calls admitted: running or waiting for a slot
+        self.analyses = 0  # of those, analyses (ANALYSIS_PATHS)
         self.slot = asyncio.Semaphore(calls) if calls is not None else None
 
 
@@ -283,9 +300,18 @@ class FairShare:
             return await _json(send, 429, f"your address already has {c.active} model calls running or waiting "
                                           f"(the share of one client is {calls} at once); wait for their answers",
                                [(b"retry-after", b"1")])
+        analysis = scope["path"] in ANALYSIS_PATHS
+        most = self.settings.client_analyses
+        if analysis and most is not None and c.analyses >= most:
+            return await _json(send, 429, f"your address already has {c.analyses} head "
+                                          f"{'analysis' if c.analyses == 1 else 'analyses'} running or waiting (the "
+                                          f"share of one client is {most}); wait for its answer",
+                               [(b"retry-after", b"5")])
         c.active += 1
+        c.analyses += analysis
         try:
             async with c.slot:
                 await self.app(scope, receive, send)
         finally:
             c.active -= 1
+            c.analyses -= analysis

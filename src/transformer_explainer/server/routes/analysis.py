@@ -1,7 +1,12 @@
 """The analysis API under /api/analysis: logit lens, head ablation, the importance map, pruning, head
 roles, and the embedding explorer. Models are chosen by name among the server's own (its registry),
 so no request can load a path or start a download; every analysis runs in the bounded pool, and
-traces go through the server's cache, so the app's other views and these share one forward pass."""
+traces go through the server's cache, so the app's other views and these share one forward pass.
+
+The two that run a forward pass per head or more (importance, prune) are priced first
+(analysis/cost.py: passes x the arithmetic of one pass over the text) and refused with a cheaper
+setting to try when over the server's budget; then they run in the pool's analysis lane, which
+stops them between passes once their request timed out or the client went away."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from ...analysis.ablation import BetweenPasses
 from ...analysis.answers import (
     ablate_json,
     ablation_heads,
@@ -23,6 +29,7 @@ from ...analysis.answers import (
     prune_json,
     reference_roles,
 )
+from ...analysis.cost import check_importance, check_prune
 from ...analysis.schemas import (
     AblateIn,
     AblateOut,
@@ -62,6 +69,20 @@ async def _run(ctx: ServerContext, work: Callable[[], dict[str, Any]]) -> dict[s
     return await ctx.pool.run(work)
 
 
+async def _run_passes(ctx: ServerContext, body: InputIn, price: Callable[[ExplainerModel, int], None],
+                      work: Callable[[BetweenPasses], dict[str, Any]]) -> dict[str, Any]:
+    """An analysis of many passes: `price(model, n_tokens)` refuses it (InputError) when it is over the
+    budget, before it waits for the analysis lane (in the light lane when the model is loaded: only
+    the text is tokenized), then `work` runs there."""
+
+    def plan() -> None:
+        _, m, ids = _input(ctx, body)
+        price(m, len(ids))
+
+    await ctx.pool.run(plan, light=ctx.is_loaded(body.model))
+    return await ctx.pool.run_passes(work)
+
+
 @router.post("/lens", response_model=LensOut)
 async def lens(body: LensIn, ctx: Context) -> dict[str, Any]:
     """Per layer: the top next tokens at the chosen positions, and how the final prediction ranks."""
@@ -89,23 +110,29 @@ async def ablate_heads(body: AblateIn, ctx: Context) -> dict[str, Any]:
 async def importance(body: ImportanceIn, ctx: Context) -> dict[str, Any]:
     """Each head ablated alone (layers x heads forward passes): loss change and KL, a layer x head map."""
 
-    def work() -> dict[str, Any]:
-        name, m, ids = _input(ctx, body)
-        return {**importance_json(m, ids, body.mode, means_for(m, body.mode)), "model": name}
+    def price(m: ExplainerModel, n_tokens: int) -> None:
+        check_importance(m.config, n_tokens, ctx.max_analysis_gflop)
 
-    return await _run(ctx, work)
+    def work(between_passes: BetweenPasses) -> dict[str, Any]:
+        name, m, ids = _input(ctx, body)
+        return {**importance_json(m, ids, body.mode, means_for(m, body.mode), between_passes), "model": name}
+
+    return await _run_passes(ctx, body, price, work)
 
 
 @router.post("/prune", response_model=PruneOut)
 async def prune(body: PruneIn, ctx: Context) -> dict[str, Any]:
     """Greedy pruning, least important head first, with the loss after each removal."""
 
-    def work() -> dict[str, Any]:
-        name, m, ids = _input(ctx, body)
-        return {**prune_json(m, ids, body.mode, body.max_heads, body.recompute, means_for(m, body.mode)),
-                "model": name}
+    def price(m: ExplainerModel, n_tokens: int) -> None:
+        check_prune(m.config, n_tokens, body.max_heads, body.recompute, ctx.max_analysis_gflop)
 
-    return await _run(ctx, work)
+    def work(between_passes: BetweenPasses) -> dict[str, Any]:
+        name, m, ids = _input(ctx, body)
+        return {**prune_json(m, ids, body.mode, body.max_heads, body.recompute, means_for(m, body.mode),
+                             between_passes), "model": name}
+
+    return await _run_passes(ctx, body, price, work)
 
 
 @router.post("/heads", response_model=HeadsOut)

@@ -30,11 +30,12 @@ from ...schemas import (
     NextTokenOut,
     TensorsIn,
     TensorsOut,
+    TensorSpec,
     TraceIn,
     TraceOut,
     WeightIn,
 )
-from ...slicing import activation_tensor, weight_tensor
+from ...slicing import activation_tensors, check_activations_fit, weight_tensors
 from ...trace import Trace
 from ..context import Context, ServerContext
 
@@ -56,9 +57,11 @@ class Traced:
     t_traced: float
 
 
-async def with_trace(ctx: ServerContext, body: InputIn, finish: Callable[[Traced], T]) -> T:
+async def with_trace(ctx: ServerContext, body: InputIn, finish: Callable[[Traced], T],
+                     tensors: list[TensorSpec] | None = None) -> T:
     """Find the trace of the request's input and `finish` with it: in the light lane when the trace
-    is in memory (no forward pass), else in the model lane."""
+    is in memory (no forward pass), else in the model lane, once the `tensors` the answer will hold
+    are known to fit in it (no pass is run for an answer that would be refused)."""
     registry, explainer = ctx.registry, ctx.explainer
     if ctx.is_loaded(body.model):
         def light() -> T | None:
@@ -77,6 +80,7 @@ async def with_trace(ctx: ServerContext, body: InputIn, finish: Callable[[Traced
         t0 = time.perf_counter()
         name, m = registry.lookup(body.model)
         res = ctx.resolve(m, body)
+        check_activations_fit(m.config, len(res.ids), tensors or [])
         tr, computed = explainer.trace(name, m, res.ids)
         return finish(Traced(name, m, res, tr, computed, t0, time.perf_counter()))
 
@@ -117,8 +121,10 @@ async def models(ctx: Context) -> ModelList:
 
 @router.get("/models/{name}", response_model=ModelInfo)
 async def model(name: str, ctx: Context) -> ModelInfo:
-    canonical, _ = await ctx.pool.run(ctx.registry.lookup, name, light=ctx.is_loaded(name))
-    return model_info(ctx, canonical)
+    """What the server knows of one of its models. Like every GET it changes nothing: a model not in
+    memory is not loaded (nor downloaded) for it, and answers `loaded: false` without its config; the
+    first POST that uses the model loads it."""
+    return model_info(ctx, ctx.registry.known(name))
 
 
 @router.get("/names", response_model=NamesOut)
@@ -135,19 +141,19 @@ async def trace(body: TraceIn, request: Request, ctx: Context) -> Response:
                              t_traced=t.t_traced)
         return answer(out, request, out.timings_ms)
 
-    return await with_trace(ctx, body, finish)
+    return await with_trace(ctx, body, finish, body.include)
 
 
 @router.post("/tensors", response_model=TensorsOut)
 async def tensors(body: TensorsIn, request: Request, ctx: Context) -> Response:
     def finish(t: Traced) -> Response:
         out = TensorsOut(model=t.name, token_ids=t.trace.token_ids,
-                         tensors=[activation_tensor(t.trace, s) for s in body.tensors])
+                         tensors=activation_tensors(t.trace, body.tensors))
         t_done = time.perf_counter()
         return answer(out, request, {"model": round((t.t_traced - t.t0) * 1e3, 2),
                                      "encode": round((t_done - t.t_traced) * 1e3, 2)})
 
-    return await with_trace(ctx, body, finish)
+    return await with_trace(ctx, body, finish, body.tensors)
 
 
 @router.post("/weights", response_model=TensorsOut)
@@ -155,7 +161,7 @@ async def weights(body: WeightIn, request: Request, ctx: Context) -> Response:
     def work() -> Response:
         t0 = time.perf_counter()
         name, m = ctx.registry.lookup(body.model)
-        out = TensorsOut(model=name, token_ids=[], tensors=[weight_tensor(m, s) for s in body.tensors])
+        out = TensorsOut(model=name, token_ids=[], tensors=weight_tensors(m, body.tensors))
         return answer(out, request, {"encode": round((time.perf_counter() - t0) * 1e3, 2)})
 
     return await ctx.pool.run(work, light=ctx.is_loaded(body.model))
@@ -189,6 +195,7 @@ async def generate(body: GenerateIn, ctx: Context) -> GenerateOut:
         name, m = ctx.registry.lookup(body.model)
         res = ctx.resolve(m, body)
         check_room_to_generate(m, len(res.ids), ctx.max_tokens)
+        check_activations_fit(m.config, len(res.ids) + 1, body.include)
         prefix, prefix_computed = ctx.explainer.trace(name, m, res.ids)
         tok = choose_next(m, prefix.next_token_logits(), body.sampling, body.token_id)
         merged = ctx.explainer.extend(name, m, prefix, tok.id)

@@ -15,10 +15,11 @@ from collections.abc import AsyncIterator, Callable
 from functools import lru_cache
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from ...errors import CheckpointError, InputError
+from ...schemas import ErrorOut
 from ...seq2seq.answers import compare_json, decode_text, positional_json, tasks_json
 from ...seq2seq.checkpoint import load_builtin
 from ...seq2seq.engine import Seq2SeqModel
@@ -139,11 +140,18 @@ def _run(runs: LiveTraining, run_id: str) -> LiveRun:
     return run
 
 
+def client_of(request: Request) -> str | None:
+    """The client as the per-client limits know it: its address (the proxy's X-Forwarded-For behind one)."""
+    return request.client.host if request.client is not None else None
+
+
 @router.post("/train", status_code=202, response_model=RunSummary)
-async def train_start(req: TrainRequest, runs: Runs) -> dict[str, Any]:
-    """Start a short run of a fresh tiny model; 409 while another run is going."""
+async def train_start(req: TrainRequest, runs: Runs, request: Request) -> dict[str, Any]:
+    """Start a short run of a fresh tiny model; 409 while another run is going. The client that
+    starts it is the only one that may stop it."""
     try:
-        run = runs.start(LiveConfig(task=req.task, steps=req.steps, example=req.example, seed=req.seed))
+        run = runs.start(LiveConfig(task=req.task, steps=req.steps, example=req.example, seed=req.seed),
+                         owner=client_of(request))
     except TrainingBusy as e:
         raise HTTPException(409, str(e)) from None
     except InputError as e:
@@ -163,10 +171,15 @@ async def train_status(run_id: str, runs: Runs) -> dict[str, Any]:
     return _run(runs, run_id).summary()
 
 
-@router.post("/train/{run_id}/stop", response_model=RunSummary)
-async def train_stop(run_id: str, runs: Runs) -> dict[str, Any]:
-    """Ask the run to stop after its current step; it evaluates once more and ends with a `done` event."""
+@router.post("/train/{run_id}/stop", response_model=RunSummary,
+             responses={403: {"model": ErrorOut, "description": "another client started this run"}})
+async def train_stop(run_id: str, runs: Runs, request: Request) -> dict[str, Any]:
+    """Ask the run to stop after its current step; it evaluates once more and ends with a `done` event.
+    Only the client that started it may (others watch it: a run ends by itself after its steps)."""
     run = _run(runs, run_id)
+    if not run.may_stop(client_of(request)):
+        raise HTTPException(403, f"training run {run.id} was started by another client: only that client can stop "
+                                 f"it; it ends by itself after {run.config.steps} steps")
     run.stop()
     return run.summary()
 

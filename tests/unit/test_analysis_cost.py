@@ -1,0 +1,90 @@
+"""What an analysis costs before it runs (analysis/cost.py): its passes counted as the analyses
+really make them (`between_passes` is called before each), the arithmetic of one pass, and the
+refusal's cheaper settings, which fit the budget they were chosen for."""
+
+from __future__ import annotations
+
+import pytest
+
+from transformer_explainer.analysis.ablation import head_importance, prune_heads
+from transformer_explainer.analysis.cost import (
+    AnalysisCost,
+    check_importance,
+    check_prune,
+    importance_passes,
+    pass_gflop,
+    prune_passes,
+)
+from transformer_explainer.config import GPTConfig
+from transformer_explainer.errors import InputError
+
+TEXT = "The quick brown fox jumps over the lazy dog"
+
+
+def counter() -> tuple[list[None], object]:
+    calls: list[None] = []
+    return calls, lambda: calls.append(None)
+
+
+@pytest.mark.parametrize(("max_heads", "recompute"), [(3, True), (None, False), (2, False)])
+def test_pruning_makes_the_passes_it_is_priced_at(tiny_model, max_heads, recompute):
+    calls, between = counter()
+    curve = prune_heads(tiny_model, TEXT, max_heads=max_heads, recompute=recompute, between_passes=between)
+    assert len(calls) == prune_passes(tiny_model.config, max_heads, recompute)
+    assert len(curve.heads) == (max_heads or tiny_model.config.n_layer * tiny_model.config.n_head)
+
+
+def test_importance_makes_the_passes_it_is_priced_at(tiny_model):
+    calls, between = counter()
+    head_importance(tiny_model, TEXT, between_passes=between)
+    assert len(calls) == importance_passes(tiny_model.config) == 1 + 2 * 4
+
+
+def test_a_raise_between_passes_stops_the_analysis(tiny_model):
+    calls: list[None] = []
+
+    def between() -> None:
+        if len(calls) == 3:
+            raise TimeoutError("nobody waits any more")
+        calls.append(None)
+
+    with pytest.raises(TimeoutError):
+        prune_heads(tiny_model, TEXT, recompute=True, between_passes=between)
+    assert len(calls) == 3
+
+
+def test_the_arithmetic_of_a_pass():
+    gpt2 = GPTConfig()  # GPT-2 small: ~2 x 124 M multiply-adds per token, and attention grows with T^2
+    per_token = pass_gflop(gpt2, 1)
+    assert 0.2 < per_token < 0.3
+    assert pass_gflop(gpt2, 1024) > 1024 * per_token  # the T^2 of the scores
+    assert AnalysisCost(gpt2, 1024, prune_passes(gpt2, None, True)).passes == 1 + 144 * 145 // 2
+
+
+def test_a_refusal_names_settings_that_fit():
+    gpt2 = GPTConfig()
+    budget = 3000.0
+    with pytest.raises(InputError) as e:
+        check_prune(gpt2, 1024, None, True, budget)  # the issue's request: ~10 000 passes of 1024 tokens
+    msg = str(e.value)
+    assert "10,441 forward passes of 1,024 tokens" in msg and "(3,000 GFLOP)" in msg
+    # neither fewer heads nor a shorter text alone fits: scoring each head once, on a shorter text, does
+    tokens = int(msg.split('"recompute": false with a text of at most ')[1].split()[0].replace(",", ""))
+    once = prune_passes(gpt2, None, False)
+    assert once * pass_gflop(gpt2, tokens) <= budget < once * pass_gflop(gpt2, tokens + 1)
+
+    with pytest.raises(InputError) as e:
+        check_prune(gpt2, 16, None, True, budget)
+    msg = str(e.value)
+    assert msg.endswith('ask for "recompute": false or "max_heads": 5')  # at 16 tokens, either fits
+    assert prune_passes(gpt2, 5, True) * pass_gflop(gpt2, 16) <= budget < prune_passes(gpt2, 6, True) * pass_gflop(
+        gpt2, 16)
+
+    check_prune(gpt2, 16, None, False, budget)  # accepted
+    check_prune(gpt2, 1024, None, True, None)  # no budget: anything goes
+    check_importance(gpt2, 64, budget)
+    with pytest.raises(InputError) as e:
+        check_importance(gpt2, 1024, budget)
+    tokens = int(str(e.value).split("a text of at most ")[1].split()[0].replace(",", ""))
+    passes = importance_passes(gpt2)
+    assert passes * pass_gflop(gpt2, tokens) <= budget < passes * pass_gflop(gpt2, tokens + 1)
