@@ -7,8 +7,9 @@ weights is read; what remains to check here is what a meta build itself costs an
 will need:
 
 - the number of blocks: building a module per block costs time and memory even on the meta device, so
-  a config may not have more blocks than the weight files hold tensors for. The tensors per block are
-  measured from meta builds of one block and of two (the model's own code, nothing restated here);
+  a config may not have more blocks than the weight files hold tensors (every block has some). Beyond
+  that, the tensors per block are measured from meta builds of one block and of two (the model's own
+  code, nothing restated here) to say how many blocks the files could hold;
 - the memory: the parameters and buffers of the (meta) model at the dtype they will have, against the
   memory this machine has available.
 """
@@ -30,6 +31,8 @@ def check_block_counts(make: Callable[[Any], nn.Module], config: Any, layer_fiel
                        file_tensors: int, config_path: os.PathLike[str] | str) -> None:
     """Refuse a config (a frozen dataclass) with more blocks in one of `layer_fields` than the weight
     files, holding `file_tensors` tensors, have tensors for."""
+    if all(getattr(config, f) <= file_tensors for f in layer_fields):
+        return  # each block has a tensor of its own, so the build is bounded by the files (no cost when loading)
     ones = {f: 1 for f in layer_fields}
     with torch.device("meta"):
         base = len(make(replace(config, **ones)).state_dict())
