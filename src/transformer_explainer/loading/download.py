@@ -158,7 +158,7 @@ def matches_etag(path: Path, etag: str) -> bool:
     return False
 
 
-def _is_network_error(e: BaseException) -> bool:
+def is_network_error(e: BaseException) -> bool:
     from huggingface_hub.errors import OfflineModeIsEnabled
 
     root = type(e).__module__.split(".")[0]
@@ -404,7 +404,7 @@ class DownloadManager:
 
         if isinstance(e, (RepositoryNotFoundError, GatedRepoError)):
             return "error", f"the hub has no public repo {job.repo!r}"
-        if _is_network_error(e):
+        if is_network_error(e):
             if job.bytes_total is None:
                 return "offline", (f"the Hugging Face hub cannot be reached ({type(e).__name__}); check the "
                                    f"connection and try again")

@@ -153,7 +153,7 @@ def _download(spec: str, repo: str) -> Path:
     not restarted, after an interruption, even of a process killed mid-transfer."""
     from huggingface_hub.errors import GatedRepoError, OfflineModeIsEnabled, RepositoryNotFoundError
 
-    from .download import _is_network_error, fetch_repo
+    from .download import fetch_repo, is_network_error
 
     def announce(n_bytes: int) -> None:
         log.warning("downloading %s from the Hugging Face hub into its cache (%.0f MB)", repo, n_bytes / 1e6)
@@ -170,7 +170,7 @@ def _download(spec: str, repo: str) -> Path:
     except ExplainerError as e:
         raise ModelNotFoundError(f"could not download {repo!r}: {e}") from None
     except Exception as e:  # network stacks raise many classes; keep the message, drop the trace
-        if isinstance(e, OfflineModeIsEnabled) or _is_network_error(e) or isinstance(e, OSError):
+        if isinstance(e, OfflineModeIsEnabled) or is_network_error(e) or isinstance(e, OSError):
             why = "HF_HUB_OFFLINE is set" if isinstance(e, OfflineModeIsEnabled) else "huggingface.co cannot be reached"
             raise ModelNotFoundError(
                 f"cannot download {spec!r}: this machine is offline ({why}) and {repo} is not in the Hugging Face "
