@@ -171,10 +171,14 @@ def _download(spec: str, repo: str) -> Path:
         raise ModelNotFoundError(f"could not download {repo!r}: {e}") from None
     except Exception as e:  # network stacks raise many classes; keep the message, drop the trace
         if isinstance(e, OfflineModeIsEnabled) or is_network_error(e) or isinstance(e, OSError):
-            why = "HF_HUB_OFFLINE is set" if isinstance(e, OfflineModeIsEnabled) else "huggingface.co cannot be reached"
+            from huggingface_hub import constants
+
+            offline_mode = isinstance(e, OfflineModeIsEnabled) or constants.HF_HUB_OFFLINE
+            why = "HF_HUB_OFFLINE is set" if offline_mode else "huggingface.co cannot be reached"
+            # read by Python users and the command line alike: the model's name, not a flag of either
             raise ModelNotFoundError(
                 f"cannot download {spec!r}: this machine is offline ({why}) and {repo} is not in the Hugging Face "
-                f"cache. Connect and run the command again, pass the path of an HF-format model folder, or use "
-                f"the built-in model (--model {BUILTIN_DEFAULT})"
+                f"cache. Connect and try again, or load a local HF-format model folder or the built-in model "
+                f"{BUILTIN_DEFAULT!r}"
             ) from None
         raise ModelNotFoundError(f"could not download {repo!r}: {type(e).__name__}: {e}") from None
