@@ -4,6 +4,8 @@ with `HF_ENDPOINT=http://127.0.0.1:<port>` (read when huggingface_hub is importe
 
 Endpoints (as huggingface_hub 2.x calls them):
 - GET  /api/models/{repo}/revision/{rev}: the repo's commit and file list (`HfApi.model_info`);
+- GET  /api/models/{repo}/tree/{rev}: the files with their sizes and hashes (`HfApi.list_repo_tree`, which
+  `snapshot_download` calls);
 - HEAD /{repo}/resolve/{rev}/{file}: X-Repo-Commit, ETag (the SHA-256 of an LFS file, the git blob
   hash of a small one), Content-Length (`get_hf_file_metadata`);
 - GET  /{repo}/resolve/{rev}/{file}: the bytes, honouring `Range: bytes=N-` with a 206.
@@ -102,15 +104,26 @@ class StandInHub:
             h.connection.close()  # no status line at all
             return
         info = f"/api/models/{self.repo}/revision/"
+        tree = f"/api/models/{self.repo}/tree/"
         resolve = f"/{self.repo}/resolve/"
         if path.startswith(info):
             self._json(h, {"id": self.repo, "modelId": self.repo, "sha": COMMIT, "private": False,
                            "siblings": [{"rfilename": n} for n in self.files]}, body)
+        elif path.startswith(tree):
+            self._json(h, [self._tree_entry(n) for n in self.files], body)
         elif path.startswith(resolve) and path[len(resolve):].split("/", 1)[-1] in self.files:
             self._file(h, path[len(resolve):].split("/", 1)[1], body)
         else:
             self._json(h, {"error": "Repository not found"}, body, status=404,
                        headers={"X-Error-Code": "RepoNotFound"})
+
+    def _tree_entry(self, name: str) -> dict[str, object]:
+        data = self.files[name].read_bytes()
+        entry: dict[str, object] = {"type": "file", "path": name, "size": len(data),
+                                    "oid": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}
+        if name.endswith(LFS_SUFFIXES):
+            entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+        return entry
 
     def _json(self, h: BaseHTTPRequestHandler, obj: object, body: bool, status: int = 200,
               headers: dict[str, str] | None = None) -> None:

@@ -3,8 +3,14 @@ which share one architecture), plus the known GPT-2 presets."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+# The largest width, depth, vocabulary or context a config may state: far beyond any model, but small
+# enough that sizes computed from it stay exact integers. Whether a model fits is decided at load time,
+# against its weight files and the machine's memory (loading/budget.py).
+MAX_DIMENSION = 2**40
 
 SUPPORTED_ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu", "silu")
 
@@ -28,6 +34,14 @@ class RopeScaling:
     low_freq_factor: float
     high_freq_factor: float
     original_max_position_embeddings: int
+
+    def __post_init__(self) -> None:
+        for name in ("factor", "low_freq_factor", "high_freq_factor"):
+            _check_positive_real(f"rope scaling {name}", getattr(self, name))
+        if not self.low_freq_factor < self.high_freq_factor:
+            raise ValueError(f"rope scaling low_freq_factor ({self.low_freq_factor}) must be below "
+                             f"high_freq_factor ({self.high_freq_factor})")
+        _check_whole("rope scaling original_max_position_embeddings", self.original_max_position_embeddings)
 
 
 @dataclass(frozen=True)
@@ -59,13 +73,23 @@ class GPTConfig:
             raise ValueError(f"unsupported model_type {self.model_type!r}; expected one of {MODEL_TYPES}")
         if isinstance(self.rope_scaling, dict):  # from `to_dict`
             object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
+        # every number is checked before it is used: a zero head count would divide by zero below, a NaN
+        # epsilon would load and then turn every forward pass into NaN
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            _check_whole(self._key(name), getattr(self, name))
+        for name in ("n_inner", "n_kv_head", "d_head"):
+            if getattr(self, name) is not None:
+                _check_whole(self._key(name), getattr(self, name))
+        _check_positive_real(self._key("layer_norm_epsilon"), self.layer_norm_epsilon)
+        _check_positive_real(self._key("rope_theta"), self.rope_theta)
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, int | float) or not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
+            raise ValueError(f"rope scaling must be an object, got {self.rope_scaling!r}")
         if self.d_head is None and self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.activation not in SUPPORTED_ACTIVATIONS:
             raise ValueError(f"unsupported activation {self.activation!r}; expected one of {SUPPORTED_ACTIVATIONS}")
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "n_kv_heads", "head_dim"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.n_head % self.n_kv_heads != 0:
             raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_heads})")
         if self.family == "gpt2" and (self.n_kv_heads != self.n_head or not self.tie_word_embeddings
@@ -73,6 +97,10 @@ class GPTConfig:
             raise ValueError("GPT-2 has one key/value head per query head, tied embeddings and GELU")
         if self.family == "llama" and self.head_dim % 2:
             raise ValueError(f"rotary embeddings need an even head width, got {self.head_dim}")
+
+    def _key(self, name: str) -> str:
+        """A field's name as the family's config.json spells it, for messages."""
+        return _HF_KEYS[self.family].get(name, name)
 
     @property
     def family(self) -> str:
@@ -161,13 +189,13 @@ class GPTConfig:
         if hf.get("tie_word_embeddings", True) is not True:
             raise ValueError("untied output embeddings are not supported: GPT-2 ties lm_head to wte")
         return cls(
-            vocab_size=int(hf["vocab_size"]),
-            block_size=int(hf.get("n_positions", hf.get("n_ctx", 1024))),
-            n_layer=int(hf["n_layer"]),
-            n_head=int(hf["n_head"]),
-            n_embd=int(hf["n_embd"]),
-            n_inner=hf.get("n_inner"),
-            layer_norm_epsilon=float(hf.get("layer_norm_epsilon", 1e-5)),
+            vocab_size=_whole(hf, "vocab_size"),
+            block_size=_whole(hf, "n_positions", hf.get("n_ctx", 1024)),
+            n_layer=_whole(hf, "n_layer"),
+            n_head=_whole(hf, "n_head"),
+            n_embd=_whole(hf, "n_embd"),
+            n_inner=_whole(hf, "n_inner", None),
+            layer_norm_epsilon=_real(hf, "layer_norm_epsilon", 1e-5),
             activation=hf.get("activation_function", "gelu_new"),
         )
 
@@ -175,40 +203,43 @@ class GPTConfig:
     def _llama_from_hf(cls, hf: dict[str, Any]) -> GPTConfig:
         model_type = hf["model_type"]
         archs = hf.get("architectures") or [LLAMA_FAMILY_TYPES[model_type]]
+        if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            raise ValueError(f"architectures must be a list of names, got {archs!r}")
         if archs[0] != LLAMA_FAMILY_TYPES[model_type]:
             raise ValueError(f"architecture {archs[0]!r} is not a causal LM we run "
                              f"(expected {LLAMA_FAMILY_TYPES[model_type]!r})")
         act = hf.get("hidden_act", "silu")
         if act != "silu":
             raise ValueError(f"hidden_act {act!r} is not supported (expected 'silu')")
-        if int(hf.get("pretraining_tp", 1)) != 1:
+        if _whole(hf, "pretraining_tp", 1) != 1:
             raise ValueError("pretraining_tp above 1 is not supported")
         theta, scaling = _rope_settings(hf)
-        block_size = int(hf.get("max_position_embeddings", 2048))
+        block_size = _whole(hf, "max_position_embeddings", 2048)
         # A sliding window (Mistral 7B v0.1, Qwen2 with use_sliding_window) only changes attention beyond
         # its width: the context is capped at the window, inside which the maths is exactly causal attention.
-        window = hf.get("sliding_window")
-        if window is not None and (model_type == "mistral" or hf.get("use_sliding_window", False)):
-            block_size = min(block_size, int(window))
-        qkv_bias = bool(hf.get("attention_bias", False)) if model_type == "llama" else model_type == "qwen2"
+        window = _whole(hf, "sliding_window", None)
+        if window is not None and (model_type == "mistral" or _flag(hf, "use_sliding_window", False)):
+            block_size = min(block_size, window)
+        qkv_bias = _flag(hf, "attention_bias", False) if model_type == "llama" else model_type == "qwen2"
+        n_kv_head = _whole(hf, "num_key_value_heads", None)  # absent: one key/value head per query head
         return cls(
-            vocab_size=int(hf["vocab_size"]),
+            vocab_size=_whole(hf, "vocab_size"),
             block_size=block_size,
-            n_layer=int(hf["num_hidden_layers"]),
-            n_head=int(hf["num_attention_heads"]),
-            n_embd=int(hf["hidden_size"]),
-            n_inner=int(hf["intermediate_size"]),
-            layer_norm_epsilon=float(hf.get("rms_norm_eps", 1e-6)),
+            n_layer=_whole(hf, "num_hidden_layers"),
+            n_head=_whole(hf, "num_attention_heads"),
+            n_embd=_whole(hf, "hidden_size"),
+            n_inner=_whole(hf, "intermediate_size"),
+            layer_norm_epsilon=_real(hf, "rms_norm_eps", 1e-6),
             activation=act,
             model_type=model_type,
-            n_kv_head=int(hf.get("num_key_value_heads") or hf["num_attention_heads"]),
-            d_head=int(hf["head_dim"]) if hf.get("head_dim") else None,
+            n_kv_head=n_kv_head if n_kv_head is not None else _whole(hf, "num_attention_heads"),
+            d_head=_whole(hf, "head_dim", None) or None,
             rope_theta=theta,
             rope_scaling=scaling,
-            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),  # transformers' default for all three
+            tie_word_embeddings=_flag(hf, "tie_word_embeddings", False),  # transformers' default for all three
             qkv_bias=qkv_bias,
-            out_bias=bool(hf.get("attention_bias", False)) if model_type == "llama" else False,
-            mlp_bias=bool(hf.get("mlp_bias", False)) if model_type == "llama" else False,
+            out_bias=_flag(hf, "attention_bias", False) if model_type == "llama" else False,
+            mlp_bias=_flag(hf, "mlp_bias", False) if model_type == "llama" else False,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -227,7 +258,7 @@ def _rope_settings(hf: dict[str, Any]) -> tuple[float, RopeScaling | None]:
     scaling = hf.get("rope_scaling") or {}
     if not isinstance(params, dict) or not isinstance(scaling, dict):
         raise ValueError("rope_parameters / rope_scaling must be objects")
-    theta = float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+    theta = _real(params, "rope_theta", _real(hf, "rope_theta", 10000.0))
     merged = {**scaling, **params}
     kind = merged.get("rope_type", merged.get("type", "default"))
     if kind == "default":
@@ -235,11 +266,61 @@ def _rope_settings(hf: dict[str, Any]) -> tuple[float, RopeScaling | None]:
     if kind != "llama3":
         raise ValueError(f"rope type {kind!r} is not supported (supported: default, llama3)")
     return theta, RopeScaling(
-        factor=float(merged["factor"]),
-        low_freq_factor=float(merged["low_freq_factor"]),
-        high_freq_factor=float(merged["high_freq_factor"]),
-        original_max_position_embeddings=int(merged["original_max_position_embeddings"]),
+        factor=_real(merged, "factor"),
+        low_freq_factor=_real(merged, "low_freq_factor"),
+        high_freq_factor=_real(merged, "high_freq_factor"),
+        original_max_position_embeddings=_whole(merged, "original_max_position_embeddings"),
     )
+
+
+# How config.json names our fields, where it differs (for messages about a bad value).
+_HF_KEYS: dict[str, dict[str, str]] = {
+    "gpt2": {"block_size": "n_positions"},
+    "llama": {"block_size": "max_position_embeddings", "n_layer": "num_hidden_layers",
+              "n_head": "num_attention_heads", "n_embd": "hidden_size", "n_inner": "intermediate_size",
+              "n_kv_head": "num_key_value_heads", "d_head": "head_dim", "layer_norm_epsilon": "rms_norm_eps"},
+}
+_REQUIRED = object()
+
+
+def _value(hf: dict[str, Any], key: str, default: Any) -> Any:
+    if default is _REQUIRED:
+        return hf[key]  # a KeyError names the missing key
+    value = hf.get(key, default)
+    return default if value is None else value
+
+
+def _whole(hf: dict[str, Any], key: str, default: Any = _REQUIRED) -> Any:
+    """config.json's whole number `key` (or `default` when absent or null): a JSON integer, not a string,
+    a float or a boolean. Its range is checked by the config."""
+    value = _value(hf, key, default)
+    if value is not default and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"{key} must be a whole number, got {value!r}")
+    return value
+
+
+def _real(hf: dict[str, Any], key: str, default: Any = _REQUIRED) -> float:
+    value = _value(hf, key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} must be a number, got {value!r}")
+    return float(value)
+
+
+def _flag(hf: dict[str, Any], key: str, default: bool) -> bool:
+    value = _value(hf, key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _check_whole(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIMENSION:
+        raise ValueError(f"{name} must be a whole number from 1 to 2**40, got {value!r}")
+
+
+def _check_positive_real(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number above 0, got {value!r}")
 
 
 # The public GPT-2 checkpoints on the Hugging Face hub: shapes and download sizes (model.safetensors).

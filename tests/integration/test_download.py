@@ -132,3 +132,44 @@ def test_only_allow_listed_models_and_not_on_an_exposed_server(tmp_path):
         bad = httpx.post(url + "api/downloads", json={"model": "someone/some-repo"})
         assert bad.status_code == 404 and "not a model this server downloads" in bad.json()["detail"]
         assert httpx.post(url + "api/downloads/nope/cancel").status_code == 404
+
+
+RESOLVE = "from transformer_explainer.loading.resolve import resolve; print(resolve('gpt2').folder)"
+
+
+def test_a_first_use_download_killed_with_9_resumes_and_leaves_no_partial_file(hub_files, tmp_path):
+    """What a request for a known model does on a server with API downloads, and what `--model gpt2`
+    does on the command line (`resolve` with downloads allowed), killed with SIGKILL mid-transfer: the
+    next attempt asks only for the rest, and no partial file is left once it is done."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    hub = StandInHub(REPO, hub_files)
+    hub.rate = 4_000_000  # ~7 s for the weights
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    env.pop("HF_HUB_OFFLINE", None)
+    blobs = tmp_path / "hf" / "hub" / f"models--{REPO.replace('/', '--')}" / "blobs"
+    with hub.running():
+        env["HF_ENDPOINT"] = hub.url
+        first = subprocess.Popen([sys.executable, "-c", RESOLVE], env=env, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 90
+            while not any(p.stat().st_size >= CHUNK for p in blobs.glob("*.incomplete")):
+                assert time.monotonic() < deadline and first.poll() is None
+                time.sleep(0.05)
+        finally:
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+        kept = sum(p.stat().st_size for p in blobs.glob("*.incomplete"))
+        n_before = len(hub.weight_requests())
+        hub.rate = None
+        again = subprocess.run([sys.executable, "-c", RESOLVE], env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    ranges = hub.weight_requests()[n_before:]
+    assert ranges == [f"bytes={kept}-"], (ranges, kept)
+    folder = Path(again.stdout.strip())
+    assert sha256(folder / "model.safetensors") == sha256(hub_files / "model.safetensors")
+    assert not list(blobs.glob("*.incomplete"))

@@ -5,82 +5,145 @@ HF stores GPT-2's four projection matrices as `Conv1D` weights, (in, out); our `
 (out, in). Weights come from `model.safetensors`, sharded `model-0000N-of-0000M.safetensors` with
 their `model.safetensors.index.json`, or `pytorch_model.bin`; nothing is unpickled unsafely
 (safetensors, or `torch.load(weights_only=True)`).
+
+A folder may be hostile (a config that asks for a million layers, a weights file that is a FIFO), so
+loading goes in an order that allocates nothing the files do not justify: the config's values are
+checked; the model is built on the meta device (shapes, no memory) once the files are known to hold
+tensors for all its blocks; every tensor's name, shape and dtype is compared with the files' headers;
+the weights must fit in memory; only then are they read, checked for NaN, and assigned as they are.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ..config import GPTConfig
 from ..errors import CheckpointError
 from ..models.gpt import GPT
 from ..models.llama import LlamaLM
+from .budget import check_block_counts, check_memory
+from .files import is_regular_file, read_json
+
+__all__ = ["DecoderLM", "WeightFiles", "atomic_write_bytes", "atomic_writer", "hf_state_dict", "load_decoder",
+           "load_gpt", "load_llama", "open_weights", "read_config", "read_json", "resolve_dtype", "save_gpt",
+           "save_llama"]
 
 DecoderLM = GPT | LlamaLM
 SUPPORTED_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")  # HF's causal-mask buffers in old checkpoints
+# weights we read: safetensors' names of the floating-point dtypes, and torch's
+FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "float64", "float32", "float16", "bfloat16"}
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from `path`, or a CheckpointError saying what is wrong with the file."""
+@dataclass(frozen=True)
+class TensorInfo:
+    shape: tuple[int, ...]
+    dtype: str  # "F32", "BF16", ... from a safetensors header; "float32", ... from a pickle
+
+
+class WeightFiles:
+    """The tensors of a checkpoint folder by name: shapes and dtypes from the files' headers (nothing
+    else is read until `read`), or from the tensors of a weights-only pickle, which must be loaded whole."""
+
+    def __init__(self, folder: Path, info: dict[str, TensorInfo], shards: list[Path],
+                 loaded: dict[str, torch.Tensor] | None = None) -> None:
+        self.folder, self.info, self._shards, self._loaded = folder, info, shards, loaded
+
+    def read(self) -> dict[str, torch.Tensor]:
+        """Every tensor, read from disk (a pickle's were read already)."""
+        if self._loaded is not None:
+            return self._loaded
+        state: dict[str, torch.Tensor] = {}
+        for shard in self._shards:
+            state.update(read_safetensors(shard))
+        return state
+
+
+def _safetensors_info(path: Path) -> dict[str, TensorInfo]:
+    """The tensor table of a safetensors header; safetensors checks that it covers the file exactly."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"{path} is missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path} is not readable JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path} does not hold a JSON object")
-    return data
-
-
-def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as e:
+        with safe_open(str(path), framework="pt") as f:
+            slices = {k: f.get_slice(k) for k in f.keys()}
+            return {k: TensorInfo(tuple(t.get_shape()), t.get_dtype()) for k, t in slices.items()}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{path} is corrupt or truncated: {e}") from None
 
 
-def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"{path} is corrupt or truncated: {e}") from None
+
+
+def _unsafe_pickle_message(binf: Path, e: Exception) -> str:
+    """One line for a pickle that weights-only loading refused: what it names, never how to run it."""
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
+    what = f" (it refers to {found.group(1)})" if found else ""
+    return (f"{binf} holds Python objects other than tensors{what}, and such a pickle is never run here; "
+            f"only weights are read from pytorch_model.bin")
+
+
+def _load_pickle(binf: Path) -> dict[str, torch.Tensor]:
+    try:
+        state = torch.load(str(binf), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:  # what weights-only loading refuses
+        raise CheckpointError(_unsafe_pickle_message(binf, e)) from None
+    except Exception as e:  # not a zip, truncated, ...: torch raises many classes
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise CheckpointError(f"{binf} is not a readable PyTorch weights file: {first}") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{binf} does not hold a state dict")
+    for key, value in state.items():
+        if not isinstance(key, str):
+            raise CheckpointError(f"{binf} holds a key that is not a tensor name: {key!r}")
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"{binf} holds a {type(value).__name__} under {key!r}, not a tensor")
+    return state
+
+
+def open_weights(folder: Path) -> WeightFiles:
+    """The weight files of `folder`, their tensors known by name, shape and dtype."""
     st, binf = folder / "model.safetensors", folder / "pytorch_model.bin"
     index = folder / "model.safetensors.index.json"
-    if st.is_file():
-        return _load_safetensors(st)
-    if index.is_file():  # sharded: the index maps every tensor name to its shard file
+    if is_regular_file(st):
+        return WeightFiles(folder, _safetensors_info(st), [st])
+    if is_regular_file(index):  # sharded: the index maps every tensor name to its shard file
         weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index} has no weight_map")
-        state: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(weight_map.values())):
-            if not isinstance(shard, str) or Path(shard).name != shard:
+        info: dict[str, TensorInfo] = {}
+        shards = []
+        for shard in sorted(set(map(str, weight_map.values()))):
+            if Path(shard).name != shard or shard in (".", ".."):
                 raise CheckpointError(f"{index} names a shard outside the folder: {shard!r}")
-            if not (folder / shard).is_file():
+            if not is_regular_file(folder / shard):
                 raise CheckpointError(f"shard {shard} listed in {index.name} is missing from {folder}")
-            state.update(_load_safetensors(folder / shard))
-        missing = set(weight_map) - set(state)
+            shards.append(folder / shard)
+            info.update(_safetensors_info(folder / shard))
+        missing = set(weight_map) - set(info)
         if missing:
             raise CheckpointError(f"tensor {sorted(missing)[0]!r} listed in {index.name} is in none of its shards")
-        return state
-    if binf.is_file():
-        try:
-            state = torch.load(str(binf), map_location="cpu", weights_only=True)
-        except Exception as e:  # unpickling errors come in many classes
-            raise CheckpointError(f"{binf} could not be loaded safely (weights only): {e}") from None
-        if not isinstance(state, dict):
-            raise CheckpointError(f"{binf} does not hold a state dict")
-        return state
+        return WeightFiles(folder, info, shards)
+    if is_regular_file(binf):
+        state = _load_pickle(binf)
+        info = {k: TensorInfo(tuple(t.shape), str(t.dtype).removeprefix("torch.")) for k, t in state.items()}
+        return WeightFiles(folder, info, [], state)
     raise CheckpointError(f"{folder} has no weights: expected model.safetensors (or shards with "
                           f"model.safetensors.index.json) or pytorch_model.bin")
 
@@ -108,17 +171,30 @@ def load_decoder(folder: Path, dtype: str | torch.dtype | None = None) -> Decode
     config = read_config(folder)
     if config.family == "llama":
         return load_llama(folder, dtype, config=config)
-    return load_gpt(folder, dtype)
+    return load_gpt(folder, dtype, config=config)
 
 
-def _checked(key: str, t: torch.Tensor, shape: tuple[int, ...], folder: Path) -> torch.Tensor:
-    if tuple(t.shape) != tuple(shape):
+def _check_info(key: str, info: TensorInfo, shape: tuple[int, ...], folder: Path) -> None:
+    if info.shape != tuple(shape):
         raise CheckpointError(
-            f"tensor {key!r} in {folder} has shape {tuple(t.shape)}, but config.json implies {tuple(shape)}"
+            f"tensor {key!r} in {folder} has shape {info.shape}, but config.json implies {tuple(shape)}"
         )
-    if t.is_floating_point() and not torch.isfinite(t).all():
+    if info.dtype not in FLOAT_DTYPES:
+        raise CheckpointError(f"tensor {key!r} in {folder} has dtype {info.dtype}, not a floating-point type")
+
+
+def _finite(key: str, t: torch.Tensor, folder: Path) -> torch.Tensor:
+    if not torch.isfinite(t).all():
         raise CheckpointError(f"tensor {key!r} in {folder} contains NaN or infinite values")
     return t
+
+
+def _meta_model(cls: type[GPT] | type[LlamaLM], config: GPTConfig, files: WeightFiles) -> GPT | LlamaLM:
+    """`cls(config)` on the meta device, once the files hold tensors enough for all its blocks."""
+    check_block_counts(cls, config, ("n_layer",), file_tensors=len(files.info),
+                       config_path=files.folder / "config.json")
+    with torch.device("meta"):
+        return cls(config)
 
 
 def load_llama(folder: Path, dtype: str | torch.dtype | None = None, *, config: GPTConfig | None = None) -> LlamaLM:
@@ -127,66 +203,68 @@ def load_llama(folder: Path, dtype: str | torch.dtype | None = None, *, config: 
     so a 1.5 B model in bfloat16 needs its 3 GB once, not twice."""
     dt = resolve_dtype(dtype)
     config = config or read_config(folder)
-    hf = read_state_dict(folder)
-    with torch.device("meta"):
-        model = LlamaLM(config)
+    files = open_weights(folder)
+    model = _meta_model(LlamaLM, config, files)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if config.tie_word_embeddings:
         expected.pop("lm_head.weight")
-        head = hf.pop("lm_head.weight", None)  # some tied checkpoints store the shared matrix twice
-        emb = hf.get("model.embed_tokens.weight")
-        if head is not None and (emb is None or head.shape != emb.shape or not torch.equal(head, emb)):
-            raise CheckpointError(f"config.json in {folder} says the embeddings are tied, but the checkpoint's "
-                                  f"lm_head.weight differs from model.embed_tokens.weight")
-    loaded: dict[str, torch.Tensor] = {}
     for key, shape in expected.items():
-        if key not in hf:
+        if key not in files.info:
             hint = " (config.json says the embeddings are untied)" if key == "lm_head.weight" else ""
             raise CheckpointError(f"checkpoint in {folder} is missing tensor {key!r}{hint}")
-        loaded[key] = _checked(key, hf.pop(key), shape, folder).to(dt)
-    extra = [k for k in hf if not k.endswith("rotary_emb.inv_freq")]  # old checkpoints kept this buffer
+        _check_info(key, files.info[key], shape, folder)
+    allowed = {*expected, "lm_head.weight"}  # a tied checkpoint may store the shared matrix twice
+    extra = [k for k in files.info if k not in allowed and not k.endswith("rotary_emb.inv_freq")]  # an old buffer
     if extra:
         raise CheckpointError(f"checkpoint in {folder} has unexpected tensors, e.g. {sorted(extra)[0]!r}")
+    check_memory(model, dt, f"the model in {folder}")
+    hf = files.read()
+    if config.tie_word_embeddings:
+        head = hf.pop("lm_head.weight", None)
+        emb = hf["model.embed_tokens.weight"]
+        if head is not None and (head.shape != emb.shape or not torch.equal(head, emb)):
+            raise CheckpointError(f"config.json in {folder} says the embeddings are tied, but the checkpoint's "
+                                  f"lm_head.weight differs from model.embed_tokens.weight")
+    loaded = {key: _finite(key, hf.pop(key), folder).to(dt) for key in expected}
     model.load_state_dict(loaded, strict=False, assign=True)  # complete: checked above (lm_head when tied)
-    model.tie_weights_()
+    model.finish_loading_()
     return model.eval()
 
 
-def load_gpt(folder: Path, dtype: str | torch.dtype | None = None) -> GPT:
-    """Build our GPT from an HF GPT-2 folder (`config.json` + weights); errors name the bad tensor."""
+def load_gpt(folder: Path, dtype: str | torch.dtype | None = None, *, config: GPTConfig | None = None) -> GPT:
+    """Build our GPT from an HF GPT-2 folder (`config.json` + weights); errors name the bad tensor.
+    Built on the meta device, it takes the checkpoint's tensors as they are (GPT-2's Conv1D matrices
+    as transposed views: the input-major layout `inference_layout_` wants), cast to `dtype`."""
     dt = resolve_dtype(dtype)
-    config = read_config(folder)
+    config = config or read_config(folder)
     if config.family != "gpt2":
         raise CheckpointError(f"{folder} holds a {config.model_type} model, not GPT-2")
-    hf = read_state_dict(folder)
-    model = GPT(config)
-    ours = model.state_dict()
+    files = open_weights(folder)
     # HF GPT2LMHeadModel keys start with "transformer."; a bare GPT2Model's do not.
-    hf = {(k if k.startswith(("transformer.", "lm_head.")) else f"transformer.{k}"): v for k, v in hf.items()}
-    hf = {k: v for k, v in hf.items() if not k.endswith(IGNORED_SUFFIXES)}
-    loaded: dict[str, torch.Tensor] = {}
-    for key, target in ours.items():
-        if key == "lm_head.weight":  # tied to wte
-            continue
-        if key not in hf:
+    names = {(k if k.startswith(("transformer.", "lm_head.")) else f"transformer.{k}"): k
+             for k in files.info if not k.endswith(IGNORED_SUFFIXES)}
+    model = _meta_model(GPT, config, files)
+    ours = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    expected = {k: shape for k, shape in ours.items() if k != "lm_head.weight"}  # tied to wte
+    for key, shape in expected.items():
+        if key not in names:
             raise CheckpointError(f"checkpoint in {folder} is missing tensor {key!r}")
-        t = hf[key]
+        info = files.info[names[key]]
         if key.endswith(TRANSPOSED):
-            t = t.t()
-        if tuple(t.shape) != tuple(target.shape):
-            raise CheckpointError(
-                f"tensor {key!r} in {folder} has shape {tuple(t.shape)}, but config.json implies "
-                f"{tuple(target.shape)}"
-            )
-        if not torch.isfinite(t).all():
-            raise CheckpointError(f"tensor {key!r} in {folder} contains NaN or infinite values")
-        loaded[key] = t.to(torch.float32)
-    extra = set(hf) - set(ours)
+            info = TensorInfo(info.shape[::-1], info.dtype)
+        _check_info(key, info, shape, folder)
+    extra = set(names) - set(ours)
     if extra:
         raise CheckpointError(f"checkpoint in {folder} has unexpected tensors, e.g. {sorted(extra)[0]!r}")
-    model.load_state_dict(loaded, strict=False)
-    model.eval()
-    return model.to(dt)
+    check_memory(model, dt, f"the model in {folder}")
+    hf = files.read()
+    loaded = {}
+    for key in expected:
+        t = _finite(key, hf.pop(names[key]), folder)
+        loaded[key] = (t.t() if key.endswith(TRANSPOSED) else t).to(dt)
+    model.load_state_dict(loaded, strict=False, assign=True)  # complete: checked above (lm_head is tied)
+    model.finish_loading_()
+    return model.eval()
 
 
 def hf_state_dict(model: GPT, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:

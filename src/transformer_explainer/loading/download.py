@@ -1,20 +1,33 @@
-"""Download a known GPT-2 checkpoint from the Hugging Face hub in the background, into the normal
-hub cache, with progress (bytes, speed, time left), cancel, and resume after an interruption.
+"""Download a checkpoint from the Hugging Face hub into the normal hub cache, verified, resumable:
+in the background with progress (bytes, speed, time left) and cancel for the app's download panel
+(`DownloadManager`, the known GPT-2 checkpoints), or in the foreground for `resolve` (a model named
+on the command line, or a known one a request asks for on a server with API downloads).
 
-huggingface_hub's own `hf_hub_download` resumes a broken transfer only within one call (it retries a
-few times, then deletes its temporary file), so a download that fails for longer, or that the user
-cancels, would start again from zero. Here each file is fetched with the hub client's `http_get`
-into `blobs/<etag>.incomplete` in the cache, which is kept when a transfer stops; the next attempt
-asks for the rest with an HTTP range. A finished file is checked against its etag (the SHA-256 of
-a large file, the git blob hash of a small one), moved to `blobs/<etag>`, and `hf_hub_download`
-then links it into the snapshot folder exactly as it does for its own downloads.
+huggingface_hub's own `hf_hub_download` resumes a broken transfer only within one call: it writes
+to a temporary file unique to the process and deletes it when the call fails, so a download that
+fails for longer, that the user cancels, or whose process is killed (then the file is left behind
+for good) starts again from zero. Here each file is fetched with the hub client's `http_get` into
+`blobs/<sha>.incomplete` in the cache, which is kept when a transfer stops; the next attempt asks
+for the rest with an HTTP range.
+
+The hub's answers are not used as paths unchecked: the ETag of every file must be the hash the hub
+stores it under (the SHA-256 of a large file, the git blob hash of a small one) and the commit a git
+hash, or nothing is written; a file that arrives with another hash is deleted. File names are taken
+only from the fixed list of files a model needs, as plain names. The finished blobs are then linked
+into `snapshots/<commit>/` and `refs/main` is written, the cache layout huggingface_hub reads
+(https://huggingface.co/docs/huggingface_hub/guides/manage-cache): done here rather than by
+`hf_hub_download`, which would ask the hub again and write wherever its second answer's ETag points.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import logging
 import os
+import re
+import shutil
+import tempfile
 import threading
 import time
 from collections import deque
@@ -24,7 +37,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ExplainerError, ModelNotFoundError
-from .resolve import HUB_FILES, KNOWN_HUB_MODELS, cached_hub_folder
+from .resolve import HUB_FILES, KNOWN_HUB_MODELS
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +48,8 @@ FailureKind = Literal["offline", "interrupted", "error"]
 
 METADATA_TIMEOUT_S = 5.0  # a hub that does not answer the file list in this time counts as unreachable
 SPEED_WINDOW_S = 8.0  # speed = bytes over the last seconds (the hub client reports every 10 MiB)
+CONTENT_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # an ETag we can check a file against
+COMMIT_HASH = re.compile(r"[0-9a-f]{40}")
 
 
 class DownloadBusy(ExplainerError):
@@ -133,16 +148,17 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def matches_etag(path: Path, etag: str) -> bool | None:
-    """Whether the file's content has the hash the etag names; None when the etag is not a hash."""
-    if len(etag) == 64:
+def matches_etag(path: Path, etag: str) -> bool:
+    """Whether the file's content has the hash the etag names (a SHA-256, or a git blob hash);
+    False for an etag that is neither, which no file can be verified against."""
+    if len(etag) == 64 and CONTENT_HASH.fullmatch(etag):
         return file_sha256(path) == etag
-    if len(etag) == 40:
+    if len(etag) == 40 and CONTENT_HASH.fullmatch(etag):
         return git_blob_sha1(path) == etag
-    return None
+    return False
 
 
-def _is_network_error(e: BaseException) -> bool:
+def is_network_error(e: BaseException) -> bool:
     from huggingface_hub.errors import OfflineModeIsEnabled
 
     root = type(e).__module__.split(".")[0]
@@ -152,10 +168,152 @@ def _is_network_error(e: BaseException) -> bool:
 
 @dataclass
 class _RemoteFile:
-    name: str
+    name: str  # a plain file name from HUB_FILES
     url: str
-    etag: str
+    etag: str  # checked: a content hash, so safe as a file name
     size: int | None
+
+
+def _plain_name(name: str) -> bool:
+    """A file of the repo's top folder whose name is safe to join to a path."""
+    return bool(name) and "/" not in name and "\\" not in name and not name.startswith(".") and "\0" not in name
+
+
+def wanted_files(present: list[str]) -> list[str]:
+    """The files of a repo a model needs (HUB_FILES, whose patterns match shard names), in the hub's
+    order; pytorch_model.bin only where there are no safetensors weights (older repos)."""
+    wanted = [f for f in present if _plain_name(f) and any(fnmatch.fnmatchcase(f, p) for p in HUB_FILES)]
+    if not any(f.endswith(".safetensors") for f in wanted) and "pytorch_model.bin" in present:
+        wanted.append("pytorch_model.bin")
+    return wanted
+
+
+def remote_files(repo: str, *, endpoint: str | None = None,
+                 timeout_s: float = METADATA_TIMEOUT_S) -> tuple[str, list[_RemoteFile]]:
+    """The repo's current commit and the files to fetch with their etags and sizes; an ExplainerError
+    when the hub's answers cannot be verified (an etag that is not a content hash, a commit that is
+    not a git hash), before anything is written."""
+    from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
+
+    info = HfApi(endpoint=endpoint).model_info(repo, revision="main", timeout=timeout_s)
+    commit = info.sha
+    if not isinstance(commit, str) or not COMMIT_HASH.fullmatch(commit):
+        raise ExplainerError(f"the hub named the commit of {repo} {commit!r}, which is not a git hash; nothing "
+                             f"was downloaded")
+    wanted = wanted_files([s.rfilename for s in info.siblings or []])
+    if "config.json" not in wanted or not any(w.endswith((".safetensors", ".bin")) for w in wanted):
+        raise ExplainerError(f"the hub repo {repo!r} has no config.json and weights to download")
+    out = []
+    for name in wanted:
+        meta = get_hf_file_metadata(hf_hub_url(repo, name, revision=commit, endpoint=endpoint), timeout=timeout_s)
+        etag = meta.etag
+        if not isinstance(etag, str) or not CONTENT_HASH.fullmatch(etag):
+            raise ExplainerError(f"the hub sent {repo}/{name} with the ETag {etag!r}, which is not the file's "
+                                 f"SHA-256 or git hash, so it cannot be verified; nothing was downloaded")
+        if meta.commit_hash not in (None, commit):
+            raise ExplainerError(f"the hub sent {repo}/{name} from commit {meta.commit_hash!r}, not {commit}; "
+                                 f"the repo changed during the download, try again")
+        size = meta.size if isinstance(meta.size, int) and meta.size >= 0 else None
+        out.append(_RemoteFile(name, meta.location, etag, size))
+    return commit, out
+
+
+def _storage(repo: str, cache_dir: Path | None) -> Path:
+    from huggingface_hub import constants
+    from huggingface_hub.file_download import repo_folder_name
+
+    return Path(cache_dir or constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo, repo_type="model")
+
+
+def _fetch_blob(r: _RemoteFile, blobs: Path, job: DownloadJob | None) -> None:
+    """`blobs/<etag>`, fetched into `blobs/<etag>.incomplete` from where an earlier attempt stopped,
+    and verified against the etag before it takes its name."""
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    blob, part = blobs / r.etag, blobs / f"{r.etag}.incomplete"
+    if blob.is_file():
+        return
+    have = part.stat().st_size if part.is_file() else 0
+    if r.size is not None and have > r.size:  # not a prefix of this file: start it again
+        if job is not None:
+            job.advance(-have)
+        part.unlink()
+        have = 0
+    with part.open("ab") as f:
+        http_get(r.url, f, resume_size=have, headers=build_hf_headers(), expected_size=r.size,
+                 displayed_filename=r.name, tqdm_class=_progress_class(job) if job is not None else None)
+    if not matches_etag(part, r.etag):
+        if job is not None:
+            job.advance(-part.stat().st_size)
+        part.unlink()
+        raise ExplainerError(f"{r.name} arrived damaged (its hash does not match the hub's); it was deleted, "
+                             f"try again")
+    os.replace(part, blob)
+
+
+def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """`write(tmp)` beside `path`, then renamed over it: a reader sees the old entry or the new one."""
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.")) / path.name
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp.parent, ignore_errors=True)
+
+
+def _link_snapshot(storage: Path, commit: str, files: list[_RemoteFile]) -> Path:
+    """`snapshots/<commit>/<name>` -> `../../blobs/<etag>` for each file, and `refs/main` = commit:
+    the cache layout huggingface_hub reads (a copy of the blob where symlinks cannot be made)."""
+    snapshot = storage / "snapshots" / commit
+    snapshot.mkdir(parents=True, exist_ok=True)
+    for r in files:
+        blob = storage / "blobs" / r.etag
+
+        def link(tmp: Path, blob: Path = blob) -> None:
+            try:
+                os.symlink(os.path.relpath(blob, snapshot), tmp)
+            except OSError:  # e.g. Windows without the symlink privilege
+                shutil.copyfile(blob, tmp)
+
+        _write_atomic(snapshot / r.name, link)
+    (storage / "refs").mkdir(exist_ok=True)
+    _write_atomic(storage / "refs" / "main", lambda tmp: tmp.write_text(commit))
+    return snapshot
+
+
+def fetch_repo(repo: str, *, cache_dir: Path | None = None, endpoint: str | None = None,
+               job: DownloadJob | None = None, metadata_timeout_s: float = METADATA_TIMEOUT_S,
+               announce: Callable[[int], None] | None = None) -> Path:
+    """Download the files a model needs from `repo` into the hub cache (resuming what an earlier
+    attempt kept) and return its snapshot folder. `job`: progress and cancel for the download panel
+    (without one, the hub client shows its own progress bars). `announce(bytes_to_fetch)` is called
+    before a transfer starts, when there is one."""
+    commit, remote = remote_files(repo, endpoint=endpoint, timeout_s=metadata_timeout_s)
+    storage = _storage(repo, cache_dir)
+    blobs = storage / "blobs"
+    blobs.mkdir(parents=True, exist_ok=True)
+    done = 0
+    for r in remote:
+        blob, part = blobs / r.etag, blobs / f"{r.etag}.incomplete"
+        if blob.is_file():
+            done += blob.stat().st_size
+        elif part.is_file():
+            done += part.stat().st_size
+    total = sum(r.size or 0 for r in remote)
+    if job is not None:
+        job.files = [r.name for r in remote]
+        job.bytes_resumed = job.bytes_done = done
+        job.bytes_total = total
+    if announce is not None and total > done:
+        announce(total - done)
+    for r in remote:
+        if job is not None:
+            if job._cancel.is_set():
+                raise DownloadCancelled
+            job.current_file = r.name
+        _fetch_blob(r, blobs, job)
+    return _link_snapshot(storage, commit, remote)
 
 
 class DownloadManager:
@@ -164,8 +322,9 @@ class DownloadManager:
 
     def __init__(self, *, cache_dir: Path | None = None,
                  on_done: Callable[[str, Path], None] | None = None,
-                 metadata_timeout_s: float = METADATA_TIMEOUT_S) -> None:
+                 metadata_timeout_s: float = METADATA_TIMEOUT_S, endpoint: str | None = None) -> None:
         self.cache_dir = cache_dir
+        self.endpoint = endpoint  # the hub's address; None: huggingface_hub's (HF_ENDPOINT)
         self.on_done = on_done
         self.metadata_timeout_s = metadata_timeout_s
         self._jobs: dict[str, DownloadJob] = {}  # the latest attempt per model
@@ -220,7 +379,8 @@ class DownloadManager:
                 return
             job.state = "running"
         try:
-            folder = self._fetch(job)
+            folder = fetch_repo(job.repo, cache_dir=self.cache_dir, endpoint=self.endpoint, job=job,
+                                metadata_timeout_s=self.metadata_timeout_s)
             job.folder = folder
             if self.on_done is not None:
                 self.on_done(job.model, folder)
@@ -244,7 +404,7 @@ class DownloadManager:
 
         if isinstance(e, (RepositoryNotFoundError, GatedRepoError)):
             return "error", f"the hub has no public repo {job.repo!r}"
-        if _is_network_error(e):
+        if is_network_error(e):
             if job.bytes_total is None:
                 return "offline", (f"the Hugging Face hub cannot be reached ({type(e).__name__}); check the "
                                    f"connection and try again")
@@ -253,81 +413,3 @@ class DownloadManager:
         if isinstance(e, ExplainerError):
             return "error", str(e)
         return "error", f"{type(e).__name__}: {e}"
-
-    def _storage(self, repo: str) -> Path:
-        from huggingface_hub import constants
-        from huggingface_hub.file_download import repo_folder_name
-
-        return Path(self.cache_dir or constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo, repo_type="model")
-
-    def _remote_files(self, job: DownloadJob) -> list[_RemoteFile]:
-        """The files to fetch (from the repo's file list) with their etags and sizes."""
-        from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
-
-        info = HfApi().model_info(job.repo, revision="main", timeout=self.metadata_timeout_s)
-        present = {s.rfilename for s in info.siblings or []}
-        wanted = [f for f in HUB_FILES if f in present]
-        if "model.safetensors" not in present and "pytorch_model.bin" in present:  # older repos
-            wanted.append("pytorch_model.bin")
-        if "config.json" not in wanted or not any(w in wanted for w in ("model.safetensors", "pytorch_model.bin")):
-            raise ExplainerError(f"the hub repo {job.repo!r} has no config.json and weights to download")
-        out = []
-        for name in wanted:
-            meta = get_hf_file_metadata(hf_hub_url(job.repo, name, revision="main"), timeout=self.metadata_timeout_s)
-            if meta.etag is None:
-                raise ExplainerError(f"the hub sent no etag for {job.repo}/{name}")
-            out.append(_RemoteFile(name, meta.location, meta.etag, meta.size))
-        return out
-
-    def _fetch(self, job: DownloadJob) -> Path:
-        from huggingface_hub import hf_hub_download
-
-        remote = self._remote_files(job)
-        job.files = [r.name for r in remote]
-        blobs = self._storage(job.repo) / "blobs"
-        blobs.mkdir(parents=True, exist_ok=True)
-        done = 0
-        for r in remote:
-            blob, part = blobs / r.etag, blobs / f"{r.etag}.incomplete"
-            if blob.is_file():
-                done += blob.stat().st_size
-            elif part.is_file():
-                done += part.stat().st_size
-        job.bytes_resumed = job.bytes_done = done
-        job.bytes_total = sum(r.size or 0 for r in remote)
-        for r in remote:
-            if job._cancel.is_set():
-                raise DownloadCancelled
-            job.current_file = r.name
-            self._fetch_blob(job, r, blobs)
-        # every blob is in place: the hub client links them into the snapshot folder and writes refs/main
-        progress = _progress_class(job)  # it downloads only if the repo changed since the file list
-        pointer = Path(hf_hub_download(job.repo, remote[0].name, cache_dir=self.cache_dir, tqdm_class=progress))
-        for r in remote[1:]:
-            hf_hub_download(job.repo, r.name, cache_dir=self.cache_dir, tqdm_class=progress)
-        folder = pointer.parent
-        if self.cache_dir is None and cached_hub_folder(job.repo) != folder:
-            raise ExplainerError(f"the download of {job.repo} finished but the cache does not list it")
-        return folder
-
-    def _fetch_blob(self, job: DownloadJob, r: _RemoteFile, blobs: Path) -> None:
-        from huggingface_hub.file_download import http_get
-        from huggingface_hub.utils import build_hf_headers
-
-        blob, part = blobs / r.etag, blobs / f"{r.etag}.incomplete"
-        if blob.is_file():
-            return
-        have = part.stat().st_size if part.is_file() else 0
-        if r.size is not None and have > r.size:  # not a prefix of this file: start it again
-            job.advance(-have)
-            part.unlink()
-            have = 0
-        with part.open("ab") as f:
-            http_get(r.url, f, resume_size=have, headers=build_hf_headers(), expected_size=r.size,
-                     displayed_filename=r.name, tqdm_class=_progress_class(job))
-        if matches_etag(part, r.etag) is False:
-            job.advance(-part.stat().st_size)
-            part.unlink()
-            raise ExplainerError(f"{r.name} arrived damaged (its hash does not match the hub's); it was deleted, "
-                                 f"try again")
-        os.replace(part, blob)

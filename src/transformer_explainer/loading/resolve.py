@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from ..errors import ModelNotFoundError
+from ..errors import ExplainerError, ModelNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -149,41 +149,36 @@ def resolve(spec: str | None = None, *, allow_download: bool = True) -> Resolved
 
 
 def _download(spec: str, repo: str) -> Path:
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        LocalEntryNotFoundError,
-        OfflineModeIsEnabled,
-        RepositoryNotFoundError,
-    )
+    """The hub repo's files, fetched through download.py: verified against their hashes, and resumed,
+    not restarted, after an interruption, even of a process killed mid-transfer."""
+    from huggingface_hub.errors import GatedRepoError, OfflineModeIsEnabled, RepositoryNotFoundError
 
-    size = KNOWN_HUB_MODELS.get(spec, (None, None, 0))[2]
+    from .download import fetch_repo, is_network_error
+
+    def announce(n_bytes: int) -> None:
+        log.warning("downloading %s from the Hugging Face hub into its cache (%.0f MB)", repo, n_bytes / 1e6)
+
     try:
-        # the small config first: offline, or a repo that does not exist, fails here in one line,
+        # the file list comes first: offline, or a repo that does not exist, fails there in one line,
         # before the notice of a download that cannot happen
-        snapshot_download(repo, allow_patterns=["config.json"])
-        log.warning("downloading %s from the Hugging Face hub into its cache%s", repo,
-                    f" (about {size / 1e6:.0f} MB)" if size else "")
-        folder = Path(snapshot_download(repo, allow_patterns=HUB_FILES))
-        if not has_weights(folder):  # older repos only have the pickle-format file
-            folder = Path(snapshot_download(repo, allow_patterns=[*HUB_FILES, "pytorch_model.bin"]))
+        return fetch_repo(repo, announce=announce)
     except (RepositoryNotFoundError, GatedRepoError):
         raise ModelNotFoundError(
             f"{spec!r} is not a built-in model, not a local folder, and no model {repo!r} exists on the "
             f"Hugging Face hub (built-in models: {', '.join(builtin_models()) or 'none'})"
         ) from None
-    except (LocalEntryNotFoundError, OfflineModeIsEnabled, OSError) as e:
-        from huggingface_hub import constants
-
-        # huggingface_hub 2.4 answers HF_HUB_OFFLINE with LocalEntryNotFoundError, not OfflineModeIsEnabled
-        offline_mode = isinstance(e, OfflineModeIsEnabled) or constants.HF_HUB_OFFLINE
-        why = "HF_HUB_OFFLINE is set" if offline_mode else "huggingface.co cannot be reached"
-        # read by Python users and the command line alike: the model's name, not a flag of either
-        raise ModelNotFoundError(
-            f"cannot download {spec!r}: this machine is offline ({why}) and {repo} is not in the Hugging Face "
-            f"cache. Connect and try again, or load a local HF-format model folder or the built-in model "
-            f"{BUILTIN_DEFAULT!r}"
-        ) from None
+    except ExplainerError as e:
+        raise ModelNotFoundError(f"could not download {repo!r}: {e}") from None
     except Exception as e:  # network stacks raise many classes; keep the message, drop the trace
+        if isinstance(e, OfflineModeIsEnabled) or is_network_error(e) or isinstance(e, OSError):
+            from huggingface_hub import constants
+
+            offline_mode = isinstance(e, OfflineModeIsEnabled) or constants.HF_HUB_OFFLINE
+            why = "HF_HUB_OFFLINE is set" if offline_mode else "huggingface.co cannot be reached"
+            # read by Python users and the command line alike: the model's name, not a flag of either
+            raise ModelNotFoundError(
+                f"cannot download {spec!r}: this machine is offline ({why}) and {repo} is not in the Hugging Face "
+                f"cache. Connect and try again, or load a local HF-format model folder or the built-in model "
+                f"{BUILTIN_DEFAULT!r}"
+            ) from None
         raise ModelNotFoundError(f"could not download {repo!r}: {type(e).__name__}: {e}") from None
-    return folder

@@ -14,16 +14,41 @@ can bracket them and show the character they form.
 
 from __future__ import annotations
 
-import json
 import re
 import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ExplainerError, InputError
+from .files import is_regular_file, read_json, read_regular_bytes
+
+MAX_TOKENIZER_BYTES = 256 * 1024 * 1024  # the largest tokenizer.json files on the hub are tens of MB
+
+
+def _is_panic(e: BaseException) -> bool:
+    """Whether `e` is the tokenizers library's Rust code panicking (its regex engine giving up on a
+    pattern, for one). pyo3 raises such a panic as a PanicException, which derives from BaseException
+    so that `except Exception` lets it through."""
+    return type(e).__name__ == "PanicException"
+
+
+@contextmanager
+def _text_errors() -> Iterator[None]:
+    """A tokenizer failing on a text (a tokenizer.json pattern the regex engine gives up on) as an
+    InputError naming the cause, not a panic through every handler."""
+    try:
+        yield
+    except BaseException as e:
+        if not _is_panic(e):
+            raise
+        cause = (str(e).splitlines() or ["a panic"])[0]
+        raise InputError(f"the model's tokenizer failed on this text ({cause}); its tokenizer.json has a pattern "
+                         f"the regex engine cannot run on it") from None
 
 
 @lru_cache(maxsize=1)
@@ -111,21 +136,28 @@ class TextTokenizer:
     @classmethod
     def from_folder(cls, folder: Path, family: str = "gpt2") -> TextTokenizer:
         """From `tokenizer.json`, or else GPT-2's `vocab.json` + `merges.txt`. For the Llama family,
-        with the BOS and EOS tokens that `tokenizer_config.json` and `config.json` name, if any."""
+        with the BOS and EOS tokens that `tokenizer_config.json` and `config.json` name, if any. Only
+        regular files are read (see files.py)."""
         try:
-            if (folder / "tokenizer.json").is_file():
-                tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+            if is_regular_file(folder / "tokenizer.json"):
+                data = read_regular_bytes(folder / "tokenizer.json", MAX_TOKENIZER_BYTES)
+                tok = Tokenizer.from_str(data.decode("utf-8"))
                 if family == "gpt2":
                     return cls(tok)
                 return cls(tok, bos_id=_bos_id(folder, tok), eos_ids=_eos_ids(folder, tok))
             vocab, merges = folder / "vocab.json", folder / "merges.txt"
-            if vocab.is_file() and merges.is_file():
+            if is_regular_file(vocab) and is_regular_file(merges):
                 tok = Tokenizer(models.BPE.from_file(str(vocab), str(merges)))
                 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
                 tok.decoder = decoders.ByteLevel()
                 return cls(tok)
-        except Exception as e:  # tokenizers raises plain Exceptions on bad files
-            raise CheckpointError(f"tokenizer files in {folder} could not be read: {e}") from None
+        except ExplainerError:
+            raise
+        except BaseException as e:  # tokenizers raises plain Exceptions on bad files, and can panic
+            if not isinstance(e, Exception) and not _is_panic(e):
+                raise
+            first = (str(e).splitlines() or [type(e).__name__])[0]
+            raise CheckpointError(f"tokenizer files in {folder} could not be read: {first}") from None
         raise CheckpointError(f"{folder} has no tokenizer: expected tokenizer.json, or vocab.json and merges.txt")
 
     @property
@@ -135,7 +167,8 @@ class TextTokenizer:
     def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
         """The ids of `text`, after the BOS token where the model expects one (unless `add_bos` is
         False: the text's own tokens, e.g. to look up one word)."""
-        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        with _text_errors():
+            ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         return ids if self.bos_id is None or not add_bos else [self.bos_id, *ids]
 
     def start_id(self) -> int | None:
@@ -144,7 +177,8 @@ class TextTokenizer:
         return self.bos_id if self.bos_id is not None else self.eos_id()
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+        with _text_errors():
+            return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def raw_token(self, token_id: int) -> str:
         """The vocabulary entry as stored, e.g. 'Ġthe'."""
@@ -198,13 +232,7 @@ class TextTokenizer:
 
 
 def _json_or_empty(path: Path) -> dict:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path} is not readable JSON: {e}") from None
-    return data if isinstance(data, dict) else {}
+    return read_json(path) if is_regular_file(path) else {}
 
 
 def _bos_id(folder: Path, tok: Tokenizer) -> int | None:

@@ -48,6 +48,11 @@ class GPT(DecoderBase):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
+    def finish_loading_(self) -> None:
+        """Re-tie lm_head to the token embedding after `load_state_dict(assign=True)` (from a build on
+        the meta device) replaced the embedding's matrix."""
+        self.lm_head.weight = self.transformer.wte.weight
+
     # the stage whose values the KV cache keeps as keys (GPT-2: the keys as projected)
     cached_keys = "attn.k"
 

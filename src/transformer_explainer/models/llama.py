@@ -49,7 +49,9 @@ def rope_inv_freq(config: GPTConfig) -> Tensor:
     """The rotation frequency of each pair of a head's dimensions, theta^(-2i/Dh), with Llama 3.1's
     scaling when the config has it (transformers' `_compute_llama3_parameters`)."""
     dim = config.head_dim
-    exponents = torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").to(torch.float32) / dim
+    # on the default device: built under `torch.device("meta")` (loading), it costs nothing until
+    # `finish_loading_` computes it for a config whose shapes the weight files have confirmed
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim
     inv_freq = 1.0 / (config.rope_theta**exponents)
     s = config.rope_scaling
     if s is None:
@@ -181,10 +183,13 @@ class LlamaLM(DecoderBase):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.inv_freq = rope_inv_freq(config)  # (Dh/2,) float32; derived from the config, not a weight
 
-    def tie_weights_(self) -> None:
-        """Re-tie lm_head to the embedding (after `load_state_dict(assign=True)` replaced it)."""
+    def finish_loading_(self) -> None:
+        """After a build on the meta device and `load_state_dict(assign=True)`: re-tie lm_head to the
+        embedding (assigning replaced it) and compute the rotary frequencies on the CPU."""
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        with torch.device("cpu"):
+            self.inv_freq = rope_inv_freq(self.config)
 
     # the stage whose values the KV cache keeps as keys: rotated, as attention uses them
     cached_keys = "attn.rot_k"

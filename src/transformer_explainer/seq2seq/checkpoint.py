@@ -12,11 +12,12 @@ from importlib import resources
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from ..errors import CheckpointError, InputError
-from ..loading.checkpoint import atomic_write_bytes, read_json
+from ..loading.budget import check_block_counts, check_memory
+from ..loading.checkpoint import FLOAT_DTYPES, atomic_write_bytes, open_weights, read_safetensors
+from ..loading.files import is_regular_file, read_json
 from .config import Seq2SeqConfig
 from .engine import Seq2SeqModel
 from .model import EncoderDecoder
@@ -67,33 +68,52 @@ def load_seq2seq(folder: Path) -> Seq2SeqModel:
     try:
         config = Seq2SeqConfig.from_dict(meta["model"])
         src_vocab, tgt_vocab = Vocab.from_dict(vocab["src"]), Vocab.from_dict(vocab["tgt"])
-        max_src, max_tgt = int(meta["max_src_len"]), int(meta["max_tgt_len"])
+        max_src, max_tgt = _length(meta, "max_src_len"), _length(meta, "max_tgt_len")
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{folder} has an unusable config.json or vocab.json: {e}") from None
-    try:
-        state = load_file(str(folder / "model.safetensors"))
-    except FileNotFoundError:
-        raise CheckpointError(f"{folder / 'model.safetensors'} is missing") from None
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"{folder / 'model.safetensors'} is corrupt or truncated: {e}") from None
-    net = EncoderDecoder(config)
-    expected = net.state_dict()
-    missing, extra = set(expected) - set(state), set(state) - set(expected)
+    weights = folder / "model.safetensors"
+    if not is_regular_file(weights):
+        raise CheckpointError(f"{weights} is missing")
+    # everything the config implies is checked against the file's header before anything is allocated
+    # (loading/budget.py): a config of a million layers or a billion positions is refused in one line
+    info = open_weights(folder).info
+    check_block_counts(EncoderDecoder, config, ("n_encoder_layers", "n_decoder_layers"), file_tensors=len(info),
+                       config_path=folder / "config.json")
+    with torch.device("meta"):
+        planned = EncoderDecoder(config)
+    expected = planned.state_dict()
+    missing, extra = set(expected) - set(info), set(info) - set(expected)
     if missing or extra:
         which = f"missing {sorted(missing)[0]!r}" if missing else f"unexpected {sorted(extra)[0]!r}"
-        raise CheckpointError(f"{folder / 'model.safetensors'} does not match config.json: {which}")
-    for key, t in state.items():
-        if tuple(t.shape) != tuple(expected[key].shape):
-            raise CheckpointError(f"tensor {key!r} has shape {tuple(t.shape)}, config.json implies "
+        raise CheckpointError(f"{weights} does not match config.json: {which}")
+    for key, t in info.items():
+        if t.shape != tuple(expected[key].shape):
+            raise CheckpointError(f"tensor {key!r} has shape {t.shape}, config.json implies "
                                   f"{tuple(expected[key].shape)}")
+        if t.dtype not in FLOAT_DTYPES:
+            raise CheckpointError(f"tensor {key!r} has dtype {t.dtype}, not a floating-point type")
+    check_memory(planned, torch.float32, f"the model in {folder}")
+    state = read_safetensors(weights)
+    for key, t in state.items():
         if not torch.isfinite(t).all():
             raise CheckpointError(f"tensor {key!r} contains NaN or infinite values")
+    net = EncoderDecoder(config)
     net.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})
     try:
         return Seq2SeqModel(net, src_vocab, tgt_vocab, str(meta["task"]), max_src, max_tgt,
                             dict(meta.get("task_options") or {}), dict(meta.get("training") or {}), folder)
     except ValueError as e:
         raise CheckpointError(f"{folder}: {e}") from None
+
+
+MAX_SEQUENCE = 1 << 16  # far longer than any toy task's texts; decoding runs up to max_tgt_len steps
+
+
+def _length(meta: dict, key: str) -> int:
+    value = meta[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SEQUENCE:
+        raise ValueError(f"{key} must be a whole number from 1 to {MAX_SEQUENCE}, got {value!r}")
+    return value
 
 
 def builtin_root() -> Path:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
+
+from ..config import MAX_DIMENSION
 
 
 @dataclass(frozen=True)
@@ -25,14 +28,21 @@ class Seq2SeqConfig:
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "n_encoder_layers", "n_decoder_layers", "d_model",
                      "n_head", "d_ff", "max_len"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIMENSION:
+                raise ValueError(f"{name} must be a whole number from 1 to 2**40, got {value!r}")
+        eps = self.layer_norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, int | float) or not math.isfinite(eps) or eps <= 0:
+            raise ValueError(f"layer_norm_eps must be a finite number above 0, got {eps!r}")
+        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not (
+                0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size)):
+            raise ValueError(f"pad_id must be an id in both vocabularies, got {self.pad_id!r}")
         if self.d_model % self.n_head != 0:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
         if self.d_model % 2 != 0:
             raise ValueError(f"d_model ({self.d_model}) must be even for the sinusoidal encoding")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, int | float) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
 
     @property
     def d_k(self) -> int:
