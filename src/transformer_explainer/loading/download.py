@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ExplainerError, ModelNotFoundError
-from .resolve import HUB_FILES, KNOWN_HUB_MODELS
+from .hub import HUB_FILES, KNOWN_HUB_MODELS
 
 log = logging.getLogger(__name__)
 
