@@ -305,8 +305,8 @@ const steps: LessonStep[] = [
     body: () => {
       const c = cfg();
       if (!c || !app.trace?.tokens[app.pos]) return [];
-      return [say(nTok() > 1 ? "lesson.gpt2.overview.body" : "lesson.gpt2.overview.bodyOne", { nTok: int("n-tokens", nTok()), nLayer: int("n-layer", c.n_layer),
-        focus: focusTok() })];
+      return [say(nTok() > 1 ? "lesson.gpt2.overview.body" : "lesson.gpt2.overview.bodyOne",
+        { nTok: int("n-tokens", nTok()), nLayer: int("n-layer", c.n_layer) })];
     },
     task: () => [say("lesson.gpt2.overview.task", { focus: focusTok("focus-token-2"), button: say("ui.ovPlay") })],
   },
@@ -615,8 +615,9 @@ const steps: LessonStep[] = [
       const c = cfg();
       if (!c) return [];
       const width = c.n_head * c.head_dim;
-      const vars = { nHead: int("n-head", c.n_head), dHead: int("d-head", c.head_dim), width: int("concat-width", width),
-        d: int("d-model", c.n_embd), head: headVal() };
+      // the widths the text quotes are those of the two strips: the concatenation (its head outlined) and attn_out
+      const vars = { nHead: int("n-head", c.n_head), dHead: int("d-head", c.head_dim), width: int("concat-width", width, "heads-concat"),
+        d: int("d-model", c.n_embd, "heads-out"), head: headVal() };
       return [
         say("lesson.gpt2.concat.body", vars),
         either(width === c.n_embd, "lesson.gpt2.concat.fits", "lesson.gpt2.concat.other", vars),
@@ -839,7 +840,7 @@ const steps: LessonStep[] = [
         if (k < nx.candidates.length && next) {
           const tail = 1 - listed.reduce((s, x) => s + x.prob_no_cut, 0);
           out.push(either(tail > 0.5, "lesson.gpt2.top-k.tailMost", "lesson.gpt2.top-k.tailLess", { tail: pct("tail-mass", tail),
-            k: int("top-k", k), next: token("next-token", next.text, next.id, `cand-${k}`), pNext: pct("next-prob", next.prob_no_cut) }));
+            k: int("top-k", k), next: token("next-token", next.text, next.id), pNext: pct("next-prob", next.prob_no_cut) }));
         }
       } else if (nx.greedy) out.push(claim("lesson.gpt2.top-k.greedy"));
       else out.push(claim("lesson.gpt2.top-k.off", { kept }));
@@ -877,7 +878,7 @@ const steps: LessonStep[] = [
       const nx = app.next, top = nx?.candidates[0];
       if (!nx || !top) return [];
       const vars = { tok: token("sampled-token", nx.sampled.text, nx.sampled.id, "generate"), p: pct("sampled-prob", nx.sampled.prob),
-        seed: int("seed", nx.seed), top: token("top-token", top.text, top.id, "cand-0"), pTop: pct("top-prob", top.prob) };
+        seed: int("seed", nx.seed), top: token("top-token", top.text, top.id), pTop: pct("top-prob", top.prob) };
       const out: Text = [say("lesson.gpt2.sample.body", vars)];
       if (nx.greedy) out.push(claim("lesson.gpt2.sample.greedy", vars));
       else if (nx.n_kept === 1) out.push(claim("lesson.gpt2.sample.one", vars));
