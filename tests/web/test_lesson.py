@@ -56,7 +56,16 @@ def wait_body(page) -> None:
     page.wait_for_function("() => { const b = document.querySelector('[data-testid=lesson-body]');"
                            " return b && b.getAttribute('aria-busy') === 'false' && b.textContent.trim().length > 0 }",
                            timeout=30_000)
-    page.wait_for_timeout(300)  # the card and the outline glide (0.2 s)
+    # the card glides (0.2 s) to where it fits once the step's views have loaded and the page has scrolled: wait
+    # until it stands still
+    last = None
+    for _ in range(30):
+        page.wait_for_timeout(150)
+        now = page.evaluate("() => { const b = document.querySelector('[data-testid=tour]').getBoundingClientRect();"
+                            " return [b.left, b.top, b.width, b.height, scrollY] }")
+        if now == last:
+            break
+        last = now
 
 
 def step_id(page) -> str:

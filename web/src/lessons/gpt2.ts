@@ -698,7 +698,11 @@ const steps: LessonStep[] = [
       const lo = argBest(pre.data, pre.data.length - 1, -1), hi = argBest(pre.data, pre.data.length - 1);
       const neg = { layer: layerVal(), unit: int("unit", lo), x: dec("gelu-in", pre.data[lo], "gelu-neg"), y: dec("gelu-out", post.data[lo], "gelu-neg") };
       const pos = { unit: int("unit-pos", hi), x: dec("gelu-in-pos", pre.data[hi], "gelu-pos"), y: dec("gelu-out-pos", post.data[hi], "gelu-pos") };
-      if (pre.data[lo] < 0) out.push(either(pre.data[lo] <= -GELU_FAR, "lesson.gpt2.gelu.negFlat", "lesson.gpt2.gelu.negBend", neg));
+      if (pre.data[lo] < 0) {
+        // far below 0 the output is tiny, and in float32 it may be exactly 0
+        const far = pre.data[lo] <= -GELU_FAR;
+        out.push(claim(!far ? "lesson.gpt2.gelu.negBend" : post.data[lo] === 0 ? "lesson.gpt2.gelu.negZero" : "lesson.gpt2.gelu.negFlat", neg));
+      }
       if (pre.data[hi] > 0) out.push(either(pre.data[hi] >= GELU_FAR, "lesson.gpt2.gelu.posPass", "lesson.gpt2.gelu.posBend", pos));
       out.push(say("lesson.gpt2.gelu.why"));
       return out;

@@ -394,6 +394,7 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   "lesson.gpt2.gelu.other": (v, ctx) => fail(v.act.raw === ctx.trace.config.activation && !ctx.trace.config.activation.startsWith("gelu"),
     ctx.trace.config.activation),
   "lesson.gpt2.gelu.negFlat": (v, ctx) => gelUnit(v, ctx, -1, (x, y) => fail(x <= -2 && Math.abs(y) < 0.05, `GELU(${x}) = ${y}`)),
+  "lesson.gpt2.gelu.negZero": (v, ctx) => gelUnit(v, ctx, -1, (x, y) => fail(x <= -2 && y === 0, `GELU(${x}) = ${y}`)),
   "lesson.gpt2.gelu.negBend": (v, ctx) => gelUnit(v, ctx, -1, (x) => fail(x > -2 && x < 0, `the most negative input is ${x}`)),
   "lesson.gpt2.gelu.posPass": (v, ctx) => gelUnit(v, ctx, 1, (x, y) => fail(x >= 2 && Math.abs(y - x) < 0.03 * x, `GELU(${x}) = ${y}`)),
   "lesson.gpt2.gelu.posBend": (v, ctx) => gelUnit(v, ctx, 1, (x, y) => fail(x > 0 && x < 2 && y < x, `the largest input is ${x}`)),
