@@ -24,7 +24,7 @@ from ..media import BINARY_MEDIA_TYPE
 from .security import AccessGuard, AccessSettings, FairShare
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-       "font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+       "font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
 SECURITY_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
                     (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
 PAGE_METHODS = ("GET",)  # the page's files answer GET; others (HEAD included) get the real app's 405
