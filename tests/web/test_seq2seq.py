@@ -168,7 +168,7 @@ def test_language_switch(page):
     page.wait_for_selector("[data-testid=s2s-cross] .pic")
     assert "第 1 步，共 6 步" == page.locator("[data-testid=s2s-step-count]").inner_text()
     text = hover_cell(page, "s2s-cross", 0, 4, 1, 5)
-    assert text.startswith("输出词元 “o”（第 0 步）关注源词元 “o”（4）：")
+    assert text.startswith("输出词元 “o”（步骤 0）关注源词元 “o”（4）：")
     shot(page, "s2s-09-chinese")
     for tab in ("encoder", "compare", "positions", "training"):
         page.click(f"[data-testid=s2s-tab-{tab}]")
