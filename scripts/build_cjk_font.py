@@ -12,7 +12,8 @@ the source beside it:
     web/public/fonts/OFL.txt                      (the licence text, from the Debian package)
 
 Every page, English too, shows a few CJK characters: the language menu's 中文 (each catalogue's
-meta.name), the Chinese example text (web/src/lib/examples.json), and any in the English strings. A
+meta.name), the Chinese example text (web/src/lib/examples.json), any in the English strings, and the
+numerals of the encoder-decoder task number_words_zh (its vocabulary, read from the package). A
 font fetched after the page is laid out leaves Chromium's missing-glyph boxes in place, so those
 glyphs come with the page's stylesheet instead, as a data: URL (Vite inlines the file):
 
@@ -75,19 +76,34 @@ def is_cjk(ch: str) -> bool:
     return any(lo <= cp <= hi for lo, hi in CJK_RANGES)
 
 
-def cjk_chars(src: Path = WEB_SRC) -> set[str]:
-    """Every CJK character in the web sources (all of web/src: the app's, the pages' and lessons' strings)."""
-    chars: set[str] = set()
+def cjk_chars(src: Path = WEB_SRC, *, tasks: bool = True) -> set[str]:
+    """Every CJK character in the web sources (all of web/src: the app's, the pages' and lessons' strings),
+    and in the outputs of the built-in encoder-decoder tasks (which the page shows in any language)."""
+    chars: set[str] = task_chars() if tasks else set()
     for p in sorted(src.rglob("*")):
         if p.is_file() and p.suffix in SOURCE_SUFFIXES:
             chars.update(ch for ch in p.read_text(encoding="utf-8") if is_cjk(ch))
     return chars
 
 
-def page_chars(src: Path = WEB_SRC) -> set[str]:
-    """The CJK characters every page shows: the language names of the menu (each catalogue's meta.name), the
-    example texts, and any in the English strings (the reference catalogue every language falls back to)."""
+def task_chars() -> set[str]:
+    """The CJK characters the built-in encoder-decoder tasks read and write (number_words_zh's numerals): the
+    page shows a task's output, in whatever language the page is, and its vocabulary is the server's."""
+    from transformer_explainer.seq2seq.tasks import BUILTIN_TASKS, make_task
+
     chars: set[str] = set()
+    for name in BUILTIN_TASKS:
+        task = make_task(name)
+        for vocab in (task.src_vocab, task.tgt_vocab):
+            chars.update(ch for token in vocab.tokens for ch in token if is_cjk(ch))
+    return chars
+
+
+def page_chars(src: Path = WEB_SRC, *, tasks: bool = True) -> set[str]:
+    """The CJK characters every page shows: the language names of the menu (each catalogue's meta.name), the
+    example texts, any in the English strings (the reference catalogue every language falls back to), and the
+    built-in encoder-decoder tasks' (the Chinese numerals of number_words_zh)."""
+    chars: set[str] = task_chars() if tasks else set()
     for cat in sorted((src / "locales").glob("*.json")):
         strings = json.loads(cat.read_text(encoding="utf-8"))
         shown = strings.values() if cat.stem == "en" else [strings.get("meta.name", "")]

@@ -49,7 +49,8 @@ def test_the_scan_finds_cjk_characters_and_only_those(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.svelte").write_text("<p>词元、视图</p>\n", encoding="utf-8")
     (tmp_path / "c.png").write_bytes(b"\x89PNG")
-    assert build.cjk_chars(tmp_path) == set("注意力（）。词元、视图")
+    assert build.cjk_chars(tmp_path, tasks=False) == set("注意力（）。词元、视图")
+    assert set("五六七八九万") <= build.task_chars() <= build.cjk_chars(tmp_path)  # number_words_zh's numerals
 
 
 def test_size_licence_and_record():
@@ -76,7 +77,7 @@ def test_every_page_carries_the_cjk_characters_it_shows_in_any_language():
     """The menu's language names, the Chinese example and any CJK character of the English strings are in the
     page's own face, and the face claims exactly those code points, so other CJK text goes on to the next font."""
     chars = build.page_chars()
-    assert {"中", "文", "人", "工"} <= chars  # 中文 in the menu, 人工智能… the example
+    assert {"中", "文", "人", "工", "五"} <= chars  # 中文 in the menu, 人工智能… the example, 五 of number_words_zh
     pytest.importorskip("brotli", reason="pip install brotli (reads WOFF2)")
     ttlib = pytest.importorskip("fontTools.ttLib", reason="pip install fonttools")
     cmap = set(ttlib.TTFont(str(PAGE / build.PAGE_FONT)).getBestCmap())
@@ -94,5 +95,6 @@ def test_page_chars_reads_the_menu_names_the_examples_and_the_english_strings(tm
     (tmp_path / "locales" / "zh.json").write_text('{"meta.name": "中文", "b": "不在页面上"}', encoding="utf-8")
     (tmp_path / "locales" / "ja.json").write_text('{"meta.name": "日本語", "c": "ページ"}', encoding="utf-8")
     (tmp_path / "lib" / "examples.json").write_text('["Hello", "世界"]', encoding="utf-8")
-    assert build.page_chars(tmp_path) == set("一千中文日本語世界")
+    assert build.page_chars(tmp_path, tasks=False) == set("一千中文日本語世界")
+    assert build.page_chars(tmp_path) == set("一千中文日本語世界") | build.task_chars()
     assert build.ranges_of(set("一丁七")) == "U+4E00-4E01, U+4E03"

@@ -150,3 +150,23 @@ def test_the_english_page_draws_its_chinese_characters(browser, live_server, wid
         pg.locator("header").first.screenshot(path=str(ARTIFACTS / f"english-cjk-header-{width}.png"))
         pg.locator(".examples").screenshot(path=str(ARTIFACTS / f"english-cjk-examples-{width}.png"))
     assert not [u for u in fetched if u.endswith(FULL_FONT)], "the English page fetched the CJK subset"
+
+
+@pytest.mark.browser
+def test_the_english_page_draws_the_chinese_numerals_a_task_writes(page, live_server):
+    """number_words_zh writes Chinese numerals whatever the page's language: their glyphs come with the page."""
+    from .test_seq2seq import open_page
+
+    open_page(page, task="number_words_zh", text="56789")
+    # the shipped model's answer, 五万六千七百八十九, has numerals beyond the description's 一千二百三十四零
+    page.wait_for_function("() => /[五六七八九万]/.test("
+                           "document.querySelector('[data-testid=s2s-output]').textContent)", timeout=30_000)
+    out = page.locator("[data-testid=s2s-output]")
+    words = out.inner_text()
+    shown = out.screenshot()
+    page.evaluate(BOXED, "[data-testid=s2s-output]")
+    boxed = out.screenshot()
+    page.evaluate("t => { document.querySelector('[data-testid=s2s-output]').textContent = t; }", words)
+    if not system_has_cjk_font():
+        assert differing_pixels(page, shown, boxed) != 0, f"{words} is drawn as boxes"
+    page.screenshot(path=str(ARTIFACTS / "english-s2s-numerals.png"), full_page=False)
