@@ -19,6 +19,7 @@ from fastapi import FastAPI  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from transformer_explainer.errors import ERROR_CODES, CheckpointError, ExplainerError, InputError, coded  # noqa: E402
+from transformer_explainer.loading import download  # noqa: E402
 from transformer_explainer.loading.download import DownloadJob, DownloadManager  # noqa: E402
 from transformer_explainer.schemas import ErrorOut  # noqa: E402
 from transformer_explainer.seq2seq.config import PRESETS  # noqa: E402
@@ -236,10 +237,14 @@ def test_download_answers(tiny_model):
     (OSError("No space left on device"), 1000, "error", "download_failed",
      {"reason": "OSError: No space left on device"}),
 ])
-def test_a_failed_download_job_carries_its_code(tmp_path, error, total, failure, code, params):
+def test_a_failed_download_job_carries_its_code(tmp_path, monkeypatch, error, total, failure, code, params):
     job = DownloadJob(id="gpt2-1", model="gpt2", repo="openai-community/gpt2", bytes_total=total, bytes_done=400)
     manager = DownloadManager(cache_dir=tmp_path)
-    manager._fetch = lambda _job: (_ for _ in ()).throw(error)  # the transfer fails with `error`
+
+    def fails(*_args, **_kwargs):  # the transfer fails with `error`
+        raise error
+
+    monkeypatch.setattr(download, "fetch_repo", fails)
     manager._run(job, None)
     out = job_out(job)
     assert out.state == "failed" and out.failure == failure
@@ -292,6 +297,23 @@ def test_analysis_errors(client):
     answer(client.post("/api/analysis/importance", json={"text": "a"}), 422, "loss_needs_two_tokens")
     r = client.post("/api/analysis/ablate", json={"text": "a b c", "heads": [[0, 99]]})
     assert answer(r, 422, "head_out_of_range") == {"head": 99, "max": 3}
+
+
+def test_an_analysis_over_the_servers_budget_says_what_would_fit(tiny_model):
+    from transformer_explainer.analysis.cost import importance_passes, pass_gflop
+
+    passes = importance_passes(tiny_model.config)
+    budget = passes * pass_gflop(tiny_model.config, 10)  # the importance map of a 10-token text, no more
+    text = " ".join(f"w{i}" for i in range(40))
+    n = len(tiny_model.tokenizer.encode(text))
+    with TestClient(create_app({"tiny": tiny_model}, ServerSettings(max_analysis_gflop=budget))) as c:
+        p = answer(c.post("/api/analysis/importance", json={"text": text}), 422, "analysis_too_large_text")
+        assert p == {"passes": passes, "tokens": n, "fits": 10}
+        kept = " ".join(text.split()[:4])
+        assert c.post("/api/analysis/importance", json={"text": kept}).status_code == 200
+    with TestClient(create_app({"tiny": tiny_model}, ServerSettings(max_analysis_gflop=budget / 1e4))) as c:
+        p = answer(c.post("/api/analysis/importance", json={"text": text}), 422, "analysis_too_large")
+        assert p == {"passes": passes, "tokens": n}  # not even a 2-token text fits: no shorter text to offer
 
 
 # -- the table and the source ------------------------------------------------------------------------

@@ -11,6 +11,8 @@ export const ERROR_PARAMS: Readonly<Record<ErrorCode, readonly string[]>> = {
   "input_invalid": [],
   /** a model, task or item named in the request does not exist here */
   "model_not_found": [],
+  /** the server refuses this request from this client; the detail says why */
+  "forbidden": [],
   /** the model's files could not be loaded; `reason` says why */
   "model_unusable": ["reason"],
   /** a bug: the server logged the details */
@@ -91,6 +93,8 @@ export const ERROR_PARAMS: Readonly<Record<ErrorCode, readonly string[]>> = {
   "rate_limited": ["rate", "wait"],
   /** this address has `active` model calls running or waiting, over its share of `share` */
   "too_many_calls": ["active", "share"],
+  /** this address has `active` head analyses running or waiting, its share is `share` */
+  "too_many_analyses": ["active", "share"],
   /** the server answers only to other host names */
   "host_refused": [],
   /** a request from another site that the server refuses */
@@ -157,4 +161,8 @@ export const ERROR_PARAMS: Readonly<Record<ErrorCode, readonly string[]>> = {
   "position_out_of_range": ["position", "tokens"],
   /** the count `field` must be at least 1 */
   "count_too_small": ["field", "value"],
+  /** the analysis would run `passes` forward passes of `tokens` tokens, more than the server computes for one request */
+  "analysis_too_large": ["passes", "tokens"],
+  /** as analysis_too_large, and a text of at most `fits` tokens would fit */
+  "analysis_too_large_text": ["passes", "tokens", "fits"],
 };
