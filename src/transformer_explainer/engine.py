@@ -86,17 +86,17 @@ class ExplainerModel:
         if not isinstance(text, str):
             raise InputError(f"text must be a string, got {type(text).__name__}")
         if text == "":
-            raise InputError("the text is empty: type at least one character")
+            raise InputError("the text is empty: type at least one character", code="text_empty")
         ids = self.tokenizer.encode(text)
         if not ids:
-            raise InputError("the text produced no tokens")
+            raise InputError("the text produced no tokens", code="text_no_tokens")
         n = self.context_length
         if len(ids) > n:
             if not truncate:
                 raise InputError(
                     f"the text is {len(ids)} tokens long but {self.name} reads at most {n}; shorten it, "
-                    f"or ask for truncation to keep the last {n} tokens"
-                )
+                    f"or ask for truncation to keep the last {n} tokens", code="text_too_long", tokens=len(ids),
+                    limit=n, context=n)
             ids = ids[-n:]
         return ids
 
@@ -140,15 +140,18 @@ class ExplainerModel:
         V = self.config.vocab_size
         bad = [i for i in ids if not 0 <= i < V]
         if bad:
-            raise InputError(f"token id {bad[0]} is outside the vocabulary of {self.name} (0..{V - 1})")
+            raise InputError(f"token id {bad[0]} is outside the vocabulary of {self.name} (0..{V - 1})",
+                             code="token_id_out_of_range", id=bad[0], max=V - 1)
 
     def _check_ids(self, ids: list[int], cache: KVCache | None) -> None:
         if not ids:
-            raise InputError("no tokens to run")
+            raise InputError("no tokens to run", code="ids_empty")
         self.check_vocabulary(ids)
         start = cache.length if cache is not None else 0
         if start + len(ids) > self.context_length:
-            raise InputError(f"{start + len(ids)} tokens exceed the context of {self.context_length}")
+            raise InputError(f"{start + len(ids)} tokens exceed the context of {self.context_length}",
+                             code="text_too_long", tokens=start + len(ids), limit=self.context_length,
+                             context=self.context_length)
 
     # -- prediction --------------------------------------------------------------------------------
 
@@ -174,7 +177,8 @@ class ExplainerModel:
         `max_new_tokens`, at the end-of-text token, or where the context is full."""
         params = params or SamplingParams()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise InputError(f"the number of tokens to generate must be a whole number >= 0, got {max_new_tokens!r}")
+            raise InputError(f"the number of tokens to generate must be a whole number >= 0, got {max_new_tokens!r}",
+                             code="generate_count", value=str(max_new_tokens))
         self._check_ids(ids, None)
         gen = make_generator(params.seed)
         eos = set(self.tokenizer.eos_ids())
@@ -207,10 +211,11 @@ class ExplainerModel:
             raise InputError(f"a token must be a string or an id, got {type(token).__name__}")
         if isinstance(token, int):
             if not 0 <= token < V:
-                raise InputError(f"token id {token} is outside the vocabulary (0..{V - 1})")
+                raise InputError(f"token id {token} is outside the vocabulary (0..{V - 1})",
+                                 code="token_id_out_of_range", id=token, max=V - 1)
             return token
         if token == "":
-            raise InputError("an empty string is not a token")
+            raise InputError("an empty string is not a token", code="token_empty")
         ids = self.tokenizer.encode(token, add_bos=False)  # the word's own tokens, without a BOS
         if len(ids) == 1:
             return ids[0]
@@ -218,7 +223,8 @@ class ExplainerModel:
         if raw is not None:
             return raw
         pieces = " + ".join(repr(self.tokenizer.token_text(i)) for i in ids)
-        raise InputError(f"{token!r} is not one token but {len(ids)}: {pieces}; choose a single-token word")
+        raise InputError(f"{token!r} is not one token but {len(ids)}: {pieces}; choose a single-token word",
+                         code="not_one_token", token=token, count=len(ids))
 
     # -- why this token ------------------------------------------------------------------------------
 

@@ -72,7 +72,8 @@ def names_out(family: str = "gpt2") -> NamesOut:
 
 def sampling_params(sp: SamplingIn) -> SamplingParams:
     if 0 < sp.temperature < MIN_TEMPERATURE:
-        raise InputError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {sp.temperature}")
+        raise InputError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {sp.temperature}",
+                         code="temperature_too_low", value=sp.temperature, min=MIN_TEMPERATURE)
     return SamplingParams(temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, seed=sp.seed)
 
 

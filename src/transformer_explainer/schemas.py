@@ -5,10 +5,12 @@ models (see `server/codegen.py`). Plain pydantic: the domain builds these, the s
 from __future__ import annotations
 
 import unicodedata
+from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .errors import ERROR_CODES, InputError
 from .limits import MAX_TEMPERATURE, MAX_TOP_N
 
 MAX_TEXT_CHARS = 40_000  # far above 1024 GPT-2 tokens of ordinary text; the token limit is checked too
@@ -16,6 +18,8 @@ MAX_IDS = 4096
 MAX_TENSORS_PER_REQUEST = 16
 
 TensorDtype = Literal["float16", "float32"]
+# the codes of errors.ERROR_CODES, as a named type of the schema (and of the generated TypeScript)
+ErrorCode = StrEnum("ErrorCode", {code: code for code in ERROR_CODES})  # type: ignore[misc]
 
 
 class Strict(BaseModel):
@@ -34,10 +38,12 @@ def check_text(text: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError("the text is not valid Unicode (it contains a lone surrogate)") from None
+        raise InputError("the text is not valid Unicode (it contains a lone surrogate)",
+                         code="text_not_unicode") from None
     for i, ch in enumerate(text):
         if ch not in "\t\n\r" and unicodedata.category(ch) == "Cc":
-            raise ValueError(f"the text contains the control character U+{ord(ch):04X} at index {i}; remove it")
+            raise InputError(f"the text contains the control character U+{ord(ch):04X} at index {i}; remove it",
+                             code="text_control_char", char=f"U+{ord(ch):04X}", index=i)
     return text
 
 
@@ -82,9 +88,9 @@ class InputIn(Strict):
         if (self.text is None) == (self.ids is None):
             raise ValueError("give exactly one of `text` or `ids`")
         if self.text is not None and self.text == "":
-            raise ValueError("the text is empty: type at least one character")
+            raise InputError("the text is empty: type at least one character", code="text_empty")
         if self.ids is not None and not self.ids:
-            raise ValueError("`ids` is empty: give at least one token id")
+            raise InputError("`ids` is empty: give at least one token id", code="ids_empty")
         return self
 
 
@@ -289,5 +295,10 @@ class HealthOut(BaseModel):
 
 
 class ErrorOut(BaseModel):
+    """An error answer. `detail` is the English sentence; `code` (errors.ERROR_CODES) and `params` are for
+    programs: the web app shows its own sentence for the code in the learner's language."""
+
     detail: str  # what went wrong and what to do, in a sentence
+    code: ErrorCode  # what went wrong, as a stable name
+    params: dict[str, str | int | float] = {}  # the values the code's sentence names (ERROR_CODES[code].params)
     errors: list[dict] | None = None  # field-level details for invalid requests

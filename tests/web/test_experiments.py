@@ -162,8 +162,8 @@ def test_embedding_explorer(page, live_server):
     page.wait_for_function("() => document.querySelectorAll('[data-testid=pca] circle').length === 6")
     shot(page, "exp-04-embeddings")
 
-    page.click("[data-testid=lang]")  # every string has its Chinese
-    page.wait_for_function("() => document.querySelector('[data-testid=exp-tab-lens]').textContent === '逻辑透镜'")
+    page.select_option("[data-testid=lang]", "zh")  # every string has its Chinese
+    page.wait_for_function("() => document.querySelector('[data-testid=exp-tab-lens]').textContent === 'logit 透镜'")
     assert page.locator("[data-testid=nav-experiments]").inner_text().strip() == "实验"
     shot(page, "exp-05-chinese")
-    page.click("[data-testid=lang]")
+    page.select_option("[data-testid=lang]", "en")

@@ -153,7 +153,7 @@ def check_languages(en: list[dict], zh: list[dict]) -> None:
 def test_every_step_in_both_languages_and_the_card_beside_its_target(page, live_server):
     set_text(page, TEXT, live_server)
     en = walk(page, "en", "lesson")
-    page.click("[data-testid=lang]")
+    page.select_option("[data-testid=lang]", "zh")
     page.wait_for_function("() => document.documentElement.lang === 'zh-CN'")
     zh = walk(page, "zh", "lesson")
     # the text of every step as the page showed it, to read beside the screenshots

@@ -40,8 +40,7 @@ STEP_STATE = """() => {
 
 
 def set_lang(page, lang: str) -> None:
-    if page.evaluate("document.documentElement.lang").startswith("zh") != (lang == "zh"):
-        page.click("[data-testid=lang]")
+    page.select_option("[data-testid=lang]", lang)
     want = "zh-CN" if lang == "zh" else "en"
     page.wait_for_function("l => document.documentElement.lang === l", arg=want)
 

@@ -160,7 +160,7 @@ def test_input_outside_the_vocabulary_gets_the_apis_message(page):
 def test_language_switch(page):
     open_page(page)
     assert page.locator("[data-testid=s2s-tab-decoder]").inner_text() == "Decoding step by step"
-    page.click("[data-testid=lang]")
+    page.select_option("[data-testid=lang]", "zh")
     page.wait_for_function("() => document.querySelector('[data-testid=s2s-tab-decoder]').textContent === '逐步解码'")
     assert page.locator("[data-testid=mode-seq2seq]").inner_text() == "编码器-解码器（2017）"
     assert page.locator("[data-testid=s2s-tab-positions]").inner_text() == "位置编码"
@@ -168,14 +168,14 @@ def test_language_switch(page):
     page.wait_for_selector("[data-testid=s2s-cross] .pic")
     assert "第 1 步，共 6 步" == page.locator("[data-testid=s2s-step-count]").inner_text()
     text = hover_cell(page, "s2s-cross", 0, 4, 1, 5)
-    assert text.startswith("输出词元 “o”（第 0 步）关注源词元 “o”（4）：")
+    assert text.startswith("输出词元 “o”（步骤 0）关注源词元 “o”（4）：")
     shot(page, "s2s-09-chinese")
     for tab in ("encoder", "compare", "positions", "training"):
         page.click(f"[data-testid=s2s-tab-{tab}]")
         page.wait_for_selector(f"[data-testid=s2s-panel-{tab}] section.view")
         page.wait_for_timeout(300)  # its values arrive
         shot(page, f"s2s-09-chinese-{tab}")
-    page.click("[data-testid=lang]")
+    page.select_option("[data-testid=lang]", "en")
     page.wait_for_function("() => document.querySelector('[data-testid=s2s-tab-decoder]').textContent === "
                            "'Decoding step by step'")
     # and back to the GPT-2 page

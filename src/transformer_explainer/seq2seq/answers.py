@@ -114,10 +114,12 @@ def compare_json(m: Seq2SeqModel, text: str, target: str | None) -> dict[str, An
     if target is None:
         target = m.task.reference(text) if m.task is not None else None
         if target is None:
-            raise InputError("the task cannot work out the right output for this input: give a target")
+            raise InputError("the task cannot work out the right output for this input: give a target",
+                             code="s2s_no_reference")
     gold = m.encode_target(target)
     if len(gold) > m.max_decode_len:
-        raise InputError(f"the target is {len(gold)} tokens long; at most {m.max_decode_len}")
+        raise InputError(f"the target is {len(gold)} tokens long; at most {m.max_decode_len}",
+                         code="s2s_target_too_long", tokens=len(gold), limit=m.max_decode_len)
     c = teacher_forced_vs_free_running(m, src, gold)
     steps = [{k: rounded(v) for k, v in vars(s).items()} for s in c.steps]
     return {"input": text, "target": target, **{k: v for k, v in vars(c).items() if k != "steps"}, "steps": steps}

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from ..errors import InputError
 from .decoding import MAX_BEAM
 from .live_training import MAX_STEPS
 
@@ -36,7 +37,7 @@ class DecodeRequest(TaskRequest):
     @classmethod
     def not_blank(cls, v: str) -> str:
         if not v.strip():
-            raise ValueError("the text is blank")
+            raise InputError("the text is blank", code="text_empty")
         return v
 
 

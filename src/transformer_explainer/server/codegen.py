@@ -4,7 +4,8 @@
   name helpers);
 - `web/src/lib/generated/api.ts`: the request and response types of the whole JSON API: the core
   (`schemas.py`), the analyses (`analysis/schemas.py`) and the encoder-decoder (`seq2seq/schemas.py`);
-- `web/src/lib/generated/limits.ts`: the numbers both sides share (`limits.py`).
+- `web/src/lib/generated/limits.ts`: the numbers both sides share (`limits.py`);
+- `web/src/lib/generated/errors.ts`: the error codes and the params each carries (`errors.py`).
 
 Run `python -m transformer_explainer.server.codegen` after changing either; a test checks that the
 committed files equal what this writes.
@@ -19,7 +20,7 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from .. import limits, names, schemas
+from .. import errors, limits, names, schemas
 from ..analysis import schemas as analysis_schemas
 from ..seq2seq import schemas as seq2seq_schemas
 from .downloads import DownloadIn, DownloadJobOut, DownloadsOut
@@ -196,7 +197,7 @@ def _ts(schema: dict[str, Any]) -> str:
     if "$ref" in schema:
         return _ref_name(schema["$ref"])
     if "anyOf" in schema:
-        return " | ".join(_ts(s) for s in schema["anyOf"])
+        return " | ".join(dict.fromkeys(_ts(s) for s in schema["anyOf"]))  # int | float: number once
     if "const" in schema:
         return json.dumps(schema["const"])
     if "enum" in schema:
@@ -251,9 +252,22 @@ def limits_ts() -> str:
     return "\n".join(out) + "\n"
 
 
+def errors_ts() -> str:
+    out = [HEADER.format(src="src/transformer_explainer/errors.py"), 'import type { ErrorCode } from "./api";', "",
+           "/** The params each error code carries: a catalogue's `error.<code>` sentence names only these (and",
+           " *  {detail}, the English message). */",
+           "export const ERROR_PARAMS: Readonly<Record<ErrorCode, readonly string[]>> = {"]
+    for code, info in errors.ERROR_CODES.items():
+        out.append(f"  /** {info.meaning} */")
+        out.append(f"  {json.dumps(code)}: {json.dumps(list(info.params))},")
+    out.append("};")
+    return "\n".join(out) + "\n"
+
+
 def outputs(root: Path | None = None) -> dict[Path, str]:
     gen = (root or repo_root()) / "web" / "src" / "lib" / "generated"
-    return {gen / "names.ts": names_ts(), gen / "api.ts": api_ts(), gen / "limits.ts": limits_ts()}
+    return {gen / "names.ts": names_ts(), gen / "api.ts": api_ts(), gen / "limits.ts": limits_ts(),
+            gen / "errors.ts": errors_ts()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -218,6 +218,8 @@ export interface DownloadJobOut {
   elapsed_s: number;
   failure: "offline" | "interrupted" | "error" | null;
   error: string | null;
+  error_code: ErrorCode | null;
+  error_params: Record<string, string | number>;
 }
 
 /** A model this server can download. */
@@ -249,8 +251,13 @@ export interface EncodedTensor {
   data: string;
 }
 
+export type ErrorCode = "error" | "input_invalid" | "model_not_found" | "forbidden" | "model_unusable" | "internal" | "request_invalid" | "body_unreadable" | "body_too_large" | "not_found" | "field_missing" | "field_unknown" | "field_type" | "field_too_long" | "field_too_short" | "number_too_small" | "number_not_above" | "number_too_large" | "number_not_below" | "number_not_finite" | "text_empty" | "text_no_tokens" | "text_not_unicode" | "text_control_char" | "ids_empty" | "text_too_long" | "context_full" | "token_id_out_of_range" | "generate_count" | "temperature_invalid" | "temperature_too_low" | "top_k_invalid" | "top_k_too_large" | "top_p_invalid" | "seed_invalid" | "model_unknown" | "model_loading" | "server_starting" | "model_load_failed" | "busy" | "timed_out" | "shutting_down" | "rate_limited" | "too_many_calls" | "too_many_analyses" | "host_refused" | "origin_refused" | "token_required" | "downloads_off" | "download_busy" | "download_not_offered" | "download_not_found" | "download_offline" | "download_interrupted" | "download_no_repo" | "download_no_files" | "download_damaged" | "download_failed" | "s2s_unknown_task" | "s2s_out_of_vocabulary" | "s2s_text_too_long" | "s2s_target_empty" | "s2s_target_too_long" | "s2s_no_reference" | "s2s_beam_size" | "s2s_example_unsolvable" | "s2s_example_too_long" | "s2s_steps" | "training_busy" | "not_one_token" | "token_empty" | "analogy_empty" | "projection_too_few" | "loss_needs_two_tokens" | "layer_out_of_range" | "head_out_of_range" | "position_out_of_range" | "count_too_small" | "analysis_too_large" | "analysis_too_large_text";
+
+/** An error answer. `detail` is the English sentence; `code` (errors.ERROR_CODES) and `params` are for programs: the web app shows its own sentence for the code in the learner's language. */
 export interface ErrorOut {
   detail: string;
+  code: ErrorCode;
+  params?: Record<string, string | number>;
   errors?: Record<string, unknown>[] | null;
 }
 

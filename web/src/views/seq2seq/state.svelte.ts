@@ -1,6 +1,6 @@
 // State of the encoder-decoder page: which page is shown, the task and source text, the decode that
 // every view reads, and the model it comes from (the shipped checkpoint or a live training run's).
-import { ApiError } from "../../lib/client";
+import { asError } from "../../lib/errorText";
 import type { DecodeOut, TaskInfo } from "../../lib/generated/api";
 import { s2sApi } from "./api";
 
@@ -28,7 +28,7 @@ class Seq2SeqState {
   tab = $state<Tab>("encoder");
   decoded = $state.raw<DecodeOut | null>(null);
   loading = $state(false);
-  error = $state<string | null>(null);
+  error = $state.raw<Error | null>(null);
   loaded = $state(false);
   // focus shared by the attention views
   encLayer = $state(0);
@@ -54,7 +54,7 @@ class Seq2SeqState {
       this.loaded = true;
       await this.decode();
     } catch (e) {
-      this.error = (e as Error).message;
+      this.error = asError(e);
     }
   }
 
@@ -83,7 +83,7 @@ class Seq2SeqState {
       if (this.encHead >= out.n_heads) this.encHead = 0;
     } catch (e) {
       if (seq !== this.#seq || (e as Error).name === "AbortError") return;
-      this.error = e instanceof ApiError ? e.message : String(e);
+      this.error = asError(e);
     } finally {
       if (seq === this.#seq) this.loading = false;
     }
