@@ -18,11 +18,17 @@ export function setMode(seq2seq: boolean): void {
   history.replaceState(null, "", u);
 }
 
+/** Beam sizes every decode is also run with (untraced), so that the page shows where a wider search writes
+ *  something else: greedy up to the paper's 4. */
+export const COMPARE_BEAMS = [1, 2, 3, 4];
+
 class Seq2SeqState {
   tasks = $state.raw<TaskInfo[]>([]);
   maxTrainSteps = $state(1500);
   task = $state("reverse");
   text = $state("hello");
+  /** The reference output typed on the compare tab ("" = the task's own answer). */
+  reference = $state("");
   beam = $state(1);
   run = $state<string | null>(null); // decode with this live run's model instead of the shipped one
   tab = $state<Tab>("encoder");
@@ -62,6 +68,7 @@ class Seq2SeqState {
     this.task = name;
     this.run = null;
     this.text = this.info?.examples[0] ?? "";
+    this.reference = "";
   }
 
   /** Decode the current text (greedy or beam); every view of the page reads the result. */
@@ -71,8 +78,8 @@ class Seq2SeqState {
     const ctl = (this.#ctl = new AbortController());
     this.loading = true;
     try {
-      const out = await s2sApi.decode({ task: this.task, text: this.text, beam: this.beam, top_k: 5, run: this.run },
-        ctl.signal);
+      const out = await s2sApi.decode({ task: this.task, text: this.text, beam: this.beam, top_k: 5, run: this.run,
+        compare_beams: COMPARE_BEAMS }, ctl.signal);
       if (seq !== this.#seq) return;
       this.decoded = out;
       this.error = null;
