@@ -98,6 +98,10 @@ def test_decode_names_the_model_and_compares_beam_sizes(client: TestClient, mode
     c = model.config
     assert (d["d_ff"], d["src_vocab_size"], d["tgt_vocab_size"]) == (c.d_ff, c.src_vocab_size, c.tgt_vocab_size)
     assert d["n_params"] == sum(p.numel() for p in model.net.parameters())
+    # the matrices the paper shares (its section 3.4) are three here, as the lesson says
+    shared = {model.net.src_embed.lut.weight.data_ptr(), model.net.tgt_embed.lut.weight.data_ptr(),
+              model.net.generator.proj.weight.data_ptr()}
+    assert len(shared) == 3
     assert d["max_output_len"] == model.max_decode_len
     assert [a["beam"] for a in d["alternatives"]] == [1, 2, 3]
     greedy = greedy_decode(model, model.encode_source("abca"))

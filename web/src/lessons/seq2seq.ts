@@ -180,6 +180,8 @@ const steps: LessonStep[] = [
         say("lesson.seq2seq.task.intro"),
         d.run ? say("lesson.seq2seq.task.run", { ...shape, run: word("s2s-run", d.run) })
           : say("lesson.seq2seq.task.shipped", shape),
+        ...(!d.run && s2s.info?.checkpoint?.exact_match != null
+          ? [say("lesson.seq2seq.task.em", { em: pct("s2s-exact-match", s2s.info.checkpoint.exact_match, "s2s-model") })] : []),
         say("lesson.seq2seq.task.paper"),
         claim(smaller ? "lesson.seq2seq.task.smaller" : "lesson.seq2seq.task.larger", { times }),
         S === 1 ? say("lesson.seq2seq.task.sourceOne", src) : say("lesson.seq2seq.task.source", src),
@@ -413,10 +415,11 @@ const steps: LessonStep[] = [
       const d = decoded();
       if (!d || !d.steps.length) return [];
       const n = int("s2s-n-steps", d.steps.length), max = int("s2s-max-out", d.max_output_len);
+      const first = s2sViews.shown === 1 ? "s2s-next" : undefined; // the chip shows the first step's prediction
       return [
         say("lesson.seq2seq.start.input", { vt: int("s2s-tgt-vocab", d.tgt_vocab_size), d: int("s2s-d-model", d.d_model) }),
-        say("lesson.seq2seq.start.first", { tok: tok("s2s-step0-token", d.steps[0].token),
-          p: pct("s2s-step0-prob", d.steps[0].prob) }),
+        say("lesson.seq2seq.start.first", { tok: tok("s2s-step0-token", d.steps[0].token, first),
+          p: pct("s2s-step0-prob", d.steps[0].prob, first) }),
         claim(d.finished ? "lesson.seq2seq.start.stops" : "lesson.seq2seq.start.limit", { n, max }),
       ];
     },
@@ -439,7 +442,7 @@ const steps: LessonStep[] = [
       if (!c || !row) return [];
       const at = "s2s-self-map";
       return [
-        say("lesson.seq2seq.masked.rule", { k: int("s2s-self-step", c.k + 1, "s2s-player"),
+        say("lesson.seq2seq.masked.rule", { k: int("s2s-self-step", c.k + 1),
           seen: int("s2s-self-seen", row.length), w: dec("s2s-self-start", row[0], at) }),
         say("lesson.seq2seq.masked.inference"),
         say("lesson.seq2seq.masked.training"),
@@ -449,7 +452,7 @@ const steps: LessonStep[] = [
   {
     id: "cross",
     target: "s2s-cross-map",
-    controls: ["s2s-player"],
+    controls: ["s2s-cross-grid"],
     enter: async () => {
       await show("decoder");
       const d = untrack(decoded);
@@ -457,28 +460,29 @@ const steps: LessonStep[] = [
         const best = sharpestCross(d);
         s2s.decLayer = best.l;
         s2s.decHead = best.h;
-        s2sViews.shown = 1; // from the first row, so that the task's Step has rows to add
+        s2sViews.shown = d.steps.length; // every row: the whole alignment
       }
-      s2sViews.entered.shown = untrack(() => s2sViews.shown);
+      s2sViews.entered.layer = s2s.decLayer;
+      s2sViews.entered.head = s2s.decHead;
     },
     title: "lesson.seq2seq.cross.title",
     body: () => {
-      const c = current();
-      const row = c?.st.cross_attn[s2s.decLayer]?.[s2s.decHead];
-      if (!c || !row || !row.length) return [];
+      const d = decoded();
+      const row = d?.steps[0]?.cross_attn[s2s.decLayer]?.[s2s.decHead];
+      if (!d || !row || !row.length) return [];
+      // the first output token's row: on the map whatever the step shown
       const j = row.indexOf(Math.max(...row));
       const at = "s2s-cross-map";
-      const vars = { ...lh(s2s.decLayer, s2s.decHead, "s2s-cross"), out: tok("s2s-cross-out", c.st.token, at),
-        s: int("s2s-cross-step", c.k + 1), src: tok("s2s-cross-src", c.d.src_tokens[j], at),
-        j: int("s2s-cross-src-pos", j), w: dec("s2s-cross-weight", row[j], at) };
+      const vars = { ...lh(s2s.decLayer, s2s.decHead, "s2s-cross"), out: tok("s2s-cross-out", d.steps[0].token, at),
+        src: tok("s2s-cross-src", d.src_tokens[j], at), j: int("s2s-cross-src-pos", j),
+        w: dec("s2s-cross-weight", row[j], at) };
       return [
         say("lesson.seq2seq.cross.how"),
         claim(row[j] >= 0.5 ? "lesson.seq2seq.cross.sharp" : "lesson.seq2seq.cross.spread", vars),
       ];
     },
-    task: () => [(decoded()?.steps.length ?? 0) > 1 ? say("lesson.seq2seq.cross.do", { step: say("s2s.step") })
-      : say("lesson.seq2seq.cross.doOne")],
-    done: () => s2sViews.shown !== s2sViews.entered.shown,
+    task: () => [say("lesson.seq2seq.cross.do")],
+    done: () => s2s.decLayer !== s2sViews.entered.layer || s2s.decHead !== s2sViews.entered.head,
   },
   {
     id: "teacher-forcing",
@@ -570,7 +574,7 @@ const steps: LessonStep[] = [
   },
   {
     id: "training",
-    target: "s2s-tabs",
+    target: "s2s-now",
     enter: async () => {
       await show("decoder");
       s2sViews.shown = 1;
@@ -578,7 +582,6 @@ const steps: LessonStep[] = [
     title: "lesson.seq2seq.training.title",
     body: () => {
       const d = decoded();
-      const card = s2s.info?.checkpoint;
       if (!d || !d.steps.length) return [];
       const V = d.tgt_vocab_size;
       const ceil = 0.9 + 0.1 / V;
@@ -590,9 +593,6 @@ const steps: LessonStep[] = [
         claim(Math.abs(p0 - ceil) <= 0.03 ? "lesson.seq2seq.training.near"
           : p0 < ceil ? "lesson.seq2seq.training.below" : "lesson.seq2seq.training.above", vars),
       ];
-      if (!d.run && card?.exact_match != null) {
-        out.push(say("lesson.seq2seq.training.em", { em: pct("s2s-exact-match", card.exact_match, "s2s-model") }));
-      }
       out.push(say("lesson.seq2seq.training.live", { tab: say("s2s.tab_training") }));
       return out;
     },

@@ -86,11 +86,7 @@ const TASKS: Record<string, (task: Text) => Promise<boolean | void>> = {
   beyond: async () => { s2sViews.nPos = 160; await s2sViews.loadPositions(); },
   encoder: async () => { s2s.encHead = (s2s.encHead + 1) % (s2s.decoded?.n_heads ?? 1); },
   start: async () => { s2sViews.shown = s2s.decoded?.steps.length ?? 1; },
-  cross: async () => {
-    const n = s2s.decoded?.steps.length ?? 1;
-    if (s2sViews.shown >= n) return false;
-    s2sViews.shown += 1;
-  },
+  cross: async () => { s2s.decHead = (s2s.decHead + 1) % (s2s.decoded?.n_heads ?? 1); },
   "teacher-forcing": async (task) => {
     const ex = task[0]?.vars?.ex;
     if (!(typeof ex === "object" && "raw" in ex)) return false;
