@@ -314,7 +314,7 @@ const steps: LessonStep[] = [
   },
   {
     id: "beyond",
-    target: "s2s-npos",
+    target: "s2s-pe-map",
     enter: async () => {
       await show("positions");
       await s2sViews.loadPositions();
