@@ -543,7 +543,10 @@ const steps: LessonStep[] = [
     id: "beam",
     target: "s2s-beams",
     controls: ["s2s-beam"],
-    enter: () => show("decoder"),
+    enter: async () => {
+      await show("decoder");
+      await s2s.ensureAlternatives();
+    },
     title: "lesson.seq2seq.beam.title",
     body: () => {
       const d = decoded();

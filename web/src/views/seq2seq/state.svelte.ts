@@ -18,8 +18,8 @@ export function setMode(seq2seq: boolean): void {
   history.replaceState(null, "", u);
 }
 
-/** Beam sizes every decode is also run with (untraced), so that the page shows where a wider search writes
- *  something else: greedy up to the paper's 4. */
+/** Beam sizes a decode is also run with (untraced) while the decoder tab is shown, so that the page shows where
+ *  a wider search writes something else: greedy up to the paper's 4. (Four more decodes: only where they show.) */
 export const COMPARE_BEAMS = [1, 2, 3, 4];
 
 class Seq2SeqState {
@@ -71,6 +71,11 @@ class Seq2SeqState {
     this.reference = "";
   }
 
+  /** The decode again with the beam comparisons, if the one shown was made without them (on another tab). */
+  async ensureAlternatives(): Promise<void> {
+    if (this.decoded && !this.error && !this.decoded.alternatives.length) await this.decode();
+  }
+
   /** Decode the current text (greedy or beam); every view of the page reads the result. */
   async decode(): Promise<void> {
     const seq = ++this.#seq;
@@ -79,7 +84,7 @@ class Seq2SeqState {
     this.loading = true;
     try {
       const out = await s2sApi.decode({ task: this.task, text: this.text, beam: this.beam, top_k: 5, run: this.run,
-        compare_beams: COMPARE_BEAMS }, ctl.signal);
+        compare_beams: this.tab === "decoder" ? COMPARE_BEAMS : [] }, ctl.signal);
       if (seq !== this.#seq) return;
       this.decoded = out;
       this.error = null;
