@@ -4,7 +4,7 @@ app's types are generated from these."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -32,6 +32,9 @@ class DecodeRequest(TaskRequest):
     text: str = Field(min_length=1, max_length=MAX_TEXT)
     beam: int = Field(1, ge=1, le=MAX_BEAM, description="1 = greedy")
     top_k: int = Field(5, ge=1, le=20, description="candidates listed per step")
+    compare_beams: list[Annotated[int, Field(ge=1, le=MAX_BEAM)]] = Field(
+        default_factory=list, max_length=8,
+        description="also decode with these beam sizes (1 = greedy), untraced, to compare outputs and scores")
 
     @field_validator("text")
     @classmethod
@@ -125,6 +128,16 @@ class BeamStep(BaseModel):
     finished: list[Hyp]
 
 
+class BeamAlternative(BaseModel):
+    """The same source decoded with another beam size (untraced): what it writes and how probable that is."""
+
+    beam: int
+    output: str
+    tokens: list[str]
+    score: float  # sum of the tokens' log-probabilities, end token included
+    finished: bool
+
+
 class SourceEmbedding(BaseModel):
     """The source on its way into the encoder: token embedding x sqrt(d_model), plus the sinusoid."""
 
@@ -145,8 +158,13 @@ class DecodeOut(BaseModel):
     score: float
     beam: int
     d_model: int
+    d_ff: int
+    n_params: int  # every weight of the model that decoded (embeddings, both stacks, output layer)
+    src_vocab_size: int  # tokens of each side's vocabulary, the specials included
+    tgt_vocab_size: int
     embed_scale: float
     max_src_len: int
+    max_output_len: int  # decoding stops here if the end token has not come
     n_encoder_layers: int
     n_decoder_layers: int
     n_heads: int
@@ -154,6 +172,7 @@ class DecodeOut(BaseModel):
     encoder_attn: list[list[list[list[float]]]]  # (layers, heads, source, source)
     steps: list[DecodeStep]
     beams: list[BeamStep]
+    alternatives: list[BeamAlternative]  # the request's compare_beams, in its order
 
 
 class PositionalOut(BaseModel):

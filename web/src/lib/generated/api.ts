@@ -59,6 +59,15 @@ export interface AttentionStatsOut {
   queries: number;
 }
 
+/** The same source decoded with another beam size (untraced): what it writes and how probable that is. */
+export interface BeamAlternative {
+  beam: number;
+  output: string;
+  tokens: string[];
+  score: number;
+  finished: boolean;
+}
+
 export interface BeamStep {
   step: number;
   alive: Hyp[];
@@ -123,6 +132,7 @@ export interface CompareRequest {
   text: string;
   beam?: number;
   top_k?: number;
+  compare_beams?: number[];
   target?: string | null;
 }
 
@@ -157,8 +167,13 @@ export interface DecodeOut {
   score: number;
   beam: number;
   d_model: number;
+  d_ff: number;
+  n_params: number;
+  src_vocab_size: number;
+  tgt_vocab_size: number;
   embed_scale: number;
   max_src_len: number;
+  max_output_len: number;
   n_encoder_layers: number;
   n_decoder_layers: number;
   n_heads: number;
@@ -166,6 +181,7 @@ export interface DecodeOut {
   encoder_attn: number[][][][];
   steps: DecodeStep[];
   beams: BeamStep[];
+  alternatives: BeamAlternative[];
 }
 
 export interface DecodeRequest {
@@ -174,6 +190,7 @@ export interface DecodeRequest {
   text: string;
   beam?: number;
   top_k?: number;
+  compare_beams?: number[];
 }
 
 export interface DecodeStep {
