@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ..config import GPTConfig
@@ -51,6 +51,36 @@ def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{path} is corrupt or truncated: {e}") from None
+
+
+# the safetensors header's names of the floating-point types a checkpoint may store its weights in
+_STORED_FLOATS = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
+
+
+def stored_dtype(folder: Path) -> str | None:
+    """The type the checkpoint's file stores most of its weights in ("float16", "bfloat16", "float32"), read from
+    the safetensors header (of the first shard when sharded) without loading a tensor; None for a pickle
+    checkpoint, which tells its types only once unpickled, or a file that cannot be read."""
+    st = folder / "model.safetensors"
+    if not st.is_file():
+        shards = sorted(folder.glob("model-*-of-*.safetensors"))
+        if not shards:
+            return None
+        st = shards[0]
+    numbers: dict[str, int] = {}
+    try:
+        with safe_open(str(st), framework="pt") as f:
+            for key in f.keys():
+                part = f.get_slice(key)
+                name = _STORED_FLOATS.get(part.get_dtype())
+                if name:
+                    n = 1
+                    for d in part.get_shape():
+                        n *= d
+                    numbers[name] = numbers.get(name, 0) + n
+    except (SafetensorError, OSError, ValueError):
+        return None
+    return max(numbers, key=lambda k: numbers[k]) if numbers else None
 
 
 def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
