@@ -68,9 +68,10 @@ async function chooseText(): Promise<void> {
   if (!own) return;
   const key = inputKey(own.model, own.ids);
   if (xp.textChoice?.key !== key) {
-    const mine = await loadImportance(own, "zero");
+    // a single token has nothing to predict: no loss, no map (the example stands in for it)
+    const mine = own.ids.length >= 2 ? (await loadImportance(own, "zero")).clean_loss : NaN;
     let example: XInput | null = null, exampleLoss: number | null = null;
-    if (mine.clean_loss > PREDICTED * lnV()) {
+    if (!(mine <= PREDICTED * lnV())) {
       if (exampleIds?.model !== own.model) {
         const tr = await api.trace({ model: own.model, text: EXAMPLE_TEXT, truncate: true, top_n: 1 });
         exampleIds = { model: own.model, ids: tr.token_ids };
@@ -78,9 +79,9 @@ async function chooseText(): Promise<void> {
       example = exampleIds;
       exampleLoss = (await loadImportance(example, "zero")).clean_loss;
     }
-    const used = example && exampleLoss !== null && exampleLoss <= PREDICTED * lnV() ? "example" : "own";
+    const used = example && exampleLoss !== null && (exampleLoss <= PREDICTED * lnV() || Number.isNaN(mine)) ? "example" : "own";
     if (inputKey(learner()?.model ?? "", learner()?.ids ?? []) !== key) return; // the text changed meanwhile
-    xp.textChoice = { key, own: mine.clean_loss, example, exampleLoss, used };
+    xp.textChoice = { key, own: mine, example, exampleLoss, used };
   }
   const c = xp.textChoice!;
   xp.example = c.used === "example" && c.example
@@ -120,7 +121,12 @@ function importanceText(): Text {
   const V = app.trace!.config.vocab_size, half = PREDICTED * lnV();
   const out: Text = [say("lesson.experiments.importance.intro", { vocab: int("exp-vocab", V), lnV: dec("exp-lnv", lnV()) })];
   const own = dec("exp-own-loss", c.own, c.used === "own" ? "exp-clean-loss" : "exp-example");
-  if (c.used === "own" && c.own <= half) out.push(claim("lesson.experiments.importance.own", { loss: own }));
+  const example = word("exp-example-text", EXAMPLE_SHORT);
+  if (Number.isNaN(c.own)) {
+    out.push(claim("lesson.experiments.importance.single", { example,
+      exampleLoss: dec("exp-example-loss", c.exampleLoss!, "exp-example") }));
+    if (c.exampleLoss! > half) out.push(claim("lesson.experiments.importance.exampleNoise"));
+  } else if (c.used === "own" && c.own <= half) out.push(claim("lesson.experiments.importance.own", { loss: own }));
   else if (c.used === "example") {
     out.push(claim("lesson.experiments.importance.example", { loss: own,
       exampleLoss: dec("exp-example-loss", c.exampleLoss!, "exp-example"), example: word("exp-example-text", EXAMPLE_SHORT) }));

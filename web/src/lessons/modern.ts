@@ -11,6 +11,7 @@ import { claim, either, say, val, type Lesson, type LessonStep, type Sentence, t
 import { dec, int, pct, token, word } from "../lib/lessonFormat";
 import { bytesPerValue, formatBytes } from "../lib/rope";
 import { app } from "../lib/state.svelte";
+import { specsFor } from "../lib/views";
 import type { Tensor } from "../lib/tensor";
 import { ropeDemo } from "../components/views/ropeDemo.svelte";
 
@@ -56,9 +57,11 @@ const sigmoid = (x: number) => 1 / (1 + Math.exp(-x));
 
 // -- the app's state for a step ------------------------------------------------------------------------
 
-function show(view: typeof app.view, ln?: typeof app.ln) {
+/** Open `view` and wait for the tensors it shows: the card places itself once the view has its final size. */
+async function show(view: typeof app.view, ln?: typeof app.ln): Promise<void> {
   app.view = view;
   if (ln) app.ln = ln;
+  if (app.trace) await app.ensure(specsFor(view, app.focus()));
 }
 
 // -- rotary positions ------------------------------------------------------------------------------------
@@ -88,9 +91,10 @@ const dot = (a: ArrayLike<number>, b: ArrayLike<number>) => {
   return s;
 };
 
-/** How far the relative-distance step moves the query and the key together (less where the context is shorter). */
+/** How far the relative-distance step moves the query and the key together: the view's demonstration shows this
+ *  shift (less where the context ends sooner), and the text follows the demonstration when the learner moves it. */
 export const ROPE_SHIFT = 100;
-const shiftFor = () => Math.max(0, Math.min(ROPE_SHIFT, (cfg()?.block_size ?? 1) - 1 - app.pos));
+const shiftFor = () => Math.max(0, Math.min(ropeDemo.s, (cfg()?.block_size ?? 1) - 1 - app.pos));
 
 /** The key the relative-distance step compares the focus query with: the token before it (itself at position 0). */
 const prevPos = () => Math.max(0, app.pos - 1);
@@ -364,13 +368,13 @@ const steps: LessonStep[] = [
   },
   {
     id: "rope-relative", target: "rope-demo",
-    enter: () => {
-      show("rope");
+    enter: async () => {
       // the view's demonstration shows the same pair, shifted by the same amount as the text
       ropeDemo.key = null;
       ropeDemo.m = app.pos;
       ropeDemo.n = prevPos();
-      ropeDemo.s = shiftFor();
+      ropeDemo.s = ROPE_SHIFT;
+      await show("rope");
     },
     needs: ropeSpecs, title: "lesson.modern.ropeRel.title", body: ropeRelative,
   },
@@ -392,10 +396,10 @@ const steps: LessonStep[] = [
   { id: "mlp-width", target: "mlp-pre", enter: () => show("mlp"), title: "lesson.modern.width.title", body: mlpWidth },
   {
     id: "unembed", target: "logits",
-    enter: async () => { app.pos = Math.max(0, nTok() - 1); show("output"); await ensureInfo(); },
+    enter: async () => { app.pos = Math.max(0, nTok() - 1); await show("output"); await ensureInfo(); },
     title: "lesson.modern.unembed.title", body: unembed,
   },
-  { id: "precision", target: "", enter: async () => { show("output"); await ensureInfo(); }, title: "lesson.modern.precision.title", body: precision },
+  { id: "precision", target: "", enter: async () => { await show("output"); await ensureInfo(); }, title: "lesson.modern.precision.title", body: precision },
 ];
 
 export const modernLesson: Lesson = {

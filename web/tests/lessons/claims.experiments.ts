@@ -117,6 +117,15 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     return near(num(v.loss), own) && near(num(v.exampleLoss), ex) && own > PREDICTED * lnV(ctx) && ex > PREDICTED * lnV(ctx)
       ? true : `losses ${own} (own), ${ex} (example), ln V ${lnV(ctx)}`;
   },
+  "lesson.experiments.importance.single": async (v, ctx) => {
+    const ex = await loss({ model: ctx.trace.model, text: EXAMPLE_TEXT });
+    if (usedInput(ctx).ids.join() !== (await exampleIds(ctx)).join()) return "the map is not on the example";
+    return ctx.trace.token_ids.length === 1 && near(num(v.exampleLoss), ex) ? true : `${ctx.trace.token_ids.length} tokens`;
+  },
+  "lesson.experiments.importance.exampleNoise": async (_v, ctx) => {
+    const ex = await loss({ model: ctx.trace.model, text: EXAMPLE_TEXT });
+    return ex > PREDICTED * lnV(ctx) ? true : `the example's loss is ${ex}, under half of ln V`;
+  },
   "lesson.experiments.importance.top": async (v, ctx) => {
     const [l, h] = headOf(v.head), m = await importance(ctx), d = await change(usedInput(ctx), l, h);
     const max = Math.max(...m.loss_change.flat());
