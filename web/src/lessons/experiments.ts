@@ -119,7 +119,10 @@ function importanceText(): Text {
   const c = current(), m = imp();
   if (!c || !m) return [];
   const V = app.trace!.config.vocab_size, half = PREDICTED * lnV();
-  const out: Text = [say("lesson.experiments.importance.intro", { vocab: int("exp-vocab", V), lnV: dec("exp-lnv", lnV()) })];
+  const cf = app.trace!.config;
+  const out: Text = [say("lesson.experiments.importance.model", { name: word("exp-model", app.trace!.model),
+    layers: int("exp-n-layer", cf.n_layer), heads: int("exp-n-head", cf.n_head), total: int("exp-n-heads", cf.n_layer * cf.n_head) })];
+  out.push(say("lesson.experiments.importance.intro", { vocab: int("exp-vocab", V), lnV: dec("exp-lnv", lnV()) }));
   const own = dec("exp-own-loss", c.own, c.used === "own" ? "exp-clean-loss" : "exp-example");
   const example = word("exp-example-text", EXAMPLE_SHORT);
   if (Number.isNaN(c.own)) {
@@ -311,7 +314,13 @@ async function isOneToken(model: string, w: string): Promise<boolean> {
 async function loadArithmetic(): Promise<void> {
   const model = app.trace?.model;
   if (!model || xp.arithmetic?.model === model) return;
-  const famous = await loadAnalogy(model, [" king", " woman"], [" man"]);
+  let famous: AnalogyOut | null = null;
+  const split: string[] = [];
+  try {
+    famous = await loadAnalogy(model, [" king", " woman"], [" man"]);
+  } catch {
+    for (const w of ["king", "man", "woman"]) if (!(await isOneToken(model, ` ${w}`))) split.push(w);
+  }
   const queenIsToken = await isOneToken(model, " queen");
   let task: Arithmetic["task"] = null, tried = 0;
   for (const [a, b, c, d] of ANALOGIES) {
@@ -320,16 +329,21 @@ async function loadArithmetic(): Promise<void> {
     try { r = await loadAnalogy(model, [` ${a}`, ` ${c}`], [` ${b}`]); } catch { continue; } // a word of several tokens here
     if (r.neighbours[0]?.token.trim() === d) { task = { a, b, c, d }; break; }
   }
-  if (app.trace?.model === model) xp.arithmetic = { model, famous, queenIsToken, task, tried };
+  if (app.trace?.model === model) xp.arithmetic = { model, famous, split, queenIsToken, task, tried };
 }
 
 const currentArithmetic = () => (xp.arithmetic && xp.arithmetic.model === app.trace?.model ? xp.arithmetic : null);
 
 function arithmeticText(): Text {
   const A = currentArithmetic();
-  const nb = A?.famous.neighbours;
-  if (!A || !nb?.length) return [];
+  if (!A) return [];
   const out: Text = [say("lesson.experiments.arithmetic.what")];
+  const nb = A.famous?.neighbours;
+  if (!nb?.length) {
+    out.push(claim("lesson.experiments.arithmetic.famousSplit", { words: word("exp-analogy-split", A.split.join(", ")) }));
+    out.push(say("lesson.experiments.arithmetic.mikolov"));
+    return out;
+  }
   const best = token("exp-analogy-top", nb[0].token, nb[0].id, "exp-analogy-list");
   const sim = dec("exp-analogy-sim", nb[0].similarity, "exp-analogy-list");
   out.push(claim("lesson.experiments.arithmetic.famous", { best, sim }));

@@ -197,7 +197,7 @@ function ropeAngles(): Text {
       : claim("lesson.modern.ropeAngles.unscaled"));
     const period = (2 * Math.PI) / w[R - 1];
     out.push(either(period > c.block_size, "lesson.modern.ropeAngles.slowLong", "lesson.modern.ropeAngles.slowShort", {
-      omega: dec("omega-fast", w[0]), period: int("slow-period", Math.round(period)), ctx: int("ctx", c.block_size),
+      omega: dec("omega-fast", w[0]), period: dec("slow-period", period), ctx: int("ctx", c.block_size),
       turns: dec("slow-turns", c.block_size / period) }));
   } else out.push(say("lesson.modern.ropeAngles.speeds"));
   out.push(say("lesson.modern.ropeAngles.pairing", { pairs: int("n-pairs", R) }));

@@ -286,6 +286,11 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     return gap < STANDS_OUT && num(v.margin) === STANDS_OUT && num(v.last) === nb[nb.length - 1].id
       && num(v.second) === nb[1].id && near(num(v.lastSim), nb[nb.length - 1].similarity) ? true : `the lead is ${gap}`;
   },
+  "lesson.experiments.arithmetic.famousSplit": async (v, ctx) => {
+    const split = [];
+    for (const w of ["king", "man", "woman"]) if (!(await isToken(ctx, ` ${w}`))) split.push(w);
+    return split.length > 0 && split.join(", ") === v.words.raw ? true : `the words not one token: ${split}`;
+  },
   "lesson.experiments.arithmetic.queenSplit": async (_v, ctx) => (!(await isToken(ctx, " queen")) ? true : "“ queen” is one token"),
   "lesson.experiments.arithmetic.queenFound": async (_v, ctx) => ((await famous(ctx)).neighbours[0].token.trim() === "queen"
     ? true : "the nearest is not queen"),

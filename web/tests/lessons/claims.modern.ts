@@ -187,13 +187,13 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   "lesson.modern.ropeAngles.slowLong": async (v, ctx) => {
     const c = await described(ctx), { omega, R } = await angles(ctx);
     const period = (2 * Math.PI) / omega![R - 1];
-    return period > c.block_size && Math.abs(period - num(v.period)) <= 0.5 && near(num(v.omega), omega![0]) ? true
+    return period > c.block_size && near(num(v.period), period) && near(num(v.omega), omega![0]) ? true
       : fail(`one turn takes ${period} positions, the context is ${c.block_size}`);
   },
   "lesson.modern.ropeAngles.slowShort": async (v, ctx) => {
     const c = await described(ctx), { omega, R } = await angles(ctx);
     const period = (2 * Math.PI) / omega![R - 1];
-    return period <= c.block_size && near(num(v.turns), c.block_size / period) ? true
+    return period <= c.block_size && near(num(v.turns), c.block_size / period) && near(num(v.period), period) ? true
       : fail(`one turn takes ${period} positions, the context is ${c.block_size}`);
   },
   "lesson.modern.ropeRel.score": async (v, ctx) => {

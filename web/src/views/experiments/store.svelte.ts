@@ -17,9 +17,10 @@ export interface XInput { model: string; ids: number[] }
 export interface Example extends XInput { text: string; for: string; loss: number; learnerLoss: number }
 /** How the lesson chose the text of the head experiments for the learner's text `key`: the losses it went by. */
 export interface TextChoice { key: string; own: number; example: XInput | null; exampleLoss: number | null; used: "own" | "example" }
-/** The lesson's word arithmetic for a model: the famous analogy, whether "queen" is one token, and an analogy that
- *  the model gets right (the task), after trying `tried` of them. */
-export interface Arithmetic { model: string; famous: AnalogyOut; queenIsToken: boolean;
+/** The lesson's word arithmetic for a model: the famous analogy (null when one of its words, listed in `split`, is
+ *  not one token), whether "queen" is one token, and an analogy that the model gets right (the task), after trying
+ *  `tried` of them. */
+export interface Arithmetic { model: string; famous: AnalogyOut | null; split: string[]; queenIsToken: boolean;
   task: { a: string; b: string; c: string; d: string } | null; tried: number }
 
 class ExperimentsStore {
