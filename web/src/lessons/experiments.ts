@@ -57,6 +57,20 @@ async function open(tab: XTab): Promise<void> {
   await tick();
 }
 
+/** Scroll the box that holds the element named `name` (a wide head map) sideways so that the element shows; the
+ *  card scrolls the page itself. */
+async function reveal(name: string | null): Promise<void> {
+  await tick();
+  const el = name ? document.querySelector<HTMLElement>(`[data-tour="${name}"]`) : null;
+  for (let box = el?.parentElement; el && box; box = box.parentElement) {
+    if (box.scrollWidth > box.clientWidth && getComputedStyle(box).overflowX !== "visible") {
+      const e = el.getBoundingClientRect(), b = box.getBoundingClientRect();
+      if (e.left < b.left || e.right > b.right) box.scrollLeft += e.left - b.left - (b.width - e.width) / 2;
+      return;
+    }
+  }
+}
+
 // -- the text the head experiments run on ------------------------------------------------------------
 
 let exampleIds: { model: string; ids: number[] } | null = null;
@@ -383,6 +397,8 @@ const steps: LessonStep[] = [
       xp.metric = "loss";
       xp.mode = "zero";
       await chooseText();
+      const m = imp();
+      if (m) await reveal(cell(...topHead(m)));
     },
     title: "lesson.experiments.importance.title",
     body: importanceText,
@@ -399,6 +415,7 @@ const steps: LessonStep[] = [
       const s = strongest(H);
       xp.source = H.reference ? "reference" : "text";
       xp.metric = (s?.role ?? "previous_token") as Metric;
+      if (s) await reveal(cell(s.l, s.h));
     },
     title: "lesson.experiments.roles.title",
     body: rolesText,
@@ -419,6 +436,7 @@ const steps: LessonStep[] = [
         if (!(ablationFor(inp) && xp.ablated?.[0] === h[0] && xp.ablated?.[1] === h[1] && xp.ablation?.mode === "zero")) {
           await ablateHead(inp, h[0], h[1]);
         }
+        await reveal(cell(h[0], h[1]));
       }
     },
     title: "lesson.experiments.ablation.title",
@@ -452,6 +470,7 @@ const steps: LessonStep[] = [
       if (inp) await loadLens(inp, app.pos);
     },
     title: "lesson.experiments.lens.title",
+    controls: ["exp-lens-move"],
     body: lensText,
     task: () => [say("lesson.experiments.lens.task")],
     done: () => xp.lessonPos >= 0 && app.pos !== xp.lessonPos,
