@@ -86,12 +86,16 @@ async function chooseText(): Promise<void> {
     const mine = own.ids.length >= 2 ? (await loadImportance(own, "zero")).clean_loss : NaN;
     let example: XInput | null = null, exampleLoss: number | null = null;
     if (!(mine <= PREDICTED * lnV())) {
-      if (exampleIds?.model !== own.model) {
-        const tr = await api.trace({ model: own.model, text: EXAMPLE_TEXT, truncate: true, top_n: 1 });
-        exampleIds = { model: own.model, ids: tr.token_ids };
+      try {
+        if (exampleIds?.model !== own.model) {
+          const tr = await api.trace({ model: own.model, text: EXAMPLE_TEXT, truncate: true, top_n: 1 });
+          exampleIds = { model: own.model, ids: tr.token_ids };
+        }
+        example = exampleIds;
+        exampleLoss = (await loadImportance(example, "zero")).clean_loss;
+      } catch {
+        example = null; // an offline snapshot answers only for the texts it was made with
       }
-      example = exampleIds;
-      exampleLoss = (await loadImportance(example, "zero")).clean_loss;
     }
     const used = example && exampleLoss !== null && (exampleLoss <= PREDICTED * lnV() || Number.isNaN(mine)) ? "example" : "own";
     if (inputKey(learner()?.model ?? "", learner()?.ids ?? []) !== key) return; // the text changed meanwhile
@@ -147,6 +151,8 @@ function importanceText(): Text {
   else if (c.used === "example") {
     out.push(claim("lesson.experiments.importance.example", { loss: own,
       exampleLoss: dec("exp-example-loss", c.exampleLoss!, "exp-example"), example: word("exp-example-text", EXAMPLE_SHORT) }));
+  } else if (c.exampleLoss === null) {
+    out.push(claim("lesson.experiments.importance.poor", { loss: own }));
   } else {
     out.push(claim("lesson.experiments.importance.neither", { loss: own,
       exampleLoss: dec("exp-example-loss", c.exampleLoss ?? NaN), example: word("exp-example-text", EXAMPLE_SHORT) }));

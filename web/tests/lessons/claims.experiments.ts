@@ -111,6 +111,10 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     return near(num(v.loss), own) && near(num(v.exampleLoss), ex) && own > PREDICTED * lnV(ctx) && ex <= PREDICTED * lnV(ctx)
       ? true : `losses ${own} (own), ${ex} (example), ln V ${lnV(ctx)}`;
   },
+  "lesson.experiments.importance.poor": async (v, ctx) => {
+    const l = await loss(learner(ctx));
+    return near(num(v.loss), l) && l > PREDICTED * lnV(ctx) ? true : `the loss is ${l}, ln V ${lnV(ctx)}`;
+  },
   "lesson.experiments.importance.neither": async (v, ctx) => {
     const own = await loss(learner(ctx)), ex = await loss({ model: ctx.trace.model, text: EXAMPLE_TEXT });
     if (usedInput(ctx).ids.join() !== ctx.trace.token_ids.join()) return "the map is not on the learner's text";
