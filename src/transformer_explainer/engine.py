@@ -15,7 +15,7 @@ from .allocator import keep_freed_memory
 from .attribution import Attribution, direct_logit_attribution
 from .config import GPTConfig
 from .errors import CheckpointError, InputError
-from .loading.checkpoint import DecoderLM, load_decoder
+from .loading.checkpoint import DecoderLM, load_decoder, stored_dtype
 from .loading.resolve import ResolvedModel, resolve
 from .loading.tokenizer import TextTokenizer
 from .models.gpt import KVCache
@@ -42,7 +42,7 @@ class ExplainerModel:
     `generate`, `weight`. `gpt` is the network (a `GPT` or a `LlamaLM`; both answer the same calls)."""
 
     def __init__(self, gpt: DecoderLM, tokenizer: TextTokenizer, name: str, source: str = "local",
-                 folder: Path | None = None) -> None:
+                 folder: Path | None = None, file_dtype: str | None = None) -> None:
         if tokenizer.vocab_size > gpt.config.vocab_size:
             raise CheckpointError(
                 f"tokenizer has {tokenizer.vocab_size} tokens but the model only {gpt.config.vocab_size}"
@@ -53,11 +53,14 @@ class ExplainerModel:
         self.name = name
         self.source = source
         self.folder = folder
+        # the type the checkpoint's file stores its weights in (None when unknown); `dtype` is what they are now
+        self.file_dtype = file_dtype
 
     @classmethod
     def from_resolved(cls, r: ResolvedModel, dtype: str | torch.dtype | None = None) -> ExplainerModel:
         net = load_decoder(r.folder, dtype)
-        return cls(net, TextTokenizer.from_folder(r.folder, net.config.family), r.name, r.source, r.folder)
+        return cls(net, TextTokenizer.from_folder(r.folder, net.config.family), r.name, r.source, r.folder,
+                   stored_dtype(r.folder))
 
     @property
     def dtype(self) -> torch.dtype:

@@ -51,8 +51,9 @@ def config_out(model: ExplainerModel) -> ModelConfigOut:
                           mlp="gated" if c.family == "llama" else "gelu",
                           rope_theta=c.rope_theta if c.family == "llama" else None,
                           rope_scaling="llama3" if c.rope_scaling is not None else None,
-                          tie_word_embeddings=c.tie_word_embeddings, qkv_bias=c.qkv_bias,
-                          dtype=str(model.dtype).removeprefix("torch."))
+                          tie_word_embeddings=c.tie_word_embeddings, qkv_bias=c.qkv_bias, out_bias=c.out_bias,
+                          mlp_bias=c.mlp_bias, dtype=str(model.dtype).removeprefix("torch."),
+                          file_dtype=model.file_dtype)
 
 
 def names_out(family: str = "gpt2") -> NamesOut:

@@ -142,7 +142,10 @@ class ModelConfigOut(BaseModel):
     rope_scaling: str | None = None  # "llama3" when the frequencies are rescaled
     tie_word_embeddings: bool = True  # the unembedding is the token embedding's transpose
     qkv_bias: bool = True
+    out_bias: bool = True  # a bias on the attention's output projection
+    mlp_bias: bool = True  # biases in the MLP
     dtype: str = "float32"  # weights' dtype: "float32", or "bfloat16" when loaded so
+    file_dtype: str | None = None  # the type the checkpoint's file stores the weights in ("float16"); None if unknown
 
 
 class ModelInfo(BaseModel):

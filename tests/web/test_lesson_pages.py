@@ -10,6 +10,7 @@ import math
 import pytest
 
 from .test_app import api, wait_tokens
+from .test_experiments import EXAMPLE as EXP_EXAMPLE
 from .test_experiments import TEXT as EXP_TEXT
 from .test_seq2seq import open_page
 
@@ -371,9 +372,17 @@ def run_exp_lesson(page, live_server, lang: str) -> dict[str, dict]:
     page.click("[data-testid=nav-experiments]")
     page.wait_for_selector("[data-testid=lens-table]")
     ids = ref["token_ids"]
-    imp = api(live_server, "analysis/importance", ids=ids, mode="zero")
-    heads = api(live_server, "analysis/heads", ids=ids, reference=True)
-    prune = api(live_server, "analysis/prune", ids=ids, mode="zero", max_heads=None, recompute=False)
+    ln_v = math.log(ref["config"]["vocab_size"])
+    own = api(live_server, "analysis/importance", ids=ids, mode="zero")
+    example = api(live_server, "trace", text=EXP_EXAMPLE)["token_ids"]
+    # the lesson's choice of text for the head experiments: the learner's when the model predicts it (a loss
+    # under half of ln V), else the example when the model predicts that, else the learner's
+    on_example = own["clean_loss"] > 0.5 * ln_v and \
+        api(live_server, "analysis/importance", ids=example, mode="zero")["clean_loss"] <= 0.5 * ln_v
+    used = example if on_example else ids
+    imp = own if not on_example else api(live_server, "analysis/importance", ids=used, mode="zero")
+    heads = api(live_server, "analysis/heads", ids=used, reference=True)
+    prune = api(live_server, "analysis/prune", ids=used, mode="zero", max_heads=None, recompute=False)
     page.click("[data-testid=tour-open]")
     page.wait_for_selector("[data-testid=tour][data-lesson=experiments]")
     seen: dict[str, dict] = {}
@@ -381,37 +390,54 @@ def run_exp_lesson(page, live_server, lang: str) -> dict[str, dict]:
     def check(step: str, f) -> dict:
         return check_step(page, seen, step, f, f"lesson-exp-{lang}")
 
-    top = imp["ranked"][0]
+    flat = [v for row in imp["loss_change"] for v in row]
+    H = imp["n_head"]
+    top = divmod(max(range(len(flat)), key=lambda i: flat[i]), H)
 
     def importance(s):
-        n, flat = s["nums"], [v for row in imp["loss_change"] for v in row]
-        assert close(n["exp-clean-loss"], imp["clean_loss"]) and n["exp-top-head"] == f"{top[0]},{top[1]}"
-        assert close(n["exp-top-change"], imp["loss_change"][top[0]][top[1]])
-        assert int(n["exp-small-heads"]) == sum(abs(v) < 0.01 for v in flat) and int(n["exp-n-heads"]) == len(flat)
+        n = s["nums"]
+        assert close(n["exp-own-loss"], own["clean_loss"], 2e-3) and close(n["exp-lnv"], ln_v, 2e-3)
+        assert (page.locator("[data-testid=exp-example]").count() == 1) == on_example
+        assert n["exp-top-head"] == f"{top[0]},{top[1]}" and close(n["exp-top-change"], abs(flat[top[0] * H + top[1]]))
+        assert int(n["exp-negative-heads"]) == sum(v < 0 for v in flat) and int(n["exp-n-heads"]) == len(flat)
+        assert int(n["exp-small-heads"]) == sum(abs(v) < 0.01 for v in flat)
+        # the map shows the importance of the text the lesson chose
+        shown = float(page.get_attribute(f"[data-testid=head-cell-{top[0]}-{top[1]}]", "data-value"))
+        assert shown == pytest.approx(flat[top[0] * H + top[1]], rel=1e-6)
     check("importance", importance)
     next_step(page)
 
+    src = heads["reference"] or heads["text"]
+    best = max(((v, role, li, h) for role, m in src["scores"].items() for li, row in enumerate(m)
+                for h, v in enumerate(row) if v is not None), key=lambda x: x[0])
+
     def roles(s):
         n = s["nums"]
-        role_of = heads["reference_role_of"] or heads["text_role_of"]
-        named = [r for row in role_of for r in row if r]
-        assert int(n["exp-roles-named"]) == len(named)
-        for r in set(named):
-            assert int(n[f"exp-role-{r}"]) == named.count(r)
+        assert n["exp-role-head"] == f"{best[2]},{best[3]}" and close(n["exp-role-score"], best[0])
+        assert page.get_attribute("[data-testid=head-map]", "data-metric") == best[1]  # the map shows that habit
+        named = [r for row in (heads["reference_role_of"] or heads["text_role_of"]) for r in row if r]
+        if named:
+            assert int(n["exp-roles-named"]) == len(named)
     check("roles", roles)
     next_step(page)
-    check("ablation", lambda s: (s["nums"]["exp-abl-target"] == f"{top[0]},{top[1]}" and not s["done"]) or _fail())
-    page.click(f"[data-testid=head-cell-{top[0]}-{top[1]}]")  # the task
-    abl = api(live_server, "analysis/ablate", ids=ids, heads=[top], mode="zero", top=10)
+    # the lesson switches the map's first head off itself; its task is mean ablation
+    zero = api(live_server, "analysis/ablate", ids=used, heads=[list(top)], mode="zero", top=10)
+    mean = api(live_server, "analysis/ablate", ids=used, heads=[list(top)], mode="mean", top=10)
 
-    def ablated(s):
-        n = s["nums"]
-        assert s["done"] and n["exp-abl-head"] == f"{top[0]},{top[1]}"
-        assert close(n["exp-abl-before"], abl["loss_before"]) and close(n["exp-abl-after"], abl["loss_after"])
-        assert close(n["exp-abl-kl"], abl["kl"], 1e-5) and n["exp-abl-top"] == abl["before"][0]["token"]
-        assert close(n["exp-abl-top-before"], abl["before"][0]["prob"], 1e-5)
-    seen["ablation"] = settle(page, "ablation", ablated)
+    def ablated(ref):
+        def f(s):
+            n = s["nums"]
+            assert n["exp-abl-target"] == f"{top[0]},{top[1]}" and n["exp-abl-head"] == f"{top[0]},{top[1]}"
+            assert close(n["exp-abl-before"], ref["loss_before"]) and close(n["exp-abl-after"], ref["loss_after"])
+            assert int(n["exp-abl-token"]) == ref["before"][0]["id"]
+            assert close(n["exp-abl-token-before"], ref["before"][0]["prob"], 1e-5)
+            assert s["done"] == (ref["mode"] == "mean")
+        return f
+    check("ablation", ablated(zero))
+    page.select_option("[data-testid=ablation-mode]", "mean")  # the task
+    seen["ablation"] = settle(page, "ablation", ablated(mean))
     page.screenshot(path=f"test-artifacts/lesson-exp-{lang}-{len(seen):02d}-done.png")
+    page.select_option("[data-testid=ablation-mode]", "zero")
     next_step(page)
 
     def pruning(s):
@@ -428,21 +454,21 @@ def run_exp_lesson(page, live_server, lang: str) -> dict[str, dict]:
 
     def lens_step(s):
         n, rows = s["nums"], [layer["positions"][0] for layer in lens["layers"]]
-        assert n["exp-lens-token"] == lens["position_tokens"][0] and n["exp-lens-pred"] == lens["targets"][0]["token"]
+        assert int(n["exp-lens-token"]) == ids[last] and int(n["exp-lens-pred"]) == lens["targets"][0]["id"]
         assert int(n["exp-lens-rank0"]) == rows[0]["target_rank"]
         assert close(n["exp-lens-final-prob"], rows[-1]["target_prob"], 1e-5)
+        assert not s["done"]
     check("lens", lens_step)
     page.locator("[data-testid=token-chip]").nth(3).click()  # the task: the lens follows the focus token
     lens3 = api(live_server, "analysis/lens", ids=ids, positions=[3], top=5)
-    settle(page, "lens", lambda s: (s["done"] and s["nums"]["exp-lens-token"] == lens3["position_tokens"][0]
-                                    and s["nums"]["exp-lens-pred"] == lens3["targets"][0]["token"]) or _fail())
+    settle(page, "lens", lambda s: (s["done"] and int(s["nums"]["exp-lens-token"]) == ids[3]
+                                    and int(s["nums"]["exp-lens-pred"]) == lens3["targets"][0]["id"]) or _fail())
     next_step(page)
     an = api(live_server, "analysis/analogy", positive=[" king", " woman"], negative=[" man"], n=10)
 
     def arithmetic(s):
         n = s["nums"]
-        assert n["exp-analogy-expr"] == "king − man + woman"
-        assert n["exp-analogy-top"] == an["neighbours"][0]["token"]
+        assert int(n["exp-analogy-top"]) == an["neighbours"][0]["id"]
         assert close(n["exp-analogy-sim"], an["neighbours"][0]["similarity"], 1e-5)
     check("arithmetic", arithmetic)
     return seen

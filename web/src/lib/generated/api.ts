@@ -416,7 +416,10 @@ export interface ModelConfigOut {
   rope_scaling?: string | null;
   tie_word_embeddings?: boolean;
   qkv_bias?: boolean;
+  out_bias?: boolean;
+  mlp_bias?: boolean;
   dtype?: string;
+  file_dtype?: string | null;
 }
 
 export interface ModelInfo {
