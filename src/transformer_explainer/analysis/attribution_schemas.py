@@ -74,7 +74,7 @@ class TokensIn(Strict):
 # -- responses -------------------------------------------------------------------------------------
 
 
-class TokenOut(BaseModel):
+class TokenIdText(BaseModel):
     id: int
     text: str
 
@@ -97,8 +97,8 @@ class AttributeOut(BaseModel):
     token_ids: list[int]
     tokens: list[str]
     position: int
-    target: TokenOut
-    versus: TokenOut | None
+    target: TokenIdText
+    versus: TokenIdText | None
     metric: float
     rest: float
     scale: float  # the final norm's scale at `position`, from the forward pass (frozen)
@@ -116,8 +116,8 @@ class PatchOut(BaseModel):
     corrupted_tokens: list[str]
     clean_ids: list[int]
     corrupted_ids: list[int]
-    answer: TokenOut
-    wrong: TokenOut
+    answer: TokenIdText
+    wrong: TokenIdText
     clean: float  # the logit difference of the clean run
     corrupted: float  # and of the corrupted run
     runs: int  # patched runs made

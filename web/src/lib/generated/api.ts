@@ -76,8 +76,8 @@ export interface AttributeOut {
   token_ids: number[];
   tokens: string[];
   position: number;
-  target: transformer_explainer__analysis__attribution_schemas__TokenOut;
-  versus: transformer_explainer__analysis__attribution_schemas__TokenOut | null;
+  target: TokenIdText;
+  versus: TokenIdText | null;
   metric: number;
   rest: number;
   scale: number;
@@ -554,8 +554,8 @@ export interface PatchOut {
   corrupted_tokens: string[];
   clean_ids: number[];
   corrupted_ids: number[];
-  answer: transformer_explainer__analysis__attribution_schemas__TokenOut;
-  wrong: transformer_explainer__analysis__attribution_schemas__TokenOut;
+  answer: TokenIdText;
+  wrong: TokenIdText;
   clean: number;
   corrupted: number;
   runs: number;
@@ -751,6 +751,17 @@ export interface TokenChange {
   after: number;
 }
 
+export interface TokenIdText {
+  id: number;
+  text: string;
+}
+
+export interface TokenOut {
+  id: number;
+  text: string;
+  raw: string;
+}
+
 export interface TokenProb {
   token: string;
   id: number;
@@ -797,7 +808,7 @@ export interface TraceOut {
   model: string;
   text: string;
   token_ids: number[];
-  tokens: transformer_explainer__schemas__TokenOut[];
+  tokens: TokenOut[];
   char_groups: CharGroupOut[];
   start: number;
   truncated: boolean;
@@ -821,15 +832,4 @@ export interface TrainRequest {
 export interface WeightIn {
   model?: string | null;
   tensors: TensorSpec[];
-}
-
-export interface transformer_explainer__analysis__attribution_schemas__TokenOut {
-  id: number;
-  text: string;
-}
-
-export interface transformer_explainer__schemas__TokenOut {
-  id: number;
-  text: string;
-  raw: string;
 }
