@@ -144,7 +144,7 @@ const steps: LessonStep[] = [
   {
     id: "top",
     target: "attr-ranked",
-    controls: ["attr-ranked"],
+    controls: ["attr-first"],
     enter: async () => {
       await openDla();
     },
