@@ -51,6 +51,16 @@ def wait_position(page, pos: int) -> None:
     wait_fresh(page)
 
 
+def wait_metric(page, v: float) -> None:
+    page.wait_for_function("v => Math.abs(Number(document.querySelector('[data-testid=attr-metric]')?.dataset.value)"
+                           " - v) < 1e-9", arg=v)
+
+
+def wait_text(page, testid: str, text: str) -> None:
+    page.wait_for_function("([id, t]) => document.querySelector(`[data-testid=${id}]`)?.textContent.includes(t)",
+                           arg=[testid, text])
+
+
 def click_cell(page, testid: str, r: int, c: int, rows: int, cols: int) -> None:
     page.locator(f"[data-testid={testid}]").scroll_into_view_if_needed()
     box = page.locator(f"[data-testid={testid}] .pic").bounding_box()
@@ -94,8 +104,7 @@ def test_ranked_list_sum_and_map_equal_the_api(page, live_server) -> None:
     page.wait_for_function("() => document.querySelector('[data-testid=attr-sum]')?.textContent.includes('␣dog')")
     wait_fresh(page)
     diff = api(live_server, "attribution/attribute", ids=ids, position=len(ids) - 1, versus=" dog")
-    page.wait_for_function("v => Math.abs(Number(document.querySelector('[data-testid=attr-metric]')?.dataset.value) - v)"
-                           " < 1e-9", arg=diff["metric"])
+    wait_metric(page, diff["metric"])
     check_attribution(page, diff)
     page.fill("[data-testid=attr-versus]", " catastrophically")
     page.wait_for_selector("[data-testid=attr-error]")
@@ -108,8 +117,7 @@ def test_an_earlier_position_explains_the_token_that_came_next(page, live_server
     wait_position(page, 3)
     ref = api(live_server, "attribution/attribute", ids=tr["token_ids"], position=3)
     assert ref["target"]["id"] == tr["token_ids"][4]
-    page.wait_for_function("v => Math.abs(Number(document.querySelector('[data-testid=attr-metric]')?.dataset.value) - v)"
-                           " < 1e-9", arg=ref["metric"])
+    wait_metric(page, ref["metric"])
     check_attribution(page, ref)
     assert "the token that came next" in page.locator("[data-testid=attr-sum]").inner_text()
 
@@ -164,9 +172,9 @@ def test_patching_grids_equal_the_api_and_cells_open_their_part(page, live_serve
     page.click("[data-testid=patch-run]")
     page.wait_for_selector("[data-testid=patch-grid-heads]", timeout=60_000)
     ref = api(live_server, "attribution/patch", clean=CLEAN, corrupted=CORRUPTED, answer=a, wrong=w)
-    assert float(page.get_attribute("[data-testid=patch-m-clean]", "data-value")) == pytest.approx(ref["clean"], abs=1e-9)
-    assert float(page.get_attribute("[data-testid=patch-m-corrupted]", "data-value")) == pytest.approx(ref["corrupted"],
-                                                                                                       abs=1e-9)
+    for run in ("clean", "corrupted"):
+        shown = float(page.get_attribute(f"[data-testid=patch-m-{run}]", "data-value"))
+        assert shown == pytest.approx(ref[run], abs=1e-9)
     L, T = len(ref["grids"]["resid_pre"]), len(ref["clean_ids"])
     for kind in ("resid_pre", "attn_out", "mlp_out", "heads"):
         assert page.locator(f"[data-testid=patch-grid-{kind}]").count() == 1
@@ -200,13 +208,13 @@ def test_bad_pairs_say_why(page, live_server) -> None:
     page.wait_for_selector("[data-testid=patch-error]")
     assert "same number of tokens" in page.locator("[data-testid=patch-error]").inner_text()
     page.fill("[data-testid=patch-corrupted]", CLEAN)
-    page.wait_for_function("() => document.querySelector('[data-testid=patch-lengths]')?.textContent.includes('same tokens')")
+    wait_text(page, "patch-lengths", "same tokens")
     page.click("[data-testid=patch-run]")
-    page.wait_for_function("() => document.querySelector('[data-testid=patch-error]')?.textContent.includes('same tokens')")
+    wait_text(page, "patch-error", "same tokens")
     page.fill("[data-testid=patch-corrupted]", CORRUPTED)
     page.fill("[data-testid=patch-answer]", " catastrophically")
     page.click("[data-testid=patch-run]")
-    page.wait_for_function("() => document.querySelector('[data-testid=patch-error]')?.textContent.includes('not one token')")
+    wait_text(page, "patch-error", "not one token")
     # the helper makes a corrupted prompt from a word of the clean one
     page.select_option("[data-testid=patch-word]", index=5)  # "mat"
     page.fill("[data-testid=patch-replacement]", "rug")
