@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from transformer_explainer import attribution, patching
 from transformer_explainer.analysis.attribution_schemas import PATCH_KINDS, ComponentKind, PatchKind
-from transformer_explainer.server import create_app
+from transformer_explainer.server import ServerSettings, create_app
 from transformer_explainer.server.routes import attribution as route
 
 TEXT = "The cat sat on the mat, and then the cat slept on the"
@@ -174,17 +174,18 @@ def test_patch_bad_pairs_get_a_sentence(client, tiny_model) -> None:
     assert r.status_code == 422 and "same tokens" in r.json()["detail"]
 
 
-def test_patch_over_the_budget_says_what_fits(client, tiny_model, monkeypatch) -> None:
+def test_patch_over_the_budget_says_what_fits(tiny_model) -> None:
+    """The server's analysis budget bounds a patching as it bounds the analyses."""
     a, w = answer_and_wrong(tiny_model, CLEAN, CORRUPTED)
     T = len(tiny_model.encode(CLEAN))
     cost = patching.PatchingCost(tiny_model.config, T, patching.KINDS)
-    monkeypatch.setattr(route, "PATCH_MAX_GFLOP", cost.gflop / 2)
-    detail = refused(client, "patch", clean=CLEAN, corrupted=CORRUPTED, answer=a, wrong=w)
-    fits = cost.longest_prompt_within(cost.gflop / 2)
-    assert 2 <= fits < T and f"at most {fits} tokens" in detail and f"{cost.runs:,} patched runs" in detail
-    assert "heads alone" in detail
-    # and what it says fits, fits
-    post(client, "patch", clean=CLEAN, corrupted=CORRUPTED, answer=a, wrong=w, what=["heads"])
+    with TestClient(create_app({"tiny": tiny_model}, ServerSettings(max_analysis_gflop=cost.gflop / 2))) as client:
+        detail = refused(client, "patch", clean=CLEAN, corrupted=CORRUPTED, answer=a, wrong=w)
+        fits = cost.longest_prompt_within(cost.gflop / 2)
+        assert 2 <= fits < T and f"at most {fits} tokens" in detail and f"{cost.runs:,} patched runs" in detail
+        assert "heads alone" in detail
+        # and what it says fits, fits
+        post(client, "patch", clean=CLEAN, corrupted=CORRUPTED, answer=a, wrong=w, what=["heads"])
 
 
 def test_tokens_of_texts(client, tiny_model) -> None:

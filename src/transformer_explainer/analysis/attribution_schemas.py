@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from ..schemas import MAX_IDS, MAX_TEXT_CHARS, InputIn, ModelName, Strict, check_text
+from ..schemas import MAX_IDS, MAX_TEXT_CHARS, ErrorOut, InputIn, ModelName, Strict, check_text
 from .schemas import Matrix, TokenArg
 
 if TYPE_CHECKING:
@@ -130,9 +130,10 @@ class PatchProgress(BaseModel):
     total: int
 
 
-class PatchStreamError(BaseModel):
+class PatchStreamError(ErrorOut):
+    """An error answer (ErrorOut) inside the stream, with the status the answer would have had."""
+
     status: int
-    detail: str
 
 
 class PatchLine(BaseModel):

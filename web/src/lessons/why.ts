@@ -81,7 +81,7 @@ async function openPatch(): Promise<void> {
     out = await once(running, m, async () => {
       await whyStore.runPatch();
       const p = whyStore.currentPatch();
-      if (!p) throw new Error(whyStore.patchError ?? "the patching did not finish");
+      if (!p) throw whyStore.patchError ?? new Error("the patching did not finish");
       return p;
     });
   } catch {

@@ -2,9 +2,10 @@
 forward pass when the page has traced the text already), activation patching of a prompt pair, and the
 tokens of a few texts.
 
-A patching is many forward passes. Before any runs, its cost is checked against a budget (what would fit
-is said when it does not); it runs in the bounded pool, and stops between two batches of patched runs once
-nobody waits for it: its client went away (a cancelled fetch closes the connection) or its time ran out.
+A patching is many forward passes. Before any runs, its cost is checked against the server's analysis budget
+(what would fit is said when it does not); it runs in the pool's analysis lane, and stops between two batches
+of patched runs once nobody waits for it: its client went away (a cancelled fetch closes the connection) or its
+time ran out.
 Asked with `Accept: application/x-ndjson`, the answer streams a progress line after each batch and then
 the result; the status is decided before the stream starts, so a refused pair is an ordinary 4xx answer."""
 
@@ -12,12 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from ...analysis.attribution_schemas import (
     AttributeIn,
@@ -30,21 +29,18 @@ from ...analysis.attribution_schemas import (
     attribute_out,
     patch_out,
 )
-from ...errors import ExplainerError
-from ...patching import Cancelled, PatchingCost
+from ...engine import ExplainerModel
+from ...errors import ExplainerError, InputError, coded, error_answer
+from ...patching import PatchingCost
 from ...schemas import InputIn
 from ..context import Context
-from ..pool import Busy
+from ..pool import Abandoned, BetweenPasses, Busy
 from .core import Traced, with_trace
 
 router = APIRouter(tags=["attribution"])
 log = logging.getLogger(__name__)
 
 NDJSON = "application/x-ndjson"
-# The arithmetic one patching may take: the same figure as the analyses' default budget (50 GFLOP/s for
-# the 60 s of a request), about the four grids of a 20-token pair on GPT-2 small, or 125 tokens on the
-# built-in models. A server setting once the server's analysis budget is on main.
-PATCH_MAX_GFLOP = 3000.0
 
 
 @router.post("/attribute", response_model=AttributeOut)
@@ -77,18 +73,13 @@ def _line(line: PatchLine) -> bytes:
     return (line.model_dump_json(exclude_none=True) + "\n").encode()
 
 
-def _error_status(e: BaseException) -> tuple[int, str]:
-    if isinstance(e, Busy):
-        return 503, str(e)
-    if isinstance(e, ExplainerError):
-        return 422, str(e)
-    return 500, f"internal error ({type(e).__name__}); the server logged the details"
-
-
-async def _disconnected(request: Request) -> None:
-    """Returns once the client has gone away (the body has been read: the next message is the disconnect)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
+def _error_line(e: BaseException) -> PatchLine:
+    """An error that ended the work after the stream began, as the app's handlers would have answered it."""
+    status = 503 if isinstance(e, Busy) else 422 if isinstance(e, InputError) else 400 if isinstance(
+        e, ExplainerError) else 500
+    code, params = coded(e) or ("internal", {"kind": type(e).__name__})
+    detail = str(e) if status != 500 else f"internal error ({type(e).__name__}); the server logged the details"
+    return PatchLine(error={"status": status, **error_answer(detail, code, params)})
 
 
 @router.post("/patch", response_model=PatchOut,
@@ -98,53 +89,60 @@ async def _disconnected(request: Request) -> None:
 async def patch(body: PatchIn, request: Request, ctx: Context) -> Response:
     """Activation patching: each activation of `what` from the clean run into the corrupted one, one cell at a
     time; the logit difference answer - wrong at the last position, normalised so that 0 is the corrupted run
-    and 1 the clean one (TransformerLens's `get_act_patch_*` semantics)."""
+    and 1 the clean one (TransformerLens's `get_act_patch_*` semantics). Priced before it waits for the analysis
+    lane, as the analyses are (the server's analysis budget), and stopped between batches of patched runs once
+    nobody waits for it."""
     stream = NDJSON in request.headers.get("accept", "")
     loop = asyncio.get_running_loop()
-    stop = threading.Event()  # set once nobody waits for the answer: checked between batches
     progress: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
 
-    def report(done: int, total: int) -> None:
-        loop.call_soon_threadsafe(progress.put_nowait, (done, total))
-
-    def work() -> PatchOut:
+    def pair() -> tuple[str, ExplainerModel, list[int], list[int], PatchingCost]:
         name, m = ctx.registry.lookup(body.model)
         c_ids = ctx.resolve(m, InputIn(model=body.model, text=body.clean)).ids
         x_ids = ctx.resolve(m, InputIn(model=body.model, text=body.corrupted)).ids
         m.patch_inputs(c_ids, x_ids, body.answer, body.wrong, body.what)  # a pair that cannot be patched: why
-        cost = PatchingCost(m.config, len(c_ids), tuple(body.what))
-        cost.check(PATCH_MAX_GFLOP)
+        return name, m, c_ids, x_ids, PatchingCost(m.config, len(c_ids), tuple(body.what))
+
+    def price() -> None:
+        pair()[-1].check(ctx.max_analysis_gflop)
+
+    def report(done: int, total: int) -> None:
+        loop.call_soon_threadsafe(progress.put_nowait, (done, total))
+
+    def work(between_passes: BetweenPasses) -> PatchOut:
+        name, m, c_ids, x_ids, cost = pair()
+
+        def cancelled() -> bool:
+            between_passes()  # raises Abandoned once nobody waits for the answer
+            return False
+
         p = m.patch(c_ids, x_ids, body.answer, body.wrong, body.what, progress=report if stream else None,
-                    cancelled=stop.is_set)
+                    cancelled=cancelled)
         return patch_out(name, p, c_ids, x_ids, cost.runs)
 
-    task = asyncio.ensure_future(ctx.pool.run(work))
+    await ctx.pool.run(price, light=ctx.is_loaded(body.model))  # a refusal is an ordinary 4xx answer
+    task = asyncio.ensure_future(ctx.pool.run_passes(work))
     task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved, whoever stopped waiting
-    gone = asyncio.ensure_future(_disconnected(request))
     first = asyncio.ensure_future(progress.get()) if stream else None
     try:
-        waiting: set[asyncio.Future[Any]] = {task, gone} | ({first} if first else set())
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({task} | ({first} if first else set()), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the client went away (CancelOnDisconnect): the pool stops the runs
+        task.cancel()
+        raise
     finally:
-        gone.cancel()  # from here on the stream's own disconnect watcher (StreamingResponse's) takes over
         if first is not None and not first.done():
             first.cancel()
     came = [first.result()] if first is not None and first.done() and not first.cancelled() else []
     if task.done() and (task.exception() is not None or not stream):
-        if isinstance(task.exception(), Busy):
-            stop.set()  # timed out: the pool answers 503, and the run stops at its next batch
-        return task.result()  # or raises the refusal: the app's handlers answer it (422, 503, ...)
-    if not task.done() and not came:  # the client went away before anything came
-        stop.set()
-        return JSONResponse({"detail": "the request was cancelled by its client"}, status_code=503)
-    return StreamingResponse(_stream(came, progress, task, stop.set), media_type=NDJSON)
+        return task.result()  # or raises it: the app's handlers answer it (422, 503, ...)
+    return StreamingResponse(_stream(came, progress, task), media_type=NDJSON)
 
 
 async def _stream(came: list[tuple[int, int]], progress: asyncio.Queue[tuple[int, int]],
-                  task: asyncio.Future[PatchOut], stop: Callable[[], None]) -> AsyncIterator[bytes]:
+                  task: asyncio.Future[PatchOut]) -> AsyncIterator[bytes]:
     """Progress lines as the batches finish (`came` first: what arrived before the stream began), then the
-    result, or the error that ended the work. Cancelled when the client disconnects (Starlette's
-    StreamingResponse): then the work is told to stop."""
+    result, or the error that ended the work. Cancelled when the client disconnects: then the work is told to
+    stop, at its next batch."""
     nxt: asyncio.Future[tuple[int, int]] | None = None
     try:
         for done, total in came:
@@ -164,18 +162,12 @@ async def _stream(came: list[tuple[int, int]], progress: asyncio.Queue[tuple[int
         e = task.exception()
         if e is None:
             yield _line(PatchLine(result=task.result()))
-        else:
-            if isinstance(e, Busy):
-                stop()
-            if not isinstance(e, Cancelled):
-                status, detail = _error_status(e)
-                if status == 500:
-                    log.error("patching failed", exc_info=e)
-                yield _line(PatchLine(error={"status": status, "detail": detail}))
+        elif not isinstance(e, Abandoned):
+            if not isinstance(e, ExplainerError | Busy):
+                log.error("patching failed", exc_info=e)
+            yield _line(_error_line(e))
     finally:
         if nxt is not None:
             nxt.cancel()
         if not task.done():
-            stop()
-
-
+            task.cancel()  # the pool tells the runs to stop

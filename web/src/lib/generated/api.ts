@@ -568,9 +568,13 @@ export interface PatchProgress {
   total: number;
 }
 
+/** An error answer (ErrorOut) inside the stream, with the status the answer would have had. */
 export interface PatchStreamError {
-  status: number;
   detail: string;
+  code: ErrorCode;
+  params?: Record<string, string | number>;
+  errors?: Record<string, unknown>[] | null;
+  status: number;
 }
 
 export interface PositionalOut {

@@ -46,15 +46,20 @@ export async function patchStreamed(b: PatchIn, onProgress: (done: number, total
     method: "POST", headers: { "content-type": "application/json", accept: NDJSON }, body: JSON.stringify(b), signal,
   });
   if (!res.ok) {
-    let msg = `${res.status} ${res.statusText}`;
-    try { msg = ((await res.json()) as ErrorOut).detail || msg; } catch { /* not JSON: keep the status line */ }
-    throw new ApiError(res.status, msg);
+    let err = new ApiError(res.status, `${res.status} ${res.statusText}`);
+    try {
+      const out = (await res.json()) as ErrorOut;
+      err = new ApiError(res.status, out.detail || err.message, out.code ?? null, out.params ?? {});
+    } catch {
+      /* not JSON: keep the status line */
+    }
+    throw err;
   }
   for await (const text of lines(res)) {
     const line = JSON.parse(text) as PatchLine;
     if (line.progress) onProgress(line.progress.done, line.progress.total);
     else if (line.result) return line.result;
-    else if (line.error) throw new ApiError(line.error.status, line.error.detail);
+    else if (line.error) throw new ApiError(line.error.status, line.error.detail, line.error.code, line.error.params ?? {});
   }
   throw new ApiError(502, "the patching's answer ended before its result");
 }

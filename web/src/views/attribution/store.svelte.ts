@@ -2,7 +2,7 @@
 // that the lesson (src/lessons/why.ts) reads the same numbers the panels show, and can ask for them without the
 // panels mounted. The attribution follows the app's text and focus position; the patching has its own prompt pair.
 import type { AttributeOut, PatchIn, PatchOut, TokensOut } from "../../lib/generated/api";
-import { ApiError } from "../../lib/client";
+import { asError } from "../../lib/errorText";
 import { app } from "../../lib/state.svelte";
 import { why } from "./api";
 import type { CheckedPair } from "./pairs";
@@ -25,7 +25,7 @@ class WhyStore {
   versus = $state("");
   attr = $state.raw<AttributeOut | null>(null);
   attrKey = $state("");
-  attrError = $state<string | null>(null);
+  attrError = $state.raw<Error | null>(null); // worded in the page's language where it shows (tError)
   attrBusy = $state(false);
   #attrCtl: AbortController | null = null;
 
@@ -53,7 +53,7 @@ class WhyStore {
     } catch (e) {
       if ((e as Error).name === "AbortError") return;
       this.attr = null;
-      this.attrError = (e as Error).message;
+      this.attrError = asError(e);
       this.attrKey = key;
     } finally {
       if (this.#attrCtl === ctl) this.attrBusy = false;
@@ -76,7 +76,7 @@ class WhyStore {
   patchOf = $state.raw<PatchIn | null>(null);
   progress = $state<{ done: number; total: number } | null>(null);
   running = $state(false);
-  patchError = $state<string | null>(null);
+  patchError = $state.raw<Error | null>(null);
   /** The last run was cancelled after this many of its patched runs. */
   cancelled = $state<{ done: number; total: number } | null>(null);
   /** The tokens of the clean and the corrupted prompt, for the length check (null while unknown). */
@@ -110,7 +110,7 @@ class WhyStore {
     } catch (e) {
       if (this.#patchCtl !== ctl) return;
       if ((e as Error).name === "AbortError") this.cancelled = this.progress ?? { done: 0, total: 0 };
-      else this.patchError = e instanceof ApiError ? e.message : String(e);
+      else this.patchError = asError(e);
     } finally {
       if (this.#patchCtl === ctl) {
         this.running = false;
