@@ -249,16 +249,12 @@ class ExplainerModel:
         self._check_ids(ids, None)
         return ids
 
-    def patch(self, clean: str | Sequence[int], corrupted: str | Sequence[int], answer: TokenLike, wrong: TokenLike,
-              what: Sequence[Kind] = KINDS, *, batch_tokens: int = 2048,
-              progress: Callable[[int, int], None] | None = None,
-              cancelled: Callable[[], bool] | None = None) -> Patching:
-        """Activation patching: each activation of `what` ("resid_pre", "attn_out", "mlp_out": per layer and
-        position; "heads": each head's z over all positions) from the clean run into the corrupted one, one
-        cell at a time; the logit difference answer - wrong normalised so that 0 is the corrupted run and 1
-        the clean one. The prompts (texts or ids) must have the same number of tokens. `progress(done, total)`
-        is told after each batch of patched runs, and `cancelled()` asked before each (it raises
-        `patching.Cancelled`)."""
+    def patch_inputs(self, clean: str | Sequence[int], corrupted: str | Sequence[int], answer: TokenLike,
+                     wrong: TokenLike, what: Sequence[str] = KINDS
+                     ) -> tuple[tuple[Kind, ...], list[int], list[int], int, int]:
+        """The checks `patch` makes before any forward pass: the grids, the two prompts' ids (same length, not the
+        same tokens) and the answer and wrong token ids (single tokens, not the same one); an InputError saying
+        which fails. A command line or a page checks a pair with it before it starts the runs."""
         kinds = check_kinds(what)
         c_ids, x_ids = self._prompt_ids(clean, "clean"), self._prompt_ids(corrupted, "corrupted")
         if len(c_ids) != len(x_ids):
@@ -270,6 +266,19 @@ class ExplainerModel:
         a, w = self.token_id(answer), self.token_id(wrong)
         if a == w:
             raise InputError("the answer and the wrong token are the same token: their logit difference is always 0")
+        return kinds, c_ids, x_ids, a, w
+
+    def patch(self, clean: str | Sequence[int], corrupted: str | Sequence[int], answer: TokenLike, wrong: TokenLike,
+              what: Sequence[Kind] = KINDS, *, batch_tokens: int = 2048,
+              progress: Callable[[int, int], None] | None = None,
+              cancelled: Callable[[], bool] | None = None) -> Patching:
+        """Activation patching: each activation of `what` ("resid_pre", "attn_out", "mlp_out": per layer and
+        position; "heads": each head's z over all positions) from the clean run into the corrupted one, one
+        cell at a time; the logit difference answer - wrong normalised so that 0 is the corrupted run and 1
+        the clean one. The prompts (texts or ids) must have the same number of tokens. `progress(done, total)`
+        is told after each batch of patched runs, and `cancelled()` asked before each (it raises
+        `patching.Cancelled`)."""
+        kinds, c_ids, x_ids, a, w = self.patch_inputs(clean, corrupted, answer, wrong, what)
         with torch.inference_mode():
             clean_trace = self.trace_ids(c_ids)
             x_logits = self.last_logits(x_ids)

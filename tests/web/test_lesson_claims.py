@@ -19,8 +19,8 @@ WEB = Path(__file__).resolve().parents[2] / "web"
 VITEST = WEB / "node_modules" / ".bin" / "vitest"
 
 # the lessons of each model's page (the encoder-decoder lesson has its own test beside it, on its own tasks)
-LESSONS = {"explainer-small": "gpt2,experiments", "explainer-llama": "modern,experiments",
-           "random-gpt2-64": "gpt2,experiments"}
+LESSONS = {"explainer-small": "gpt2,experiments,why", "explainer-llama": "modern,experiments,why",
+           "random-gpt2-64": "gpt2,experiments,why"}
 
 
 def vitest(*args: str, env: dict[str, str] | None = None, timeout: int = 1200) -> subprocess.CompletedProcess:

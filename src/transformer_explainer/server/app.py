@@ -29,7 +29,7 @@ from .downloads import downloads_router
 from .pages import CSP, NOT_BUILT, BodyLimit, BodyTooLarge, SecurityHeaders, middleware, page_response, safe_static_path
 from .pool import Busy, ModelPool
 from .registry import ModelRegistry
-from .routes import analysis, core, seq2seq
+from .routes import analysis, attribution, core, seq2seq
 from .security import AccessSettings
 from .service import Explainer
 
@@ -256,6 +256,7 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     install_error_handlers(app)
     app.include_router(core.router, prefix="/api", responses=ERRORS)
     app.include_router(analysis.router, prefix="/api/analysis", responses=ERRORS)
+    app.include_router(attribution.router, prefix="/api/attribution", responses=ERRORS)
     app.include_router(seq2seq.router, prefix="/api/seq2seq", responses=ERRORS)
     app.include_router(downloads_router(registry, settings.downloads), responses=ERRORS)
     static_routes(app, settings.static_dir or package_static_dir())

@@ -6,7 +6,7 @@ import type { Family } from "./family";
 
 export const VIEWS = [
   "overview", "tokens", "embedding", "blocks", "layernorm", "qkv", "rope", "gqa", "attention", "heads", "residual", "mlp", "output",
-  "experiments",
+  "experiments", "attribution",
 ] as const;
 export type ViewId = (typeof VIEWS)[number];
 
@@ -51,6 +51,7 @@ export function specsFor(view: ViewId, f: Focus): TensorSpec[] {
     case "tokens":
     case "blocks":
     case "experiments": // asks /api/analysis itself
+    case "attribution": // asks /api/attribution itself
       return [];
     case "overview": {
       // the focus token's vector at every stop of its journey, and its attention in the focus block
