@@ -1,5 +1,5 @@
 // Every guided lesson, by id, and which one the lesson button opens on the page the learner is on.
-import type { InlineLesson, Lesson } from "../lib/lesson";
+import type { Lesson } from "../lib/lesson";
 import type { ViewId } from "../lib/views";
 import { experimentsLesson } from "./experiments";
 import { gpt2Lesson } from "./gpt2";
@@ -7,7 +7,7 @@ import { modernLesson } from "./modern";
 import { seq2seqLesson } from "./seq2seq";
 import { whyLesson } from "./why";
 
-export const LESSONS: Record<string, Lesson | InlineLesson> = {
+export const LESSONS: Record<string, Lesson> = {
   [gpt2Lesson.id]: gpt2Lesson,
   [seq2seqLesson.id]: seq2seqLesson,
   [experimentsLesson.id]: experimentsLesson,
