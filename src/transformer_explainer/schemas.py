@@ -23,9 +23,10 @@ ErrorCode = StrEnum("ErrorCode", {code: code for code in ERROR_CODES})  # type: 
 
 
 class Strict(BaseModel):
-    """A request body: unknown fields are refused, so a misspelt option is an error, not a silent default."""
+    """A request body: unknown fields are refused, so a misspelt option is an error, not a silent default;
+    values are taken as the schema types them (strict), so `true` is not the number 1 nor "1" a number."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # a model by its name on this server; None: the server's default model

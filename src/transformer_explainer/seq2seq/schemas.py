@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from ..errors import InputError
+from ..schemas import Strict
 from .decoding import MAX_BEAM
 from .live_training import MAX_STEPS
 
@@ -22,7 +23,7 @@ RunStatus = Literal["starting", "running", "stopping", "finished", "stopped", "f
 # -- requests --------------------------------------------------------------------------------------
 
 
-class TaskRequest(BaseModel):
+class TaskRequest(Strict):
     task: str = Field(min_length=1, max_length=64, description="a built-in task with a shipped checkpoint")
 
 
@@ -49,7 +50,7 @@ class CompareRequest(DecodeRequest):
                                description="the reference output; default: the task's own answer")
 
 
-class PositionalRequest(BaseModel):
+class PositionalRequest(Strict):
     task: str | None = Field(None, max_length=64, description="take d_model and the trained length from this model")
     d_model: int | None = Field(None, ge=2, le=2048, description="when no task is given")
     n_positions: int = Field(64, ge=1, le=MAX_POSITIONS)
@@ -62,7 +63,7 @@ class PositionalRequest(BaseModel):
         return v
 
 
-class TrainRequest(BaseModel):
+class TrainRequest(Strict):
     task: str = Field(min_length=1, max_length=64, description="a built-in task")
     steps: int = Field(400, ge=10, le=MAX_STEPS, description="optimizer steps; the run ends by itself after them")
     example: str | None = Field(None, min_length=1, max_length=MAX_TEXT,

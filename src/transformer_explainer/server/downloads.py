@@ -18,14 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import coded, error_answer
 from ..loading.download import DownloadBusy, DownloadJob, DownloadManager, FailureKind, JobState
 from ..loading.resolve import KNOWN_HUB_MODELS
-from ..schemas import ErrorCode, ErrorOut
+from ..schemas import ErrorCode, ErrorOut, Strict
 from .registry import ModelRegistry
 
 
-class DownloadIn(BaseModel):
+class DownloadIn(Strict):
     """Start downloading a model, or resume its interrupted download."""
 
-    model_config = ConfigDict(extra="forbid")
     model: Annotated[str, Field(min_length=1, max_length=64, examples=["gpt2"])]
 
 
