@@ -5,9 +5,10 @@ The data are what the app would ask the server for: the overview (tokens, next-t
 attention thumbnails), the full activation tensors the views slice (float16, as the API sends them),
 the layer-norm weights, and the analyses (logit lens at every position, head roles and attention
 statistics, the head-importance map with each head's ablation, embedding neighbours of the text's
-tokens). To stay small, the largest tensors are left out first when they would not fit in
-`max_mb`; the views that need them then say so. Stages the trace derives (scaled scores, the
-concatenated heads, ...) are not stored: the page derives them by the same rules (names.DERIVATIONS).
+tokens), and the direct logit attribution at each position (snapshot_attribution.py). To stay small,
+the largest tensors are left out first when they would not fit in `max_mb`, then the attributions at
+the earliest positions; the views that need them then say so. Stages the trace derives (scaled scores,
+the concatenated heads, ...) are not stored: the page derives them by the same rules (names.DERIVATIONS).
 
 Where the page can show Chinese (it offers 中文, the default, or its text holds CJK characters), it
 carries the app's CJK font subset as a data: URL, so 中文 needs no system font and no fetch; an
@@ -48,11 +49,12 @@ from ..overview import config_out, trace_overview
 from ..schemas import ModelInfo, ModelList, SamplingIn
 from ..trace import Trace
 from ..web_bundle import package_static_dir
+from .snapshot_attribution import SnapshotAttribution
 
 log = logging.getLogger(__name__)
 
 FORMAT = "transformer-explainer-snapshot"
-VERSION = 2  # 2: aliases, languages and the inlined CJK font; derived stages by names.DERIVATIONS
+VERSION = 3  # 2: aliases, languages and the inlined CJK font; derived stages by names.DERIVATIONS; 3: attribution
 LANGUAGES = ("en", "zh")  # the app's languages: a snapshot offers both unless told otherwise
 CJK_FONT = "fonts/noto-sans-sc-subset.woff2"  # in the web bundle (web/public/fonts/, scripts/build_cjk_font.py)
 CJK_FONT_RECORD = "fonts/noto-sans-sc-subset.json"  # its record: the unicode-range the subset covers
@@ -181,6 +183,8 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
         "weights": weights, "omitted": [], "languages": languages, "cjk_font": cjk_font,
         "analysis": snapshot_analyses(model, trace, ablations=ablations),
     }
+    attribution = SnapshotAttribution(model, trace)  # the last position's now; the earlier ones last, as room allows
+    data["attribution"] = attribution.record
     used = bundle_bytes + len(json.dumps(data, ensure_ascii=False)) + 2048
     budget = int(max_mb * 1e6) - used
 
@@ -202,6 +206,8 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
         for n, v in zip(names, values, strict=True):
             target[n] = _stored(v, describe(n, family)[0])
         kept.append(label)
+    budget -= attribution.fill(budget)
+    omitted += attribution.omitted()
     data["omitted"] = omitted
     if omitted:
         log.info("snapshot: left out %s to stay under %.1f MB", ", ".join(omitted), max_mb)
