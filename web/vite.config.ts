@@ -3,12 +3,31 @@
 // loaded from another origin at run time.
 import { svelte } from "@sveltejs/vite-plugin-svelte";
 import { fileURLToPath } from "node:url";
-import { defineConfig } from "vite";
+import { constants, gzipSync } from "node:zlib";
+import { defineConfig, type Plugin } from "vite";
 
 const outDir = fileURLToPath(new URL("../src/transformer_explainer/web_dist", import.meta.url));
 
+// Each script and stylesheet also as X.gz, compressed once here at the highest level: the server sends those
+// bytes as they are to a browser that takes gzip (server/pages.py) instead of compressing the bundle on every
+// visit, which the page waited for (more so while the model loads beside it).
+function precompress(): Plugin {
+  return {
+    name: "te-precompress",
+    apply: "build",
+    generateBundle(_options, bundle) {
+      for (const [name, out] of Object.entries(bundle)) {
+        if (!/\.(js|css)$/.test(name)) continue;
+        const source = out.type === "chunk" ? out.code : out.source;
+        this.emitFile({ type: "asset", fileName: `${name}.gz`,
+          source: gzipSync(source, { level: constants.Z_BEST_COMPRESSION }) });
+      }
+    },
+  };
+}
+
 export default defineConfig({
-  plugins: [svelte()],
+  plugins: [svelte(), precompress()],
   base: "./",
   build: {
     outDir,

@@ -312,7 +312,9 @@ def snapshot_html(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: 
     if trace.config != model.config:
         raise InputError(f"the trace was made by {trace.model_name}, not by {model.name}")
     root = static_dir or _bundle_dir()
-    bundle = sum(p.stat().st_size for p in (root / "assets").glob("*")) if (root / "assets").is_dir() else 0
+    # what the page inlines: the scripts and styles, not the copies the build compressed for the server (*.gz)
+    bundle = sum(p.stat().st_size for p in (root / "assets").glob("*") if p.suffix != ".gz") \
+        if (root / "assets").is_dir() else 0
     data, _ = snapshot_data(model, trace, max_mb=max_mb, ablations=ablations, bundle_bytes=bundle,
                             languages=languages, cjk_font=cjk_font_url(trace.text, languages, root))
     return page_html(data, root)
