@@ -17,6 +17,7 @@ import httpx
 from transformer_explainer.server.pages import CSP, middleware, wrapped
 from transformer_explainer.server.security import AccessSettings, loopback_hosts
 from transformer_explainer.server.starting import BUILD_SWITCH_INTERVAL_S, StartingApp
+from transformer_explainer.web_bundle import package_static_dir
 
 HEAVY = ("torch", "fastapi", "transformers", "numpy")
 
@@ -269,6 +270,20 @@ def test_an_asset_compressed_by_the_build_goes_as_those_bytes_and_plain_to_a_cli
     assert gzip.decompress(gz_body) == js.read_bytes() and gz.headers["vary"] == "Accept-Encoding"
     assert "text/javascript" in gz.headers["content-type"] and "immutable" in gz.headers["cache-control"]
     assert "content-encoding" not in plain.headers and plain_body == js.read_bytes()
+
+
+def test_the_built_bundle_has_each_script_and_stylesheet_also_compressed_as_it_is():
+    """The server sends X.gz for X as it is (above), so each copy must be its file's bytes once the build has
+    finished them (web/vite.config.ts compresses last: a copy made before Vite filled in what a dynamic
+    import() preloads broke every part of the page loaded on first use)."""
+    assets = package_static_dir() / "assets"
+    files = sorted(p for p in assets.iterdir() if p.suffix in (".js", ".css"))
+    assert len([p for p in files if p.suffix == ".js"]) > 1  # the page's script and the parts it loads later
+    for f in files:
+        packed = f.with_name(f.name + ".gz")
+        assert packed.is_file(), f"{f.name} has no {packed.name}"
+        assert gzip.decompress(packed.read_bytes()) == f.read_bytes(), f"{packed.name} is not {f.name}"
+    assert sorted(p.with_suffix("") for p in assets.glob("*.gz")) == files  # and no copy of a file that is gone
 
 
 def test_serve_answers_without_waiting_for_the_clients_ack():
