@@ -8,6 +8,7 @@ import html
 import json
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pytest
@@ -23,12 +24,20 @@ from transformer_explainer.notebook.widget import widget_esm
 TEXT = "The cat sat on the mat, and then the cat slept."
 
 
+APP_JS = ('import { n } from "./part-x1.js"; const s = "</script><!-- <script>"; document.title = s + n;\n'
+          "const later = () => import(`./part-x1.js`);")
+PART_JS = 'import "./app.js";\nexport const n = "50% #1?\\t\tok";'
+
+
 @pytest.fixture(scope="module")
 def static(tmp_path_factory) -> Path:
     """A stand-in for the built bundle (the real one is tested in the browser tests)."""
     root = tmp_path_factory.mktemp("web_dist")
     (root / "assets").mkdir()
-    (root / "assets" / "app.js").write_text('const s = "</script><!-- <script>"; document.title = s;')
+    # the page's script and a chunk it imports, at once and on first use (web/vite.config.ts)
+    (root / "assets" / "app.js").write_text(APP_JS)
+    (root / "assets" / "part-x1.js").write_text(PART_JS)
+    (root / "assets" / "part-x1.js.gz").write_bytes(b"\x1f\x8b")  # the server's copy: not the page's
     (root / "assets" / "app.css").write_text("body { color: red }")
     (root / "index.html").write_text(
         '<!doctype html><html><head><meta charset="utf-8"><title>x</title>'
@@ -173,9 +182,17 @@ def test_page_is_one_file_with_everything_inlined(tiny_model, static, data):
     page = page_html(data[0], static)
     assert 'src="' not in page and 'href="./' not in page  # nothing to fetch
     assert "<style>body { color: red }</style>" in page
-    # the script's own "</script" and "<!--" cannot close or confuse the element it sits in
-    js = re.search(r'<script type="module">(.*?)</script>', page, re.S).group(1)
-    assert 'const s = "\\x3C/script>\\x3C!-- \\x3Cscript>"' in js
+    # the page's script comes by its name in the import map, which gives each script as a data: URL, with the
+    # others it imports named so too (a data: URL has no folder to resolve "./part-x1.js" against)
+    assert re.search(r'<script type="module">(.*?)</script>', page, re.S).group(1) == 'import "te-snapshot:app.js";'
+    imports = re.search(r'<script type="importmap">(.*?)</script>', page, re.S).group(1)
+    assert "<" not in imports  # the scripts' own "</script" and "<!--" cannot close or confuse the element
+    scripts = {name: unquote(url.removeprefix("data:text/javascript;charset=utf-8,"))
+               for name, url in json.loads(imports)["imports"].items()}
+    assert scripts == {"te-snapshot:app.js": APP_JS.replace("./part-x1.js", "te-snapshot:part-x1.js"),
+                       "te-snapshot:part-x1.js": PART_JS.replace("./app.js", "te-snapshot:app.js")}
+    # a data: URL's body loses tabs and newlines and ends at "#" or "?" unless they are escaped
+    assert not re.search(r"[\t\n\r#?]", imports)
     assert embedded(page)["trace"]["token_ids"] == tiny_model.encode(TEXT)
     assert "snapshot-banner" in page
 

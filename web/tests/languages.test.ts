@@ -48,6 +48,34 @@ describe("the catalogue list", () => {
     expect(langs.best(["en-US"], ["zh"])).toBe("zh");
   });
 
+  it("loads a catalogue only when asked, its menu strings there before, and again after a failure", async () => {
+    const zhMeta = Object.fromEntries(Object.entries(zh).filter(([k]) => k.startsWith("meta.")));
+    let calls = 0;
+    let fail = true;
+    const load = async () => {
+      calls += 1;
+      if (fail) throw new Error("the server is gone");
+      return zh;
+    };
+    const langs = new Languages({ "../src/locales/en.json": en }, { "../src/locales/zh.json": load }, { zh: zhMeta });
+    expect(langs.langs).toEqual(["en", "zh"]);
+    expect(calls).toBe(0);
+    expect(langs.template("zh", "meta.name")).toBe("中文"); // the menu and the choice of language need no load
+    expect(langs.best(["zh-CN"])).toBe("zh");
+    expect(langs.template("zh", "ui.title")).toBe(en["ui.title"]); // English until its catalogue is in
+    await expect(langs.load("zh")).rejects.toThrow("the server is gone");
+    expect(langs.template("zh", "ui.title")).toBe(en["ui.title"]);
+    fail = false;
+    await Promise.all([langs.load("zh"), langs.load("zh")]); // tried again, once for both
+    expect(calls).toBe(2);
+    expect(langs.template("zh", "ui.title")).toBe(zh["ui.title"]);
+    expect(langs.catalogues.zh).toBe(zh);
+    await langs.load("zh");
+    await langs.load("en"); // loaded with the page
+    await langs.load("fr"); // no such catalogue: nothing to load, English's strings
+    expect(calls).toBe(2);
+  });
+
   it("asks for the CJK font only where the catalogue says so", () => {
     expect(needsCjkFont("zh")).toBe(true);
     expect(needsCjkFont("en")).toBe(false);

@@ -26,7 +26,17 @@ from ..web_bundle import package_static_dir
 from . import defaults
 from .context import ServerContext
 from .downloads import downloads_router
-from .pages import CSP, NOT_BUILT, BodyLimit, BodyTooLarge, SecurityHeaders, middleware, page_response, safe_static_path
+from .pages import (
+    CSP,
+    NOT_BUILT,
+    BodyLimit,
+    BodyTooLarge,
+    SecurityHeaders,
+    accepts_gzip,
+    middleware,
+    page_response,
+    safe_static_path,
+)
 from .pool import Busy, ModelPool
 from .registry import ModelRegistry
 from .routes import analysis, attribution, core, seq2seq
@@ -225,10 +235,11 @@ def static_routes(app: FastAPI, root: Path) -> None:
         return r
 
     @app.get("/{path:path}", include_in_schema=False)
-    async def static(path: str) -> Response:
+    async def static(path: str, request: Request) -> Response:
         if path.startswith("api/"):
             return _error(404, f"no API endpoint /{path}", "not_found", {"path": f"/{path}"})
-        return page_response(root, path) or _error(404, f"no file /{path}", "not_found", {"path": f"/{path}"})
+        found = page_response(root, path, gzip_ok=accepts_gzip(request.scope))
+        return found or _error(404, f"no file /{path}", "not_found", {"path": f"/{path}"})
 
 
 # -- factory ---------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import error_answer
-from .pages import is_page, page_response
+from .pages import accepts_gzip, is_page, page_response
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ class StartingApp:
             loading = error_answer("the model is loading", "model_loading")
             return await _json(send, 503, {"status": "loading", **loading}, retry_after=True)
         assert self._static_dir is not None
-        response = page_response(self._static_dir, path[1:])
+        response = page_response(self._static_dir, path[1:], gzip_ok=accepts_gzip(scope))
         if response is None:  # the file went between the check and now
             return await _json(send, 404, error_answer(f"no file {path}", "not_found", {"path": path}))
         await response(scope, receive, send)

@@ -6,7 +6,13 @@
 // (and what ?lang= and the browser's languages are matched against), "meta.sentenceGap" what separates two
 // sentences (a space in English, nothing in Chinese), and "meta.font" the bundled font its script needs
 // ("cjk": the CJK subset, src/lib/cjkFont.ts; empty: the system's fonts).
+//
+// English comes with the page; every other catalogue is a chunk of its own, loaded when the learner picks
+// the language (loadLanguage), so the first page does not carry (and parse) the strings of every language.
+// Their "meta.*" strings come with the page (build/localeMeta.ts), so the menu and the choice of language
+// need no catalogue loaded.
 import en from "../locales/en.json";
+import localeMeta from "virtual:te-locale-meta";
 
 /** A key of the catalogue (English defines them). */
 export type MessageKey = keyof typeof en;
@@ -14,23 +20,51 @@ export type MessageKey = keyof typeof en;
 export type Lang = string;
 
 type Catalogue = Partial<Record<MessageKey, string>>;
+type Loader = () => Promise<Catalogue>;
 
-/** The languages of a set of catalogue files (path -> its strings): each file's name is its language. */
+const langOf = (path: string): Lang => path.replace(/^(.*\/)?([^/]+)\.json$/, "$2");
+
+/** The languages of a set of catalogue files: `files` (path -> its strings) are there at once, `lazy` (path ->
+ *  what loads its strings) once loaded; `meta` holds the "meta.*" strings of those not loaded yet. Each file's
+ *  name is its language. */
 export class Languages {
+  /** The catalogues loaded so far, by language. */
   readonly catalogues: Readonly<Record<Lang, Catalogue>>;
   /** The languages, English first, then by code. */
   readonly langs: readonly Lang[];
+  readonly #loaded: Record<Lang, Catalogue>;
+  readonly #loaders: Record<Lang, Loader>;
+  readonly #loading = new Map<Lang, Promise<void>>();
+  readonly #meta: Record<Lang, Catalogue>;
 
-  constructor(files: Record<string, Catalogue>) {
-    this.catalogues = Object.fromEntries(
-      Object.entries(files).map(([path, cat]) => [path.replace(/^(.*\/)?([^/]+)\.json$/, "$2"), cat]));
-    this.langs = Object.keys(this.catalogues).sort((a, b) =>
+  constructor(files: Record<string, Catalogue>, lazy: Record<string, Loader> = {},
+              meta: Record<Lang, Catalogue> = {}) {
+    this.#loaded = Object.fromEntries(Object.entries(files).map(([path, cat]) => [langOf(path), cat]));
+    this.#loaders = Object.fromEntries(Object.entries(lazy).map(([path, load]) => [langOf(path), load]));
+    this.#meta = meta;
+    this.catalogues = this.#loaded;
+    this.langs = [...new Set([...Object.keys(this.#loaded), ...Object.keys(this.#loaders)])].sort((a, b) =>
       a === "en" ? -1 : b === "en" ? 1 : a.localeCompare(b));
   }
 
-  /** The catalogue's string for `key` in `lang`, English when that catalogue lacks it. */
+  /** Load `lang`'s catalogue, if it is not loaded yet (a language with no catalogue: nothing to load). */
+  load(lang: Lang): Promise<void> {
+    if (this.#loaded[lang] || !this.#loaders[lang]) return Promise.resolve();
+    let p = this.#loading.get(lang);
+    if (!p) {
+      p = this.#loaders[lang]().then((cat) => { this.#loaded[lang] = cat; }, (e) => {
+        this.#loading.delete(lang); // a later choice of the language tries again
+        throw e;
+      });
+      this.#loading.set(lang, p);
+    }
+    return p;
+  }
+
+  /** The catalogue's string for `key` in `lang`, English when that catalogue lacks it or is not loaded yet
+   *  (its "meta.*" strings are there before it loads). */
   template(lang: Lang, key: MessageKey): string {
-    return this.catalogues[lang]?.[key] ?? en[key];
+    return this.#loaded[lang]?.[key] ?? this.#meta[lang]?.[key] ?? en[key];
   }
 
   /** The language of `among` (default: all) that best matches `wanted`, language tags in order of preference
@@ -51,20 +85,27 @@ export class Languages {
   }
 }
 
-const LANGUAGES = new Languages(import.meta.glob<Catalogue>("../locales/*.json", { eager: true, import: "default" }));
+const LANGUAGES = new Languages({ "../locales/en.json": en },
+  import.meta.glob<Catalogue>(["../locales/*.json", "!../locales/en.json"], { import: "default" }),
+  localeMeta as Record<Lang, Catalogue>);
 
-/** Every catalogue, by language code. */
+/** The catalogues loaded so far, by language code (English always; others once loadLanguage has loaded them). */
 export const CATALOGUES = LANGUAGES.catalogues;
 
 /** The languages there are catalogues for, English first. */
 export const LANGS = LANGUAGES.langs;
+
+/** Load `lang`'s catalogue (once): until it is in, its strings are English's. */
+export function loadLanguage(lang: Lang): Promise<void> {
+  return LANGUAGES.load(lang);
+}
 
 /** Whether `key` is a key of the catalogue (for keys built at run time, such as a task's name). */
 export function isKey(key: string): key is MessageKey {
   return Object.prototype.hasOwnProperty.call(en, key);
 }
 
-/** The catalogue's string for `key` in `lang`, English when that catalogue lacks it. */
+/** The catalogue's string for `key` in `lang`, English when that catalogue lacks it (or is not loaded). */
 export function template(lang: Lang, key: MessageKey): string {
   return LANGUAGES.template(lang, key);
 }

@@ -11,6 +11,7 @@ import { decodeTensor, type Tensor } from "./tensor";
 import { hasView, specsFor, type LnWhich, type ViewId } from "./views";
 import { snapshot } from "../snapshot/static";
 import examples from "./examples.json";
+import type { LessonId } from "../lessons/choose";
 
 /** Tensors are asked for as float32: every value a readout shows (4 decimals) is the trace's own. With
  *  binary answers float32 costs 4 bytes a value, against 2.7 for float16 as base64. The map of tensors is
@@ -72,7 +73,7 @@ class AppState {
   weightCache = $state.raw(new Map<string, Tensor>());
   generating = $state(false);
   /** The guided lesson that is open, if any (src/lessons/). */
-  lesson = $state<string | null>(null);
+  lesson = $state<LessonId | null>(null);
   lastUpdateMs = $state<number | null>(null);
   /** The server is still loading its model (it serves the page at once, the API once the model is in):
    *  the seconds since this page opened, for the notice; null when it is not (or no longer) loading. */
