@@ -141,14 +141,14 @@ def main() -> None:
     cfg = ours.config
     print(f"{args.shape} shape: {ours!r}")
     peak, bw = gemm_gflops(), bandwidth_gbs()  # with --threads threads, as the contenders run
-    weight_bytes = sum(p.numel() * p.element_size() for p in ours.gpt.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in ours.net.parameters())
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; fp32 GEMM {peak:.0f} GFLOP/s, "
           f"memory read {bw:.1f} GB/s; weights {weight_bytes / 1e6:.0f} MB -> streaming them takes "
           f"{weight_bytes / bw / 1e6:.1f} ms")
 
     contenders = {
-        "ours fast": lambda ids: ours.gpt(ids, logits_for="last"),
-        "ours fast/all": lambda ids: ours.gpt(ids),
+        "ours fast": lambda ids: ours.net(ids, logits_for="last"),
+        "ours fast/all": lambda ids: ours.net(ids),
         "ours trace": lambda ids: ours.trace_ids(ids[0].tolist()),
         # the trace's logits at every position are derived on access: this column pays for them too
         "ours trace+lg": lambda ids: ours.trace_ids(ids[0].tolist())["logits"],

@@ -45,7 +45,7 @@ class RopeScaling:
 
 
 @dataclass(frozen=True)
-class GPTConfig:
+class DecoderConfig:
     """Shape of a GPT-2-family decoder. Field names follow nanoGPT; HF's names are mapped in `from_hf`."""
 
     vocab_size: int = 50257  # number of tokens; GPT-2's <|endoftext|> is the last id
@@ -53,14 +53,14 @@ class GPTConfig:
     n_layer: int = 12  # number of transformer blocks
     n_head: int = 12  # attention heads per block
     n_embd: int = 768  # width of the residual stream, d_model
-    n_inner: int | None = None  # MLP hidden width; None means 4 * n_embd as in GPT-2
+    d_mlp: int | None = None  # MLP hidden width; None: 4 * n_embd as in GPT-2 (filled in at construction)
     layer_norm_epsilon: float = 1e-5  # added to the variance inside every LayerNorm
     activation: str = "gelu_new"  # GPT-2 uses the tanh approximation of GELU
     dropout: float = 0.0  # used only in training; every dropout is inactive at inference
     # -- the Llama family (model_type llama / qwen2 / mistral); GPT-2 leaves these at their defaults --
     model_type: str = "gpt2"  # HF's model_type: "gpt2", "llama", "qwen2" or "mistral"
-    n_kv_head: int | None = None  # key/value heads (grouped-query attention); None: one per query head
-    d_head: int | None = None  # head width when the config names it; None: n_embd // n_head
+    n_kv_heads: int | None = None  # key/value heads (grouped-query attention); None: one per query head
+    head_dim: int | None = None  # head width when the config names it; None: n_embd // n_head
     rope_theta: float = 10000.0  # base of the rotary frequencies
     rope_scaling: RopeScaling | None = None  # llama3 scaling of the rotary frequencies, if any
     tie_word_embeddings: bool = True  # lm_head shares the token embedding matrix
@@ -77,23 +77,28 @@ class GPTConfig:
         # epsilon would load and then turn every forward pass into NaN
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             _check_whole(self._key(name), getattr(self, name))
-        for name in ("n_inner", "n_kv_head", "d_head"):
+        for name in ("d_mlp", "n_kv_heads", "head_dim"):
             if getattr(self, name) is not None:
                 _check_whole(self._key(name), getattr(self, name))
+        if self.head_dim is None and self.n_embd % self.n_head != 0:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        # the derived sizes, filled in once: every reader sees whole numbers
+        for name, default in (("d_mlp", 4 * self.n_embd), ("n_kv_heads", self.n_head),
+                              ("head_dim", self.n_embd // self.n_head)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
         _check_positive_real(self._key("layer_norm_epsilon"), self.layer_norm_epsilon)
         _check_positive_real(self._key("rope_theta"), self.rope_theta)
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, int | float) or not 0 <= self.dropout < 1:
             raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
         if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
             raise ValueError(f"rope scaling must be an object, got {self.rope_scaling!r}")
-        if self.d_head is None and self.n_embd % self.n_head != 0:
-            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.activation not in SUPPORTED_ACTIVATIONS:
             raise ValueError(f"unsupported activation {self.activation!r}; expected one of {SUPPORTED_ACTIVATIONS}")
         if self.n_head % self.n_kv_heads != 0:
-            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_heads})")
+            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
         if self.family == "gpt2" and (self.n_kv_heads != self.n_head or not self.tie_word_embeddings
-                                      or self.d_head is not None or self.activation == "silu"):
+                                      or self.head_dim * self.n_head != self.n_embd or self.activation == "silu"):
             raise ValueError("GPT-2 has one key/value head per query head, tied embeddings and GELU")
         if self.family == "llama" and self.head_dim % 2:
             raise ValueError(f"rotary embeddings need an even head width, got {self.head_dim}")
@@ -106,19 +111,6 @@ class GPTConfig:
     def family(self) -> str:
         """"gpt2", or "llama" for Llama, Qwen2 and Mistral (one architecture)."""
         return "gpt2" if self.model_type == "gpt2" else "llama"
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_head if self.d_head is not None else self.n_embd // self.n_head
-
-    @property
-    def n_kv_heads(self) -> int:
-        """Key/value heads; each serves n_head // n_kv_heads query heads."""
-        return self.n_kv_head if self.n_kv_head is not None else self.n_head
-
-    @property
-    def d_mlp(self) -> int:
-        return self.n_inner if self.n_inner is not None else 4 * self.n_embd
 
     def to_hf(self) -> dict[str, Any]:
         """The `config.json` dict that transformers' GPT2LMHeadModel (or the Llama-family class) reads."""
@@ -133,7 +125,7 @@ class GPTConfig:
             "n_embd": self.n_embd,
             "n_layer": self.n_layer,
             "n_head": self.n_head,
-            "n_inner": self.n_inner,
+            "n_inner": self.d_mlp if self.d_mlp != 4 * self.n_embd else None,
             "activation_function": self.activation,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "resid_pdrop": self.dropout,
@@ -170,7 +162,7 @@ class GPTConfig:
         }
 
     @classmethod
-    def from_hf(cls, hf: dict[str, Any]) -> GPTConfig:
+    def from_hf(cls, hf: dict[str, Any]) -> DecoderConfig:
         """Read an HF `config.json` (GPT-2, Llama, Qwen2, Mistral); refuse options that change the maths
         we implement."""
         model_type = hf.get("model_type", "gpt2")
@@ -194,13 +186,13 @@ class GPTConfig:
             n_layer=_whole(hf, "n_layer"),
             n_head=_whole(hf, "n_head"),
             n_embd=_whole(hf, "n_embd"),
-            n_inner=_whole(hf, "n_inner", None),
+            d_mlp=_whole(hf, "n_inner", None),
             layer_norm_epsilon=_real(hf, "layer_norm_epsilon", 1e-5),
             activation=hf.get("activation_function", "gelu_new"),
         )
 
     @classmethod
-    def _llama_from_hf(cls, hf: dict[str, Any]) -> GPTConfig:
+    def _llama_from_hf(cls, hf: dict[str, Any]) -> DecoderConfig:
         model_type = hf["model_type"]
         archs = hf.get("architectures") or [LLAMA_FAMILY_TYPES[model_type]]
         if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
@@ -221,19 +213,19 @@ class GPTConfig:
         if window is not None and (model_type == "mistral" or _flag(hf, "use_sliding_window", False)):
             block_size = min(block_size, window)
         qkv_bias = _flag(hf, "attention_bias", False) if model_type == "llama" else model_type == "qwen2"
-        n_kv_head = _whole(hf, "num_key_value_heads", None)  # absent: one key/value head per query head
+        n_kv_heads = _whole(hf, "num_key_value_heads", None)  # absent: one key/value head per query head
         return cls(
             vocab_size=_whole(hf, "vocab_size"),
             block_size=block_size,
             n_layer=_whole(hf, "num_hidden_layers"),
             n_head=_whole(hf, "num_attention_heads"),
             n_embd=_whole(hf, "hidden_size"),
-            n_inner=_whole(hf, "intermediate_size"),
+            d_mlp=_whole(hf, "intermediate_size"),
             layer_norm_epsilon=_real(hf, "rms_norm_eps", 1e-6),
             activation=act,
             model_type=model_type,
-            n_kv_head=n_kv_head if n_kv_head is not None else _whole(hf, "num_attention_heads"),
-            d_head=_whole(hf, "head_dim", None) or None,
+            n_kv_heads=n_kv_heads if n_kv_heads is not None else _whole(hf, "num_attention_heads"),
+            head_dim=_whole(hf, "head_dim", None) or None,
             rope_theta=theta,
             rope_scaling=scaling,
             tie_word_embeddings=_flag(hf, "tie_word_embeddings", False),  # transformers' default for all three
@@ -246,9 +238,15 @@ class GPTConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> GPTConfig:
+    def from_dict(cls, d: dict[str, Any]) -> DecoderConfig:
+        """From `to_dict`'s output, also as written before the fields' renames (n_inner, n_kv_head, d_head)."""
+        d = {_RENAMED.get(k, k): v for k, v in d.items()}
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# fields saved under their old names (training runs, exported traces)
+_RENAMED = {"n_inner": "d_mlp", "n_kv_head": "n_kv_heads", "d_head": "head_dim"}
 
 
 def _rope_settings(hf: dict[str, Any]) -> tuple[float, RopeScaling | None]:
@@ -275,10 +273,10 @@ def _rope_settings(hf: dict[str, Any]) -> tuple[float, RopeScaling | None]:
 
 # How config.json names our fields, where it differs (for messages about a bad value).
 _HF_KEYS: dict[str, dict[str, str]] = {
-    "gpt2": {"block_size": "n_positions"},
+    "gpt2": {"block_size": "n_positions", "d_mlp": "n_inner"},
     "llama": {"block_size": "max_position_embeddings", "n_layer": "num_hidden_layers",
-              "n_head": "num_attention_heads", "n_embd": "hidden_size", "n_inner": "intermediate_size",
-              "n_kv_head": "num_key_value_heads", "d_head": "head_dim", "layer_norm_epsilon": "rms_norm_eps"},
+              "n_head": "num_attention_heads", "n_embd": "hidden_size", "d_mlp": "intermediate_size",
+              "n_kv_heads": "num_key_value_heads", "layer_norm_epsilon": "rms_norm_eps"},
 }
 _REQUIRED = object()
 
@@ -324,10 +322,10 @@ def _check_positive_real(name: str, value: object) -> None:
 
 
 # The public GPT-2 checkpoints on the Hugging Face hub: shapes and download sizes (model.safetensors).
-GPT2_PRESETS: dict[str, GPTConfig] = {
-    "gpt2": GPTConfig(n_layer=12, n_head=12, n_embd=768),
-    "gpt2-medium": GPTConfig(n_layer=24, n_head=16, n_embd=1024),
-    "gpt2-large": GPTConfig(n_layer=36, n_head=20, n_embd=1280),
-    "gpt2-xl": GPTConfig(n_layer=48, n_head=25, n_embd=1600),
-    "distilgpt2": GPTConfig(n_layer=6, n_head=12, n_embd=768),
+GPT2_PRESETS: dict[str, DecoderConfig] = {
+    "gpt2": DecoderConfig(n_layer=12, n_head=12, n_embd=768),
+    "gpt2-medium": DecoderConfig(n_layer=24, n_head=16, n_embd=1024),
+    "gpt2-large": DecoderConfig(n_layer=36, n_head=20, n_embd=1280),
+    "gpt2-xl": DecoderConfig(n_layer=48, n_head=25, n_embd=1600),
+    "distilgpt2": DecoderConfig(n_layer=6, n_head=12, n_embd=768),
 }

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .config import GPTConfig
+from .config import DecoderConfig
 from .models.layers import causal_mask, linear
 from .names import FAMILY_NAMES, Derivation, activation_names, describe, parse_name
 from .trace_base import TraceBase
@@ -41,7 +41,7 @@ class Trace(TraceBase):
     """
 
     model_name: str
-    config: GPTConfig
+    config: DecoderConfig
     text: str
     token_ids: list[int]  # the traced positions' ids
     tokens: list[str]  # their text, leading spaces kept; undecodable byte pieces escaped

@@ -198,7 +198,7 @@ def test_logit_lens_ends_at_the_logits(client, model):
     torch.testing.assert_close(lens_logits(model, tr, L), tr["logits"], atol=0, rtol=0)
     # the embeddings' lens is the final norm and unembedding of the token embedding alone
     x = tr["embed.token"]
-    ref = model.gpt.lm_head(model.gpt.final_norm(x[None]))[0]
+    ref = model.net.lm_head(model.net.final_norm(x[None]))[0]
     torch.testing.assert_close(lens_logits(model, tr, 0), ref, atol=1e-5, rtol=1e-5)
     d = post(client, "/api/analysis/lens", text=TEXT, positions=[-1], top=3)
     assert len(d["layers"]) == L + 1 and d["layers"][0]["label"] == "embeddings"

@@ -113,7 +113,7 @@ def test_nothing_gives_0_and_the_last_output_gives_1(tiny_model) -> None:
     span = res.clean - res.corrupted
     # patching nothing: the corrupted run's own value put back
     own = tiny_model.trace_ids(x)
-    nothing = patched_metrics(tiny_model.gpt, x, L - 1, "resid_pre", [T - 1], own[f"blocks.{L - 1}.resid_pre"], a, w)
+    nothing = patched_metrics(tiny_model.net, x, L - 1, "resid_pre", [T - 1], own[f"blocks.{L - 1}.resid_pre"], a, w)
     assert float((nothing[0] - res.corrupted) / span) == pytest.approx(0, abs=1e-5)
     # the last block's output at the last position, from the clean run: the clean metric
     clean_out = tiny_model.trace_ids(c)[f"blocks.{L - 1}.resid_post"]
@@ -125,7 +125,7 @@ def test_nothing_gives_0_and_the_last_output_gives_1(tiny_model) -> None:
 
     rec = Recorder(patches={f"blocks.{L - 1}.resid_post": last_output}, store=False)
     with torch.inference_mode():
-        logits = tiny_model.gpt(torch.tensor([x]), rec=rec, logits_for="last")[0, -1].double()
+        logits = tiny_model.net(torch.tensor([x]), rec=rec, logits_for="last")[0, -1].double()
     assert float((logits[a] - logits[w] - res.corrupted) / span) == pytest.approx(1, abs=1e-5)
 
 

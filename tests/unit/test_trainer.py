@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_explainer.config import GPTConfig
+from transformer_explainer.config import DecoderConfig
 from transformer_explainer.errors import CheckpointError
 from transformer_explainer.models.gpt import GPT
 from transformer_explainer.training.lm import LMTask, evaluate_lm
 from transformer_explainer.training.trainer import TrainConfig, Trainer
 
-CFG = GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
+CFG = DecoderConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 
 
 def make_task(seed: int = 0) -> LMTask:

@@ -30,7 +30,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from ..config import GPTConfig
+from ..config import DecoderConfig
 from ..errors import CheckpointError
 from ..models.gpt import GPT
 from ..models.llama import LlamaLM
@@ -148,9 +148,9 @@ def open_weights(folder: Path) -> WeightFiles:
                           f"model.safetensors.index.json) or pytorch_model.bin")
 
 
-def read_config(folder: Path) -> GPTConfig:
+def read_config(folder: Path) -> DecoderConfig:
     try:
-        return GPTConfig.from_hf(read_json(folder / "config.json"))
+        return DecoderConfig.from_hf(read_json(folder / "config.json"))
     except (KeyError, ValueError, TypeError) as e:
         raise CheckpointError(f"{folder / 'config.json'} is not a usable model config: {e}") from None
 
@@ -189,7 +189,7 @@ def _finite(key: str, t: torch.Tensor, folder: Path) -> torch.Tensor:
     return t
 
 
-def _meta_model(cls: type[GPT] | type[LlamaLM], config: GPTConfig, files: WeightFiles) -> GPT | LlamaLM:
+def _meta_model(cls: type[GPT] | type[LlamaLM], config: DecoderConfig, files: WeightFiles) -> GPT | LlamaLM:
     """`cls(config)` on the meta device, once the files hold tensors enough for all its blocks."""
     check_block_counts(cls, config, ("n_layer",), file_tensors=len(files.info),
                        config_path=files.folder / "config.json")
@@ -197,7 +197,7 @@ def _meta_model(cls: type[GPT] | type[LlamaLM], config: GPTConfig, files: Weight
         return cls(config)
 
 
-def load_llama(folder: Path, dtype: str | torch.dtype | None = None, *, config: GPTConfig | None = None) -> LlamaLM:
+def load_llama(folder: Path, dtype: str | torch.dtype | None = None, *, config: DecoderConfig | None = None) -> LlamaLM:
     """Build our LlamaLM from an HF Llama / Qwen2 / Mistral folder, key for key. The model is built
     without memory ("meta" tensors) and takes the checkpoint's tensors as they are, cast to `dtype`,
     so a 1.5 B model in bfloat16 needs its 3 GB once, not twice."""
@@ -231,7 +231,7 @@ def load_llama(folder: Path, dtype: str | torch.dtype | None = None, *, config: 
     return model.eval()
 
 
-def load_gpt(folder: Path, dtype: str | torch.dtype | None = None, *, config: GPTConfig | None = None) -> GPT:
+def load_gpt(folder: Path, dtype: str | torch.dtype | None = None, *, config: DecoderConfig | None = None) -> GPT:
     """Build our GPT from an HF GPT-2 folder (`config.json` + weights); errors name the bad tensor.
     Built on the meta device, it takes the checkpoint's tensors as they are (GPT-2's Conv1D matrices
     as transposed views: the input-major layout `inference_layout_` wants), cast to `dtype`."""

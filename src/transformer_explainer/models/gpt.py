@@ -8,7 +8,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from ..config import GPTConfig
+from ..config import DecoderConfig
 from ..names import parse_name
 from .kv_cache import KVCache
 from .layers import Block, DecoderBase, LayerNorm, Linear
@@ -20,7 +20,7 @@ LogitsFor = Literal["all", "last"]
 
 
 class GPT(DecoderBase):
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.config = config
         self.transformer = nn.ModuleDict(

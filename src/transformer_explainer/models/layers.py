@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import GPTConfig
+from ..config import DecoderConfig
 from .kv_cache import KV, KVSlot
 from .recorder import Recorder
 
@@ -184,7 +184,7 @@ def recorded_attention(q: Tensor, k: Tensor, v: Tensor, rec: Recorder, *, softma
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.n_head = config.n_head
         self.n_embd = config.n_embd
@@ -223,7 +223,7 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.c_fc = Linear(config.n_embd, config.d_mlp)
         self.c_proj = Linear(config.d_mlp, config.n_embd)
@@ -239,7 +239,7 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.ln_1 = LayerNorm(config.n_embd, config.layer_norm_epsilon)
         self.attn = CausalSelfAttention(config)

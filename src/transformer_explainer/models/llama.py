@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import GPTConfig
+from ..config import DecoderConfig
 from ..names import parse_name
 from .gpt import KVCache, LogitsFor
 from .kv_cache import KV, KVSlot
@@ -45,7 +45,7 @@ class RMSNorm(nn.Module):
         return rec("out", self.weight * normalized)
 
 
-def rope_inv_freq(config: GPTConfig) -> Tensor:
+def rope_inv_freq(config: DecoderConfig) -> Tensor:
     """The rotation frequency of each pair of a head's dimensions, theta^(-2i/Dh), with Llama 3.1's
     scaling when the config has it (transformers' `_compute_llama3_parameters`)."""
     dim = config.head_dim
@@ -82,7 +82,7 @@ class LlamaAttention(nn.Module):
     """Causal self-attention with rotary positions and grouped-query heads (n_head // n_kv_heads
     query heads share each key/value head; query head h reads key/value head h // group)."""
 
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.n_head, self.n_kv, self.head_dim = config.n_head, config.n_kv_heads, config.head_dim
         D, Dh = config.n_embd, config.head_dim
@@ -122,7 +122,7 @@ class LlamaAttention(nn.Module):
 class GatedMLP(nn.Module):
     """down(SiLU(gate(x)) * up(x)): the gate decides, per hidden unit, how much of `up` passes."""
 
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.gate_proj = Linear(config.n_embd, config.d_mlp, bias=config.mlp_bias)
         self.up_proj = Linear(config.n_embd, config.d_mlp, bias=config.mlp_bias)
@@ -138,7 +138,7 @@ class GatedMLP(nn.Module):
 
 
 class LlamaBlock(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.n_embd, config.layer_norm_epsilon)
         self.self_attn = LlamaAttention(config)
@@ -162,7 +162,7 @@ class LlamaBlock(nn.Module):
 class LlamaModel(nn.Module):
     """HF's `model.*` part: embeddings, blocks, final norm."""
 
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.n_embd)
         self.layers = nn.ModuleList([LlamaBlock(config) for _ in range(config.n_layer)])
@@ -172,7 +172,7 @@ class LlamaModel(nn.Module):
 class LlamaLM(DecoderBase):
     """A Llama / Qwen2 / Mistral causal LM with the same interface as `GPT` (forward, weight, ...)."""
 
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         if config.family != "llama":
             raise ValueError(f"LlamaLM runs the Llama family, not {config.model_type!r}")
