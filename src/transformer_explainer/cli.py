@@ -127,7 +127,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def _architecture(folder) -> dict[str, str]:
     """What a model folder's config.json says it is (no weights read): the HF model_type, our family
-    ("gpt2", or "llama" for Llama, Qwen2 and Mistral) and its shape in words."""
+    ("gpt2"; "llama" for Llama, Qwen2 and Mistral; "qwen3"; "gemma3") and its shape in words."""
     from .config import DecoderConfig
     from .loading.checkpoint import read_json
 

@@ -15,10 +15,11 @@ from .allocator import keep_freed_memory
 from .attribution import Attribution, direct_logit_attribution
 from .config import DecoderConfig
 from .errors import CheckpointError, InputError
-from .loading.checkpoint import DecoderLM, load_decoder
+from .loading.checkpoint import load_decoder
 from .loading.resolve import ResolvedModel, resolve
 from .loading.tokenizer import TextTokenizer
-from .models.gpt import KVCache
+from .models.decoder import Decoder
+from .models.kv_cache import KVCache
 from .models.recorder import Patch, Recorder
 from .patching import KINDS, Kind, Patching, activation_patching, check_kinds
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
@@ -38,10 +39,10 @@ class GeneratedToken:
 
 
 class ExplainerModel:
-    """A GPT-2 or Llama-family (Llama, Qwen2, Mistral) model ready to explain: `trace`, `next_token`,
-    `generate`, `weight`. `net` is the network (a `GPT` or a `LlamaLM`; both answer the same calls)."""
+    """A model of any supported family (GPT-2, Llama, Qwen2, Mistral, Qwen3, Gemma 3) ready to explain:
+    `trace`, `next_token`, `generate`, `weight`. `net` is the network (a `models.decoder.Decoder`)."""
 
-    def __init__(self, net: DecoderLM, tokenizer: TextTokenizer, name: str, source: str = "local",
+    def __init__(self, net: Decoder, tokenizer: TextTokenizer, name: str, source: str = "local",
                  folder: Path | None = None) -> None:
         if tokenizer.vocab_size > net.config.vocab_size:
             raise CheckpointError(
@@ -57,12 +58,13 @@ class ExplainerModel:
     @classmethod
     def from_resolved(cls, r: ResolvedModel, dtype: str | torch.dtype | None = None) -> ExplainerModel:
         net = load_decoder(r.folder, dtype)
-        return cls(net, TextTokenizer.from_folder(r.folder, net.config.family), r.name, r.source, r.folder)
+        return cls(net, TextTokenizer.from_folder(r.folder, net.config.declaration.special_tokens), r.name, r.source,
+                   r.folder)
 
     @property
     def dtype(self) -> torch.dtype:
         """The weights' (and activations') dtype: float32, or bfloat16 when loaded so."""
-        return self.net.lm_head.weight.dtype
+        return self.net.unembed.weight.dtype
 
     @property
     def config(self) -> DecoderConfig:
@@ -301,13 +303,13 @@ class ExplainerModel:
     def residual_logits(self, x: Tensor) -> Tensor:
         """The logits (T, V) the model would give were the residual stream `x` (T, D) its last: the
         final norm and the unembedding, with the forward pass's own kernels (the logit lens)."""
-        normed = self.net.final_norm(x.unsqueeze(0), Recorder())
-        return self.net.lm_head(normed)[0]
+        normed = self.net.ln_final(x.unsqueeze(0), Recorder())
+        return self.net.unembed(normed)[0]
 
 
 def load_model(spec: str | None = None, *, allow_download: bool = True,
                dtype: str | torch.dtype | None = None) -> ExplainerModel:
-    """Load a GPT-2 or Llama-family (Llama, Qwen2, Mistral) model.
+    """Load a model of a supported family (GPT-2, Llama, Qwen2, Mistral, Qwen3, Gemma 3).
 
     `spec`: a built-in model name, a local HF-format folder, a hub id ("gpt2", "gpt2-medium",
     "distilgpt2", "HuggingFaceTB/SmolLM2-135M", "owner/repo"), or None for the default (cached GPT-2

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from .errors import InputError
-from .loading.checkpoint import DecoderLM
+from .models.decoder import Decoder
 from .models.recorder import Recorder
 from .trace import Trace
 
@@ -82,7 +82,7 @@ def _replace(rows: Tensor, cells: list[int], clean: Tensor) -> Callable[[Tensor]
 
 
 @torch.inference_mode()
-def patched_metrics(net: DecoderLM, ids: list[int], layer: int, kind: Kind, cells: Sequence[int],
+def patched_metrics(net: Decoder, ids: list[int], layer: int, kind: Kind, cells: Sequence[int],
                     clean: Tensor, answer: int, wrong: int) -> Tensor:
     """The metric of the corrupted prompt `ids` run once per cell, with block `layer`'s activation of `kind`
     replaced at that cell by `clean` (that block's value in the clean run, without the batch dimension)."""
@@ -103,7 +103,7 @@ def check_kinds(what: Sequence[str]) -> tuple[Kind, ...]:
 
 
 @torch.inference_mode()
-def activation_patching(net: DecoderLM, clean: Trace, corrupted_ids: list[int], corrupted_metric: float,
+def activation_patching(net: Decoder, clean: Trace, corrupted_ids: list[int], corrupted_metric: float,
                         answer: int, wrong: int, what: Sequence[Kind] = KINDS, *, batch_tokens: int = 2048,
                         progress: Callable[[int, int], None] | None = None,
                         cancelled: Callable[[], bool] | None = None) -> tuple[dict[str, Tensor], dict[str, Tensor]]:

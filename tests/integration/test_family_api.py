@@ -179,7 +179,7 @@ def test_merged_trace_with_recorded_scores(model):
     keep = {"blocks.0.attn.scores": lambda s: s}
     prefix = model.trace_ids(ids[:-2], patches=keep)
     L = model.config.n_layer
-    from transformer_explainer.models.gpt import KVCache
+    from transformer_explainer.models.kv_cache import KVCache
 
     cache = KVCache([(prefix[f"blocks.{i}.attn.rot_k"][None], prefix[f"blocks.{i}.attn.v"][None]) for i in range(L)])
     new = model.trace_ids(ids[-2:], cache=cache, prefix_ids=prefix.token_ids, patches=keep)
@@ -198,7 +198,7 @@ def test_logit_lens_ends_at_the_logits(client, model):
     torch.testing.assert_close(lens_logits(model, tr, L), tr["logits"], atol=0, rtol=0)
     # the embeddings' lens is the final norm and unembedding of the token embedding alone
     x = tr["embed.token"]
-    ref = model.net.lm_head(model.net.final_norm(x[None]))[0]
+    ref = model.net.unembed(model.net.ln_final(x[None]))[0]
     torch.testing.assert_close(lens_logits(model, tr, 0), ref, atol=1e-5, rtol=1e-5)
     d = post(client, "/api/analysis/lens", text=TEXT, positions=[-1], top=3)
     assert len(d["layers"]) == L + 1 and d["layers"][0]["label"] == "embeddings"
@@ -396,7 +396,7 @@ def test_a_llama_builtin_is_found_loaded_and_served(llama_family_dir, tiny_gpt2_
         assert r.status_code == 200, r.text
         assert r.json()["config"]["family"] == "llama" and r.json()["token_ids"] == m.encode(TEXT)
         info = c.get("/api/models/a-llama").json()
-        assert info["source"] == "builtin" and info["config"]["norm"] == "rmsnorm"
+        assert info["source"] == "builtin" and info["config"]["capabilities"]["norm"] == "rms"
         unused = c.get("/api/models/a-gpt2").json()  # a GET loads nothing: the default is loaded by its first use
         assert not unused["loaded"] and unused["config"] is None
         assert c.post("/api/trace", json={"model": "a-gpt2", "text": TEXT}).status_code == 200

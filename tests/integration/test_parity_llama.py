@@ -16,7 +16,7 @@ import torch
 
 from tests.conftest import make_hf_llama_family
 from transformer_explainer import SamplingParams, load_model
-from transformer_explainer.models.gpt import KVCache
+from transformer_explainer.models.kv_cache import KVCache
 
 LENGTHS = (1, 7, 33, 128)  # 128: the recorded attention in two blocks of queries
 ATOL = 1e-5
@@ -127,9 +127,9 @@ def test_family_features_are_what_the_fixtures_claim(llama_family_dir: Path):
     model = load_model(str(llama_family_dir), allow_download=False)
     c = model.config
     assert c.n_kv_heads < c.n_head
-    tied = model.net.lm_head.weight.data_ptr() == model.net.model.embed_tokens.weight.data_ptr()
+    tied = model.net.unembed.weight.data_ptr() == model.net.embed.weight.data_ptr()
     assert tied == c.tie_word_embeddings
-    assert (model.net.model.layers[0].self_attn.q_proj.bias is not None) == (c.model_type == "qwen2")
+    assert (model.net.blocks[0].attn.q_proj.bias is not None) == (c.model_type == "qwen2")
     assert (c.rope_scaling is not None) == (c.model_type == "llama")
     if c.model_type == "llama":
         assert (llama_family_dir / "model.safetensors.index.json").is_file()

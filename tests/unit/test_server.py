@@ -166,7 +166,7 @@ def test_generate_step_computes_only_the_new_position(client, tiny_model):
 
 
 def test_merged_trace_equals_full_trace(tiny_model):
-    from transformer_explainer.models.gpt import KVCache
+    from transformer_explainer.models.kv_cache import KVCache
 
     ids = tiny_model.encode(TEXT)
     prefix = tiny_model.trace_ids(ids[:-2])

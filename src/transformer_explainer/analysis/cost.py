@@ -22,7 +22,7 @@ def pass_gflop(config: DecoderConfig, n_tokens: int) -> float:
     T, D, L, V, M = n_tokens, config.n_embd, config.n_layer, config.vocab_size, config.d_mlp
     q = config.n_head * config.head_dim  # query (and output) width
     kv = config.n_kv_heads * config.head_dim  # key and value width
-    mlp_matrices = 3 if config.family == "llama" else 2  # gate, up, down / up, down
+    mlp_matrices = 3 if config.arch.mlp == "gated" else 2  # gate, up, down / up, down
     per_layer = 2 * T * D * (2 * q + 2 * kv) + mlp_matrices * 2 * T * D * M + 2 * 2 * T * T * q
     return (L * per_layer + 2 * T * D * V) / 1e9
 

@@ -15,10 +15,9 @@ import torch
 
 from ..config import DecoderConfig
 from ..errors import InputError
-from ..loading.checkpoint import save_gpt, save_llama
+from ..loading.checkpoint import save_decoder
 from ..loading.tokenizer import TextTokenizer
-from ..models.gpt import GPT
-from ..models.llama import LlamaLM
+from ..models.decoder import Decoder
 from .lm import LMTask, token_byte_lengths, tokenize_file
 from .lm_args import add_lm_args  # noqa: F401  (re-exported: the CLI's arguments)
 from .trainer import TrainConfig, Trainer
@@ -92,7 +91,7 @@ def run_lm_training(args: argparse.Namespace) -> Path:
                        eval_interval=args.eval_interval, checkpoint_interval=args.checkpoint_interval,
                        max_minutes=args.max_minutes, seed=args.seed)
     torch.manual_seed(args.seed)
-    model = GPT(config) if config.family == "gpt2" else LlamaLM(config).init_weights_()
+    model = Decoder(config)  # with fresh weights (init_weights_)
     task_cls = _Autocast if args.bf16 else LMTask
     task = task_cls(train_ids, valid_ids, token_byte_lengths(tok), config.block_size, args.batch_size,
                     seed=args.seed, extra_evals=extra)
@@ -121,7 +120,7 @@ _LLAMA_INTRO = [
 ]
 
 
-def export_builtin(model: GPT | LlamaLM, tokenizer_dir: Path, folder: Path, state, args: argparse.Namespace,
+def export_builtin(model: Decoder, tokenizer_dir: Path, folder: Path, state, args: argparse.Namespace,
                    train_tokens: int) -> None:
     """An HF folder (GPT2LMHeadModel or LlamaForCausalLM, as the model's family) + tokenizer + model
     card, then reload it through `load_model` to write the card's samples."""
@@ -129,11 +128,11 @@ def export_builtin(model: GPT | LlamaLM, tokenizer_dir: Path, folder: Path, stat
     from ..sampling import SamplingParams
 
     dtype = torch.float16 if args.export_dtype == "float16" else torch.float32
-    if isinstance(model, LlamaLM):
+    special = None
+    if model.config.declaration.special_tokens:
         eos = TextTokenizer.from_folder(tokenizer_dir).eos_id()
-        save_llama(model, folder, dtype, {"bos_token_id": eos, "eos_token_id": eos} if eos is not None else None)
-    else:
-        save_gpt(model, folder, dtype)
+        special = {"bos_token_id": eos, "eos_token_id": eos} if eos is not None else None
+    save_decoder(model, folder, dtype, special)
     shutil.copy(tokenizer_dir / "tokenizer.json", folder / "tokenizer.json")
     loaded = load_model(str(folder), allow_download=False)
     samples = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
@@ -19,6 +19,7 @@ from ...inputs import Resolved, check_room_to_generate
 from ...media import BINARY_MEDIA_TYPE
 from ...overview import choose_next, config_out, names_out, next_token_out, trace_overview
 from ...schemas import (
+    FamilyName,
     GenerateIn,
     GenerateOut,
     HealthOut,
@@ -128,8 +129,8 @@ async def model(name: str, ctx: Context) -> ModelInfo:
 
 
 @router.get("/names", response_model=NamesOut)
-async def names(family: Literal["gpt2", "llama"] = "gpt2") -> NamesOut:
-    """The names a trace of `family` answers ("llama": Llama, Qwen2 and Mistral)."""
+async def names(family: FamilyName = "gpt2") -> NamesOut:
+    """The names a trace of `family` answers ("llama": Llama, Qwen2 and Mistral; families.FAMILIES)."""
     return names_out(family)
 
 
