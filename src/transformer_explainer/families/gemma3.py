@@ -52,13 +52,12 @@ def read_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("use_bidirectional_attention is not supported: a causal LM attends to earlier tokens only")
     if h.flag(hf, "attention_bias", False):
         raise ValueError("attention_bias is not supported (Gemma 3 has none)")
-    fields = shape(hf)
+    fields = {**shape(hf), "head_dim": h.whole(hf, "head_dim", 256)}
     types = h.layer_types(hf, fields["n_layer"], 6)
     window = h.whole(hf, "sliding_window", 4096) if h.SLIDING in types else None
     return dict(
         **fields,
         **_rope(hf),
-        head_dim=h.whole(hf, "head_dim", 256),
         activation=h.activation(hf, "hidden_activation", ("gelu_pytorch_tanh",)),
         model_type="gemma3_text",
         tie_word_embeddings=h.flag(hf, "tie_word_embeddings", True),

@@ -149,15 +149,23 @@ def recorded_attention(q: Tensor, k: Tensor, v: Tensor, rec: Recorder, *, scale:
             return torch.softmax(scores, dim=-1)  # without the dtype argument: its kernel is 2.5x faster on CPU
         return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
 
+    def masked_scores(qg: Tensor, keys: Tensor, mask: Tensor) -> Tensor:
+        """qg @ keys^T * scale + mask, one query head group per key/value head (mask repeated per head)."""
+        mask = mask if R == 1 else mask.repeat(R, 1)
+        if q.dtype == torch.float32:  # scale and mask fused into the product: -inf + anything = -inf
+            return torch.baddbmm(mask, qg, keys.transpose(1, 2), alpha=scale)
+        # bfloat16: round where transformers' eager attention rounds (the product, then the scaled product),
+        # so that a bf16 trace has its numbers exactly
+        return torch.bmm(qg, keys.transpose(1, 2)) * scale + mask
+
     blocks = _query_blocks(T, S)
     if blocks < 2 or dropout is not None or rec.wants("scores") or rec.wants("pattern"):
         qg = q.reshape(B * G, R * T, Dh)  # each group's queries stacked: one product per key/value head
         if rec.wants("scores"):  # an experiment edits the raw scores
             scores = rec.derived("scores", torch.bmm(qg, kg.transpose(1, 2)).view(B, H, T, S))
             masked = scores * scale + bias
-        else:  # scale and mask fused into the product: -inf + anything = -inf
-            masked = torch.baddbmm(bias if R == 1 else bias.repeat(R, 1), qg, kg.transpose(1, 2),
-                                   alpha=scale).view(B, H, T, S)
+        else:
+            masked = masked_scores(qg, kg, bias).view(B, H, T, S)
         pattern = rec("pattern", softmax(masked))
         if dropout is not None:
             pattern = dropout(pattern)
@@ -173,10 +181,7 @@ def recorded_attention(q: Tensor, k: Tensor, v: Tensor, rec: Recorder, *, scale:
         n, seen = b - a, S - T + b  # this block's queries, and the keys the last of them sees
         first = 0 if window is None else max(0, S - T + a - window + 1)  # the first key its first query sees
         qb = q_g[:, :, a:b].reshape(B * G, R * n, Dh)
-        block_bias = bias[a:b, first:seen]
-        scores = torch.baddbmm(block_bias if R == 1 else block_bias.repeat(R, 1), qb,
-                               kg[:, first:seen].transpose(1, 2), alpha=scale)
-        p = softmax(scores)  # (B*G, R*n, seen - first)
+        p = softmax(masked_scores(qb, kg[:, first:seen], bias[a:b, first:seen]))  # (B*G, R*n, seen - first)
         pattern_g[:, :, a:b, :first] = 0
         pattern_g[:, :, a:b, first:seen] = p.view(B * G, R, n, seen - first)
         pattern_g[:, :, a:b, seen:] = 0
