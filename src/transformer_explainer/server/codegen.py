@@ -201,13 +201,16 @@ def _architectures_ts() -> list[str]:
         kinds = typing.get_args(typing.get_type_hints(Architecture)[f.name])
         out.append(f"  readonly {f.name}: {_union(list(kinds)) if kinds else 'boolean'};")
     out += ["}", "export interface FamilyDeclaration {", "  readonly label: string;",
-            "  readonly modelTypes: readonly string[];", "  readonly arch: Architecture;", "}", "",
+            "  readonly modelTypes: readonly string[];", "  readonly arch: Architecture;",
+            "  /** BOS / EOS from the checkpoint's tokenizer files (every family but GPT-2, whose BPE has only its own) */",
+            "  readonly specialTokens: boolean;", "}", "",
             "/** Every family this package runs, by name (families.FAMILIES). */",
             "export const FAMILIES: Readonly<Record<string, FamilyDeclaration>> = {"]
     for name, fam in FAMILIES.items():
         arch = json.dumps(dataclasses.asdict(fam.arch), separators=(", ", ": "))
         out.append(f"  {json.dumps(name)}: {{ label: {json.dumps(fam.label)}, "
-                   f"modelTypes: {json.dumps(list(fam.architectures))}, arch: {arch} }},")
+                   f"modelTypes: {json.dumps(list(fam.architectures))}, arch: {arch}, "
+                   f"specialTokens: {json.dumps(fam.special_tokens)} }},")
     out.append("};")
     return out
 

@@ -1,12 +1,36 @@
-// The model families the app explains, read from the model's config (`family`, as in
-// src/transformer_explainer/config.py): GPT-2 (LayerNorm, learned positions, GELU MLP) and the Llama
-// family (Llama, Qwen2, Mistral: RMSNorm, rotary positions, grouped-query attention, gated MLP).
-import type { ModelConfigOut } from "./generated/api";
+// The model families the app explains, each declared once in Python (src/transformer_explainer/families/) and
+// exported to generated/names.ts (FAMILIES): GPT-2, the Llama family (Llama, Qwen2, Mistral), Qwen3 and Gemma 3.
+// Views and lessons branch on a model's capabilities (its config's `capabilities`: the norm's kind, the position
+// scheme, QK-norm, sandwich norms, local layers, ...), never on the family's name.
+import type { CapabilitiesOut, ModelConfigOut } from "./generated/api";
+import { FAMILIES } from "./generated/names";
 
-export type Family = "gpt2" | "llama";
+/** A family's name, as FAMILIES has it ("gpt2", "llama", "qwen3", "gemma3"). */
+export type Family = string;
+export type Capabilities = CapabilitiesOut;
 
 export function familyOf(cfg: Pick<ModelConfigOut, "family"> | null | undefined): Family {
-  return cfg?.family === "llama" ? "llama" : "gpt2";
+  return cfg?.family && cfg.family in FAMILIES ? cfg.family : "gpt2";
+}
+
+/** The family's name as people write it ("Gemma 3"). */
+export function familyLabel(cfg: Pick<ModelConfigOut, "family"> | null | undefined): string {
+  return FAMILIES[familyOf(cfg)].label;
+}
+
+/** GPT-2's capabilities: what the page assumes before a model's config is known. */
+export const GPT2_CAPABILITIES: Capabilities = {
+  ...FAMILIES.gpt2.arch, kv_groups: 1, local_window: null, layer_types: [], attn_scale: 0, rope_local_theta: null,
+};
+
+/** A model's capabilities (GPT-2's when its config is not known yet). */
+export function capsOf(cfg: Pick<ModelConfigOut, "capabilities"> | null | undefined): Capabilities {
+  return cfg?.capabilities ?? GPT2_CAPABILITIES;
+}
+
+/** Whether block `layer` is a local one (attends to a sliding window of keys). */
+export function isLocal(caps: Capabilities, layer: number): boolean {
+  return caps.layer_types[layer] === "sliding_attention";
 }
 
 /** Key/value heads (G): n_head for GPT-2, fewer under grouped-query attention. */

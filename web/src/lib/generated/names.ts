@@ -398,14 +398,16 @@ export interface FamilyDeclaration {
   readonly label: string;
   readonly modelTypes: readonly string[];
   readonly arch: Architecture;
+  /** BOS / EOS from the checkpoint's tokenizer files (every family but GPT-2, whose BPE has only its own) */
+  readonly specialTokens: boolean;
 }
 
 /** Every family this package runs, by name (families.FAMILIES). */
 export const FAMILIES: Readonly<Record<string, FamilyDeclaration>> = {
-  "gpt2": { label: "GPT-2", modelTypes: ["gpt2"], arch: {"norm": "layer", "positions": "learned", "qkv": "fused", "mlp": "gelu", "norm_offset": false, "qk_norm": false, "sandwich_norm": false, "embed_scale": false, "softmax_in_float32": false} },
-  "llama": { label: "Llama", modelTypes: ["llama", "qwen2", "mistral"], arch: {"norm": "rms", "positions": "rope", "qkv": "split", "mlp": "gated", "norm_offset": false, "qk_norm": false, "sandwich_norm": false, "embed_scale": false, "softmax_in_float32": true} },
-  "qwen3": { label: "Qwen3", modelTypes: ["qwen3"], arch: {"norm": "rms", "positions": "rope", "qkv": "split", "mlp": "gated", "norm_offset": false, "qk_norm": true, "sandwich_norm": false, "embed_scale": false, "softmax_in_float32": true} },
-  "gemma3": { label: "Gemma 3", modelTypes: ["gemma3_text"], arch: {"norm": "rms", "positions": "rope", "qkv": "split", "mlp": "gated", "norm_offset": true, "qk_norm": true, "sandwich_norm": true, "embed_scale": true, "softmax_in_float32": true} },
+  "gpt2": { label: "GPT-2", modelTypes: ["gpt2"], arch: {"norm": "layer", "positions": "learned", "qkv": "fused", "mlp": "gelu", "norm_offset": false, "qk_norm": false, "sandwich_norm": false, "embed_scale": false, "softmax_in_float32": false}, specialTokens: false },
+  "llama": { label: "Llama", modelTypes: ["llama", "qwen2", "mistral"], arch: {"norm": "rms", "positions": "rope", "qkv": "split", "mlp": "gated", "norm_offset": false, "qk_norm": false, "sandwich_norm": false, "embed_scale": false, "softmax_in_float32": true}, specialTokens: true },
+  "qwen3": { label: "Qwen3", modelTypes: ["qwen3"], arch: {"norm": "rms", "positions": "rope", "qkv": "split", "mlp": "gated", "norm_offset": false, "qk_norm": true, "sandwich_norm": false, "embed_scale": false, "softmax_in_float32": true}, specialTokens: true },
+  "gemma3": { label: "Gemma 3", modelTypes: ["gemma3_text"], arch: {"norm": "rms", "positions": "rope", "qkv": "split", "mlp": "gated", "norm_offset": true, "qk_norm": true, "sandwich_norm": true, "embed_scale": true, "softmax_in_float32": true}, specialTokens: true },
 };
 
 /** How `head` (query head h) slices a tensor, by the first of these dims it has (names.HEAD_DIMS):
