@@ -86,7 +86,8 @@ def open_on_text(browser, srv, ref, **kw) -> Iterator:
 
 def nav_of(caps: dict) -> list[str]:
     """The stages the architecture offers for these capabilities (web/src/components/Architecture.svelte)."""
-    block = ["layernorm-ln1", "qkv", "qknorm", "rope", "gqa", "attention", *(["window"] if caps["local_window"] else []),
+    block = ["layernorm-ln1", "qkv", "qknorm", "rope", "gqa", "attention",
+             *(["window"] if caps["local_window"] else []),
              "heads", *(["layernorm-ln1_post"] if caps["sandwich_norm"] else []), "layernorm-ln2", "mlp",
              *(["layernorm-ln2_post"] if caps["sandwich_norm"] else []), "residual"]
     return ["overview", "tokens", "embedding", *block, "layernorm-final", "output", "blocks", "experiments"]
@@ -150,7 +151,8 @@ def test_qk_norm_view_draws_the_traces_numbers(browser, server, ref):
         attr = lambda a: float(bound.get_attribute(a))  # noqa: E731
         largest = float(np.abs(sc[: p + 1]).max())
         assert attr("data-largest") == pytest.approx(largest, rel=1e-5)
-        normed_bound = cfg["capabilities"]["attn_scale"] * np.linalg.norm(qn[p]) * np.linalg.norm(kn[: p + 1], axis=-1).max()
+        longest_key = np.linalg.norm(kn[: p + 1], axis=-1).max()
+        normed_bound = cfg["capabilities"]["attn_scale"] * np.linalg.norm(qn[p]) * longest_key
         assert attr("data-bound-normed") == pytest.approx(float(normed_bound), rel=1e-5)
         assert largest <= attr("data-bound-normed") * (1 + 1e-5) <= attr("data-bound-weights") * (1 + 1e-5)
         wq, wk = tensors(srv, model, ids, {"name": "blocks.0.attn.q_norm.w"}, {"name": "blocks.0.attn.k_norm.w"},

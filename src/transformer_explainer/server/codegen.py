@@ -202,7 +202,7 @@ def _architectures_ts() -> list[str]:
         out.append(f"  readonly {f.name}: {_union(list(kinds)) if kinds else 'boolean'};")
     out += ["}", "export interface FamilyDeclaration {", "  readonly label: string;",
             "  readonly modelTypes: readonly string[];", "  readonly arch: Architecture;",
-            "  /** BOS / EOS from the checkpoint's tokenizer files (every family but GPT-2, whose BPE has only its own) */",
+            "  /** BOS / EOS from the checkpoint's tokenizer files (every family but GPT-2, whose BPE has its own) */",
             "  readonly specialTokens: boolean;", "}", "",
             "/** Every family this package runs, by name (families.FAMILIES). */",
             "export const FAMILIES: Readonly<Record<string, FamilyDeclaration>> = {"]

@@ -398,7 +398,7 @@ export interface FamilyDeclaration {
   readonly label: string;
   readonly modelTypes: readonly string[];
   readonly arch: Architecture;
-  /** BOS / EOS from the checkpoint's tokenizer files (every family but GPT-2, whose BPE has only its own) */
+  /** BOS / EOS from the checkpoint's tokenizer files (every family but GPT-2, whose BPE has its own) */
   readonly specialTokens: boolean;
 }
 
