@@ -15,7 +15,7 @@ from .allocator import keep_freed_memory
 from .attribution import Attribution, direct_logit_attribution
 from .config import DecoderConfig
 from .errors import CheckpointError, InputError
-from .loading.checkpoint import load_decoder
+from .loading.checkpoint import load_decoder, stored_dtype
 from .loading.resolve import ResolvedModel, resolve
 from .loading.tokenizer import TextTokenizer
 from .models.decoder import Decoder
@@ -43,7 +43,7 @@ class ExplainerModel:
     `trace`, `next_token`, `generate`, `weight`. `net` is the network (a `models.decoder.Decoder`)."""
 
     def __init__(self, net: Decoder, tokenizer: TextTokenizer, name: str, source: str = "local",
-                 folder: Path | None = None) -> None:
+                 folder: Path | None = None, file_dtype: str | None = None) -> None:
         if tokenizer.vocab_size > net.config.vocab_size:
             raise CheckpointError(
                 f"tokenizer has {tokenizer.vocab_size} tokens but the model only {net.config.vocab_size}"
@@ -54,12 +54,14 @@ class ExplainerModel:
         self.name = name
         self.source = source
         self.folder = folder
+        # the type the checkpoint's file stores its weights in (None when unknown); `dtype` is what they are now
+        self.file_dtype = file_dtype
 
     @classmethod
     def from_resolved(cls, r: ResolvedModel, dtype: str | torch.dtype | None = None) -> ExplainerModel:
         net = load_decoder(r.folder, dtype)
         return cls(net, TextTokenizer.from_folder(r.folder, net.config.declaration.special_tokens), r.name, r.source,
-                   r.folder)
+                   r.folder, stored_dtype(r.folder))
 
     @property
     def dtype(self) -> torch.dtype:
@@ -88,17 +90,17 @@ class ExplainerModel:
         if not isinstance(text, str):
             raise InputError(f"text must be a string, got {type(text).__name__}")
         if text == "":
-            raise InputError("the text is empty: type at least one character")
+            raise InputError("the text is empty: type at least one character", code="text_empty")
         ids = self.tokenizer.encode(text)
         if not ids:
-            raise InputError("the text produced no tokens")
+            raise InputError("the text produced no tokens", code="text_no_tokens")
         n = self.context_length
         if len(ids) > n:
             if not truncate:
                 raise InputError(
                     f"the text is {len(ids)} tokens long but {self.name} reads at most {n}; shorten it, "
-                    f"or ask for truncation to keep the last {n} tokens"
-                )
+                    f"or ask for truncation to keep the last {n} tokens", code="text_too_long", tokens=len(ids),
+                    limit=n, context=n)
             ids = ids[-n:]
         return ids
 
@@ -142,15 +144,18 @@ class ExplainerModel:
         V = self.config.vocab_size
         bad = [i for i in ids if not 0 <= i < V]
         if bad:
-            raise InputError(f"token id {bad[0]} is outside the vocabulary of {self.name} (0..{V - 1})")
+            raise InputError(f"token id {bad[0]} is outside the vocabulary of {self.name} (0..{V - 1})",
+                             code="token_id_out_of_range", id=bad[0], max=V - 1)
 
     def _check_ids(self, ids: list[int], cache: KVCache | None) -> None:
         if not ids:
-            raise InputError("no tokens to run")
+            raise InputError("no tokens to run", code="ids_empty")
         self.check_vocabulary(ids)
         start = cache.length if cache is not None else 0
         if start + len(ids) > self.context_length:
-            raise InputError(f"{start + len(ids)} tokens exceed the context of {self.context_length}")
+            raise InputError(f"{start + len(ids)} tokens exceed the context of {self.context_length}",
+                             code="text_too_long", tokens=start + len(ids), limit=self.context_length,
+                             context=self.context_length)
 
     # -- prediction --------------------------------------------------------------------------------
 
@@ -176,7 +181,8 @@ class ExplainerModel:
         `max_new_tokens`, at the end-of-text token, or where the context is full."""
         params = params or SamplingParams()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise InputError(f"the number of tokens to generate must be a whole number >= 0, got {max_new_tokens!r}")
+            raise InputError(f"the number of tokens to generate must be a whole number >= 0, got {max_new_tokens!r}",
+                             code="generate_count", value=str(max_new_tokens))
         self._check_ids(ids, None)
         gen = make_generator(params.seed)
         eos = set(self.tokenizer.eos_ids())
@@ -209,10 +215,11 @@ class ExplainerModel:
             raise InputError(f"a token must be a string or an id, got {type(token).__name__}")
         if isinstance(token, int):
             if not 0 <= token < V:
-                raise InputError(f"token id {token} is outside the vocabulary (0..{V - 1})")
+                raise InputError(f"token id {token} is outside the vocabulary (0..{V - 1})",
+                                 code="token_id_out_of_range", id=token, max=V - 1)
             return token
         if token == "":
-            raise InputError("an empty string is not a token")
+            raise InputError("an empty string is not a token", code="token_empty")
         ids = self.tokenizer.encode(token, add_bos=False)  # the word's own tokens, without a BOS
         if len(ids) == 1:
             return ids[0]
@@ -220,7 +227,8 @@ class ExplainerModel:
         if raw is not None:
             return raw
         pieces = " + ".join(repr(self.tokenizer.token_text(i)) for i in ids)
-        raise InputError(f"{token!r} is not one token but {len(ids)}: {pieces}; choose a single-token word")
+        raise InputError(f"{token!r} is not one token but {len(ids)}: {pieces}; choose a single-token word",
+                         code="not_one_token", token=token, count=len(ids))
 
     # -- why this token ------------------------------------------------------------------------------
 
@@ -242,16 +250,12 @@ class ExplainerModel:
         self._check_ids(ids, None)
         return ids
 
-    def patch(self, clean: str | Sequence[int], corrupted: str | Sequence[int], answer: TokenLike, wrong: TokenLike,
-              what: Sequence[Kind] = KINDS, *, batch_tokens: int = 2048,
-              progress: Callable[[int, int], None] | None = None,
-              cancelled: Callable[[], bool] | None = None) -> Patching:
-        """Activation patching: each activation of `what` ("resid_pre", "attn_out", "mlp_out": per layer and
-        position; "heads": each head's z over all positions) from the clean run into the corrupted one, one
-        cell at a time; the logit difference answer - wrong normalised so that 0 is the corrupted run and 1
-        the clean one. The prompts (texts or ids) must have the same number of tokens. `progress(done, total)`
-        is told after each batch of patched runs, and `cancelled()` asked before each (it raises
-        `patching.Cancelled`)."""
+    def patch_inputs(self, clean: str | Sequence[int], corrupted: str | Sequence[int], answer: TokenLike,
+                     wrong: TokenLike, what: Sequence[str] = KINDS
+                     ) -> tuple[tuple[Kind, ...], list[int], list[int], int, int]:
+        """The checks `patch` makes before any forward pass: the grids, the two prompts' ids (same length, not the
+        same tokens) and the answer and wrong token ids (single tokens, not the same one); an InputError saying
+        which fails. A command line or a page checks a pair with it before it starts the runs."""
         kinds = check_kinds(what)
         c_ids, x_ids = self._prompt_ids(clean, "clean"), self._prompt_ids(corrupted, "corrupted")
         if len(c_ids) != len(x_ids):
@@ -263,6 +267,19 @@ class ExplainerModel:
         a, w = self.token_id(answer), self.token_id(wrong)
         if a == w:
             raise InputError("the answer and the wrong token are the same token: their logit difference is always 0")
+        return kinds, c_ids, x_ids, a, w
+
+    def patch(self, clean: str | Sequence[int], corrupted: str | Sequence[int], answer: TokenLike, wrong: TokenLike,
+              what: Sequence[Kind] = KINDS, *, batch_tokens: int = 2048,
+              progress: Callable[[int, int], None] | None = None,
+              cancelled: Callable[[], bool] | None = None) -> Patching:
+        """Activation patching: each activation of `what` ("resid_pre", "attn_out", "mlp_out": per layer and
+        position; "heads": each head's z over all positions) from the clean run into the corrupted one, one
+        cell at a time; the logit difference answer - wrong normalised so that 0 is the corrupted run and 1
+        the clean one. The prompts (texts or ids) must have the same number of tokens. `progress(done, total)`
+        is told after each batch of patched runs, and `cancelled()` asked before each (it raises
+        `patching.Cancelled`)."""
+        kinds, c_ids, x_ids, a, w = self.patch_inputs(clean, corrupted, answer, wrong, what)
         with torch.inference_mode():
             clean_trace = self.trace_ids(c_ids)
             x_logits = self.last_logits(x_ids)

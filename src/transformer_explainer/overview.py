@@ -64,8 +64,9 @@ def config_out(model: ExplainerModel) -> ModelConfigOut:
                           n_kv_heads=c.n_kv_heads, capabilities=capabilities_out(c),
                           rope_theta=c.rope_theta if rope else None,
                           rope_scaling=c.rope_scaling.rope_type if c.rope_scaling is not None else None,
-                          tie_word_embeddings=c.tie_word_embeddings, qkv_bias=c.qkv_bias,
-                          dtype=str(model.dtype).removeprefix("torch."))
+                          tie_word_embeddings=c.tie_word_embeddings, qkv_bias=c.qkv_bias, out_bias=c.out_bias,
+                          mlp_bias=c.mlp_bias, dtype=str(model.dtype).removeprefix("torch."),
+                          file_dtype=model.file_dtype)
 
 
 def names_out(family: str = "gpt2") -> NamesOut:
@@ -85,7 +86,8 @@ def names_out(family: str = "gpt2") -> NamesOut:
 
 def sampling_params(sp: SamplingIn) -> SamplingParams:
     if 0 < sp.temperature < MIN_TEMPERATURE:
-        raise InputError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {sp.temperature}")
+        raise InputError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {sp.temperature}",
+                         code="temperature_too_low", value=sp.temperature, min=MIN_TEMPERATURE)
     return SamplingParams(temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, seed=sp.seed)
 
 

@@ -25,16 +25,19 @@ class SamplingParams:
     def __post_init__(self) -> None:
         t = self.temperature
         if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t) or t < 0:
-            raise InputError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+            raise InputError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}",
+                             code="temperature_invalid", value=str(t))
         if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
                                        or self.top_k < 1):
-            raise InputError(f"top_k must be a whole number >= 1 (or omitted), got {self.top_k!r}")
+            raise InputError(f"top_k must be a whole number >= 1 (or omitted), got {self.top_k!r}",
+                             code="top_k_invalid", value=str(self.top_k))
         p = self.top_p
         if p is not None and (not isinstance(p, int | float) or not math.isfinite(p) or not 0 < p <= 1):
-            raise InputError(f"top_p must be in (0, 1] (or omitted), got {p!r}")
+            raise InputError(f"top_p must be in (0, 1] (or omitted), got {p!r}", code="top_p_invalid", value=str(p))
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
                                       or not 0 <= self.seed < 2**63):
-            raise InputError(f"seed must be a whole number in [0, 2^63), got {self.seed!r}")
+            raise InputError(f"seed must be a whole number in [0, 2^63), got {self.seed!r}", code="seed_invalid",
+                             value=str(self.seed))
 
     @property
     def greedy(self) -> bool:
@@ -43,7 +46,8 @@ class SamplingParams:
     def check_vocabulary(self, vocab_size: int) -> None:
         """An InputError if top_k asks for more tokens than the vocabulary has."""
         if self.top_k is not None and self.top_k > vocab_size:
-            raise InputError(f"top_k must be at most the vocabulary size {vocab_size}, got {self.top_k}")
+            raise InputError(f"top_k must be at most the vocabulary size {vocab_size}, got {self.top_k}",
+                             code="top_k_too_large", value=self.top_k, vocab=vocab_size)
 
 
 @dataclass(frozen=True)

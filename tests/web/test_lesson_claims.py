@@ -1,8 +1,9 @@
 """Every sentence of every lesson step that depends on the data holds for the numbers beside it, on the 20 texts
 of web/tests/lessons/texts.ts, on the models each lesson opens for: the two built-ins, a random-weight GPT-2
 checkpoint with another context length (64), and random-weight Qwen3 and Gemma 3 checkpoints (4 layers; Gemma
-with local layers whose window of 5 is shorter than most texts). The checks are TypeScript (vitest, web/tests/lessons/): they run the lessons'
-own code against a real server, here, and test each claim against numbers fetched independently."""
+with local layers whose window of 5 is shorter than most texts). The checks are TypeScript (vitest,
+web/tests/lessons/): they run the lessons' own code against a real server, here, and test each claim against
+numbers fetched independently."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ WEB = Path(__file__).resolve().parents[2] / "web"
 VITEST = WEB / "node_modules" / ".bin" / "vitest"
 
 # the lessons of each model's page (the encoder-decoder lesson has its own test beside it, on its own tasks)
-LESSONS = {"explainer-small": "gpt2,experiments", "explainer-llama": "modern,experiments",
-           "random-gpt2-64": "gpt2,experiments", "random-qwen3": "stable", "random-gemma3": "stable"}
+LESSONS = {"explainer-small": "gpt2,experiments,why", "explainer-llama": "modern,experiments,why",
+           "random-gpt2-64": "gpt2,experiments,why", "random-qwen3": "stable,experiments,why",
+           "random-gemma3": "stable,experiments,why"}
 
 
 def vitest(*args: str, env: dict[str, str] | None = None, timeout: int = 1200) -> subprocess.CompletedProcess:

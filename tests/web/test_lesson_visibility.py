@@ -22,6 +22,7 @@ VIEWPORTS = {"desktop": {"viewport": {"width": 1280, "height": 900}},
 # (model, lesson) pairs: each lesson on the models whose page opens it
 CASES = [("explainer-small", "gpt2"), ("explainer-small", "experiments"), ("random-gpt2-64", "gpt2"),
          ("explainer-llama", "modern"), ("explainer-llama", "experiments"), ("explainer-small", "seq2seq"),
+         ("explainer-small", "why"), ("explainer-llama", "why"), ("random-gpt2-64", "why"),
          ("random-qwen3", "stable"), ("random-gemma3", "stable")]
 
 STATE = """() => {
@@ -88,6 +89,8 @@ def open_lesson(page, lesson: str) -> None:
                                "'[data-testid=token-chip]')", timeout=30_000)
         if lesson == "experiments":
             page.dispatch_event("[data-testid=nav-experiments]", "click")
+        elif lesson == "why":
+            page.dispatch_event("[data-testid=nav-attribution]", "click")
     page.dispatch_event("[data-testid=tour-open]", "click")
     page.wait_for_selector(f"[data-testid=tour][data-lesson={lesson}]", timeout=30_000)
 

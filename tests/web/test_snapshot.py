@@ -3,6 +3,7 @@ recorded: it needs none, and the values it shows are the trace's."""
 
 from __future__ import annotations
 
+import base64
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,17 @@ from .test_app import hover_cell, number, visible
 pytestmark = pytest.mark.browser
 
 TEXT = "The quick brown fox jumps over the lazy dog"
+WEB = Path(__file__).resolve().parents[2] / "web"
+
+
+def inlined(font: Path) -> str:
+    """The base64 of a font file as a snapshot inlines it."""
+    return base64.b64encode(font.read_bytes()).decode()
+
+
+# the UI's CJK subset (only in snapshots that can show Chinese), and the few glyphs every page's stylesheet holds
+UI_FONT = WEB / "public" / "fonts" / "noto-sans-sc-subset.woff2"
+PAGE_FONT = WEB / "src" / "fonts" / "cjk-page.woff2"
 
 
 @pytest.fixture(scope="module")
@@ -467,7 +479,7 @@ def test_chinese_draws_with_the_inlined_font(browser, snaps):
     """In 中文, from file:// with nothing fetched, CJK characters are the inlined font's glyphs, not boxes."""
     s = snaps("explainer-small")
     html = s.file.read_text(encoding="utf-8")
-    assert html.count("data:font/woff2;base64,") == 1
+    assert html.count(inlined(UI_FONT)) == 1 and html.count(inlined(PAGE_FONT)) == 1
     with offline(browser, s.file, lang="zh") as page:
         page.wait_for_function("() => document.querySelector('h1').textContent === 'Transformer 图解'")
         assert page.evaluate("document.documentElement.dataset.cjkFont") == "loaded"
@@ -486,7 +498,8 @@ def test_an_english_only_snapshot(browser, tiny_model, tmp_path):
     """languages=("en",): no CJK font in the file, no language switch, English even for a Chinese browser
     asking for 中文; the read-only text box says what it is."""
     path = save_snapshot(tiny_model, TEXT, tmp_path / "en.html", languages=("en",), ablations=False)
-    assert "data:font/woff2" not in path.read_text(encoding="utf-8")
+    html = path.read_text(encoding="utf-8")
+    assert inlined(UI_FONT) not in html and inlined(PAGE_FONT) in html  # only the stylesheet's few glyphs
     with offline(browser, path, lang="zh") as page:
         assert page.evaluate("document.documentElement.lang") == "en"
         assert page.inner_text("h1") == "Transformer Explainer"

@@ -55,9 +55,11 @@ def check_heads(config: DecoderConfig, heads: Iterable[Head]) -> list[Head]:
     out: list[Head] = []
     for layer, h in heads:
         if not 0 <= layer < config.n_layer:
-            raise InputError(f"layer {layer} is outside 0..{config.n_layer - 1}")
+            raise InputError(f"layer {layer} is outside 0..{config.n_layer - 1}", code="layer_out_of_range",
+                             layer=layer, max=config.n_layer - 1)
         if not 0 <= h < config.n_head:
-            raise InputError(f"head {h} is outside 0..{config.n_head - 1}")
+            raise InputError(f"head {h} is outside 0..{config.n_head - 1}", code="head_out_of_range", head=h,
+                             max=config.n_head - 1)
         if (layer, h) not in out:
             out.append((layer, h))
     return out
@@ -112,7 +114,8 @@ def ablation_patches(heads: Iterable[Head], mode: AblationMode = "zero",
 def text_loss(logits: Tensor, ids: Sequence[int]) -> float:
     """Mean cross-entropy (nats) of each next token of the text given the ones before it."""
     if len(ids) < 2:
-        raise InputError("a loss needs a text of at least two tokens (one to read, one to predict)")
+        raise InputError("a loss needs a text of at least two tokens (one to read, one to predict)",
+                         code="loss_needs_two_tokens")
     return float(F.cross_entropy(logits[:-1].float(), torch.tensor(list(ids[1:]))))
 
 

@@ -19,11 +19,12 @@ from starlette.middleware.gzip import DEFAULT_EXCLUDED_CONTENT_TYPES, GZipMiddle
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..errors import error_answer
 from ..media import BINARY_MEDIA_TYPE
 from .security import AccessGuard, AccessSettings, FairShare
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-       "font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+       "font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
 SECURITY_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
                     (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
 PAGE_METHODS = ("GET",)  # the page's files answer GET; others (HEAD included) get the real app's 405
@@ -138,6 +139,7 @@ class BodyTooLarge(Exception):
 
     def __init__(self, limit: int) -> None:
         super().__init__(too_large_message(limit))
+        self.limit = limit
 
 
 def too_large_message(limit: int) -> str:
@@ -145,7 +147,7 @@ def too_large_message(limit: int) -> str:
 
 
 def _too_large(limit: int) -> Response:
-    return JSONResponse({"detail": too_large_message(limit)}, status_code=413)
+    return JSONResponse(error_answer(too_large_message(limit), "body_too_large", {"limit": limit}), status_code=413)
 
 
 def middleware(access: AccessSettings, max_body_bytes: int) -> list[tuple[Callable[..., ASGIApp], dict[str, Any]]]:

@@ -118,7 +118,8 @@ class ModelRegistry:
             if name in KNOWN_HUB_MODELS and not self.api_downloads:
                 hint = (f" ({name} is not downloaded on this server, and downloads from the API are off: "
                         f"start the server with --model {name} or --api-downloads)")
-            raise ModelNotFoundError(f"unknown model {name!r}{hint}; this server offers: {', '.join(self._entries)}")
+            raise ModelNotFoundError(f"unknown model {name!r}{hint}; this server offers: {', '.join(self._entries)}",
+                                     code="model_unknown", model=str(name), offered=", ".join(self._entries))
         return name
 
     def lookup(self, name: str | None) -> tuple[str, ExplainerModel]:

@@ -1,9 +1,11 @@
 // Every word the app shows comes from one catalogue per language: src/locales/<code>.json, a flat map of
 // namespaced keys to strings ("ui.title", "llama.e_rmsnorm", "lesson.gpt2.bpe.split", "error.text_too_long")
 // with named placeholders `{name}` filled in at run time. English (en.json) is the reference: it defines the
-// keys, and a catalogue that lacks a key falls back to it. A translator adds a language by adding one file;
-// its "meta.name" is what the language menu shows, "meta.htmlLang" the page's lang attribute, and
-// "meta.sentenceGap" what separates two sentences of lesson text (a space in English, nothing in Chinese).
+// keys, and a catalogue that lacks a key falls back to it. A translator adds a language by adding one file:
+// the language menu lists every catalogue by its "meta.name"; "meta.htmlLang" is the page's lang attribute
+// (and what ?lang= and the browser's languages are matched against), "meta.sentenceGap" what separates two
+// sentences (a space in English, nothing in Chinese), and "meta.font" the bundled font its script needs
+// ("cjk": the CJK subset, src/lib/cjkFont.ts; empty: the system's fonts).
 import en from "../locales/en.json";
 
 /** A key of the catalogue (English defines them). */
@@ -13,16 +15,49 @@ export type Lang = string;
 
 type Catalogue = Partial<Record<MessageKey, string>>;
 
-const files = import.meta.glob<Catalogue>("../locales/*.json", { eager: true, import: "default" });
+/** The languages of a set of catalogue files (path -> its strings): each file's name is its language. */
+export class Languages {
+  readonly catalogues: Readonly<Record<Lang, Catalogue>>;
+  /** The languages, English first, then by code. */
+  readonly langs: readonly Lang[];
+
+  constructor(files: Record<string, Catalogue>) {
+    this.catalogues = Object.fromEntries(
+      Object.entries(files).map(([path, cat]) => [path.replace(/^(.*\/)?([^/]+)\.json$/, "$2"), cat]));
+    this.langs = Object.keys(this.catalogues).sort((a, b) =>
+      a === "en" ? -1 : b === "en" ? 1 : a.localeCompare(b));
+  }
+
+  /** The catalogue's string for `key` in `lang`, English when that catalogue lacks it. */
+  template(lang: Lang, key: MessageKey): string {
+    return this.catalogues[lang]?.[key] ?? en[key];
+  }
+
+  /** The language of `among` (default: all) that best matches `wanted`, language tags in order of preference
+   *  (?lang=, then the browser's languages): a catalogue's code or its meta.htmlLang, exactly, else by the
+   *  first subtag ("zh-TW" finds zh, "fr-CA" fr); English when none matches (the first of `among` when it
+   *  has no English). */
+  best(wanted: readonly string[], among: readonly Lang[] = this.langs): Lang {
+    const tag = (s: string) => s.trim().toLowerCase().replace(/_/g, "-");
+    const primary = (s: string) => tag(s).split("-")[0];
+    for (const w of wanted.map(tag).filter(Boolean)) {
+      const exact = among.find((l) => l === w || tag(this.template(l, "meta.htmlLang")) === w);
+      if (exact) return exact;
+      const near = among.find((l) => primary(l) === primary(w)
+        || primary(this.template(l, "meta.htmlLang")) === primary(w));
+      if (near) return near;
+    }
+    return among.includes("en") || !among.length ? "en" : among[0];
+  }
+}
+
+const LANGUAGES = new Languages(import.meta.glob<Catalogue>("../locales/*.json", { eager: true, import: "default" }));
 
 /** Every catalogue, by language code. */
-export const CATALOGUES: Readonly<Record<Lang, Catalogue>> = Object.fromEntries(
-  Object.entries(files).map(([path, cat]) => [path.replace(/^.*\/([^/]+)\.json$/, "$1"), cat]),
-);
+export const CATALOGUES = LANGUAGES.catalogues;
 
 /** The languages there are catalogues for, English first. */
-export const LANGS: readonly Lang[] = Object.keys(CATALOGUES).sort((a, b) =>
-  a === "en" ? -1 : b === "en" ? 1 : a.localeCompare(b));
+export const LANGS = LANGUAGES.langs;
 
 /** Whether `key` is a key of the catalogue (for keys built at run time, such as a task's name). */
 export function isKey(key: string): key is MessageKey {
@@ -31,7 +66,13 @@ export function isKey(key: string): key is MessageKey {
 
 /** The catalogue's string for `key` in `lang`, English when that catalogue lacks it. */
 export function template(lang: Lang, key: MessageKey): string {
-  return CATALOGUES[lang]?.[key] ?? en[key];
+  return LANGUAGES.template(lang, key);
+}
+
+/** The language of `among` (default: every catalogue's) that best matches `wanted` (language tags, most
+ *  wanted first). */
+export function bestLang(wanted: readonly string[], among?: readonly Lang[]): Lang {
+  return LANGUAGES.best(wanted, among);
 }
 
 /** The names of the placeholders in a string, in order of first use. */
