@@ -112,8 +112,8 @@ class AppState {
     return this.trace?.config.n_layer ?? 0;
   }
 
-  /** The traced model's family's name (families/): for labels; the views branch on `caps`. */
-  get family(): Family {
+  /** The traced model's family's name (families/), null before a trace: for labels; the views branch on `caps`. */
+  get family(): Family | null {
     return familyOf(this.trace?.config);
   }
 
