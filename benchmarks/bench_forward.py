@@ -1,10 +1,12 @@
 """Forward-pass and generation timings against the reference libraries, measured in one run.
 
-    .venv/bin/python benchmarks/bench_forward.py [--shape gpt2-small|smollm2-135m] [--lengths 8 32 128 512]
-                                                 [--reps 7] [--threads 2]
+    .venv/bin/python benchmarks/bench_forward.py [--shape gpt2-small|smollm2-135m|qwen3-0.6b|gemma3-270m]
+                                                 [--layers N] [--lengths 8 32 128 512] [--reps 7] [--threads 2]
 
-GPT-2 small's shape (default) or SmolLM2-135M's (a Llama: RMSNorm, rotary positions, 9 query heads
-on 3 key/value heads, gated MLP), random weights (saved in HF format with transformers, loaded by both).
+GPT-2 small's shape (default), SmolLM2-135M's (a Llama: RMSNorm, rotary positions, 9 query heads
+on 3 key/value heads, gated MLP), Qwen3-0.6B's (QK-norm, 16 query heads of width 128 on 8) or
+Gemma-3-270M's (sandwich norms, local and global layers); `--layers` builds fewer blocks where memory or
+time asks (the output says so). Random weights (saved in HF format with transformers, loaded by both).
 Contenders, interleaved round by round so drift hits all alike:
   ours fast      next-token logits, nothing recorded (what prediction and generation need)
   ours fast/all  all positions' logits, nothing recorded
@@ -34,7 +36,7 @@ import time
 from pathlib import Path
 
 import torch
-from fixtures import gpt2_small_shape, smollm2_135m_shape
+from fixtures import gemma3_270m_shape, gpt2_small_shape, qwen3_0_6b_shape, smollm2_135m_shape
 
 from transformer_explainer import SamplingParams, load_model
 
@@ -69,7 +71,7 @@ def projection_shapes(cfg) -> list[tuple[int, int]]:
     """(in, out) of one layer's weight products, and the unembedding's last row."""
     D, M = cfg.n_embd, cfg.d_mlp
     HDh, GDh = cfg.n_head * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    if cfg.family == "llama":
+    if cfg.arch.qkv == "split":  # the rotary families: q, k, v, o and a gated MLP
         return [(D, HDh), (D, GDh), (D, GDh), (HDh, D), (D, M), (D, M), (M, D)]
     return [(D, 3 * D), (D, D), (D, M), (M, D)]
 
@@ -93,7 +95,7 @@ def shape_gflops(cfg, T: int, reps: int = 5) -> float:
 def forward_flops(cfg, T: int) -> float:
     D, L, V, M = cfg.n_embd, cfg.n_layer, cfg.vocab_size, cfg.d_mlp
     HDh, GDh = cfg.n_head * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    mlp_matrices = 3 if cfg.family == "llama" else 2  # gate, up, down
+    mlp_matrices = 3 if cfg.arch.mlp == "gated" else 2  # gate, up, down
     per_layer = 2 * T * D * (2 * HDh + 2 * GDh) + mlp_matrices * 2 * T * D * M + 2 * 2 * T * T * HDh
     return L * per_layer + 2 * T * D * V
 
@@ -118,7 +120,9 @@ def build_tl(folder: Path):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", choices=("gpt2-small", "smollm2-135m"), default="gpt2-small")
+    ap.add_argument("--shape", choices=("gpt2-small", "smollm2-135m", "qwen3-0.6b", "gemma3-270m"),
+                    default="gpt2-small")
+    ap.add_argument("--layers", type=int, default=None, help="fewer blocks than the shape has (qwen3, gemma3)")
     ap.add_argument("--lengths", type=int, nargs="+", default=[8, 32, 128, 512])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
@@ -132,23 +136,29 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     if args.shape == "gpt2-small":
         folder = gpt2_small_shape(tmp / "gpt2-small-shape")
-    else:
+    elif args.shape == "smollm2-135m":
         folder = smollm2_135m_shape(tmp / "smollm2-135m-shape")
+    elif args.shape == "qwen3-0.6b":
+        folder = qwen3_0_6b_shape(tmp / "qwen3-0.6b-shape", args.layers or 28)
+    else:
+        folder = gemma3_270m_shape(tmp / "gemma3-270m-shape", args.layers or 18)
     ours = load_model(str(folder), allow_download=False)
     hf_plain = AutoModelForCausalLM.from_pretrained(folder).eval()
     hf_eager = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
     tl = None if args.no_tl or args.shape != "gpt2-small" else build_tl(folder)
     cfg = ours.config
-    print(f"{args.shape} shape: {ours!r}")
+    full = {"qwen3-0.6b": 28, "gemma3-270m": 18}.get(args.shape)
+    fewer = f" ({cfg.n_layer} of its {full} layers)" if full and cfg.n_layer != full else ""
+    print(f"{args.shape} shape{fewer}: {ours!r}")
     peak, bw = gemm_gflops(), bandwidth_gbs()  # with --threads threads, as the contenders run
-    weight_bytes = sum(p.numel() * p.element_size() for p in ours.gpt.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in ours.net.parameters())
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; fp32 GEMM {peak:.0f} GFLOP/s, "
           f"memory read {bw:.1f} GB/s; weights {weight_bytes / 1e6:.0f} MB -> streaming them takes "
           f"{weight_bytes / bw / 1e6:.1f} ms")
 
     contenders = {
-        "ours fast": lambda ids: ours.gpt(ids, logits_for="last"),
-        "ours fast/all": lambda ids: ours.gpt(ids),
+        "ours fast": lambda ids: ours.net(ids, logits_for="last"),
+        "ours fast/all": lambda ids: ours.net(ids),
         "ours trace": lambda ids: ours.trace_ids(ids[0].tolist()),
         # the trace's logits at every position are derived on access: this column pays for them too
         "ours trace+lg": lambda ids: ours.trace_ids(ids[0].tolist())["logits"],

@@ -1,4 +1,5 @@
-"""The benchmarks' shared models: GPT-2 small's shape, and SmolLM2-135M's (a Llama), with random
+"""The benchmarks' shared models: GPT-2 small's shape, SmolLM2-135M's (a Llama), Qwen3-0.6B's and
+Gemma-3-270M's (fewer layers where asked), with random
 weights, saved in HF format by transformers (the tests' own fixture builders), reused when the folder
 already holds them."""
 
@@ -32,3 +33,34 @@ def smollm2_135m_shape(folder: Path) -> Path:
     return make_hf_llama_family(folder, "llama", n_layer=30, hidden=576, n_head=9, intermediate=1536,
                                 vocab_size=49152, max_positions=8192, num_key_value_heads=3, rope_theta=100000.0,
                                 rope_scaling=None, tie_word_embeddings=True, add_bos=False, max_shard_size=None)
+
+
+def qwen3_0_6b_shape(folder: Path, n_layer: int = 28) -> Path:
+    """Qwen/Qwen3-0.6B's shape: Qwen3ForCausalLM, d_model 1024, 28 layers, 16 query heads of width 128 sharing
+    8 key/value heads (QK-norm), MLP 3072, vocabulary 151936, tied embeddings, rope_theta 1000000;
+    `n_layer` fewer blocks where memory or time asks."""
+    if (folder / "config.json").is_file():
+        return folder
+    sys.path.insert(0, str(ROOT))
+    from tests.conftest import make_hf_llama_family
+
+    print(f"creating a random Qwen3-0.6B-shape model ({n_layer} layers) in {folder} ...", file=sys.stderr)
+    return make_hf_llama_family(folder, "qwen3", n_layer=n_layer, hidden=1024, n_head=16, intermediate=3072,
+                                vocab_size=151936, max_positions=40960, num_key_value_heads=8, head_dim=128,
+                                rope_theta=1_000_000.0, tie_word_embeddings=True, add_bos=False)
+
+
+def gemma3_270m_shape(folder: Path, n_layer: int = 18) -> Path:
+    """google/gemma-3-270m's shape: Gemma3ForCausalLM, d_model 640, 18 layers (every sixth global, the others
+    with a window of 512), 4 query heads of width 256 on 1 key/value head, MLP 2048, vocabulary 262144, tied."""
+    if (folder / "config.json").is_file():
+        return folder
+    sys.path.insert(0, str(ROOT))
+    from tests.conftest import make_hf_llama_family
+
+    print(f"creating a random Gemma-3-270M-shape model ({n_layer} layers) in {folder} ...", file=sys.stderr)
+    types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n_layer)]
+    return make_hf_llama_family(folder, "gemma3_text", n_layer=n_layer, hidden=640, n_head=4, intermediate=2048,
+                                vocab_size=262144, max_positions=32768, num_key_value_heads=1, head_dim=256,
+                                query_pre_attn_scalar=256, sliding_window=512, layer_types=types,
+                                tie_word_embeddings=True, add_bos=False, max_shard_size=None)

@@ -69,7 +69,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     folder = gpt2_small_shape(Path(tempfile.gettempdir()) / "te-profile-gpt2-small-shape")
     model = load_model(str(folder), allow_download=False)
-    gpt = model.gpt
+    gpt = model.net
     cfg = gpt.config
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, cfg.vocab_size, (args.prompt,), generator=g).tolist()

@@ -106,17 +106,35 @@ LLAMA_FAMILY_FIXTURES: dict[str, dict] = {
 }
 
 
+# the families after the Llama family (issue 23): at least 4 layers, grouped-query attention, untied heads
+NEW_FAMILY_FIXTURES: dict[str, dict] = {
+    # QK-norm, a head width the config names (32, where hidden / heads would be 16), BOS added
+    "qwen3": dict(n_layer=4, tie_word_embeddings=False, num_key_value_heads=2, head_dim=32, rope_theta=1_000_000.0,
+                  add_bos=True),
+    # local and global layers (a window of 5, shorter than the texts), each kind with its rotary base; scores
+    # scaled by 1/sqrt(24), not 1/sqrt(head_dim); sandwich norms, (1 + weight) norms, GeGLU, QK-norm; sharded
+    "gemma3_text": dict(n_layer=4, tie_word_embeddings=False, num_key_value_heads=2, head_dim=32,
+                        query_pre_attn_scalar=24, sliding_window=5,
+                        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+                        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                                         "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0}},
+                        add_bos=True, max_shard_size="200KB"),
+}
+DECODER_FIXTURES: dict[str, dict] = {**LLAMA_FAMILY_FIXTURES, **NEW_FAMILY_FIXTURES}
+
+
 def make_hf_llama_family(folder: Path, arch: str = "llama", *, n_layer: int = 2, hidden: int = 64, n_head: int = 4,
                          intermediate: int = 128, vocab_size: int = 384, max_positions: int = 128,
                          seed: int = 0, **overrides) -> Path:
-    """Save a random LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM in HF format with the
-    options of `LLAMA_FAMILY_FIXTURES[arch]` (overridable), norm scales and biases randomised too, and
-    a tokenizer.json trained here."""
+    """Save a random LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM / Qwen3ForCausalLM /
+    Gemma3ForCausalLM in HF format with the options of `DECODER_FIXTURES[arch]` (overridable), norm scales
+    and biases randomised too, and a tokenizer.json trained here."""
     import json
 
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    opts = {**LLAMA_FAMILY_FIXTURES[arch], **overrides}
+    opts = {**DECODER_FIXTURES[arch], **overrides}
+    n_layer = opts.pop("n_layer", n_layer)
     add_bos = opts.pop("add_bos", False)
     max_shard_size = opts.pop("max_shard_size", None)
     torch.manual_seed(seed)
@@ -129,8 +147,8 @@ def make_hf_llama_family(folder: Path, arch: str = "llama", *, n_layer: int = 2,
         for name, p in model.named_parameters():
             if name.endswith("bias"):
                 p.normal_(0, 0.1)
-            elif "norm" in name:
-                p.normal_(1.0, 0.2)
+            elif "norm" in name:  # Gemma's norms scale by 1 + weight: its weights sit around 0
+                p.normal_(0.0 if arch.startswith("gemma") else 1.0, 0.2)
     folder.mkdir(parents=True, exist_ok=True)
     if max_shard_size is None:
         model.save_pretrained(folder)
@@ -146,3 +164,15 @@ def make_hf_llama_family(folder: Path, arch: str = "llama", *, n_layer: int = 2,
 @pytest.fixture(scope="session", params=list(LLAMA_FAMILY_FIXTURES))
 def llama_family_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_hf_llama_family(tmp_path_factory.mktemp(f"tiny-{request.param}"), request.param)
+
+
+@pytest.fixture(scope="session", params=list(NEW_FAMILY_FIXTURES))
+def new_family_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen3 and Gemma 3."""
+    return make_hf_llama_family(tmp_path_factory.mktemp(f"tiny-{request.param}"), request.param)
+
+
+@pytest.fixture(scope="session", params=list(DECODER_FIXTURES))
+def decoder_family_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every rotary family: Llama, Qwen2, Mistral, Qwen3, Gemma 3."""
+    return make_hf_llama_family(tmp_path_factory.mktemp(f"tiny-any-{request.param}"), request.param)

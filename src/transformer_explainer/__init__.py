@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .lazy_exports import lazy_getattr
 
 if TYPE_CHECKING:
-    from .config import GPTConfig
+    from .config import DecoderConfig
     from .engine import ExplainerModel, GeneratedToken, load_model
     from .errors import CheckpointError, ExplainerError, InputError, ModelNotFoundError
     from .sampling import NextTokenDistribution, SamplingParams
@@ -21,7 +21,7 @@ _EXPORTS = {
     "CheckpointError": ".errors",
     "ExplainerError": ".errors",
     "ExplainerModel": ".engine",
-    "GPTConfig": ".config",
+    "DecoderConfig": ".config",
     "GeneratedToken": ".engine",
     "InputError": ".errors",
     "ModelNotFoundError": ".errors",
@@ -35,7 +35,7 @@ __all__ = [
     "CheckpointError",
     "ExplainerError",
     "ExplainerModel",
-    "GPTConfig",
+    "DecoderConfig",
     "GeneratedToken",
     "InputError",
     "ModelNotFoundError",

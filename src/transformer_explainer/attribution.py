@@ -2,7 +2,8 @@
 
 The residual stream at the last block's output is a sum: the token embedding, the position embedding
 (GPT-2), and for every block what each attention head wrote (its `z` times its rows of W_O), the output
-projection's bias, and what the MLP wrote. The final norm is linear once its scale is fixed: with the
+projection's bias, and what the MLP wrote (with sandwich norms, Gemma, each head's write goes through the
+norm after attention, whose scale is frozen the same way). The final norm is linear once its scale is fixed: with the
 scale the forward pass actually computed at that position (1 / sqrt(var + eps) for LayerNorm, 1 / rms for
 RMSNorm) frozen, each part's contribution to a logit is that part, centred where the norm centres, times
 the scale, times the norm's weight, dotted with the token's column of W_U. The contributions plus a
@@ -23,8 +24,8 @@ import torch
 from torch import Tensor
 
 from .errors import InputError
-from .loading.checkpoint import DecoderLM
 from .loading.tokenizer import TextTokenizer
+from .models.decoder import Decoder
 from .trace import Trace
 
 Kind = Literal["embed", "pos_embed", "head", "attn_bias", "mlp"]
@@ -100,7 +101,7 @@ def _position(trace: Trace, position: int | None) -> int:
 
 
 @torch.inference_mode()
-def direct_logit_attribution(net: DecoderLM, tokenizer: TextTokenizer, trace: Trace, target: int | None = None,
+def direct_logit_attribution(net: Decoder, tokenizer: TextTokenizer, trace: Trace, target: int | None = None,
                              versus: int | None = None, *, position: int | None = None) -> Attribution:
     """Why the model `net` gives token id `target` the logit it does at `position` (default: the last) of
     `trace`: the contribution of every component, with the final norm's scale frozen at the value the forward
@@ -124,7 +125,7 @@ def direct_logit_attribution(net: DecoderLM, tokenizer: TextTokenizer, trace: Tr
     f64 = torch.float64
     W_U = net.weight("unembed.W_U").to(f64)  # (D, V)
     direction = W_U[:, t] - (W_U[:, v] if v is not None else 0)  # (D,)
-    layer_norm = cfg.family == "gpt2"
+    layer_norm = cfg.arch.norm == "layer"  # LayerNorm centres each vector; RMSNorm does not
     w = net.weight("ln_final.w").to(f64)
     eps = cfg.layer_norm_epsilon
     if layer_norm:
@@ -146,8 +147,10 @@ def direct_logit_attribution(net: DecoderLM, tokenizer: TextTokenizer, trace: Tr
         b = net.weight("unembed.b_U").to(f64)
         rest += float(b[t] - (b[v] if v is not None else 0))
 
-    comps: list[Component] = [Component("embed", None, None, contribution(trace["embed.token"][p]))]
-    if layer_norm:
+    # what the embedding put into the stream: the token's row (times sqrt(d_model) where the family scales it)
+    embedded = trace["embed.scaled" if cfg.arch.embed_scale else "embed.token"][p]
+    comps: list[Component] = [Component("embed", None, None, contribution(embedded))]
+    if cfg.arch.positions == "learned":
         comps.append(Component("pos_embed", None, None, contribution(trace["embed.position"][p])))
     L, H = cfg.n_layer, cfg.n_head
     heads = torch.zeros(L, H, dtype=f64)
@@ -155,6 +158,9 @@ def direct_logit_attribution(net: DecoderLM, tokenizer: TextTokenizer, trace: Tr
         z = trace[f"blocks.{layer}.attn.z"][:, p].to(f64)  # (H, Dh)
         W_O = net.weight(f"blocks.{layer}.attn.W_O").to(f64)  # (H, Dh, D)
         per_head = torch.einsum("hd,hde->he", z, W_O)  # (H, D): what each head wrote at p
+        if cfg.arch.sandwich_norm:  # the norm after attention, its scale frozen at p too: linear in each head
+            per_head = per_head * (net.weight(f"blocks.{layer}.ln1_post.w").to(f64)
+                                   / trace[f"blocks.{layer}.ln1_post.rms"][p].to(f64))
         if layer_norm:
             per_head = per_head - per_head.mean(-1, keepdim=True)
         heads[layer] = per_head @ along

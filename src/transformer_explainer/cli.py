@@ -127,12 +127,12 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def _architecture(folder) -> dict[str, str]:
     """What a model folder's config.json says it is (no weights read): the HF model_type, our family
-    ("gpt2", or "llama" for Llama, Qwen2 and Mistral) and its shape in words."""
-    from .config import GPTConfig
+    ("gpt2"; "llama" for Llama, Qwen2 and Mistral; "qwen3"; "gemma3") and its shape in words."""
+    from .config import DecoderConfig
     from .loading.checkpoint import read_json
 
     try:
-        c = GPTConfig.from_hf(read_json(folder / "config.json"))
+        c = DecoderConfig.from_hf(read_json(folder / "config.json"))
     except (ExplainerError, KeyError, ValueError, TypeError) as e:
         return {"architecture": "unknown", "family": "unknown", "shape": f"unreadable config.json: {e}"}
     kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""

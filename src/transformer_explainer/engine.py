@@ -13,12 +13,13 @@ from torch import Tensor
 
 from .allocator import keep_freed_memory
 from .attribution import Attribution, direct_logit_attribution
-from .config import GPTConfig
+from .config import DecoderConfig
 from .errors import CheckpointError, InputError
-from .loading.checkpoint import DecoderLM, load_decoder, stored_dtype
+from .loading.checkpoint import load_decoder, stored_dtype
 from .loading.resolve import ResolvedModel, resolve
 from .loading.tokenizer import TextTokenizer
-from .models.gpt import KVCache
+from .models.decoder import Decoder
+from .models.kv_cache import KVCache
 from .models.recorder import Patch, Recorder
 from .patching import KINDS, Kind, Patching, activation_patching, check_kinds
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
@@ -38,16 +39,16 @@ class GeneratedToken:
 
 
 class ExplainerModel:
-    """A GPT-2 or Llama-family (Llama, Qwen2, Mistral) model ready to explain: `trace`, `next_token`,
-    `generate`, `weight`. `gpt` is the network (a `GPT` or a `LlamaLM`; both answer the same calls)."""
+    """A model of any supported family (GPT-2, Llama, Qwen2, Mistral, Qwen3, Gemma 3) ready to explain:
+    `trace`, `next_token`, `generate`, `weight`. `net` is the network (a `models.decoder.Decoder`)."""
 
-    def __init__(self, gpt: DecoderLM, tokenizer: TextTokenizer, name: str, source: str = "local",
+    def __init__(self, net: Decoder, tokenizer: TextTokenizer, name: str, source: str = "local",
                  folder: Path | None = None, file_dtype: str | None = None) -> None:
-        if tokenizer.vocab_size > gpt.config.vocab_size:
+        if tokenizer.vocab_size > net.config.vocab_size:
             raise CheckpointError(
-                f"tokenizer has {tokenizer.vocab_size} tokens but the model only {gpt.config.vocab_size}"
+                f"tokenizer has {tokenizer.vocab_size} tokens but the model only {net.config.vocab_size}"
             )
-        self.gpt = gpt.eval().inference_layout_()
+        self.net = net.eval().inference_layout_()
         keep_freed_memory()  # a trace's intermediates reuse freed pages instead of faulting in new ones
         self.tokenizer = tokenizer
         self.name = name
@@ -59,17 +60,17 @@ class ExplainerModel:
     @classmethod
     def from_resolved(cls, r: ResolvedModel, dtype: str | torch.dtype | None = None) -> ExplainerModel:
         net = load_decoder(r.folder, dtype)
-        return cls(net, TextTokenizer.from_folder(r.folder, net.config.family), r.name, r.source, r.folder,
-                   stored_dtype(r.folder))
+        return cls(net, TextTokenizer.from_folder(r.folder, net.config.declaration.special_tokens), r.name, r.source,
+                   r.folder, stored_dtype(r.folder))
 
     @property
     def dtype(self) -> torch.dtype:
         """The weights' (and activations') dtype: float32, or bfloat16 when loaded so."""
-        return self.gpt.lm_head.weight.dtype
+        return self.net.unembed.weight.dtype
 
     @property
-    def config(self) -> GPTConfig:
-        return self.gpt.config
+    def config(self) -> DecoderConfig:
+        return self.net.config
 
     @property
     def context_length(self) -> int:
@@ -79,7 +80,7 @@ class ExplainerModel:
         c = self.config
         kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""
         return (f"ExplainerModel({self.name!r}, {c.model_type}, {c.n_layer} layers, {c.n_head} heads{kv}, "
-                f"d_model {c.n_embd}, {self.gpt.num_params() / 1e6:.1f}M parameters, "
+                f"d_model {c.n_embd}, {self.net.num_params() / 1e6:.1f}M parameters, "
                 f"{str(self.dtype).removeprefix('torch.')})")
 
     # -- input -------------------------------------------------------------------------------------
@@ -122,7 +123,7 @@ class ExplainerModel:
         """
         self._check_ids(ids, cache)
         rec = Recorder(patches=patches)
-        last = self.gpt(torch.tensor([ids]), cache=cache, rec=rec, logits_for="last")[0, -1]
+        last = self.net(torch.tensor([ids]), cache=cache, rec=rec, logits_for="last")[0, -1]
         values = {k: v[0] for k, v in rec.values.items()}  # drop the batch dimension
         prefix = list(prefix_ids or [])
         return Trace(
@@ -134,7 +135,7 @@ class ExplainerModel:
             values=values,
             start=len(prefix),
             prefix_ids=prefix,
-            unembed=self.gpt.weight("unembed.W_U"),
+            unembed=self.net.weight("unembed.W_U"),
             last_logits=last,
         )
 
@@ -162,7 +163,7 @@ class ExplainerModel:
     def logits(self, text: str, *, truncate: bool = False) -> Tensor:
         """Fast path: the next-token logits (V,) at the last position; nothing recorded."""
         ids = self.encode(text, truncate=truncate)
-        return self.gpt(torch.tensor([ids]), logits_for="last")[0, -1]
+        return self.net(torch.tensor([ids]), logits_for="last")[0, -1]
 
     def next_token(self, text_or_trace: str | Trace, params: SamplingParams | None = None) -> NextTokenDistribution:
         """The next-token distribution after temperature, top-k and top-p."""
@@ -186,7 +187,7 @@ class ExplainerModel:
         gen = make_generator(params.seed)
         eos = set(self.tokenizer.eos_ids())
         cache = KVCache(capacity=min(len(ids) + max_new_tokens, self.context_length))  # no regrowth while generating
-        logits = self.gpt(torch.tensor([ids]), cache=cache, logits_for="last")[0, -1]
+        logits = self.net(torch.tensor([ids]), cache=cache, logits_for="last")[0, -1]
         pos = len(ids)
         params.check_vocabulary(logits.shape[-1])  # greedy steps build no distribution, which would check it
         for _ in range(max_new_tokens):
@@ -200,7 +201,7 @@ class ExplainerModel:
             pos += 1
             if (stop_at_eos and tid in eos) or pos >= self.context_length:
                 return
-            logits = self.gpt(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
+            logits = self.net(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
 
     def generate(self, text: str, max_new_tokens: int,
                  params: SamplingParams | None = None) -> Iterator[GeneratedToken]:
@@ -240,7 +241,7 @@ class ExplainerModel:
         trace = text_or_trace if isinstance(text_or_trace, Trace) else self.trace(text_or_trace)
         t = None if target is None else self.token_id(target)
         v = None if versus is None else self.token_id(versus)
-        return direct_logit_attribution(self.gpt, self.tokenizer, trace, t, v, position=position)
+        return direct_logit_attribution(self.net, self.tokenizer, trace, t, v, position=position)
 
     def _prompt_ids(self, prompt: str | Sequence[int], which: str) -> list[int]:
         if isinstance(prompt, str):
@@ -287,7 +288,7 @@ class ExplainerModel:
         if abs(m_clean - m_corr) < 1e-6 * max(1.0, abs(m_clean)):
             raise InputError(f"the two prompts give the same logit difference ({m_clean:.4g}): with nothing to "
                              "recover, the normalised metric is undefined; choose tokens whose difference changes")
-        grids, raw = activation_patching(self.gpt, clean_trace, x_ids, m_corr, a, w, kinds,
+        grids, raw = activation_patching(self.net, clean_trace, x_ids, m_corr, a, w, kinds,
                                          batch_tokens=batch_tokens, progress=progress, cancelled=cancelled)
         texts = self.tokenizer.token_texts
         return Patching(clean_tokens=texts(c_ids), corrupted_tokens=texts(x_ids), answer=a,
@@ -295,37 +296,37 @@ class ExplainerModel:
                         clean=m_clean, corrupted=m_corr, grids=grids, raw=raw)
 
     def weight(self, name: str) -> Tensor:
-        """A weight matrix by name, e.g. `blocks.0.attn.W_Q` (heads, d_model, d_head)."""
-        return self.gpt.weight(name)
+        """A weight matrix by name, e.g. `blocks.0.attn.W_Q` (heads, d_model, head_dim)."""
+        return self.net.weight(name)
 
     def weight_names(self) -> list[str]:
         """Every weight name this model answers (its family's, biases only where it has them)."""
-        return self.gpt.weight_names()
+        return self.net.weight_names()
 
     @torch.inference_mode()
     def last_logits(self, ids: list[int]) -> Tensor:
         """The next-token logits (V,) after `ids`, recording nothing (the fast path)."""
         self._check_ids(ids, None)
-        return self.gpt(torch.tensor([ids]), logits_for="last")[0, -1]
+        return self.net(torch.tensor([ids]), logits_for="last")[0, -1]
 
     @torch.inference_mode()
     def extend_trace(self, prefix: Trace, new_ids: list[int]) -> Trace:
         """The trace of `prefix`'s tokens + `new_ids`, computing only the new positions: the prefix's
         keys and values are the KV cache. Equal to tracing the whole sequence, to float rounding."""
-        L, k = self.config.n_layer, self.gpt.cached_keys  # the cache keeps keys as attention uses them
+        L, k = self.config.n_layer, self.net.cached_keys  # the cache keeps keys as attention uses them
         cache = KVCache([(prefix[f"blocks.{i}.{k}"][None], prefix[f"blocks.{i}.attn.v"][None]) for i in range(L)])
         return merge_traces(prefix, self.trace_ids(new_ids, cache=cache, prefix_ids=prefix.token_ids))
 
     def residual_logits(self, x: Tensor) -> Tensor:
         """The logits (T, V) the model would give were the residual stream `x` (T, D) its last: the
         final norm and the unembedding, with the forward pass's own kernels (the logit lens)."""
-        normed = self.gpt.final_norm(x.unsqueeze(0), Recorder())
-        return self.gpt.lm_head(normed)[0]
+        normed = self.net.ln_final(x.unsqueeze(0), Recorder())
+        return self.net.unembed(normed)[0]
 
 
 def load_model(spec: str | None = None, *, allow_download: bool = True,
                dtype: str | torch.dtype | None = None) -> ExplainerModel:
-    """Load a GPT-2 or Llama-family (Llama, Qwen2, Mistral) model.
+    """Load a model of a supported family (GPT-2, Llama, Qwen2, Mistral, Qwen3, Gemma 3).
 
     `spec`: a built-in model name, a local HF-format folder, a hub id ("gpt2", "gpt2-medium",
     "distilgpt2", "HuggingFaceTB/SmolLM2-135M", "owner/repo"), or None for the default (cached GPT-2

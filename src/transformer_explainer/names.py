@@ -4,9 +4,11 @@ Names follow TransformerLens (`blocks.3.attn.pattern`, `blocks.3.resid_post`, `l
 table feeds the Python trace, the JSON API and the TypeScript types of the web app, so nothing else
 builds a name by hand.
 
-Two families: GPT-2 (the tables without a prefix) and the Llama family (Llama, Qwen2, Mistral; the
-`LLAMA_` tables), which adds RMSNorm, rotary positions, grouped-query attention and the gated MLP.
-Stages both families have keep one name; `FAMILY_NAMES` says which names each family answers.
+One table per model family (`FAMILY_NAMES`, the key its declaration in `families/` has): GPT-2 (the
+tables without a prefix), the Llama family (Llama, Qwen2, Mistral; `LLAMA_`: RMSNorm, rotary positions,
+grouped-query attention, the gated MLP), Qwen3 (`QWEN3_`: the Llama family's names and QK-norm's) and
+Gemma 3 (`GEMMA3_`: Qwen3's and the sandwich norms', the scaled embedding, the local layers' rotation).
+Stages the families share keep one name.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "attn.k": (("H", "S", "Dh"), "keys, split into heads"),
     "attn.v": (("H", "S", "Dh"), "values, split into heads"),
     "attn.scores": (("H", "T", "S"), "raw attention scores Q @ K^T"),
-    "attn.scaled_scores": (("H", "T", "S"), "scores / sqrt(d_head)"),
+    "attn.scaled_scores": (("H", "T", "S"), "scores / sqrt(head_dim)"),
     "attn.masked_scores": (("H", "T", "S"), "scaled scores with -inf where the key is after the query"),
     "attn.pattern": (("H", "T", "S"), "softmax over keys of the masked scores; rows sum to 1"),
     "attn.z": (("H", "T", "Dh"), "pattern @ V: each head's weighted sum of values"),
@@ -69,8 +71,10 @@ class Derivation:
 DERIVATION_OPS: dict[str, str] = {
     "same": "the source itself, under a second name",
     "scores": "queries @ keys^T, each query head against the keys of the key/value head it reads",
-    "scale": "the source / sqrt(head_dim)",
-    "causal_mask": "the source with -inf where the key lies after the query",
+    "scale": "the source times the attention scale: 1 / sqrt(head_dim), or 1 / sqrt(query_pre_attn_scalar) "
+             "where the model names one",
+    "causal_mask": "the source with -inf where the key lies after the query, and in a layer with a local window "
+                   "where it lies `sliding_window` or more positions before it",
     "concat_heads": "(H, T, Dh) -> (T, H*Dh): each position's heads side by side",
     "kv_head_index": "for each query head h (of the source's H), the key/value head it reads: h // (H / G)",
 }
@@ -147,7 +151,7 @@ LLAMA_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
                                      + KV_SLICE),
     "attn.kv_head": (("H",), "the key/value head each query head reads: h // (H / G)"),
     "attn.scores": (("H", "T", "S"), "raw attention scores rot_q @ rot_k^T of the head's key/value head"),
-    "attn.scaled_scores": (("H", "T", "S"), "scores / sqrt(d_head)"),
+    "attn.scaled_scores": (("H", "T", "S"), "scores / sqrt(head_dim)"),
     "attn.masked_scores": (("H", "T", "S"), "scaled scores with -inf where the key is after the query"),
     "attn.pattern": (("H", "T", "S"), "softmax over keys of the masked scores; rows sum to 1"),
     "attn.z": (("H", "T", "Dh"), "pattern @ V of the head's key/value head: each head's weighted sum"),
@@ -210,6 +214,123 @@ LLAMA_GLOBAL_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
+# -- Qwen3: the Llama family's names, and QK-norm's ------------------------------------------------------
+
+def _with(table: dict[str, tuple[tuple[str, ...], str]], after: str | None = None,
+          add: dict[str, tuple[tuple[str, ...], str]] | None = None,
+          replace: dict[str, tuple[tuple[str, ...], str]] | None = None) -> dict[str, tuple[tuple[str, ...], str]]:
+    """A copy of `table` (its order kept) with entries replaced, and `add` inserted after `after` (at the end
+    when None): the tables of a family that grows out of another."""
+    out: dict[str, tuple[tuple[str, ...], str]] = {}
+    for key, entry in table.items():
+        out[key] = (replace or {}).get(key, entry)
+        if key == after:
+            out.update(add or {})
+    if after is None:
+        out.update(add or {})
+    return out
+
+
+QK_NORM_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "attn.q_norm.rms": (("H", "T"), "root mean square of each head's query at each position, sqrt(mean(q^2) + eps): "
+                                    "what QK-norm divides it by"),
+    "attn.q_norm.normalized": (("H", "T", "Dh"), "q / rms"),
+    "attn.q_norm.out": (("H", "T", "Dh"), "q / rms * scale: each head's query brought to a fixed size, "
+                                          "before the rotation"),
+    "attn.k_norm.rms": (("G", "T"), "root mean square of each key/value head's key at each new position" + KV_SLICE),
+    "attn.k_norm.normalized": (("G", "T", "Dh"), "k / rms" + KV_SLICE),
+    "attn.k_norm.out": (("G", "T", "Dh"), "k / rms * scale: each key brought to a fixed size, before the rotation"
+                                          + KV_SLICE),
+}
+QWEN3_BLOCK_ACTIVATIONS = _with(LLAMA_BLOCK_ACTIVATIONS, after="attn.k", add=QK_NORM_ACTIVATIONS, replace={
+    "attn.q": (("H", "T", "Dh"), "queries, ln1.out @ W_Q, split into heads, before their norm and the rotation"),
+    "attn.k": (("G", "T", "Dh"), "keys of the new positions before their norm and the rotation, one set per "
+                                 "key/value head" + KV_SLICE),
+    "attn.rot_q": (("H", "T", "Dh"), "the normed queries rotated by their position's angles (RoPE)"),
+    "attn.rot_k": (("G", "S", "Dh"), "the normed keys rotated by their position's angles (RoPE): what the cache "
+                                     "keeps" + KV_SLICE),
+})
+QWEN3_GLOBAL_ACTIVATIONS = LLAMA_GLOBAL_ACTIVATIONS
+def _without(table: dict[str, tuple[tuple[str, ...], str]], *keys: str) -> dict[str, tuple[tuple[str, ...], str]]:
+    return {k: v for k, v in table.items() if k not in keys}
+
+
+MLP_BIASES = ("mlp.b_gate", "mlp.b_in", "mlp.b_out")
+QWEN3_BLOCK_WEIGHTS = _with(_without(LLAMA_BLOCK_WEIGHTS, *MLP_BIASES), after="attn.b_V", add={
+    "attn.q_norm.w": (("Dh",), "QK-norm's scale of the queries, the same for every head"),
+    "attn.k_norm.w": (("Dh",), "QK-norm's scale of the keys, the same for every head"),
+}, replace={
+    "attn.b_Q": (("H", "Dh"), "query bias per head (with attention_bias; absent where the model has none)"),
+    "attn.b_K": (("G", "Dh"), "key bias per key/value head (with attention_bias)" + KV_SLICE),
+    "attn.b_V": (("G", "Dh"), "value bias per key/value head (with attention_bias)" + KV_SLICE),
+    "attn.b_O": (("D",), "output projection bias (with attention_bias)"),
+})
+QWEN3_GLOBAL_WEIGHTS = LLAMA_GLOBAL_WEIGHTS
+QWEN3_DERIVATIONS = LLAMA_DERIVATIONS
+
+
+# -- Gemma 3: Qwen3's names, the sandwich norms', the scaled embedding, the local layers' rotation -----------
+
+def _rms_stages(prefix: str, what: str) -> dict[str, tuple[tuple[str, ...], str]]:
+    return {
+        f"{prefix}.rms": (("T",), f"root mean square of each position's vector, {what}"),
+        f"{prefix}.normalized": (("T", "D"), "x / rms"),
+        f"{prefix}.out": (("T", "D"), "normalized * (1 + weight)"),
+    }
+
+
+GEMMA3_BLOCK_ACTIVATIONS = _with(
+    _with(
+        _with(QWEN3_BLOCK_ACTIVATIONS, after="attn.concat", add={
+            "attn.out": (("T", "D"), "concat @ W_O: attention's output, before its norm (ln1_post)"),
+            **_rms_stages("ln1_post", "the norm after attention"),
+        }),
+        after="mlp.post", add={
+            "mlp.out": (("T", "D"), "mlp.post @ W_out: the MLP's output, before its norm (ln2_post)"),
+            **_rms_stages("ln2_post", "the norm after the MLP"),
+        }),
+    replace={
+        "ln1.out": (("T", "D"), "normalized * (1 + weight): the attention input"),
+        "ln2.out": (("T", "D"), "normalized * (1 + weight): the MLP input"),
+        "attn.q_norm.out": (("H", "T", "Dh"), "q / rms * (1 + weight): each head's query brought to a fixed size, "
+                                              "before the rotation"),
+        "attn.k_norm.out": (("G", "T", "Dh"), "k / rms * (1 + weight): each key brought to a fixed size, before the "
+                                              "rotation" + KV_SLICE),
+        "attn.scaled_scores": (("H", "T", "S"), "scores / sqrt(query_pre_attn_scalar)"),
+        "attn.masked_scores": (("H", "T", "S"), "scaled scores with -inf where the key is after the query, and in a "
+                                                "local layer where it is sliding_window or more positions before it"),
+        "attn_out": (("T", "D"), "ln1_post.out: what attention adds to the residual stream"),
+        "mlp.act": (("T", "M"), "GELU(gate), tanh approximation: GeGLU's gate"),
+        "mlp_out": (("T", "D"), "ln2_post.out: what the MLP adds to the residual stream"),
+    })
+GEMMA3_GLOBAL_ACTIVATIONS = _with(LLAMA_GLOBAL_ACTIVATIONS, after="rope.angles", add={
+    "rope.local_angles": (("T", "R"), "the same for the local (sliding-window) layers, whose rotary base is their "
+                                      "own (rope_local_base_freq)"),
+    "embed.scaled": (("T", "D"), "embed.token * sqrt(d_model), rounded to the model's dtype: the input of block 0"),
+}, replace={
+    "embed.token": (("T", "D"), "row of the token embedding matrix W_E for each token, before the scaling"),
+    "rope.angles": (("T", "R"), "rotation angle of each position for each pair of a head's dimensions, in the "
+                                "global layers: position * frequency (base rope_theta)"),
+    "ln_final.out": (("T", "D"), "normalized * (1 + weight): the unembedding input"),
+})
+GEMMA3_BLOCK_WEIGHTS = _with(_with(_without(QWEN3_BLOCK_WEIGHTS, "attn.b_Q", "attn.b_K", "attn.b_V", "attn.b_O"),
+                                   after="attn.W_O", add={
+    "ln1_post.w": (("D",), "the norm after attention: its effective scale, 1 + weight"),
+}), add={"ln2_post.w": (("D",), "the norm after the MLP: its effective scale, 1 + weight")}, replace={
+    "ln1.w": (("D",), "first RMSNorm: its effective scale, 1 + weight (the checkpoint stores the weight)"),
+    "ln2.w": (("D",), "the norm before the MLP: its effective scale, 1 + weight"),
+    "attn.q_norm.w": (("Dh",), "QK-norm's effective scale of the queries, 1 + weight, the same for every head"),
+    "attn.k_norm.w": (("Dh",), "QK-norm's effective scale of the keys, 1 + weight, the same for every head"),
+})
+GEMMA3_GLOBAL_WEIGHTS = _with(LLAMA_GLOBAL_WEIGHTS, replace={
+    "ln_final.w": (("D",), "final RMSNorm: its effective scale, 1 + weight"),
+})
+GEMMA3_DERIVATIONS: dict[str, Derivation] = {
+    **LLAMA_DERIVATIONS,
+    "embed.scaled": Derivation("same", ("blocks.0.resid_pre",)),
+}
+
+
 @dataclass(frozen=True)
 class NameTable:
     """The names one model family answers."""
@@ -232,6 +353,11 @@ FAMILY_NAMES: dict[str, NameTable] = {
                       ("embed.token", "embed.position", "embed.sum")),
     "llama": NameTable(LLAMA_BLOCK_ACTIVATIONS, LLAMA_GLOBAL_ACTIVATIONS, LLAMA_BLOCK_WEIGHTS, LLAMA_GLOBAL_WEIGHTS,
                        LLAMA_DERIVATIONS, ("embed.token", "rope.angles")),
+    "qwen3": NameTable(QWEN3_BLOCK_ACTIVATIONS, QWEN3_GLOBAL_ACTIVATIONS, QWEN3_BLOCK_WEIGHTS, QWEN3_GLOBAL_WEIGHTS,
+                       QWEN3_DERIVATIONS, ("embed.token", "rope.angles")),
+    "gemma3": NameTable(GEMMA3_BLOCK_ACTIVATIONS, GEMMA3_GLOBAL_ACTIVATIONS, GEMMA3_BLOCK_WEIGHTS,
+                        GEMMA3_GLOBAL_WEIGHTS, GEMMA3_DERIVATIONS,
+                        ("embed.token", "rope.angles", "rope.local_angles", "embed.scaled")),
 }
 
 # How `head` (query head h of the model's H) slices a tensor: at the first of these dims the tensor

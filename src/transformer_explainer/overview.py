@@ -12,15 +12,18 @@ import time
 import torch
 from torch import Tensor
 
+from .config import DecoderConfig
 from .encoding import encode_array, encode_u8, lower_triangle_u8, pooled_pattern
 from .engine import ExplainerModel
 from .errors import InputError
+from .families.hf import SLIDING
 from .limits import MIN_TEMPERATURE
 from .names import names_for
 from .sampling import SamplingParams, make_generator, next_token_distribution
 from .schemas import (
     AttentionOverview,
     Candidate,
+    CapabilitiesOut,
     CharGroupOut,
     EncodedTensor,
     Histogram,
@@ -41,16 +44,26 @@ THUMBNAIL = 32  # attention overview thumbnails are at most 32 x 32
 HIST_BINS = 64
 
 
+def capabilities_out(c: DecoderConfig) -> CapabilitiesOut:
+    """The family's capabilities and this model's options (what the views branch on)."""
+    a = c.arch
+    return CapabilitiesOut(norm=a.norm, norm_offset=a.norm_offset, positions=a.positions, qkv=a.qkv, mlp=a.mlp,
+                           qk_norm=a.qk_norm, sandwich_norm=a.sandwich_norm, embed_scale=a.embed_scale,
+                           kv_groups=c.n_head // c.n_kv_heads,
+                           local_window=c.sliding_window if SLIDING in (c.layer_types or ()) else None,
+                           layer_types=[c.layer_type(i) for i in range(c.n_layer)], attn_scale=c.attn_scale,
+                           rope_local_theta=c.rope_local_theta)
+
+
 def config_out(model: ExplainerModel) -> ModelConfigOut:
     c = model.config
+    rope = c.arch.positions == "rope"
     return ModelConfigOut(n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd, head_dim=c.head_dim, d_mlp=c.d_mlp,
                           vocab_size=c.vocab_size, block_size=c.block_size, layer_norm_epsilon=c.layer_norm_epsilon,
                           activation=c.activation, family=c.family, model_type=c.model_type,
-                          n_kv_heads=c.n_kv_heads, norm="rmsnorm" if c.family == "llama" else "layernorm",
-                          positions="rope" if c.family == "llama" else "learned",
-                          mlp="gated" if c.family == "llama" else "gelu",
-                          rope_theta=c.rope_theta if c.family == "llama" else None,
-                          rope_scaling="llama3" if c.rope_scaling is not None else None,
+                          n_kv_heads=c.n_kv_heads, capabilities=capabilities_out(c),
+                          rope_theta=c.rope_theta if rope else None,
+                          rope_scaling=c.rope_scaling.rope_type if c.rope_scaling is not None else None,
                           tie_word_embeddings=c.tie_word_embeddings, qkv_bias=c.qkv_bias, out_bias=c.out_bias,
                           mlp_bias=c.mlp_bias, dtype=str(model.dtype).removeprefix("torch."),
                           file_dtype=model.file_dtype)

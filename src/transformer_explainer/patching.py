@@ -4,7 +4,8 @@ Two prompts of the same token length, a clean one and a corrupted one (one word 
 and a wrong one. The metric is the logit difference answer - wrong at the last position. Each cell of a grid
 runs the corrupted prompt with one activation replaced by its value in the clean run, and reports the
 metric normalised so that 0 is the corrupted run and 1 the clean one: a cell near 1 carries what made the
-clean prompt's answer.
+clean prompt's answer. A patched run starts at the patched block, from the corrupted run's residual stream
+entering it: the blocks before it would compute the same values every time.
 
 The grids and their semantics follow TransformerLens's `patching.get_act_patch_*` (`resid_pre`,
 `attn_out`, `mlp_out` per layer and position; `heads`, each head's `z` over all positions, per layer and head:
@@ -22,9 +23,9 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from .config import GPTConfig
+from .config import DecoderConfig
 from .errors import InputError
-from .loading.checkpoint import DecoderLM
+from .models.decoder import Decoder
 from .models.recorder import Recorder
 from .trace import Trace
 
@@ -83,16 +84,36 @@ def _replace(rows: Tensor, cells: list[int], clean: Tensor) -> Callable[[Tensor]
 
 
 @torch.inference_mode()
-def patched_metrics(net: DecoderLM, ids: list[int], layer: int, kind: Kind, cells: Sequence[int],
-                    clean: Tensor, answer: int, wrong: int) -> Tensor:
+def patched_metrics(net: Decoder, ids: list[int], layer: int, kind: Kind, cells: Sequence[int],
+                    clean: Tensor, answer: int, wrong: int, resid: Tensor | None = None) -> Tensor:
     """The metric of the corrupted prompt `ids` run once per cell, with block `layer`'s activation of `kind`
-    replaced at that cell by `clean` (that block's value in the clean run, without the batch dimension)."""
+    replaced at that cell by `clean` (that block's value in the clean run, without the batch dimension).
+    With `resid` (T, D), the corrupted run's residual stream entering block `layer`, the runs start there."""
     B = len(cells)
     rows = torch.arange(B)
     patches = {f"blocks.{layer}.{SITE[kind]}": _replace(rows, list(cells), clean)}
     batch = torch.tensor([ids] * B)
-    logits = net(batch, rec=Recorder(patches=patches, store=False), logits_for="last")[:, -1]
+    rec = Recorder(patches=patches, store=False)
+    if resid is None:
+        logits = net(batch, rec=rec, logits_for="last")[:, -1]
+    else:
+        start = resid.to(net.unembed.weight.dtype).expand(B, *resid.shape)
+        logits = net(batch, rec=rec, logits_for="last", start_layer=layer, resid=start)[:, -1]
     return _metric(logits, answer, wrong)
+
+
+@torch.inference_mode()
+def residuals_entering_blocks(net: Decoder, ids: list[int]) -> list[Tensor]:
+    """The residual stream (T, D) entering each block in one unrecorded run of `ids`."""
+    out: list[Tensor] = []
+
+    def keep(x: Tensor) -> Tensor:
+        out.append(x[0].clone())
+        return x
+
+    patches = {f"blocks.{i}.resid_pre": keep for i in range(net.config.n_layer)}
+    net(torch.tensor([ids]), rec=Recorder(patches=patches, store=False), logits_for="last")
+    return out
 
 
 def check_kinds(what: Sequence[str]) -> tuple[Kind, ...]:
@@ -104,7 +125,7 @@ def check_kinds(what: Sequence[str]) -> tuple[Kind, ...]:
 
 
 @torch.inference_mode()
-def activation_patching(net: DecoderLM, clean: Trace, corrupted_ids: list[int], corrupted_metric: float,
+def activation_patching(net: Decoder, clean: Trace, corrupted_ids: list[int], corrupted_metric: float,
                         answer: int, wrong: int, what: Sequence[Kind] = KINDS, *, batch_tokens: int = 2048,
                         progress: Callable[[int, int], None] | None = None,
                         cancelled: Callable[[], bool] | None = None) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
@@ -122,6 +143,7 @@ def activation_patching(net: DecoderLM, clean: Trace, corrupted_ids: list[int], 
     total = sum(H if k == "heads" else T for k, _ in jobs)
     raw = {k: torch.empty(L, H if k == "heads" else T, dtype=torch.float64) for k in what}
     done = 0
+    entering = residuals_entering_blocks(net, corrupted_ids)  # the same for every patched run of a block
     for kind, layer in jobs:
         value = clean[f"blocks.{layer}.{SITE[kind]}"]
         n = H if kind == "heads" else T
@@ -129,7 +151,8 @@ def activation_patching(net: DecoderLM, clean: Trace, corrupted_ids: list[int], 
             if cancelled is not None and cancelled():
                 raise Cancelled()
             cells = list(range(start, min(n, start + per_batch)))
-            raw[kind][layer, cells] = patched_metrics(net, corrupted_ids, layer, kind, cells, value, answer, wrong)
+            raw[kind][layer, cells] = patched_metrics(net, corrupted_ids, layer, kind, cells, value, answer, wrong,
+                                                      entering[layer])
             done += len(cells)
             if progress is not None:
                 progress(done, total)
@@ -140,19 +163,19 @@ def activation_patching(net: DecoderLM, clean: Trace, corrupted_ids: list[int], 
 # -- what a request costs, before it runs -----------------------------------------------------------------
 
 
-def patched_runs(config: GPTConfig, n_tokens: int, what: Sequence[Kind]) -> int:
+def patched_runs(config: DecoderConfig, n_tokens: int, what: Sequence[Kind]) -> int:
     """How many patched runs the grids `what` take: one per layer and position (`resid_pre`, `attn_out`,
     `mlp_out`), or per layer and head (`heads`)."""
     return sum(config.n_layer * (config.n_head if k == "heads" else n_tokens) for k in what)
 
 
-def run_gflop(config: GPTConfig, n_tokens: int) -> float:
+def run_gflop(config: DecoderConfig, n_tokens: int) -> float:
     """Billions of floating-point operations of one patched run over `n_tokens` tokens: every block's weight
     products and attention at every position (2 per multiply-add), the unembedding at the last position only."""
     T, D, M = n_tokens, config.n_embd, config.d_mlp
     q = config.n_head * config.head_dim  # query (and output) width
     kv = config.n_kv_heads * config.head_dim  # key and value width
-    mlp_matrices = 3 if config.family == "llama" else 2  # gated: gate, up, down; GPT-2: up, down
+    mlp_matrices = 3 if config.arch.mlp == "gated" else 2  # gated: gate, up, down; GELU: up, down
     per_token = 2 * D * (2 * q + 2 * kv) + mlp_matrices * 2 * D * M + 2 * 2 * T * q
     return (config.n_layer * T * per_token + 2 * D * config.vocab_size) / 1e9
 
@@ -163,7 +186,7 @@ class PatchingCost:
     The cost grows with tokens x layers for the per-position grids and with layers x heads for `heads`, each
     run over all the tokens: a server bounds it before any run starts (`check`)."""
 
-    config: GPTConfig
+    config: DecoderConfig
     n_tokens: int
     what: tuple[Kind, ...]
 

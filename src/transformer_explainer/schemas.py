@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import ERROR_CODES, InputError
+from .families import FAMILIES
 from .limits import MAX_TEMPERATURE, MAX_TOP_N
 
 MAX_TEXT_CHARS = 40_000  # far above 1024 GPT-2 tokens of ordinary text; the token limit is checked too
@@ -123,6 +124,29 @@ class WeightIn(Strict):
 # -- responses -------------------------------------------------------------------------------------
 
 
+# the name of a model family, as its declaration has it (gpt2, llama, qwen3, gemma3)
+FamilyName = Literal[tuple(FAMILIES)]  # type: ignore[valid-type]
+
+
+class CapabilitiesOut(BaseModel):
+    """What a model's blocks are made of and which options it has: what the views branch on. The first
+    fields are its family's (`families/`: the declaration's `Architecture`); the others this model's."""
+
+    norm: Literal["layer", "rms"]  # LayerNorm (mean, variance, scale, shift) or RMSNorm (rms, scale)
+    norm_offset: bool  # RMSNorm scales by 1 + weight (Gemma)
+    positions: Literal["learned", "rope"]  # a position embedding table, or rotary positions inside attention
+    qkv: Literal["fused", "split"]  # one input projection for q, k and v (GPT-2), or three
+    mlp: Literal["gelu", "gated"]  # up, GELU, down; or down(act(gate) * up)
+    qk_norm: bool  # an RMSNorm over each head's query and key before the rotation (Qwen3, Gemma 3)
+    sandwich_norm: bool  # norms after attention and after the MLP too (Gemma)
+    embed_scale: bool  # the token embedding times sqrt(d_model) (Gemma)
+    kv_groups: int  # query heads per key/value head (1: each query head has its own)
+    local_window: int | None  # keys a local layer's query sees, itself included; None: no local layers
+    layer_types: list[Literal["full_attention", "sliding_attention"]]  # each block's attention
+    attn_scale: float  # what the scores are multiplied by: 1 / sqrt(head_dim) or 1 / sqrt(query_pre_attn_scalar)
+    rope_local_theta: float | None  # the local layers' own rotary base (Gemma 3)
+
+
 class ModelConfigOut(BaseModel):
     n_layer: int
     n_head: int
@@ -133,14 +157,12 @@ class ModelConfigOut(BaseModel):
     block_size: int
     layer_norm_epsilon: float
     activation: str
-    family: str = "gpt2"  # "gpt2", or "llama" for Llama, Qwen2 and Mistral (one architecture)
-    model_type: str = "gpt2"  # HF's model_type: "gpt2", "llama", "qwen2" or "mistral"
+    family: str = "gpt2"  # the family's name (families.FAMILIES): gpt2, llama (Llama, Qwen2, Mistral), qwen3, gemma3
+    model_type: str = "gpt2"  # HF's model_type: "gpt2", "llama", "qwen2", "mistral", "qwen3" or "gemma3_text"
     n_kv_heads: int = 0  # key/value heads; n_head // n_kv_heads query heads share each (GQA)
-    norm: str = "layernorm"  # "layernorm" (mean, variance, scale and shift) or "rmsnorm" (rms, scale)
-    positions: str = "learned"  # "learned" (a position embedding table) or "rope" (rotary, inside attention)
-    mlp: str = "gelu"  # "gelu" (up, GELU, down) or "gated" (down(SiLU(gate) * up))
-    rope_theta: float | None = None  # base of the rotary frequencies (rope models)
-    rope_scaling: str | None = None  # "llama3" when the frequencies are rescaled
+    capabilities: CapabilitiesOut
+    rope_theta: float | None = None  # base of the rotary frequencies (rope models; their global layers)
+    rope_scaling: str | None = None  # "llama3" or "linear" when the frequencies are rescaled
     tie_word_embeddings: bool = True  # the unembedding is the token embedding's transpose
     qkv_bias: bool = True
     out_bias: bool = True  # a bias on the attention's output projection

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from .config import GPTConfig
+from .config import DecoderConfig
 from .encoding import encode_array
 from .engine import ExplainerModel
 from .errors import InputError
@@ -53,7 +53,7 @@ def _take(t: Tensor, dims: list[str], dim: str, index: int, what: str, name: str
     return t.select(axis, i)
 
 
-def _take_head(t: Tensor, dims: list[str], head: int, name: str, config: GPTConfig) -> tuple[Tensor, int | None]:
+def _take_head(t: Tensor, dims: list[str], head: int, name: str, config: DecoderConfig) -> tuple[Tensor, int | None]:
     """The slice of query head `head`, and the key/value head it was taken at (for a G dim)."""
     dim = next((d for d in HEAD_DIMS if d in dims), None)
     if dim is None:
@@ -105,7 +105,7 @@ def _encode_all(slices: list[_Slice]) -> list[EncodedTensor]:
     return [s.encode() for s in slices]
 
 
-def check_activations_fit(config: GPTConfig, n_tokens: int, specs: Sequence[TensorSpec]) -> None:
+def check_activations_fit(config: DecoderConfig, n_tokens: int, specs: Sequence[TensorSpec]) -> None:
     """Before a forward pass: refuse (InputError) activations `specs` of a trace of `n_tokens` tokens
     that would not fit in one answer together, or that name no activation; so that asking for too
     much costs no pass. Sizes come from the names' dims and the model's shape."""

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from .config import GPTConfig
-from .models.layers import causal_mask, linear
+from .config import DecoderConfig
+from .models.kernels import hidden_keys, linear
 from .names import FAMILY_NAMES, Derivation, activation_names, describe, parse_name
 from .trace_base import TraceBase
 
@@ -17,19 +16,17 @@ from .trace_base import TraceBase
 SCORE_INPUTS: dict[str, tuple[str, ...]] = {f: t.derivations["attn.scores"].sources for f, t in FAMILY_NAMES.items()}
 
 
-def attention_scores(q: Tensor, k: Tensor, family: str) -> Tensor:
+def attention_scores(q: Tensor, k: Tensor) -> Tensor:
     """Raw scores (H, T, S) of queries q (H, T, Dh) against keys k (G, S, Dh), with the forward
-    pass's own product: in the Llama family, each group of H / G query heads against its key/value
-    head in one batched product (grouped-query attention); in GPT-2, head by head."""
-    if family != "llama":
-        return q @ k.transpose(-2, -1)
+    pass's own product: each group of H / G query heads against its key/value head in one batched
+    product (grouped-query attention; G = H is head by head)."""
     G, (H, T, Dh) = k.shape[0], q.shape
     return torch.bmm(q.reshape(G, H // G * T, Dh), k.transpose(1, 2)).view(H, T, -1)
 
 
 @dataclass
 class Trace(TraceBase):
-    """Intermediates of one text through a GPT-2 or a Llama-family model, without the batch dimension.
+    """Intermediates of one text through a decoder of any family, without the batch dimension.
 
     `trace["blocks.0.attn.pattern"]` is (heads, query, key). Stages that are cheap to derive
     (scaled and masked scores, the concatenated heads, the embedding sum) are computed on access, and
@@ -41,7 +38,7 @@ class Trace(TraceBase):
     """
 
     model_name: str
-    config: GPTConfig
+    config: DecoderConfig
     text: str
     token_ids: list[int]  # the traced positions' ids
     tokens: list[str]  # their text, leading spaces kept; undecodable byte pieces escaped
@@ -86,13 +83,14 @@ class Trace(TraceBase):
             z = self[src[0]]
             return z.transpose(0, 1).reshape(z.shape[1], -1)
         if d.op == "scores":  # the same matmul as the forward pass, so the same numbers
-            return attention_scores(self[src[0]], self[src[1]], self.config.family)
-        if d.op == "scale":
-            return self[src[0]] * (1.0 / math.sqrt(self.config.head_dim))
-        if d.op == "causal_mask":
+            return attention_scores(self[src[0]], self[src[1]])
+        if d.op == "scale":  # 1 / sqrt(head_dim), or Gemma's 1 / sqrt(query_pre_attn_scalar)
+            return self[src[0]] * self.config.attn_scale
+        if d.op == "causal_mask":  # the layer's own mask: causal, and its local window where it has one
             scaled = self[src[0]]
             t, s = scaled.shape[-2:]
-            return scaled.masked_fill(causal_mask(t, s, scaled.device), float("-inf"))
+            window = None if layer is None else self.config.window(layer)
+            return scaled.masked_fill(hidden_keys(t, s, window, scaled.device), float("-inf"))
         raise KeyError(f"no rule to derive {d.op!r}")
 
     def names(self) -> list[str]:
@@ -172,7 +170,7 @@ def merge_traces(prefix: Trace, new: Trace) -> Trace:
             if name.endswith("attn.scores"):
                 q_name, k_name = SCORE_INPUTS[family]
                 k_new = new.values[f"blocks.{layer}.{k_name}"][:, -n_new:, :]  # (H or G, n_new, Dh)
-                extra = attention_scores(prefix.values[f"blocks.{layer}.{q_name}"], k_new, family)
+                extra = attention_scores(prefix.values[f"blocks.{layer}.{q_name}"], k_new)
             else:
                 extra = a.new_zeros(*a.shape[:-1], n_new)
             a = torch.cat([a, extra], dim=-1)

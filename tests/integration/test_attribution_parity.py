@@ -113,3 +113,21 @@ def test_llama_family_components_and_heads(llama_family_dir) -> None:
         for h in range(H):
             out = z_in[layer][0, -1, h * Dh:(h + 1) * Dh].to(f64) @ W[:, h * Dh:(h + 1) * Dh].T
             assert float(a.heads[layer, h]) == pytest.approx(float(out @ along), rel=1e-4, abs=1e-5), (layer, h)
+
+
+def test_new_families_components_sum_to_the_logit(new_family_dir) -> None:
+    """Qwen3 and Gemma 3: the components add up to the logit (Gemma's heads through the norm after attention,
+    its scale frozen), and the heads' contributions add up to what attention wrote, through the final norm."""
+    model = load_model(str(new_family_dir), allow_download=False)
+    tr = model.trace(TEXT)
+    for position in (None, 2):
+        a = model.attribute(tr, position=position)
+        assert _rel(a.total(), a.metric) < 1e-5, (a.total(), a.metric)
+        assert not any(c.kind == "pos_embed" for c in a.components)
+    a = model.attribute(tr)
+    f64 = torch.float64
+    w_u = model.weight("unembed.W_U")[:, a.target].to(f64)
+    along = model.weight("ln_final.w").to(f64) * w_u * a.scale
+    for layer in range(model.config.n_layer):
+        wrote = tr[f"blocks.{layer}.attn_out"][-1].to(f64) @ along
+        assert float(a.heads[layer].to(f64).sum()) == pytest.approx(float(wrote), rel=1e-4, abs=1e-5), layer

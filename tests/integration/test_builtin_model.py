@@ -78,7 +78,7 @@ def test_predicts_english(model):
     assert any(t.strip().isalpha() for t in top)
     ids = model.encode("It was the best of times, it was the worst of times.")
     with torch.no_grad():
-        logits = model.gpt(torch.tensor([ids]))[0, :-1]
+        logits = model.net(torch.tensor([ids]))[0, :-1]
     loss = torch.nn.functional.cross_entropy(logits, torch.tensor(ids[1:]))
     assert loss < 6.0, f"loss {loss:.2f} nats/token: the shipped model looks untrained"
 

@@ -1,6 +1,6 @@
-"""Every API endpoint, analysis, the notebook snapshot and the CLI on Llama-family models (Llama,
-Qwen2, Mistral: random weights saved by transformers, `llama_family_dir`), with the values checked
-against the engine's own: nothing of the GPT-2 path is assumed."""
+"""Every API endpoint, analysis, the notebook snapshot and the CLI on every rotary family (Llama, Qwen2,
+Mistral, Qwen3, Gemma 3: random weights saved by transformers, `decoder_family_dir`), with the values
+checked against the engine's own: nothing of the GPT-2 path is assumed."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ WORDS = (" the", " and", " position")  # single tokens of the fixtures' tokenize
 
 
 @pytest.fixture(scope="module")
-def model(llama_family_dir: Path):
-    return load_model(str(llama_family_dir), allow_download=False)
+def model(decoder_family_dir: Path):
+    return load_model(str(decoder_family_dir), allow_download=False)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,12 @@ def group(model) -> int:
 
 def test_model_info_and_trace_overview(client, model):
     info = client.get("/api/models/tiny").json()
-    assert info["config"]["family"] == "llama" and info["config"]["n_kv_heads"] == model.config.n_kv_heads
+    assert info["config"]["family"] == model.config.family and info["config"]["n_kv_heads"] == model.config.n_kv_heads
+    caps = info["config"]["capabilities"]
+    assert caps["norm"] == "rms" and caps["positions"] == "rope" and caps["kv_groups"] == group(model)
+    assert caps["qk_norm"] == (model.config.family in ("qwen3", "gemma3"))
+    assert caps["sandwich_norm"] == caps["embed_scale"] == (model.config.family == "gemma3")
+    assert caps["layer_types"] == [model.config.layer_type(i) for i in range(model.config.n_layer)]
     d = post(client, "/api/trace", text=TEXT, include=[{"name": "rope.angles", "dtype": "float32"}])
     tr = model.trace(TEXT)
     assert d["token_ids"] == tr.token_ids
@@ -98,8 +103,9 @@ def test_every_activation_by_name(client, model):
         d = post(client, "/api/tensors", text=TEXT, tensors=[{"name": n, "dtype": "float32"} for n in chunk])
         for n, t in zip(chunk, d["tensors"], strict=True):
             assert t["name"] == n
-            assert t["dims"] == list(names_for("llama").block_activations.get(n.split(".", 2)[-1], (None,))[0]
-                                     if n.startswith("blocks.") else names_for("llama").global_activations[n][0])
+            table = names_for(model.config.family)
+            assert t["dims"] == list(table.block_activations.get(n.split(".", 2)[-1], (None,))[0]
+                                     if n.startswith("blocks.") else table.global_activations[n][0])
             np.testing.assert_allclose(arr(t), tr[n].float().numpy(), rtol=1e-5, atol=1e-6, err_msg=n)
     kv = post(client, "/api/tensors", text=TEXT, tensors=[{"name": "blocks.0.attn.kv_head"}])["tensors"][0]
     assert arr(kv).tolist() == [h // group(model) for h in range(model.config.n_head)]
@@ -144,8 +150,9 @@ def test_every_weight_by_name(client, model):
         d = post(client, "/api/weights", tensors=[{"name": n, "dtype": "float32"} for n in chunk])
         for n, t in zip(chunk, d["tensors"], strict=True):
             np.testing.assert_allclose(arr(t), model.weight(n).numpy(), err_msg=n)
-    if not model.config.qkv_bias:
-        assert "no such weight" in refused(client, "/api/weights", tensors=[{"name": "blocks.0.attn.b_K"}])
+    if not model.config.qkv_bias:  # a bias of the family's names this model lacks; Gemma's names have none
+        why = "unknown tensor name" if model.config.family == "gemma3" else "no such weight"
+        assert why in refused(client, "/api/weights", tensors=[{"name": "blocks.0.attn.b_K"}])
     # GPT-2's names are not this family's
     assert "unknown tensor name" in refused(client, "/api/weights", tensors=[{"name": "embed.W_pos"}])
     assert "unknown tensor name" in refused(client, "/api/tensors", text=TEXT, tensors=[{"name": "blocks.0.ln1.mean"}])
@@ -179,7 +186,7 @@ def test_merged_trace_with_recorded_scores(model):
     keep = {"blocks.0.attn.scores": lambda s: s}
     prefix = model.trace_ids(ids[:-2], patches=keep)
     L = model.config.n_layer
-    from transformer_explainer.models.gpt import KVCache
+    from transformer_explainer.models.kv_cache import KVCache
 
     cache = KVCache([(prefix[f"blocks.{i}.attn.rot_k"][None], prefix[f"blocks.{i}.attn.v"][None]) for i in range(L)])
     new = model.trace_ids(ids[-2:], cache=cache, prefix_ids=prefix.token_ids, patches=keep)
@@ -196,9 +203,9 @@ def test_logit_lens_ends_at_the_logits(client, model):
     tr = model.trace(TEXT)
     L = model.config.n_layer
     torch.testing.assert_close(lens_logits(model, tr, L), tr["logits"], atol=0, rtol=0)
-    # the embeddings' lens is the final norm and unembedding of the token embedding alone
-    x = tr["embed.token"]
-    ref = model.gpt.lm_head(model.gpt.final_norm(x[None]))[0]
+    # the embeddings' lens is the final norm and unembedding of the embedding alone (Gemma: scaled)
+    x = tr["blocks.0.resid_pre"]
+    ref = model.net.unembed(model.net.ln_final(x[None]))[0]
     torch.testing.assert_close(lens_logits(model, tr, 0), ref, atol=1e-5, rtol=1e-5)
     d = post(client, "/api/analysis/lens", text=TEXT, positions=[-1], top=3)
     assert len(d["layers"]) == L + 1 and d["layers"][0]["label"] == "embeddings"
@@ -296,7 +303,7 @@ def test_snapshot_builds_and_round_trips(model, tmp_path):
     tr = model.trace(TEXT)
     d, info = snapshot_data(model, tr)
     assert not info.omitted
-    assert d["models"]["models"][0]["config"]["family"] == "llama"
+    assert d["models"]["models"][0]["config"]["family"] == model.config.family
     for n in ("rope.angles", "ln_final.rms", "blocks.1.attn.rot_k", "blocks.0.mlp.gate", "blocks.1.attn.pattern"):
         np.testing.assert_allclose(f16(d["tensors"][n]), tr[n].numpy(), rtol=1e-3, atol=1e-3, err_msg=n)
     assert d["tensors"]["blocks.1.attn.rot_k"]["dims"] == ["G", "S", "Dh"]
@@ -319,9 +326,9 @@ def test_snapshot_builds_and_round_trips(model, tmp_path):
 
 
 @pytest.fixture
-def run(llama_family_dir: Path, capsys: pytest.CaptureFixture):
+def run(decoder_family_dir: Path, capsys: pytest.CaptureFixture):
     def go(*argv: str) -> tuple[int, str, str]:
-        code = cli.main([*argv, "--model", str(llama_family_dir), "--offline"])
+        code = cli.main([*argv, "--model", str(decoder_family_dir), "--offline"])
         out, err = capsys.readouterr()
         return code, out, err
 
@@ -332,7 +339,8 @@ def test_cli_commands_take_a_llama_model(run, model, tmp_path):
     ids = model.encode(TEXT)
     code, out, err = run("explain", TEXT, "--json")
     assert code == 0 and json.loads(out)["token_ids"] == ids
-    assert f"{model.config.model_type}, 2 layers, 4 heads ({model.config.n_kv_heads} key/value)" in err
+    L = model.config.n_layer
+    assert f"{model.config.model_type}, {L} layers, 4 heads ({model.config.n_kv_heads} key/value)" in err
     code, out, _ = run("generate", TEXT, "-n", "3", "--temperature", "0")
     greedy = [t.id for t in model.generate_ids(ids, 3, SamplingParams(temperature=0))]
     assert code == 0 and out == TEXT + model.tokenizer.decode(greedy) + "\n"
@@ -341,7 +349,7 @@ def test_cli_commands_take_a_llama_model(run, model, tmp_path):
     code, out, _ = run("ablate", TEXT, "--layer", "1", "--head", "3", "--json")
     assert code == 0 and json.loads(out)["heads"] == [[1, 3]]
     code, out, _ = run("importance", TEXT, "--json")
-    assert code == 0 and np.array(json.loads(out)["loss_change"]).shape == (2, model.config.n_head)
+    assert code == 0 and np.array(json.loads(out)["loss_change"]).shape == (L, model.config.n_head)
     code, out, _ = run("prune", TEXT, "--max-heads", "2", "--json")
     assert code == 0 and len(json.loads(out)["steps"]) == 2
     code, out, _ = run("heads", TEXT, "--no-reference")
@@ -354,7 +362,7 @@ def test_cli_commands_take_a_llama_model(run, model, tmp_path):
     code, _, _ = run("export", TEXT, "--out", str(npz))
     assert code == 0
     back = load_npz(npz)
-    assert back.config.family == "llama" and back.token_ids == ids
+    assert back.config == model.config and back.token_ids == ids
     torch.testing.assert_close(back["blocks.1.attn.rot_k"], model.trace(TEXT)["blocks.1.attn.rot_k"])
     js = tmp_path / "t.json"
     code, _, _ = run("export", TEXT, "--out", str(js), "--names", "blocks.*.attn.rot_k,rope.angles")
@@ -396,7 +404,7 @@ def test_a_llama_builtin_is_found_loaded_and_served(llama_family_dir, tiny_gpt2_
         assert r.status_code == 200, r.text
         assert r.json()["config"]["family"] == "llama" and r.json()["token_ids"] == m.encode(TEXT)
         info = c.get("/api/models/a-llama").json()
-        assert info["source"] == "builtin" and info["config"]["norm"] == "rmsnorm"
+        assert info["source"] == "builtin" and info["config"]["capabilities"]["norm"] == "rms"
         unused = c.get("/api/models/a-gpt2").json()  # a GET loads nothing: the default is loaded by its first use
         assert not unused["loaded"] and unused["config"] is None
         assert c.post("/api/trace", json={"model": "a-gpt2", "text": TEXT}).status_code == 200

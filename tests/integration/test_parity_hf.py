@@ -56,7 +56,7 @@ def test_greedy_generation_matches_transformers(tiny_model, hf_tiny):
 
 
 def test_kv_cache_step_trace_equals_full_trace(tiny_model):
-    from transformer_explainer.models.gpt import KVCache
+    from transformer_explainer.models.kv_cache import KVCache
 
     ids = tiny_model.encode(TEXTS[0])
     full = tiny_model.trace_ids(ids)

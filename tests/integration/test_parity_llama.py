@@ -16,7 +16,7 @@ import torch
 
 from tests.conftest import make_hf_llama_family
 from transformer_explainer import SamplingParams, load_model
-from transformer_explainer.models.gpt import KVCache
+from transformer_explainer.models.kv_cache import KVCache
 
 LENGTHS = (1, 7, 33, 128)  # 128: the recorded attention in two blocks of queries
 ATOL = 1e-5
@@ -117,7 +117,7 @@ def test_every_intermediate_matches_transformers(llama_family_dir: Path, T: int)
     assert diffs[worst] <= ATOL, (worst, diffs[worst])
     # the fast path (fused attention, nothing recorded) gives the same logits
     with torch.no_grad():
-        fast = model.gpt(torch.tensor([_ids(T, model.config.vocab_size, seed=T)]))[0]
+        fast = model.net(torch.tensor([_ids(T, model.config.vocab_size, seed=T)]))[0]
         ref = hf(torch.tensor([_ids(T, model.config.vocab_size, seed=T)])).logits[0]
     torch.testing.assert_close(fast, ref, atol=ATOL, rtol=0)
 
@@ -127,9 +127,9 @@ def test_family_features_are_what_the_fixtures_claim(llama_family_dir: Path):
     model = load_model(str(llama_family_dir), allow_download=False)
     c = model.config
     assert c.n_kv_heads < c.n_head
-    tied = model.gpt.lm_head.weight.data_ptr() == model.gpt.model.embed_tokens.weight.data_ptr()
+    tied = model.net.unembed.weight.data_ptr() == model.net.embed.weight.data_ptr()
     assert tied == c.tie_word_embeddings
-    assert (model.gpt.model.layers[0].self_attn.q_proj.bias is not None) == (c.model_type == "qwen2")
+    assert (model.net.blocks[0].attn.q_proj.bias is not None) == (c.model_type == "qwen2")
     assert (c.rope_scaling is not None) == (c.model_type == "llama")
     if c.model_type == "llama":
         assert (llama_family_dir / "model.safetensors.index.json").is_file()
@@ -172,8 +172,8 @@ def test_trace_names_are_the_familys(llama_family_dir: Path):
         with pytest.raises(KeyError, match="no such bias"):
             model.weight("blocks.0.attn.b_K")
     torch.testing.assert_close(k, trace["blocks.0.attn.k"], atol=1e-5, rtol=0)
-    assert set(model.gpt.weight_names()) >= {"blocks.1.mlp.W_gate", "unembed.W_U"}
-    for name in model.gpt.weight_names():
+    assert set(model.net.weight_names()) >= {"blocks.1.mlp.W_gate", "unembed.W_U"}
+    for name in model.net.weight_names():
         model.weight(name)
 
 
@@ -220,7 +220,7 @@ def test_hub_style_rope_keys_load_the_same(tmp_path: Path):
     torch.testing.assert_close(old.trace_ids(ids)["logits"], new.trace_ids(ids)["logits"], atol=0, rtol=0)
     hf = _hf(folder)  # transformers reads the old spelling too, and agrees
     with torch.no_grad():
-        torch.testing.assert_close(old.gpt(torch.tensor([ids]))[0], hf(torch.tensor([ids])).logits[0],
+        torch.testing.assert_close(old.net(torch.tensor([ids]))[0], hf(torch.tensor([ids])).logits[0],
                                    atol=ATOL, rtol=0)
 
 
@@ -255,7 +255,7 @@ BF16_ULPS = 4
 def test_bfloat16_matches_transformers_in_bfloat16(llama_family_dir: Path, T: int):
     model = load_model(str(llama_family_dir), allow_download=False, dtype="bfloat16")
     assert model.dtype == torch.bfloat16 and "bfloat16" in repr(model)
-    assert all(p.dtype == torch.bfloat16 for p in model.gpt.parameters())
+    assert all(p.dtype == torch.bfloat16 for p in model.net.parameters())
     hf = _hf(llama_family_dir, torch.bfloat16)
     ids = _ids(T, model.config.vocab_size, seed=T)
     trace = model.trace_ids(ids)
@@ -271,7 +271,7 @@ def test_bfloat16_matches_transformers_in_bfloat16(llama_family_dir: Path, T: in
     # the fast path (fused attention, softmax never rounded to bf16) against transformers' fused path
     hf_sdpa = _hf(llama_family_dir, torch.bfloat16, attn="sdpa")
     with torch.no_grad():
-        fast = model.gpt(torch.tensor([ids]))[0].float()
+        fast = model.net(torch.tensor([ids]))[0].float()
         ref_fast = hf_sdpa(torch.tensor([ids])).logits[0].float()
     print(f"  fast path: {(fast - ref_fast).abs().max().item():.3e}")
     assert (fast - ref_fast).abs().max().item() <= tol

@@ -113,7 +113,7 @@ def test_nothing_gives_0_and_the_last_output_gives_1(tiny_model) -> None:
     span = res.clean - res.corrupted
     # patching nothing: the corrupted run's own value put back
     own = tiny_model.trace_ids(x)
-    nothing = patched_metrics(tiny_model.gpt, x, L - 1, "resid_pre", [T - 1], own[f"blocks.{L - 1}.resid_pre"], a, w)
+    nothing = patched_metrics(tiny_model.net, x, L - 1, "resid_pre", [T - 1], own[f"blocks.{L - 1}.resid_pre"], a, w)
     assert float((nothing[0] - res.corrupted) / span) == pytest.approx(0, abs=1e-5)
     # the last block's output at the last position, from the clean run: the clean metric
     clean_out = tiny_model.trace_ids(c)[f"blocks.{L - 1}.resid_post"]
@@ -125,7 +125,7 @@ def test_nothing_gives_0_and_the_last_output_gives_1(tiny_model) -> None:
 
     rec = Recorder(patches={f"blocks.{L - 1}.resid_post": last_output}, store=False)
     with torch.inference_mode():
-        logits = tiny_model.gpt(torch.tensor([x]), rec=rec, logits_for="last")[0, -1].double()
+        logits = tiny_model.net(torch.tensor([x]), rec=rec, logits_for="last")[0, -1].double()
     assert float((logits[a] - logits[w] - res.corrupted) / span) == pytest.approx(1, abs=1e-5)
 
 
@@ -144,3 +144,35 @@ def test_bad_pairs_get_a_sentence(tiny_model) -> None:
     calls = []
     with pytest.raises(Cancelled):
         tiny_model.patch(CLEAN, CORRUPTED, a, w, cancelled=lambda: calls.append(1) or len(calls) > 2)
+
+
+def test_qwen3_and_gemma3_grids_equal_transformers_hooks(new_family_dir) -> None:
+    """The new families too; Gemma 3's attn_out and mlp_out are what its sandwich norms put out (what is added)."""
+    from transformers import AutoModelForCausalLM
+
+    model = load_model(str(new_family_dir), allow_download=False)
+    hf = AutoModelForCausalLM.from_pretrained(new_family_dir, attn_implementation="eager").eval()
+    cfg = hf.config
+    gemma = cfg.model_type == "gemma3_text"
+    _check_against_hf(model, hf, hf.model.layers,
+                      (lambda b: b.post_attention_layernorm) if gemma else (lambda b: b.self_attn),
+                      (lambda b: b.post_feedforward_layernorm) if gemma else (lambda b: b.mlp),
+                      lambda b: b.self_attn.o_proj, cfg.num_attention_heads, cfg.head_dim)
+
+
+def test_a_patched_run_from_its_block_equals_one_from_the_embedding(new_family_dir) -> None:
+    """Starting at the patched block, from the corrupted run's residual stream entering it, gives the metric a
+    run from the embedding gives."""
+    from transformer_explainer.patching import residuals_entering_blocks
+
+    model = load_model(str(new_family_dir), allow_download=False)
+    c, x, a, w = _pair(model)
+    clean = model.trace_ids(c)
+    entering = residuals_entering_blocks(model.net, x)
+    for layer in range(model.config.n_layer):
+        for kind, site in (("resid_pre", "resid_pre"), ("heads", "attn.z"), ("mlp_out", "mlp_out")):
+            cells = [0, 1, len(c) - 1] if kind != "heads" else [0, model.config.n_head - 1]
+            value = clean[f"blocks.{layer}.{site}"]
+            whole = patched_metrics(model.net, x, layer, kind, cells, value, a, w)
+            started = patched_metrics(model.net, x, layer, kind, cells, value, a, w, entering[layer])
+            torch.testing.assert_close(started, whole, atol=1e-5, rtol=1e-5)

@@ -62,7 +62,7 @@ def test_train_export_and_reload(tmp_path: Path, family_args: list[str], arch: s
     ids = ours.encode("The cat sat on the mat")
     with torch.no_grad():
         ref = hf(torch.tensor([ids])).logits[0]
-        got = ours.gpt(torch.tensor([ids]))[0]
+        got = ours.net(torch.tensor([ids]))[0]
     torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
 
     card = (export / "MODEL_CARD.md").read_text()

@@ -15,7 +15,7 @@ from transformer_explainer.analysis.cost import (
     pass_gflop,
     prune_passes,
 )
-from transformer_explainer.config import GPTConfig
+from transformer_explainer.config import DecoderConfig
 from transformer_explainer.errors import InputError
 
 TEXT = "The quick brown fox jumps over the lazy dog"
@@ -54,7 +54,7 @@ def test_a_raise_between_passes_stops_the_analysis(tiny_model):
 
 
 def test_the_arithmetic_of_a_pass():
-    gpt2 = GPTConfig()  # GPT-2 small: ~2 x 124 M multiply-adds per token, and attention grows with T^2
+    gpt2 = DecoderConfig()  # GPT-2 small: ~2 x 124 M multiply-adds per token, and attention grows with T^2
     per_token = pass_gflop(gpt2, 1)
     assert 0.2 < per_token < 0.3
     assert pass_gflop(gpt2, 1024) > 1024 * per_token  # the T^2 of the scores
@@ -62,7 +62,7 @@ def test_the_arithmetic_of_a_pass():
 
 
 def test_a_refusal_names_settings_that_fit():
-    gpt2 = GPTConfig()
+    gpt2 = DecoderConfig()
     budget = 3000.0
     with pytest.raises(InputError) as e:
         check_prune(gpt2, 1024, None, True, budget)  # the request: ~10 000 passes of 1024 tokens

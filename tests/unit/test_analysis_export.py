@@ -11,7 +11,7 @@ import torch
 
 from transformer_explainer import InputError
 from transformer_explainer.analysis import load_npz, save_json, save_npz, trace_to_json
-from transformer_explainer.models.gpt import KVCache
+from transformer_explainer.models.kv_cache import KVCache
 
 TEXT = "The king said hello — 数据 🙂"
 

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from tests.conftest import make_hf_llama_family
 from transformer_explainer import CheckpointError, InputError, load_model
 from transformer_explainer.loading.budget import check_memory
-from transformer_explainer.models.gpt import GPT
+from transformer_explainer.models.decoder import Decoder
 from transformer_explainer.seq2seq.checkpoint import load_seq2seq
 
 BUILTIN_SEQ2SEQ = Path(__file__).parents[2] / "src/transformer_explainer/builtin/seq2seq/reverse"
@@ -149,7 +149,7 @@ def test_weights_beyond_the_memory_available_are_refused():
     from transformer_explainer.config import GPT2_PRESETS
 
     with torch.device("meta"):
-        model = GPT(GPT2_PRESETS["gpt2-xl"])
+        model = Decoder(GPT2_PRESETS["gpt2-xl"])
     with pytest.raises(CheckpointError, match=r"gpt2-xl has 1,557,611,200 parameters, which need 6\.2 GB of memory "
                                               r"in float32, but this machine has 4\.0 GB available; in bfloat16"):
         check_memory(model, torch.float32, "gpt2-xl", memory=4 * 10**9)

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from transformer_explainer import CheckpointError, InputError, ModelNotFoundError, load_model
-from transformer_explainer.loading.checkpoint import save_gpt
+from transformer_explainer.loading.checkpoint import save_decoder
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ def test_input_errors(tiny_model):
 
 
 def test_save_roundtrip_float16(tmp_path: Path, tiny_model):
-    save_gpt(tiny_model.gpt, tmp_path / "m", torch.float16)
+    save_decoder(tiny_model.net, tmp_path / "m", torch.float16)
     shutil.copy(tiny_model.folder / "vocab.json", tmp_path / "m")
     shutil.copy(tiny_model.folder / "merges.txt", tmp_path / "m")
     m2 = load_model(str(tmp_path / "m"), allow_download=False)
@@ -147,7 +147,7 @@ def test_save_roundtrip_float16(tmp_path: Path, tiny_model):
 def test_the_files_weight_type_is_read_from_its_header(tmp_path: Path, tiny_model, dtype):
     from transformer_explainer.loading.checkpoint import stored_dtype
 
-    save_gpt(tiny_model.gpt, tmp_path / "m", dtype)
+    save_decoder(tiny_model.net, tmp_path / "m", dtype)
     shutil.copy(tiny_model.folder / "vocab.json", tmp_path / "m")
     shutil.copy(tiny_model.folder / "merges.txt", tmp_path / "m")
     name = str(dtype).removeprefix("torch.")
@@ -163,7 +163,7 @@ def test_the_files_weight_type_is_read_from_its_header(tmp_path: Path, tiny_mode
 def test_saved_folder_loads_in_transformers(tmp_path: Path, tiny_model):
     from transformers import GPT2LMHeadModel
 
-    save_gpt(tiny_model.gpt, tmp_path / "m")
+    save_decoder(tiny_model.net, tmp_path / "m")
     hf = GPT2LMHeadModel.from_pretrained(tmp_path / "m").eval()
     ids = tiny_model.encode("hello world, again")
     with torch.no_grad():

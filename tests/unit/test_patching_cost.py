@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from transformer_explainer.config import GPTConfig
+from transformer_explainer.config import DecoderConfig
 from transformer_explainer.errors import InputError
 from transformer_explainer.patching import KINDS, PatchingCost, patched_runs, run_gflop
 
@@ -25,7 +25,7 @@ def test_runs_are_the_engines(tiny_model, what) -> None:
 
 
 def test_the_cost_grows_with_the_prompt_and_the_model() -> None:
-    small, gpt2 = GPTConfig(n_layer=6, n_head=8, n_embd=256, vocab_size=8192), GPTConfig()
+    small, gpt2 = DecoderConfig(n_layer=6, n_head=8, n_embd=256, vocab_size=8192), DecoderConfig()
     costs = [PatchingCost(small, t, KINDS).gflop for t in (4, 8, 16, 32)]
     assert costs == sorted(costs) and costs[-1] > 4 * costs[1]  # more runs, each over more tokens
     assert PatchingCost(gpt2, 16, KINDS).gflop > 5 * PatchingCost(small, 16, KINDS).gflop
@@ -33,7 +33,7 @@ def test_the_cost_grows_with_the_prompt_and_the_model() -> None:
 
 
 def test_over_the_budget_says_what_fits() -> None:
-    cfg = GPTConfig()  # GPT-2 small
+    cfg = DecoderConfig()  # GPT-2 small
     cost = PatchingCost(cfg, 64, KINDS)
     cost.check(None)
     cost.check(cost.gflop)

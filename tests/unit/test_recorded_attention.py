@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from transformer_explainer.models.layers import _query_blocks, recorded_attention
+from transformer_explainer.models.kernels import _query_blocks, recorded_attention
 from transformer_explainer.models.recorder import Recorder
 
 

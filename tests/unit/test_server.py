@@ -166,7 +166,7 @@ def test_generate_step_computes_only_the_new_position(client, tiny_model):
 
 
 def test_merged_trace_equals_full_trace(tiny_model):
-    from transformer_explainer.models.gpt import KVCache
+    from transformer_explainer.models.kv_cache import KVCache
 
     ids = tiny_model.encode(TEXT)
     prefix = tiny_model.trace_ids(ids[:-2])
@@ -188,7 +188,7 @@ def test_models_and_info(client, tiny_model):
     assert d["models"][0]["name"] == "tiny" and d["models"][0]["loaded"]
     info = client.get("/api/models/tiny").json()
     assert info["config"]["n_layer"] == tiny_model.config.n_layer
-    assert info["n_params"] == tiny_model.gpt.num_params()
+    assert info["n_params"] == tiny_model.net.num_params()
     names = client.get("/api/names").json()
     assert names["block_activations"]["attn.pattern"]["dims"] == ["H", "T", "S"]
 

@@ -161,8 +161,8 @@ def test_one_row_products_split_over_threads_equal_f_linear(threads, monkeypatch
     """`linear` splits a one-row product over the input dimension when the weight is input-major,
     torch has several threads and its BLAS does not split it itself: the same values as `F.linear`
     to float rounding."""
-    from transformer_explainer.models import layers
-    from transformer_explainer.models.layers import _row_chunks, linear
+    from transformer_explainer.models import kernels
+    from transformer_explainer.models.kernels import _row_chunks, linear
 
     x1 = torch.randn(1, 1, 768)
     w1 = torch.randn(3072, 768).t().contiguous().t()
@@ -172,7 +172,7 @@ def test_one_row_products_split_over_threads_equal_f_linear(threads, monkeypatch
         assert _row_chunks(x1, w1) == (1 if threads == 1 or torch.backends.mkl.is_available() else 8)
     finally:
         torch.set_num_threads(before)
-    monkeypatch.setattr(layers, "_BLAS_SPLITS_ONE_ROW", False)  # the split itself, as other BLAS builds take it
+    monkeypatch.setattr(kernels, "_BLAS_SPLITS_ONE_ROW", False)  # the split itself, as other BLAS builds take it
 
     g = torch.Generator().manual_seed(0)
     w = torch.randn(3072, 768, generator=g).t().contiguous().t()  # (out, in), input-major in memory

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_explainer.config import GPTConfig
+from transformer_explainer.config import DecoderConfig
 from transformer_explainer.errors import CheckpointError
-from transformer_explainer.models.gpt import GPT
+from transformer_explainer.models.decoder import Decoder
 from transformer_explainer.training.lm import LMTask, evaluate_lm
 from transformer_explainer.training.trainer import TrainConfig, Trainer
 
-CFG = GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
+CFG = DecoderConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 
 
 def make_task(seed: int = 0) -> LMTask:
@@ -34,14 +34,14 @@ def make_task(seed: int = 0) -> LMTask:
 
 def make_trainer(out: Path, steps: int, **kw) -> Trainer:
     torch.manual_seed(0)
-    model = GPT(CFG)
+    model = Decoder(CFG)
     cfg = TrainConfig(max_steps=steps, lr=3e-3, warmup_steps=5, eval_interval=10, checkpoint_interval=5, **kw)
     return Trainer(model, make_task(), cfg, out, progress=False)
 
 
 def test_capped_evaluation_spreads_over_the_whole_set():
     torch.manual_seed(0)
-    model = GPT(CFG)
+    model = Decoder(CFG)
     B = CFG.block_size
     ids = np.array([3] * (5 * B) + [7] * (5 * B + 1), dtype=np.uint16)  # two "sources", one after the other
     ones = np.ones(64, dtype=np.int64)

@@ -711,3 +711,53 @@ def test_why_this_token_offline(browser, snaps, name, screen, lang):
         no_error(page, f"{tag} patching")
         page.screenshot(path=str(ARTIFACTS / f"snapshot-why-{tag}-4-patch.png"), full_page=False)
 
+
+
+# -- Qwen3 and Gemma 3: their own views, and the stages the page derives by their rules ----------------------
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "gemma3_text"])
+def test_new_families_offline(browser, tmp_path, arch):
+    """A Qwen3 or Gemma 3 snapshot (random weights, 4 layers; Gemma's local layers with a window of 5): every view
+    it has opens from file:// without an error; the scaled and masked scores the page derives (1/sqrt of
+    query_pre_attn_scalar, and the local layers' window) are the server's; the sandwich norms' stages are drawn."""
+    from tests.conftest import make_hf_llama_family
+    from transformer_explainer import load_model
+
+    model = load_model(str(make_hf_llama_family(tmp_path / arch, arch)), allow_download=False)
+    path = save_snapshot(model, FAMILY_TEXT, tmp_path / f"{arch}.html")
+    trace = model.trace(FAMILY_TEXT)
+    cfg, T = model.config, trace.n_tokens
+    p, h = T - 1, 1
+    with offline(browser, path) as page:
+        page.click("[aria-label='Layer 0'][role=radio]")  # a local layer in the Gemma fixture
+        page.click("[data-testid=nav-attention]")
+        page.click(f"[data-testid=head-picker] button:text-is('{h}')")
+        settle(page)
+        scaled, _ = api_values(trace, name="blocks.0.attn.scaled_scores", head=h, position=p)
+        masked, _ = api_values(trace, name="blocks.0.attn.masked_scores", head=h, position=p)
+        for c in (0, p // 2, p):
+            text = hover_cell(page, "stage-scaled", 0, c, 1, T).split(":")[-1]
+            assert number(text) == pytest.approx(float(scaled[c]), rel=2e-3, abs=2e-4)
+            shown_masked = hover_cell(page, "stage-masked", 0, c, 1, T).split(":")[-1].strip()
+            if np.isinf(masked[c]):  # the window hides it in a local layer
+                assert "∞" in shown_masked, (c, shown_masked)
+            else:
+                assert number(shown_masked) == pytest.approx(float(masked[c]), rel=2e-3, abs=2e-4)
+        if cfg.window(0) is not None:
+            assert np.isinf(masked[0]) and T > cfg.sliding_window
+        views = ["qknorm", "rope", "gqa", "heads", "residual", "mlp", "embedding", "layernorm-ln1"]
+        if cfg.arch.sandwich_norm:
+            views += ["window", "layernorm-ln1_post", "layernorm-ln2_post"]
+        for v in views:
+            page.click(f"[data-testid=nav-{v}]")
+            settle(page)
+            no_error(page, f"{arch} {v}")
+            page.screenshot(path=str(ARTIFACTS / f"snapshot-{arch}-{v}.png"), full_page=False)
+        if cfg.arch.sandwich_norm:
+            page.click("[data-testid=nav-residual]")
+            settle(page)
+            np.testing.assert_array_equal(shown(page, "resid-attnRaw"), api_values(trace, name="blocks.0.attn.out",
+                                                                                   position=p)[0])
+            np.testing.assert_array_equal(shown(page, "resid-attn"), api_values(trace, name="blocks.0.attn_out",
+                                                                                position=p)[0])

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..config import GPTConfig
+from ..config import DecoderConfig
 from ..engine import ExplainerModel
 from ..errors import InputError
 from ..models.recorder import Patch
@@ -41,17 +41,17 @@ AblationMode = Literal["zero", "mean"]
 MODES: tuple[str, ...] = ("zero", "mean")
 
 
-def all_heads(config: GPTConfig) -> list[Head]:
+def all_heads(config: DecoderConfig) -> list[Head]:
     return [(layer, h) for layer in range(config.n_layer) for h in range(config.n_head)]
 
 
-def layer_heads(config: GPTConfig, layer: int) -> list[Head]:
+def layer_heads(config: DecoderConfig, layer: int) -> list[Head]:
     """Every head of one layer: ablating them all switches the layer's attention off."""
     check_heads(config, [(layer, 0)])
     return [(layer, h) for h in range(config.n_head)]
 
 
-def check_heads(config: GPTConfig, heads: Iterable[Head]) -> list[Head]:
+def check_heads(config: DecoderConfig, heads: Iterable[Head]) -> list[Head]:
     out: list[Head] = []
     for layer, h in heads:
         if not 0 <= layer < config.n_layer:

@@ -13,26 +13,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import GPTConfig
+from ..config import DecoderConfig
 from ..errors import InputError
 
 
-def pass_gflop(config: GPTConfig, n_tokens: int) -> float:
+def pass_gflop(config: DecoderConfig, n_tokens: int) -> float:
     """Billions of floating-point operations of one forward pass over `n_tokens` tokens."""
     T, D, L, V, M = n_tokens, config.n_embd, config.n_layer, config.vocab_size, config.d_mlp
     q = config.n_head * config.head_dim  # query (and output) width
     kv = config.n_kv_heads * config.head_dim  # key and value width
-    mlp_matrices = 3 if config.family == "llama" else 2  # gate, up, down / up, down
+    mlp_matrices = 3 if config.arch.mlp == "gated" else 2  # gate, up, down / up, down
     per_layer = 2 * T * D * (2 * q + 2 * kv) + mlp_matrices * 2 * T * D * M + 2 * 2 * T * T * q
     return (L * per_layer + 2 * T * D * V) / 1e9
 
 
-def importance_passes(config: GPTConfig) -> int:
+def importance_passes(config: DecoderConfig) -> int:
     """`head_importance`: the clean pass and one pass per head."""
     return 1 + config.n_layer * config.n_head
 
 
-def prune_passes(config: GPTConfig, max_heads: int | None, recompute: bool) -> int:
+def prune_passes(config: DecoderConfig, max_heads: int | None, recompute: bool) -> int:
     """`prune_heads`: the clean pass, then with `recompute` one pass per remaining head at each of the
     n steps (n N - n (n - 1) / 2 for N heads), else the importance map and one pass per step."""
     heads = config.n_layer * config.n_head
@@ -46,7 +46,7 @@ def prune_passes(config: GPTConfig, max_heads: int | None, recompute: bool) -> i
 class AnalysisCost:
     """An analysis of `passes` forward passes over `n_tokens` tokens."""
 
-    config: GPTConfig
+    config: DecoderConfig
     n_tokens: int
     passes: int
 
@@ -88,11 +88,11 @@ def _either(options: list[str]) -> str:
     return options[0] if len(options) == 1 else ", ".join(options[:-1]) + " or " + options[-1]
 
 
-def check_importance(config: GPTConfig, n_tokens: int, max_gflop: float | None) -> None:
+def check_importance(config: DecoderConfig, n_tokens: int, max_gflop: float | None) -> None:
     AnalysisCost(config, n_tokens, importance_passes(config)).check(max_gflop)
 
 
-def check_prune(config: GPTConfig, n_tokens: int, max_heads: int | None, recompute: bool,
+def check_prune(config: DecoderConfig, n_tokens: int, max_heads: int | None, recompute: bool,
                 max_gflop: float | None) -> None:
     """Refuse a pruning over budget, suggesting what would fit: no re-scoring, fewer heads, a shorter
     text, or (when none of these alone fits) no re-scoring of a shorter text."""

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import GPTConfig
+from ..config import DecoderConfig
 from ..errors import InputError
 from ..loading.checkpoint import atomic_write_bytes, atomic_writer
 from ..names import describe
@@ -86,7 +86,7 @@ def load_npz(path: str | Path) -> Trace:
         raise InputError(f"{path} is not a trace export")
     return Trace(
         model_name=meta["model_name"],
-        config=GPTConfig.from_dict(meta["config"]),
+        config=DecoderConfig.from_dict(meta["config"]),
         text=meta["text"],
         token_ids=meta["token_ids"],
         tokens=meta["tokens"],

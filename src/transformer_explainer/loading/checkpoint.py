@@ -1,8 +1,7 @@
-"""HF-format checkpoints <-> our models: GPT-2 (a key-for-key copy plus GPT-2's transposes) and the
-Llama family (Llama, Qwen2, Mistral: key for key, HF's own names and layouts).
-
-HF stores GPT-2's four projection matrices as `Conv1D` weights, (in, out); our `nn.Linear`s hold
-(out, in). Weights come from `model.safetensors`, sharded `model-0000N-of-0000M.safetensors` with
+"""HF-format checkpoints <-> our models, for every family: key for key through the family's name map
+(`families/`: `model.layers.3.input_layernorm.weight` is our `blocks.3.ln1.weight`), plus the family's
+list of transposes (HF stores GPT-2's four projection matrices as `Conv1D` weights, (in, out); our
+`nn.Linear`s hold (out, in)). Weights come from `model.safetensors`, sharded `model-0000N-of-0000M.safetensors` with
 their `model.safetensors.index.json`, or `pytorch_model.bin`; nothing is unpickled unsafely
 (safetensors, or `torch.load(weights_only=True)`).
 
@@ -31,22 +30,16 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from ..config import GPTConfig
+from ..config import DecoderConfig
 from ..errors import CheckpointError
-from ..models.gpt import GPT
-from ..models.llama import LlamaLM
+from ..models.decoder import Decoder
 from .budget import check_block_counts, check_memory
 from .files import is_regular_file, read_json
 
-__all__ = ["DecoderLM", "WeightFiles", "atomic_write_bytes", "atomic_writer", "hf_state_dict", "load_decoder",
-           "load_gpt", "load_llama", "open_weights", "read_config", "read_json", "resolve_dtype", "save_gpt",
-           "save_llama"]
+__all__ = ["WeightFiles", "atomic_write_bytes", "atomic_writer", "hf_state_dict", "load_decoder", "open_weights",
+           "read_config", "read_json", "resolve_dtype", "save_decoder"]
 
-DecoderLM = GPT | LlamaLM
 SUPPORTED_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
-IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")  # HF's causal-mask buffers in old checkpoints
 # weights we read: safetensors' names of the floating-point dtypes, and torch's
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "float64", "float32", "float16", "bfloat16"}
 
@@ -175,9 +168,9 @@ def open_weights(folder: Path) -> WeightFiles:
                           f"model.safetensors.index.json) or pytorch_model.bin")
 
 
-def read_config(folder: Path) -> GPTConfig:
+def read_config(folder: Path) -> DecoderConfig:
     try:
-        return GPTConfig.from_hf(read_json(folder / "config.json"))
+        return DecoderConfig.from_hf(read_json(folder / "config.json"))
     except (KeyError, ValueError, TypeError) as e:
         raise CheckpointError(f"{folder / 'config.json'} is not a usable model config: {e}") from None
 
@@ -191,14 +184,6 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
     if isinstance(dtype, str) and dtype.removeprefix("torch.") in SUPPORTED_DTYPES:
         return SUPPORTED_DTYPES[dtype.removeprefix("torch.")]
     raise CheckpointError(f"dtype {dtype!r} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
-
-
-def load_decoder(folder: Path, dtype: str | torch.dtype | None = None) -> DecoderLM:
-    """Our model for any supported HF folder: GPT-2 or the Llama family, by its config's model_type."""
-    config = read_config(folder)
-    if config.family == "llama":
-        return load_llama(folder, dtype, config=config)
-    return load_gpt(folder, dtype, config=config)
 
 
 def _check_info(key: str, info: TensorInfo, shape: tuple[int, ...], folder: Path) -> None:
@@ -216,91 +201,68 @@ def _finite(key: str, t: torch.Tensor, folder: Path) -> torch.Tensor:
     return t
 
 
-def _meta_model(cls: type[GPT] | type[LlamaLM], config: GPTConfig, files: WeightFiles) -> GPT | LlamaLM:
-    """`cls(config)` on the meta device, once the files hold tensors enough for all its blocks."""
-    check_block_counts(cls, config, ("n_layer",), file_tensors=len(files.info),
+def _meta_model(config: DecoderConfig, files: WeightFiles) -> Decoder:
+    """`Decoder(config)` on the meta device, once the files hold tensors enough for all its blocks."""
+    check_block_counts(Decoder, config, ("n_layer",), file_tensors=len(files.info),
                        config_path=files.folder / "config.json")
     with torch.device("meta"):
-        return cls(config)
+        return Decoder(config)
 
 
-def load_llama(folder: Path, dtype: str | torch.dtype | None = None, *, config: GPTConfig | None = None) -> LlamaLM:
-    """Build our LlamaLM from an HF Llama / Qwen2 / Mistral folder, key for key. The model is built
-    without memory ("meta" tensors) and takes the checkpoint's tensors as they are, cast to `dtype`,
-    so a 1.5 B model in bfloat16 needs its 3 GB once, not twice."""
+def load_decoder(folder: Path, dtype: str | torch.dtype | None = None, *, config: DecoderConfig | None = None
+                 ) -> Decoder:
+    """Our model for an HF folder of any supported family (its config's model_type says which), key for key
+    through the family's name map. The model is built without memory ("meta" tensors) and takes the
+    checkpoint's tensors as they are (GPT-2's Conv1D matrices as transposed views: the input-major layout
+    `inference_layout_` wants), cast to `dtype`, so a 1.5 B model in bfloat16 needs its 3 GB once, not
+    twice. Errors name the checkpoint's tensor."""
     dt = resolve_dtype(dtype)
     config = config or read_config(folder)
+    family = config.declaration
     files = open_weights(folder)
-    model = _meta_model(LlamaLM, config, files)
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    model = _meta_model(config, files)
+    ours = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if config.tie_word_embeddings:
-        expected.pop("lm_head.weight")
-    for key, shape in expected.items():
-        if key not in files.info:
-            hint = " (config.json says the embeddings are untied)" if key == "lm_head.weight" else ""
-            raise CheckpointError(f"checkpoint in {folder} is missing tensor {key!r}{hint}")
-        _check_info(key, files.info[key], shape, folder)
-    allowed = {*expected, "lm_head.weight"}  # a tied checkpoint may store the shared matrix twice
-    extra = [k for k in files.info if k not in allowed and not k.endswith("rotary_emb.inv_freq")]  # an old buffer
+        ours.pop("unembed.weight")
+    theirs = {k: family.our_key(k) for k in files.info if not k.endswith(family.ignored)}
+    by_ours = {o: k for k, o in theirs.items() if o is not None}
+    for key, shape in ours.items():
+        hf_key = by_ours.get(key)
+        if hf_key is None:
+            hint = " (config.json says the embeddings are untied)" if key == "unembed.weight" else ""
+            raise CheckpointError(f"checkpoint in {folder} is missing tensor {family.hf_key(key)!r}{hint}")
+        info = files.info[hf_key]
+        _check_info(hf_key, info, shape[::-1] if family.is_transposed(key) else shape, folder)
+    allowed = {*ours, "unembed.weight"}  # a tied checkpoint may store the shared matrix twice
+    extra = [k for k, o in theirs.items() if o not in allowed]
     if extra:
         raise CheckpointError(f"checkpoint in {folder} has unexpected tensors, e.g. {sorted(extra)[0]!r}")
     check_memory(model, dt, f"the model in {folder}")
     hf = files.read()
     if config.tie_word_embeddings:
-        head = hf.pop("lm_head.weight", None)
-        emb = hf["model.embed_tokens.weight"]
+        head_key = next((k for k, o in theirs.items() if o == "unembed.weight"), None)
+        head = hf.pop(head_key) if head_key is not None else None
+        emb = hf[by_ours["embed.weight"]]
         if head is not None and (head.shape != emb.shape or not torch.equal(head, emb)):
             raise CheckpointError(f"config.json in {folder} says the embeddings are tied, but the checkpoint's "
-                                  f"lm_head.weight differs from model.embed_tokens.weight")
-    loaded = {key: _finite(key, hf.pop(key), folder).to(dt) for key in expected}
-    model.load_state_dict(loaded, strict=False, assign=True)  # complete: checked above (lm_head when tied)
-    model.finish_loading_()
-    return model.eval()
-
-
-def load_gpt(folder: Path, dtype: str | torch.dtype | None = None, *, config: GPTConfig | None = None) -> GPT:
-    """Build our GPT from an HF GPT-2 folder (`config.json` + weights); errors name the bad tensor.
-    Built on the meta device, it takes the checkpoint's tensors as they are (GPT-2's Conv1D matrices
-    as transposed views: the input-major layout `inference_layout_` wants), cast to `dtype`."""
-    dt = resolve_dtype(dtype)
-    config = config or read_config(folder)
-    if config.family != "gpt2":
-        raise CheckpointError(f"{folder} holds a {config.model_type} model, not GPT-2")
-    files = open_weights(folder)
-    # HF GPT2LMHeadModel keys start with "transformer."; a bare GPT2Model's do not.
-    names = {(k if k.startswith(("transformer.", "lm_head.")) else f"transformer.{k}"): k
-             for k in files.info if not k.endswith(IGNORED_SUFFIXES)}
-    model = _meta_model(GPT, config, files)
-    ours = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    expected = {k: shape for k, shape in ours.items() if k != "lm_head.weight"}  # tied to wte
-    for key, shape in expected.items():
-        if key not in names:
-            raise CheckpointError(f"checkpoint in {folder} is missing tensor {key!r}")
-        info = files.info[names[key]]
-        if key.endswith(TRANSPOSED):
-            info = TensorInfo(info.shape[::-1], info.dtype)
-        _check_info(key, info, shape, folder)
-    extra = set(names) - set(ours)
-    if extra:
-        raise CheckpointError(f"checkpoint in {folder} has unexpected tensors, e.g. {sorted(extra)[0]!r}")
-    check_memory(model, dt, f"the model in {folder}")
-    hf = files.read()
+                                  f"{head_key} differs from {by_ours['embed.weight']}")
     loaded = {}
-    for key in expected:
-        t = _finite(key, hf.pop(names[key]), folder)
-        loaded[key] = (t.t() if key.endswith(TRANSPOSED) else t).to(dt)
-    model.load_state_dict(loaded, strict=False, assign=True)  # complete: checked above (lm_head is tied)
+    for key in ours:
+        t = _finite(by_ours[key], hf.pop(by_ours[key]), folder)
+        loaded[key] = (t.t() if family.is_transposed(key) else t).to(dt)
+    model.load_state_dict(loaded, strict=False, assign=True)  # complete: checked above (the unembedding when tied)
     model.finish_loading_()
     return model.eval()
 
 
-def hf_state_dict(model: GPT, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
-    """Our weights under HF GPT2LMHeadModel's keys and layouts (lm_head omitted: it is tied)."""
+def hf_state_dict(model: Decoder, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """Our weights under the family's HF names and layouts (the unembedding omitted when it is tied)."""
+    family = model.config.declaration
     out = {}
     for key, t in model.state_dict().items():
-        if key == "lm_head.weight":
+        if key == "unembed.weight" and model.config.tie_word_embeddings:
             continue
-        out[key] = (t.t() if key.endswith(TRANSPOSED) else t).to(dtype).contiguous().clone()
+        out[family.hf_key(key)] = (t.t() if family.is_transposed(key) else t).to(dtype).contiguous().clone()
     return out
 
 
@@ -336,31 +298,16 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         f.write(data)
 
 
-def save_gpt(model: GPT, folder: Path, dtype: torch.dtype = torch.float32) -> None:
-    """Write `config.json` + `model.safetensors` in exactly HF GPT-2's format. float16 halves the
-    file; the values then loaded (by us and by transformers alike) are those float16 numbers."""
+def save_decoder(model: Decoder, folder: Path, dtype: torch.dtype = torch.float32,
+                 special_tokens: dict[str, int] | None = None) -> None:
+    """Write `config.json` + `model.safetensors` in HF's format for the model's family (GPT2LMHeadModel,
+    LlamaForCausalLM, ...), which transformers and `load_decoder` read back. float16 halves the file; the
+    values then loaded (by us and by transformers alike) are those float16 numbers. `special_tokens`: e.g.
+    {"bos_token_id": ..., "eos_token_id": ...} for `config.json`."""
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         tmp_file = Path(tmp) / "model.safetensors"
         save_file(hf_state_dict(model, dtype), str(tmp_file), metadata={"format": "pt"})
-        atomic_write_bytes(folder / "model.safetensors", tmp_file.read_bytes())
-    hf_config = {**model.config.to_hf(), "torch_dtype": str(dtype).removeprefix("torch.")}
-    atomic_write_bytes(folder / "config.json", (json.dumps(hf_config, indent=2) + "\n").encode())
-
-
-def save_llama(model: LlamaLM, folder: Path, dtype: torch.dtype = torch.float32,
-               special_tokens: dict[str, int] | None = None) -> None:
-    """Write `config.json` + `model.safetensors` in HF's format for the model's architecture
-    (LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM): our parameter names are HF's, so the
-    state dict is written as it is, without `lm_head.weight` when the embeddings are tied.
-    `special_tokens`: e.g. {"bos_token_id": ..., "eos_token_id": ...} for `config.json`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
-    if model.config.tie_word_embeddings:
-        state.pop("lm_head.weight", None)
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        tmp_file = Path(tmp) / "model.safetensors"
-        save_file(state, str(tmp_file), metadata={"format": "pt"})
         atomic_write_bytes(folder / "model.safetensors", tmp_file.read_bytes())
     hf_config = {**model.config.to_hf(), **(special_tokens or {}), "torch_dtype": str(dtype).removeprefix("torch.")}
     atomic_write_bytes(folder / "config.json", (json.dumps(hf_config, indent=2) + "\n").encode())

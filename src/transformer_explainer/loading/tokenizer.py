@@ -134,15 +134,15 @@ class TextTokenizer:
         self._eos_ids = eos_ids  # None: GPT-2's <|endoftext|>
 
     @classmethod
-    def from_folder(cls, folder: Path, family: str = "gpt2") -> TextTokenizer:
-        """From `tokenizer.json`, or else GPT-2's `vocab.json` + `merges.txt`. For the Llama family,
-        with the BOS and EOS tokens that `tokenizer_config.json` and `config.json` name, if any. Only
-        regular files are read (see files.py)."""
+    def from_folder(cls, folder: Path, special_tokens: bool = False) -> TextTokenizer:
+        """From `tokenizer.json`, or else GPT-2's `vocab.json` + `merges.txt`. With `special_tokens` (every
+        family but GPT-2: its declaration says), with the BOS and EOS tokens that `tokenizer_config.json`
+        and `config.json` name, if any. Only regular files are read (see files.py)."""
         try:
             if is_regular_file(folder / "tokenizer.json"):
                 data = read_regular_bytes(folder / "tokenizer.json", MAX_TOKENIZER_BYTES)
                 tok = Tokenizer.from_str(data.decode("utf-8"))
-                if family == "gpt2":
+                if not special_tokens:
                     return cls(tok)
                 return cls(tok, bos_id=_bos_id(folder, tok), eos_ids=_eos_ids(folder, tok))
             vocab, merges = folder / "vocab.json", folder / "merges.txt"

@@ -1,7 +1,14 @@
-"""The GPT-2 building blocks, one small module per concept (nanoGPT's layout and parameter names).
+"""The parts a decoder block is built from, one small module per concept: the two norms, rotary positions,
+attention, the two MLPs. Which of them a family uses, and with which options, its declaration says
+(`families/`); `decoder.py` composes them.
 
 Every module has one forward with an optional `rec`: with `rec=None` it takes the fast path (fused
 kernels, nothing kept); with a `Recorder` it computes each step explicitly and records it by name.
+The speed-only code (the one-row product, fused and blocked attention) is in `kernels.py`.
+
+Numerics follow transformers' implementation of each family, so the numbers agree in float32 and in
+bfloat16: RMSNorm and the rotation angles are computed in float32 and cast back; softmax runs in
+float32 for the rotary families; Gemma's norm multiplies by 1 + weight before the cast.
 """
 
 from __future__ import annotations
@@ -12,85 +19,32 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import GPTConfig
+from ..config import DecoderConfig, RopeScaling
+from .kernels import Linear, fused_attention, recorded_attention
 from .kv_cache import KV, KVSlot
-from .recorder import Recorder
-
-# MKL spreads a one-row product by an input-major matrix over torch's threads itself: measured with 2
-# threads on GPT-2 small's shape (weights beyond the cache), one addmm per layer's four products took
-# 1189 us against 1230 for the split below, the unembedding 5.3 against 5.8 ms, and greedy generation
-# ran 2-4% faster (paired rounds). Other BLAS builds may multiply a single row on one thread.
-_BLAS_SPLITS_ONE_ROW = torch.backends.mkl.is_available()
+from .recorder import Recorder, scope
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """`F.linear` (weight (out, in)), with one-row products (a generation step) read on every core.
-
-    Some CPU BLAS builds multiply a single row by a matrix on one thread, and that product is bound
-    by how fast the weight streams from memory. There, when the weight is input-major in memory (see
-    `GPT.inference_layout_`), the product splits along the input dimension into equal slices,
-    multiplied as one batched matmul that torch spreads over its threads; the partial sums are
-    then added. Same values up to float rounding (the order of the additions changes). With MKL,
-    which spreads such a product over the threads itself, it is one `F.linear`.
-    """
-    out_features = weight.shape[0]
-    chunks = _row_chunks(x, weight)
-    if chunks == 1:
-        return F.linear(x, weight, bias)
-    part = torch.bmm(x.reshape(chunks, 1, -1), weight.t().view(chunks, -1, out_features))
-    y = part.sum(0) if bias is None else torch.add(bias, part.sum(0))
-    return y.view(*x.shape[:-1], out_features)
+def record(rec: Recorder | None, name: str, value: Tensor) -> Tensor:
+    """`rec(name, value)`, or `value` itself on the fast path."""
+    return value if rec is None else rec(name, value)
 
 
-def _row_chunks(x: Tensor, weight: Tensor) -> int:
-    in_features = weight.shape[1]
-    if x.numel() != in_features or x.device.type != "cpu" or weight.stride(0) != 1:
-        return 1
-    if weight.dtype != torch.float32:  # bf16 partial sums would each be rounded: keep one accumulation
-        return 1
-    threads = torch.get_num_threads()
-    if threads < 2 or _BLAS_SPLITS_ONE_ROW:
-        return 1
-    chunks = 4 * threads  # a few slices per thread balance the load
-    while in_features % chunks:
-        chunks -= 1
-    return chunks
-
-
-class DecoderBase(nn.Module):
-    """What both decoder families (`GPT`, `LlamaLM`) share beyond their maths."""
-
-    def inference_layout_(self) -> DecoderBase:
-        """Keep each projection matrix input-major in memory ((in, out), as HF's GPT-2 Conv1D stores it),
-        the unembedding included: the same values and shapes, but one-row products, i.e. generation
-        steps, run markedly faster on CPU BLAS and can be split over cores (see `Linear`). An embedding
-        tied to the unembedding reads the same tensor through a transposed view. In place; returns the
-        model."""
-        with torch.no_grad():
-            for module in self.modules():
-                if isinstance(module, nn.Linear):
-                    module.weight.data = module.weight.data.t().contiguous().t()
-        return self
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
-
-class Linear(nn.Linear):
-    """`nn.Linear` through `linear`: generation steps use every core."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight, self.bias)
+# -- norms -------------------------------------------------------------------------------------------------
 
 
 class LayerNorm(nn.Module):
-    """LayerNorm with a bias; records its mean, variance and normalised vector when asked."""
+    """LayerNorm with a bias (GPT-2); records its mean, variance and normalised vector when asked."""
 
     def __init__(self, ndim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(ndim))
         self.bias = nn.Parameter(torch.zeros(ndim))
         self.eps = eps
+
+    @property
+    def scale(self) -> Tensor:
+        return self.weight
 
     def forward(self, x: Tensor, rec: Recorder | None = None) -> Tensor:
         if rec is None:
@@ -104,155 +58,222 @@ class LayerNorm(nn.Module):
         return rec("out", torch.addcmul(self.bias, normalized, self.weight))
 
 
-def causal_mask(t_query: int, t_key: int, device: torch.device | None = None) -> Tensor:
-    """Boolean (t_query, t_key) mask, True where the key lies after the query and must be hidden.
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * scale, computed in float32 as transformers does. The scale is the weight
+    (Llama, Qwen), or 1 + weight with `offset` (Gemma, whose weights start at 0), multiplied before the
+    cast back to the input's dtype."""
 
-    The queries are the last `t_query` positions of the `t_key` keys (a KV cache holds the rest).
-    """
-    offset = t_key - t_query
-    q = torch.arange(t_query, device=device).unsqueeze(1) + offset
-    k = torch.arange(t_key, device=device).unsqueeze(0)
-    return k > q
-
-
-def _query_blocks(T: int, S: int) -> int:
-    """How many blocks of queries `recorded_attention` splits T queries into (1: no split). Each block
-    multiplies only the keys its last query may see, so about (n + 1) / 2n of the full product is
-    computed; blocks of at least 64 queries keep each product large enough to run at full rate."""
-    return min(8, T // 64) if S >= T else 1
-
-
-def recorded_attention(q: Tensor, k: Tensor, v: Tensor, rec: Recorder, *, softmax_in_float32: bool = False,
-                       dropout: nn.Module | None = None) -> Tensor:
-    """Causal attention step by step, recording the pattern (B, H, T, S) and the output `z` (B, H, T, Dh).
-
-    q is (B, H, T, Dh); k and v are (B, G, S, Dh) with G dividing H: query head h reads key/value head
-    h // (H / G) (G = H for GPT-2). The T queries are the last T of the S positions (a KV cache holds
-    the others). Scores are scaled by 1/sqrt(Dh), masked with -inf above the diagonal, as transformers
-    adds the mask, and softmaxed (in float32 with `softmax_in_float32`, as Llama's attention does).
-
-    Long inputs go in blocks of queries: a block multiplies only the keys its queries may see, and the
-    pattern above the diagonal is filled with the zeros softmax would give there; the same values up
-    to float rounding, with about half the attention's work. Raw scores are not stored (the trace
-    recomputes them from q and k) unless an experiment patches them, and a patch on `scores` or
-    `pattern` takes the one-product path, so the patched values are what `z` is computed from.
-    """
-    B, H, T, Dh = q.shape
-    G, S = k.shape[1], k.shape[2]
-    R = H // G  # query heads per key/value head: heads g*R .. g*R+R-1 read key/value head g
-    scale = 1.0 / math.sqrt(Dh)
-    bias = torch.zeros(T, S, dtype=q.dtype, device=q.device).masked_fill_(causal_mask(T, S, q.device), float("-inf"))
-    kg, vg = k.reshape(B * G, S, Dh), v.reshape(B * G, S, Dh)
-
-    def softmax(scores: Tensor) -> Tensor:
-        if not softmax_in_float32 or scores.dtype == torch.float32:
-            return torch.softmax(scores, dim=-1)  # without the dtype argument: its kernel is 2.5x faster on CPU
-        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
-
-    blocks = _query_blocks(T, S)
-    if blocks < 2 or dropout is not None or rec.wants("scores") or rec.wants("pattern"):
-        qg = q.reshape(B * G, R * T, Dh)  # each group's queries stacked: one product per key/value head
-        if rec.wants("scores"):  # an experiment edits the raw scores
-            scores = rec.derived("scores", torch.bmm(qg, kg.transpose(1, 2)).view(B, H, T, S))
-            masked = scores * scale + bias
-        else:  # scale and mask fused into the product: -inf + anything = -inf
-            masked = torch.baddbmm(bias if R == 1 else bias.repeat(R, 1), qg, kg.transpose(1, 2),
-                                   alpha=scale).view(B, H, T, S)
-        pattern = rec("pattern", softmax(masked))
-        if dropout is not None:
-            pattern = dropout(pattern)
-        z = torch.bmm(pattern.reshape(B * G, R * T, S), vg)
-        return rec("z", z.view(B, H, T, Dh))
-
-    pattern = torch.empty(B, H, T, S, dtype=q.dtype, device=q.device)
-    z = torch.empty(B, H, T, Dh, dtype=q.dtype, device=q.device)
-    pattern_g, z_g, q_g = pattern.view(B * G, R, T, S), z.view(B * G, R, T, Dh), q.reshape(B * G, R, T, Dh)
-    size = -(-T // blocks)
-    for a in range(0, T, size):
-        b = min(T, a + size)
-        n, seen = b - a, S - T + b  # this block's queries, and the keys the last of them sees
-        qb = q_g[:, :, a:b].reshape(B * G, R * n, Dh)
-        block_bias = bias[a:b, :seen]
-        scores = torch.baddbmm(block_bias if R == 1 else block_bias.repeat(R, 1), qb, kg[:, :seen].transpose(1, 2),
-                               alpha=scale)
-        p = softmax(scores)  # (B*G, R*n, seen)
-        pattern_g[:, :, a:b, :seen] = p.view(B * G, R, n, seen)
-        pattern_g[:, :, a:b, seen:] = 0
-        z_g[:, :, a:b] = torch.bmm(p, vg[:, :seen]).view(B * G, R, n, Dh)
-    rec("pattern", pattern)
-    return rec("z", z)
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, ndim: int, eps: float, offset: bool = False) -> None:
         super().__init__()
-        self.n_head = config.n_head
-        self.n_embd = config.n_embd
-        self.c_attn = Linear(config.n_embd, 3 * config.n_embd)  # Q, K, V for all heads at once
-        self.c_proj = Linear(config.n_embd, config.n_embd)  # W_O
+        self.weight = nn.Parameter(torch.zeros(ndim) if offset else torch.ones(ndim))
+        self.eps = eps
+        self.offset = offset
+
+    @property
+    def scale(self) -> Tensor:
+        """What the normalised vector is multiplied by (Gemma's 1 + weight in float32, as the forward has it)."""
+        return 1.0 + self.weight.to(torch.float32) if self.offset else self.weight
+
+    def forward(self, x: Tensor, rec: Recorder | None = None) -> Tensor:
+        dtype = x.dtype
+        x32 = x.to(torch.float32)
+        ms = x32.square().mean(dim=-1, keepdim=True)
+        normalized32 = x32 * torch.rsqrt(ms + self.eps)
+        if rec is not None:
+            rec("rms", torch.sqrt(ms + self.eps).squeeze(-1).to(dtype))
+            normalized = rec("normalized", normalized32.to(dtype))
+            if rec.wants("normalized"):  # an experiment's edit flows on
+                normalized32 = normalized.to(torch.float32)
+        if self.offset:
+            out = (normalized32 * (1.0 + self.weight.to(torch.float32))).to(dtype)
+        else:
+            out = self.weight * (normalized32.to(dtype) if rec is None else normalized)
+        return record(rec, "out", out)
+
+
+def make_norm(config: DecoderConfig, ndim: int | None = None) -> LayerNorm | RMSNorm:
+    """The family's norm over `ndim` values (default: the residual stream's width)."""
+    n = config.n_embd if ndim is None else ndim
+    if config.arch.norm == "layer":
+        return LayerNorm(n, config.layer_norm_epsilon)
+    return RMSNorm(n, config.layer_norm_epsilon, config.arch.norm_offset)
+
+
+# -- rotary positions ----------------------------------------------------------------------------------------
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None = None) -> Tensor:
+    """The rotation frequency of each pair of a head's dimensions, theta^(-2i/Dh); Llama 3.1's scaling
+    (transformers' `_compute_llama3_parameters`) or a linear one where the config has it."""
+    # on the default device: built under `torch.device("meta")` (loading), it costs nothing until
+    # `finish_loading_` computes it for a config whose shapes the weight files have confirmed
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32) / head_dim
+    inv_freq = 1.0 / (theta**exponents)
+    s = scaling
+    if s is None:
+        return inv_freq
+    if s.rope_type == "linear":
+        return inv_freq / s.factor
+    assert s.low_freq_factor is not None and s.high_freq_factor is not None
+    assert s.original_max_position_embeddings is not None
+    low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+    high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (s.high_freq_factor
+                                                                                  - s.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """(x1, x2) -> (-x2, x1) on the two halves of the last dimension: dimension i pairs with i + Dh/2."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate each (i, i + Dh/2) pair of x (B, heads, T, Dh) by its position's angle."""
+    return x * cos + rotate_half(x) * sin
+
+
+Rotation = tuple[Tensor, Tensor]  # cos and sin (T, Dh) of the positions of one call
+
+
+def rotation(inv_freq: Tensor, start: int, T: int, dtype: torch.dtype, device: torch.device
+             ) -> tuple[Tensor, Rotation]:
+    """Angles (T, Dh/2) of positions start..start+T-1, and their cos and sin (T, Dh) in `dtype`."""
+    pos = torch.arange(start, start + T, device=device, dtype=torch.float32)
+    angles = pos[:, None] * inv_freq.to(device)[None, :]
+    emb = torch.cat((angles, angles), dim=-1)
+    return angles, (emb.cos().to(dtype), emb.sin().to(dtype))
+
+
+# -- attention -------------------------------------------------------------------------------------------------
+
+
+class Attention(nn.Module):
+    """Causal self-attention. Queries, keys and values per head from one projection (GPT-2) or three;
+    grouped-query heads (n_head // n_kv_heads query heads share each key/value head: query head h reads
+    key/value head h // group); with the family's options an RMSNorm over each head's query and key
+    (QK-norm), rotary positions, and a local window in the layers the config marks local."""
+
+    def __init__(self, config: DecoderConfig, layer: int) -> None:
+        super().__init__()
+        a = config.arch
+        D, H, G, Dh = config.n_embd, config.n_head, config.n_kv_heads, config.head_dim
+        assert G is not None and Dh is not None
+        self.n_head, self.n_kv_heads, self.head_dim = H, G, Dh
+        if a.qkv == "fused":
+            self.qkv_proj = Linear(D, (H + 2 * G) * Dh, bias=config.qkv_bias)  # Q, K, V for all heads at once
+        else:
+            self.q_proj = Linear(D, H * Dh, bias=config.qkv_bias)
+            self.k_proj = Linear(D, G * Dh, bias=config.qkv_bias)
+            self.v_proj = Linear(D, G * Dh, bias=config.qkv_bias)
+        if a.qk_norm:
+            self.q_norm = make_norm(config, Dh)
+            self.k_norm = make_norm(config, Dh)
+        self.o_proj = Linear(H * Dh, D, bias=config.out_bias)
+        self.rotary = a.positions == "rope"
+        self.window = config.window(layer)  # None: every earlier position
+        self.scale = None if config.query_pre_attn_scalar is None else config.attn_scale  # None: 1 / sqrt(Dh)
+        self.softmax_in_float32 = a.softmax_in_float32
+        self.dropout = config.dropout  # training only (GPT-2's); inactive at inference
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
-        self.dropout = config.dropout
 
-    def forward(self, x: Tensor, rec: Recorder | None = None, past: KVSlot | None = None) -> tuple[Tensor, KV]:
-        """`past`: this block's place in a KV cache, extended with this call's keys and values."""
-        B, T, C = x.shape
-        hs = C // self.n_head
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, H, T, hs)
-        k = k.view(B, T, self.n_head, hs).transpose(1, 2)
-        v = v.view(B, T, self.n_head, hs).transpose(1, 2)
-        if past is not None:
-            k, v = past.extend(k, v)  # (B, H, S, hs): the cached positions, then these
-        S = k.shape[2]
-        if rec is None:
-            p = self.dropout if self.training else 0.0
-            if S == T:
-                z = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-            elif T == 1:  # one new position after a cached prefix sees every key: no mask needed
-                z = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
-            else:  # queries continue a cached prefix: they may see every earlier key
-                mask = ~causal_mask(T, S, x.device)
-                z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries (B, H, T, Dh), keys and values (B, G, T, Dh) of the input x (B, T, D)."""
+        B, T, _ = x.shape
+        H, G, Dh = self.n_head, self.n_kv_heads, self.head_dim
+        if hasattr(self, "qkv_proj"):
+            q, k, v = self.qkv_proj(x).split((H * Dh, G * Dh, G * Dh), dim=2)
         else:
-            q, k, v = rec("q", q), rec("k", k), rec("v", v)
-            z = recorded_attention(q, k, v, rec, dropout=self.attn_dropout if self.training else None)
-        y = z.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side again
-        y = self.resid_dropout(self.c_proj(y))
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return (q.view(B, T, H, Dh).transpose(1, 2), k.view(B, T, G, Dh).transpose(1, 2),
+                v.view(B, T, G, Dh).transpose(1, 2))
+
+    def forward(self, x: Tensor, rope: Rotation | None, rec: Recorder | None = None,
+                past: KVSlot | None = None) -> tuple[Tensor, KV]:
+        """`rope`: cos and sin of this call's positions (rotary families); `past`: this block's place in a
+        KV cache, extended with this call's keys and values."""
+        B, T, _ = x.shape
+        q, k, v = self.project(x)
+        q = record(rec, "q", q)
+        if self.rotary:  # the keys of the new positions as projected (GPT-2 records them with the cached ones)
+            k = record(rec, "k", k)
+        if hasattr(self, "q_norm"):  # QK-norm: each head's query and key to a fixed size
+            q, k = self.q_norm(q, scope(rec, "q_norm")), self.k_norm(k, scope(rec, "k_norm"))
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if past is not None:
+            k, v = past.extend(k, v)  # (B, G, S, Dh): the cached positions, then these
+        if rec is None:
+            z = fused_attention(q, k, v, window=self.window, scale=self.scale,
+                                dropout_p=self.dropout if self.training else 0.0)
+        else:
+            if self.rotary:
+                q, k = rec("rot_q", q), rec("rot_k", k)
+            else:
+                k = rec("k", k)
+            v = rec("v", v)
+            z = recorded_attention(q, k, v, rec, scale=self.scale, window=self.window,
+                                   softmax_in_float32=self.softmax_in_float32,
+                                   dropout=self.attn_dropout if self.training else None)
+        y = self.o_proj(z.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))  # heads side by side
+        if self.training and self.dropout:
+            y = self.resid_dropout(y)
         return y, (k, v)
 
 
-class MLP(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+# -- MLPs ------------------------------------------------------------------------------------------------------
+
+
+class GeluMLP(nn.Module):
+    """down(GELU(up(x))) (GPT-2)."""
+
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
-        self.c_fc = Linear(config.n_embd, config.d_mlp)
-        self.c_proj = Linear(config.d_mlp, config.n_embd)
+        assert config.d_mlp is not None
+        self.up_proj = Linear(config.n_embd, config.d_mlp, bias=config.mlp_bias)
+        self.down_proj = Linear(config.d_mlp, config.n_embd, bias=config.mlp_bias)
         self.dropout = nn.Dropout(config.dropout)
         self.approximate = "none" if config.activation == "gelu" else "tanh"
 
     def forward(self, x: Tensor, rec: Recorder | None = None) -> Tensor:
         if rec is None:
-            return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
-        pre = rec("pre", self.c_fc(x))
-        post = rec("post", F.gelu(pre, approximate=self.approximate))
-        return self.dropout(self.c_proj(post))
+            y = self.down_proj(F.gelu(self.up_proj(x), approximate=self.approximate))
+        else:
+            pre = rec("pre", self.up_proj(x))
+            y = self.down_proj(rec("post", F.gelu(pre, approximate=self.approximate)))
+        return self.dropout(y) if self.training else y
 
 
-class Block(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+class GatedMLP(nn.Module):
+    """down(act(gate(x)) * up(x)): the gate decides, per hidden unit, how much of `up` passes. act is SiLU
+    (SwiGLU: Llama, Qwen) or tanh-GELU (GeGLU: Gemma)."""
+
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
-        self.ln_1 = LayerNorm(config.n_embd, config.layer_norm_epsilon)
-        self.attn = CausalSelfAttention(config)
-        self.ln_2 = LayerNorm(config.n_embd, config.layer_norm_epsilon)
-        self.mlp = MLP(config)
+        assert config.d_mlp is not None
+        self.gate_proj = Linear(config.n_embd, config.d_mlp, bias=config.mlp_bias)
+        self.up_proj = Linear(config.n_embd, config.d_mlp, bias=config.mlp_bias)
+        self.down_proj = Linear(config.d_mlp, config.n_embd, bias=config.mlp_bias)
+        self.gelu = config.activation != "silu"
 
-    def forward(self, x: Tensor, rec: Recorder | None = None, past: KVSlot | None = None) -> tuple[Tensor, KV]:
+    def act(self, gate: Tensor) -> Tensor:
+        return F.gelu(gate, approximate="tanh") if self.gelu else F.silu(gate)
+
+    def forward(self, x: Tensor, rec: Recorder | None = None) -> Tensor:
         if rec is None:
-            attn_out, present = self.attn(self.ln_1(x), None, past)
-            x = x + attn_out
-            return x + self.mlp(self.ln_2(x)), present
-        x = rec("resid_pre", x)
-        attn_out, present = self.attn(self.ln_1(x, rec.scope("ln1")), rec.scope("attn"), past)
-        resid_mid = rec("resid_mid", x + rec("attn_out", attn_out))
-        mlp_out = rec("mlp_out", self.mlp(self.ln_2(resid_mid, rec.scope("ln2")), rec.scope("mlp")))
-        return rec("resid_post", resid_mid + mlp_out), present
+            return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        gate = rec("gate", self.gate_proj(x))
+        up = rec("up", self.up_proj(x))
+        act = rec("act", self.act(gate))
+        return self.down_proj(rec("post", act * up))
+
+
+def make_mlp(config: DecoderConfig) -> GeluMLP | GatedMLP:
+    """The family's MLP."""
+    return GeluMLP(config) if config.arch.mlp == "gelu" else GatedMLP(config)

@@ -44,7 +44,7 @@ from ..analysis.answers import (
 from ..engine import ExplainerModel
 from ..errors import InputError
 from ..limits import ABLATION_TOP, APP_TOP_K, APP_TOP_N, DEFAULT_SEED, LENS_TOP, MAX_TOKENS_LIST, NEIGHBOURS
-from ..names import block_name, describe
+from ..names import FAMILY_NAMES, NameTable, block_name, describe
 from ..overview import config_out, trace_overview
 from ..schemas import ModelInfo, ModelList, SamplingIn
 from ..trace import Trace
@@ -67,21 +67,47 @@ LENS_CHUNK = 32  # positions per logit-lens call: (L+1) x chunk x V logits at a 
 
 # Activations by priority, per model family: each is kept for every layer or not at all. The first
 # ones serve several views and are small; the MLP's hidden layer (4 x d_model per token) comes last.
-GLOBAL_FIRST = ["embed.token", "embed.position", "ln_final.mean", "ln_final.var", "ln_final.normalized",
-                "ln_final.out"]
-BLOCK_ORDER = ["attn.pattern", "attn.scores", "ln1.mean", "ln1.var", "ln2.mean", "ln2.var", "resid_pre",
-               "attn_out", "resid_mid", "mlp_out", "resid_post", "ln1.normalized", "ln1.out", "ln2.normalized",
-               "ln2.out", "attn.q", "attn.k", "attn.v", "attn.z", "mlp.pre", "mlp.post"]
-LLAMA_GLOBAL_FIRST = ["embed.token", "rope.angles", "ln_final.rms", "ln_final.normalized", "ln_final.out"]
-LLAMA_BLOCK_ORDER = ["attn.pattern", "attn.scores", "attn.kv_head", "ln1.rms", "ln2.rms", "resid_pre", "attn_out",
-                     "resid_mid", "mlp_out", "resid_post", "ln1.normalized", "ln1.out", "ln2.normalized", "ln2.out",
-                     "attn.q", "attn.rot_q", "attn.k", "attn.rot_k", "attn.v", "attn.z", "mlp.gate", "mlp.up",
-                     "mlp.act", "mlp.post"]
-ACTIVATION_ORDER: dict[str, tuple[list[str], list[str]]] = {"gpt2": (GLOBAL_FIRST, BLOCK_ORDER),
-                                                             "llama": (LLAMA_GLOBAL_FIRST, LLAMA_BLOCK_ORDER)}
+# Stages the trace derives are left to the page, but for the raw scores and the key/value head of each
+# query head, which the views read directly and cost little.
+STORED_DERIVED = ("attn.scores", "attn.kv_head")
+RESIDUAL = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post")
+
+
+def activation_order(t: NameTable) -> tuple[list[str], list[str]]:
+    """(global activations, block stages) of a family's names in the order the snapshot keeps them: the
+    attention pattern and scores; per-position statistics (no d_model, head or MLP dim); the residual
+    stream; the other d_model-wide stages (norm outputs); per-head vectors; the MLP's hidden layer. In
+    computation order within each kind."""
+    derived = t.derivations
+    first = [n for n in t.global_activations if n not in derived and n != "logits"]
+
+    def kind(stage: str) -> int:
+        dims = t.block_activations[stage][0]
+        if stage in ("attn.pattern", "attn.scores"):
+            return 0
+        if not {"D", "Dh", "M"} & set(dims):
+            return 1
+        if stage in RESIDUAL:
+            return 2
+        if "M" in dims:
+            return 5
+        return 4 if "Dh" in dims else 3
+
+    stages = [s for s in t.block_activations if s not in derived or s in STORED_DERIVED]
+    return first, sorted(stages, key=lambda s: (kind(s), 0 if s == "attn.pattern" else 1))
+
+
+ACTIVATION_ORDER: dict[str, tuple[list[str], list[str]]] = {f: activation_order(t) for f, t in FAMILY_NAMES.items()}
 # weights, where the model has them (the Llama family's RMSNorm has no shift)
-SMALL_WEIGHTS = ["ln1.w", "ln1.b", "ln2.w", "ln2.b"]
-FINAL_WEIGHTS = ["ln_final.w", "ln_final.b"]
+
+
+def norm_weights(t: NameTable) -> tuple[list[str], list[str]]:
+    """(block, global) names of the norms' scales and shifts (`.w`, `.b`): every norm's, QK-norm's too."""
+    def is_norm(n: str) -> bool:
+        return n.endswith((".w", ".b")) and not n.startswith("unembed.")
+    return [n for n in t.block_weights if is_norm(n)], [n for n in t.global_weights if is_norm(n)]
+
+
 LARGE_WEIGHTS = ["attn.W_O", "attn.W_Q", "attn.W_K", "attn.W_V"]  # shown per head on request
 
 
@@ -170,10 +196,11 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
                               include=[], computed=[0, trace.n_tokens], t0=t0, t_traced=t0)
     models = ModelList(default=model.name, models=[ModelInfo(name=model.name, source=model.source, loaded=True,
                                                              default=True, config=config_out(model),
-                                                             n_params=model.gpt.num_params())])
+                                                             n_params=model.net.num_params())])
     L, family = model.config.n_layer, model.config.family
     has = set(model.weight_names())
-    small = [block_name(i, s) for i in range(L) for s in SMALL_WEIGHTS] + FINAL_WEIGHTS
+    block_norms, final_norms = norm_weights(model.config.names)
+    small = [block_name(i, s) for i in range(L) for s in block_norms] + final_norms
     weights = {n: _stored(model.weight(n), describe(n, family)[0]) for n in small if n in has}
     data: dict[str, Any] = {
         "format": FORMAT, "version": VERSION, "models": models.model_dump(), "trace": overview.model_dump(),

@@ -14,7 +14,9 @@ committed files equal what this writes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from pydantic.json_schema import models_json_schema
 from .. import errors, limits, names, schemas
 from ..analysis import attribution_schemas
 from ..analysis import schemas as analysis_schemas
+from ..families import FAMILIES, Architecture
 from ..seq2seq import schemas as seq2seq_schemas
 from .downloads import DownloadIn, DownloadJobOut, DownloadsOut
 
@@ -157,8 +160,8 @@ def _families_ts() -> list[str]:
         pre = _prefix(family)
         fields = ", ".join(f"{_camel(k)}: {pre}{c}" for k, c in TABLE_KINDS.items())
         out.append(f"  {json.dumps(family)}: {{ {fields}, derivations: {pre}DERIVATIONS }},")
+    out += ["};", "", *_architectures_ts()]
     out += [
-        "};",
         "",
         "/** How `head` (query head h) slices a tensor, by the first of these dims it has (names.HEAD_DIMS):",
         " *  query_head takes h itself, kv_head_of_query the key/value head h reads, h // (H / G). */",
@@ -188,6 +191,31 @@ def _families_ts() -> list[str]:
         "}",
         "",
     ]
+    return out
+
+
+def _architectures_ts() -> list[str]:
+    """Each family's declaration (families/): its label, the HF model types it runs, and what its blocks are
+    made of (the capabilities the views and lessons branch on)."""
+    fields = dataclasses.fields(Architecture)
+    out = ["/** What a family's blocks are made of (families/declaration.py, `Architecture`):"]
+    out += [f" *  - {f.name}" for f in fields]
+    out += [" */", "export interface Architecture {"]
+    for f in fields:
+        kinds = typing.get_args(typing.get_type_hints(Architecture)[f.name])
+        out.append(f"  readonly {f.name}: {_union(list(kinds)) if kinds else 'boolean'};")
+    out += ["}", "export interface FamilyDeclaration {", "  readonly label: string;",
+            "  readonly modelTypes: readonly string[];", "  readonly arch: Architecture;",
+            "  /** BOS / EOS from the checkpoint's tokenizer files (every family but GPT-2, whose BPE has its own) */",
+            "  readonly specialTokens: boolean;", "}", "",
+            "/** Every family this package runs, by name (families.FAMILIES). */",
+            "export const FAMILIES: Readonly<Record<string, FamilyDeclaration>> = {"]
+    for name, fam in FAMILIES.items():
+        arch = json.dumps(dataclasses.asdict(fam.arch), separators=(", ", ": "))
+        out.append(f"  {json.dumps(name)}: {{ label: {json.dumps(fam.label)}, "
+                   f"modelTypes: {json.dumps(list(fam.architectures))}, arch: {arch}, "
+                   f"specialTokens: {json.dumps(fam.special_tokens)} }},")
+    out.append("};")
     return out
 
 

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from ..errors import coded, error_answer
 from ..loading.download import DownloadBusy, DownloadJob, DownloadManager, FailureKind, JobState

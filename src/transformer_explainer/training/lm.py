@@ -1,4 +1,4 @@
-"""Next-token language-model training of our GPT on a tokenized text corpus."""
+"""Next-token language-model training of our decoder on a tokenized text corpus."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..loading.tokenizer import TextTokenizer
-from ..models.gpt import GPT
+from ..models.decoder import Decoder
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def token_byte_lengths(tokenizer: TextTokenizer) -> np.ndarray:
 
 
 @torch.no_grad()
-def evaluate_lm(model: GPT, ids: np.ndarray, token_bytes: np.ndarray, block_size: int,
+def evaluate_lm(model: Decoder, ids: np.ndarray, token_bytes: np.ndarray, block_size: int,
                 max_tokens: int | None = None, batch_size: int = 8) -> dict[str, float]:
     """Loss (nats/token), perplexity and bits per byte over consecutive windows of `ids`.
 
@@ -110,7 +110,7 @@ class LMTask:
         w = torch.from_numpy(w)
         return w[:, :-1], w[:, 1:]
 
-    def loss(self, model: GPT, batch: tuple[Tensor, Tensor]) -> Tensor:
+    def loss(self, model: Decoder, batch: tuple[Tensor, Tensor]) -> Tensor:
         x, y = batch
         logits = model(x)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
@@ -118,7 +118,7 @@ class LMTask:
     def batch_tokens(self, batch: tuple[Tensor, Tensor]) -> int:
         return batch[1].numel()
 
-    def evaluate(self, model: GPT) -> dict[str, float]:
+    def evaluate(self, model: Decoder) -> dict[str, float]:
         m = evaluate_lm(model, self.valid_ids, self.token_bytes, self.block_size, self.eval_tokens)
         out = {"val_loss": m["loss"], "val_bpb": m["bpb"]}
         for name, ids in (self.extra_evals or {}).items():

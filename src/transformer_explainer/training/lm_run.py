@@ -13,12 +13,11 @@ from pathlib import Path
 
 import torch
 
-from ..config import GPTConfig
+from ..config import DecoderConfig
 from ..errors import InputError
-from ..loading.checkpoint import save_gpt, save_llama
+from ..loading.checkpoint import save_decoder
 from ..loading.tokenizer import TextTokenizer
-from ..models.gpt import GPT
-from ..models.llama import LlamaLM
+from ..models.decoder import Decoder
 from .lm import LMTask, token_byte_lengths, tokenize_file
 from .lm_args import add_lm_args  # noqa: F401  (re-exported: the CLI's arguments)
 from .trainer import TrainConfig, Trainer
@@ -28,22 +27,23 @@ log = logging.getLogger(__name__)
 SAMPLE_PROMPTS = ["Data visualization empowers users to", "The king said", "In the morning, the", "Science is"]
 
 
-def model_config(args: argparse.Namespace, vocab_size: int) -> GPTConfig:
+def model_config(args: argparse.Namespace, vocab_size: int) -> DecoderConfig:
     """The shape `train lm` builds from its flags; an InputError for one no model has (e.g. --n-embd
     not a multiple of --n-head)."""
     try:
         if getattr(args, "family", "gpt2") == "gpt2":
             if args.n_kv_head not in (None, args.n_head):
                 raise InputError("--n-kv-head is for --family llama: GPT-2 has one key/value head per query head")
-            return GPTConfig(vocab_size=vocab_size, block_size=args.block_size, n_layer=args.n_layer,
-                             n_head=args.n_head, n_embd=args.n_embd, n_inner=args.n_inner, dropout=args.dropout)
+            return DecoderConfig(vocab_size=vocab_size, block_size=args.block_size, n_layer=args.n_layer,
+                                 n_head=args.n_head, n_embd=args.n_embd, d_mlp=args.n_inner, dropout=args.dropout)
         if args.dropout:
             raise InputError("--dropout is not supported with --family llama (the family has no dropout)")
-        n_inner = args.n_inner or 64 * round(8 * args.n_embd / 3 / 64)
-        return GPTConfig(vocab_size=vocab_size, block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
-                         n_embd=args.n_embd, n_inner=n_inner, model_type="llama", n_kv_head=args.n_kv_head,
-                         layer_norm_epsilon=1e-5, activation="silu", rope_theta=args.rope_theta,
-                         tie_word_embeddings=True, qkv_bias=False, out_bias=False, mlp_bias=False)
+        d_mlp = args.n_inner or 64 * round(8 * args.n_embd / 3 / 64)
+        return DecoderConfig(vocab_size=vocab_size, block_size=args.block_size, n_layer=args.n_layer,
+                             n_head=args.n_head, n_embd=args.n_embd, d_mlp=d_mlp, model_type="llama",
+                             n_kv_heads=args.n_kv_head,
+                             layer_norm_epsilon=1e-5, activation="silu", rope_theta=args.rope_theta,
+                             tie_word_embeddings=True, qkv_bias=False, out_bias=False, mlp_bias=False)
     except InputError:
         raise
     except ValueError as e:
@@ -82,7 +82,7 @@ def run_lm_training(args: argparse.Namespace) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     if run_file.is_file():  # resuming: the model's shape is the one the run started with
         run = json.loads(run_file.read_text())
-        config = GPTConfig.from_dict(run["model"])
+        config = DecoderConfig.from_dict(run["model"])
     else:
         config = model_config(args, tok.vocab_size)
         run = {"model": asdict(config), "args": {k: str(v) for k, v in vars(args).items() if k != "func"}}
@@ -91,7 +91,7 @@ def run_lm_training(args: argparse.Namespace) -> Path:
                        eval_interval=args.eval_interval, checkpoint_interval=args.checkpoint_interval,
                        max_minutes=args.max_minutes, seed=args.seed)
     torch.manual_seed(args.seed)
-    model = GPT(config) if config.family == "gpt2" else LlamaLM(config).init_weights_()
+    model = Decoder(config)  # with fresh weights (init_weights_)
     task_cls = _Autocast if args.bf16 else LMTask
     task = task_cls(train_ids, valid_ids, token_byte_lengths(tok), config.block_size, args.batch_size,
                     seed=args.seed, extra_evals=extra)
@@ -120,7 +120,7 @@ _LLAMA_INTRO = [
 ]
 
 
-def export_builtin(model: GPT | LlamaLM, tokenizer_dir: Path, folder: Path, state, args: argparse.Namespace,
+def export_builtin(model: Decoder, tokenizer_dir: Path, folder: Path, state, args: argparse.Namespace,
                    train_tokens: int) -> None:
     """An HF folder (GPT2LMHeadModel or LlamaForCausalLM, as the model's family) + tokenizer + model
     card, then reload it through `load_model` to write the card's samples."""
@@ -128,11 +128,11 @@ def export_builtin(model: GPT | LlamaLM, tokenizer_dir: Path, folder: Path, stat
     from ..sampling import SamplingParams
 
     dtype = torch.float16 if args.export_dtype == "float16" else torch.float32
-    if isinstance(model, LlamaLM):
+    special = None
+    if model.config.declaration.special_tokens:
         eos = TextTokenizer.from_folder(tokenizer_dir).eos_id()
-        save_llama(model, folder, dtype, {"bos_token_id": eos, "eos_token_id": eos} if eos is not None else None)
-    else:
-        save_gpt(model, folder, dtype)
+        special = {"bos_token_id": eos, "eos_token_id": eos} if eos is not None else None
+    save_decoder(model, folder, dtype, special)
     shutil.copy(tokenizer_dir / "tokenizer.json", folder / "tokenizer.json")
     loaded = load_model(str(folder), allow_download=False)
     samples = []

@@ -17,7 +17,7 @@ import { dec, int, pct, term, token, word } from "../lib/lessonFormat";
 import { paramCounts } from "../lib/params";
 import { app, DEFAULT_SAMPLING } from "../lib/state.svelte";
 import { decodeTensor, row, type Tensor } from "../lib/tensor";
-import { specsFor, type LnWhich, type ViewId } from "../lib/views";
+import { specsFor, viewSpecs, type LnWhich, type ViewId } from "../lib/views";
 
 // -- the reference model ---------------------------------------------------------------------------------------
 
@@ -48,10 +48,11 @@ function tokAt(id: string, i: number, at?: string): Value {
 }
 const focusTok = (id = "focus-token") => tokAt(id, app.pos);
 
-/** The tensors of a view for the current focus (the same specs as the view's, so the same cached answers). */
-function viewTensors(view: ViewId, ln?: LnWhich): (Tensor | undefined)[] {
+/** The tensors of a view for the current focus, by their names in `viewSpecs` (the same specs as the view's, so the
+ *  same cached answers). */
+function viewTensors(view: ViewId, ln?: LnWhich): Record<string, Tensor | undefined> {
   const f = app.focus();
-  return specsFor(view, ln ? { ...f, ln } : f).map((s) => app.tensor(s));
+  return Object.fromEntries(Object.entries(viewSpecs(view, ln ? { ...f, ln } : f)).map(([k, s]) => [k, app.tensor(s)]));
 }
 
 /** The first index of the largest (sign 1) or smallest (sign −1) of a[0..upto]: the keys a query sees. */
@@ -397,7 +398,7 @@ const steps: LessonStep[] = [
     enter: () => show("embedding"),
     title: "lesson.gpt2.embed-token.title",
     body: () => {
-      const c = cfg(), [we] = viewTensors("embedding");
+      const c = cfg(), { token: we } = viewTensors("embedding");
       if (!c || !we || !app.trace?.tokens[app.pos]) return [];
       const id = idVal("focus-id", app.trace.token_ids[app.pos]);
       return [
@@ -414,7 +415,7 @@ const steps: LessonStep[] = [
     enter: () => show("embedding"),
     title: "lesson.gpt2.embed-pos.title",
     body: () => {
-      const c = cfg(), [we, wp, sum] = viewTensors("embedding");
+      const c = cfg(), { token: we, position: wp, sum } = viewTensors("embedding");
       if (!c || !we || !wp || !sum || !app.trace?.tokens[app.pos]) return [];
       const ctx = int("ctx", c.block_size);
       return [
@@ -432,7 +433,7 @@ const steps: LessonStep[] = [
     enter: () => show("layernorm", "ln1"),
     title: "lesson.gpt2.layernorm.title",
     body: () => {
-      const [, mean, variance] = viewTensors("layernorm", "ln1");
+      const { mean, variance } = viewTensors("layernorm", "ln1");
       if (!mean || !variance || !app.trace?.tokens[app.pos]) return [];
       return [
         say("lesson.gpt2.layernorm.body", { layer: layerVal(), focus: focusTok(),
@@ -497,7 +498,7 @@ const steps: LessonStep[] = [
     needs: () => focusSpecs(),
     title: "lesson.gpt2.scale.title",
     body: () => {
-      const c = cfg(), r = focusRow(), [scores, scaled] = viewTensors("attention");
+      const c = cfg(), r = focusRow(), { scores, scaled } = viewTensors("attention");
       if (!c || !r || !scores || !scaled) return [];
       const dk = int("d-k", c.head_dim);
       const out: Text = [];
@@ -546,7 +547,7 @@ const steps: LessonStep[] = [
     needs: () => focusSpecs(),
     title: "lesson.gpt2.softmax.title",
     body: () => {
-      const c = cfg(), r = focusRow(), [, , , pattern] = viewTensors("attention");
+      const c = cfg(), r = focusRow(), { pattern } = viewTensors("attention");
       if (!c || !r || !pattern) return [];
       const out: Text = [say("lesson.gpt2.softmax.body")];
       if (movedHere("softmax")) out.push(claim("lesson.gpt2.attn.movedClear", { layer: layerVal(), head: headVal(), focus: focusTok() }));
@@ -688,7 +689,7 @@ const steps: LessonStep[] = [
     enter: () => show("mlp"),
     title: "lesson.gpt2.gelu.title",
     body: () => {
-      const c = cfg(), [, pre, post] = viewTensors("mlp");
+      const c = cfg(), { pre, post } = viewTensors("mlp");
       if (!c || !pre || !post) return [];
       const out: Text = [say("lesson.gpt2.gelu.body")];
       const act = c.activation;
@@ -754,7 +755,7 @@ const steps: LessonStep[] = [
     },
     title: "lesson.gpt2.final-ln.title",
     body: () => {
-      const [, mean, variance] = viewTensors("layernorm", "ln_final");
+      const { mean, variance } = viewTensors("layernorm", "ln_final");
       if (!mean || !variance || !app.trace?.tokens[app.pos]) return [];
       const vars = { focus: focusTok(), mean: dec("ln-mean", mean.data[app.pos], "ln-stats"), var: dec("ln-var", variance.data[app.pos], "ln-stats") };
       return [

@@ -6,6 +6,7 @@ import { experimentsLesson } from "./experiments";
 import { gpt2Lesson } from "./gpt2";
 import { modernLesson } from "./modern";
 import { seq2seqLesson } from "./seq2seq";
+import { stableLesson } from "./stable";
 import { whyLesson } from "./why";
 
 export const LESSONS: Record<LessonId, Lesson> = {
@@ -13,5 +14,6 @@ export const LESSONS: Record<LessonId, Lesson> = {
   seq2seq: seq2seqLesson,
   experiments: experimentsLesson,
   modern: modernLesson,
+  stable: stableLesson,
   why: whyLesson,
 };

@@ -134,7 +134,8 @@ const steps: LessonStep[] = [
           { model: model(), pos: int("pos", a.position), token: tokAt("token", a.position), target, logit }),
         claim("lesson.why.sum.exact", { n: int("n-parts", a.components.length), sum: dec("sum", total, "attr-sum"),
           rest: term("rest", a.rest, "attr-sum"), logit }),
-        say(c.family === "llama" ? "lesson.why.sum.whyRms" : "lesson.why.sum.whyLn"),
+        say(app.caps.norm === "rms" ? "lesson.why.sum.whyRms" : "lesson.why.sum.whyLn"),
+        ...(app.caps.sandwich_norm ? [say("lesson.why.sum.whySandwich")] : []),
         either(a.rest === 0, "lesson.why.sum.noRest", "lesson.why.sum.someRest", { rest: dec("rest", a.rest) }),
       ];
       return out;

@@ -1,12 +1,45 @@
-// The model families the app explains, read from the model's config (`family`, as in
-// src/transformer_explainer/config.py): GPT-2 (LayerNorm, learned positions, GELU MLP) and the Llama
-// family (Llama, Qwen2, Mistral: RMSNorm, rotary positions, grouped-query attention, gated MLP).
-import type { ModelConfigOut } from "./generated/api";
+// The model families the app explains, each declared once in Python (src/transformer_explainer/families/) and
+// exported to generated/names.ts (FAMILIES): GPT-2, the Llama family (Llama, Qwen2, Mistral), Qwen3 and Gemma 3.
+// Views and lessons branch on a model's capabilities (its config's `capabilities`: the norm's kind, the position
+// scheme, QK-norm, sandwich norms, local layers, ...), never on the family's name.
+import type { CapabilitiesOut, ModelConfigOut } from "./generated/api";
+import { FAMILIES, type FamilyDeclaration } from "./generated/names";
 
-export type Family = "gpt2" | "llama";
+/** A family's name, as the server sends it ("gpt2", "llama", "qwen3", "gemma3", or one this page was built without). */
+export type Family = string;
+export type Capabilities = CapabilitiesOut;
 
-export function familyOf(cfg: Pick<ModelConfigOut, "family"> | null | undefined): Family {
-  return cfg?.family === "llama" ? "llama" : "gpt2";
+/** The model's family's name, as its config says; null before a config is known. A family missing from FAMILIES (a
+ *  server newer than this page) keeps its own name: it is never taken for another family, and the views follow its
+ *  capabilities, which the config carries. */
+export function familyOf(cfg: Pick<ModelConfigOut, "family"> | null | undefined): Family | null {
+  return cfg?.family || null;
+}
+
+/** The family's declaration (label, model types, parts), or null for a family this page does not know. */
+export function declarationOf(cfg: Pick<ModelConfigOut, "family"> | null | undefined): FamilyDeclaration | null {
+  const f = familyOf(cfg);
+  return f !== null && Object.hasOwn(FAMILIES, f) ? FAMILIES[f] : null;
+}
+
+/** The family's name as people write it ("Gemma 3"); a family this page does not know, by the name the server gives. */
+export function familyLabel(cfg: Pick<ModelConfigOut, "family"> | null | undefined): string {
+  return declarationOf(cfg)?.label ?? familyOf(cfg) ?? "";
+}
+
+/** GPT-2's capabilities: what the page assumes before a model's config is known. */
+export const GPT2_CAPABILITIES: Capabilities = {
+  ...FAMILIES.gpt2.arch, kv_groups: 1, local_window: null, layer_types: [], attn_scale: 0, rope_local_theta: null,
+};
+
+/** A model's capabilities (GPT-2's when its config is not known yet). */
+export function capsOf(cfg: Pick<ModelConfigOut, "capabilities"> | null | undefined): Capabilities {
+  return cfg?.capabilities ?? GPT2_CAPABILITIES;
+}
+
+/** Whether block `layer` is a local one (attends to a sliding window of keys). */
+export function isLocal(caps: Capabilities, layer: number): boolean {
+  return caps.layer_types[layer] === "sliding_attention";
 }
 
 /** Key/value heads (G): n_head for GPT-2, fewer under grouped-query attention. */

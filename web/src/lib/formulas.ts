@@ -1,3 +1,5 @@
+import type { Capabilities } from "./family";
+
 // The formula beside each view, as plain HTML (no math library needed): math is the same in every language.
 const v = (s: string) => `<i>${s}</i>`;
 const sub = (s: string, x: string) => `${s}<sub>${x}</sub>`;
@@ -46,7 +48,35 @@ export const LLAMA_FORMULAS: Record<string, string> = {
     `${sub(v("p"), "i")} ∝ exp(${sub("logit", "i")} / ${v("T")}) · 1[${v("i")} ∈ top-k ∩ top-p]`,
 };
 
-/** The formula of `view` for a model of `family`. */
-export function formulaFor(view: string, family: "gpt2" | "llama"): string {
-  return (family === "llama" ? LLAMA_FORMULAS[view] : undefined) ?? FORMULAS[view];
+// QK-norm (Qwen3, Gemma 3): each head's query and key through an RMSNorm of their own, before the rotation.
+const QK_NORM = `${sub(v("q̂"), "h")} = ${sub(v("w"), "q")} ⊙ ${sub(v("q"), "h")} / rms(${sub(v("q"), "h")}), &nbsp;` +
+  `${sub(v("k̂"), "g")} = ${sub(v("w"), "k")} ⊙ ${sub(v("k"), "g")} / rms(${sub(v("k"), "g")})<br>` +
+  `|${v("R")}${sub(v("q̂"), "i")} · ${v("R")}${sub(v("k̂"), "j")}| ≤ ‖${sub(v("q̂"), "i")}‖ ‖${sub(v("k̂"), "j")}‖ ≤ ` +
+  `max|${sub(v("w"), "q")}| · max|${sub(v("w"), "k")}| · ${sub(v("d"), "k")}`;
+// a local layer's mask: the query sees itself and the window − 1 keys before it
+const WINDOW = `${sub(v("M"), "ij")}<sup>(${v("w")})</sup> = 0 (${v("i")} − ${v("w")} &lt; ${v("j")} ≤ ${v("i")}), &nbsp;` +
+  `−∞ (${v("j")} ≤ ${v("i")} − ${v("w")} ∨ ${v("j")} &gt; ${v("i")})<br>` +
+  `${sub(v("M"), "ij")} = 0 (${v("j")} ≤ ${v("i")}), &nbsp;−∞ (${v("j")} &gt; ${v("i")})`;
+/** Where a family's maths differs again: the token embedding scaled by √d (Gemma), norms scaling by 1 + w,
+ *  sandwich norms, scores scaled by 1/√s (query_pre_attn_scalar), GeGLU. */
+function gemmaFormula(view: string, caps: Capabilities, activation: string): string | undefined {
+  if (view === "embedding" && caps.embed_scale) return `${sub(v("x"), "i")} = √${v("d")} · ${sub("W", "E")}[${sub(v("t"), "i")}]`;
+  if (view === "layernorm" && caps.norm_offset) return `rms = √(mean(${v("x")}²) + ε)<br>RMSNorm(${v("x")}) = (1 + ${v("w")}) ⊙ ${v("x")} / rms`;
+  if (view === "residual" && caps.sandwich_norm)
+    return `${sub(v("x"), "mid")} = ${v("x")} + RMSNorm<sub>1,post</sub>(Attn(RMSNorm<sub>1</sub>(${v("x")})))<br>` +
+      `${sub(v("x"), "out")} = ${sub(v("x"), "mid")} + RMSNorm<sub>2,post</sub>(MLP(RMSNorm<sub>2</sub>(${sub(v("x"), "mid")})))`;
+  if (view === "mlp" && caps.mlp === "gated" && activation.startsWith("gelu"))
+    return `MLP(${v("x")}) = (GELU<sub>tanh</sub>(${v("x")}${sub(v("W"), "gate")}) ⊙ ${v("x")}${sub(v("W"), "in")}) ${sub(v("W"), "out")} &nbsp;(GeGLU)`;
+  if (view === "attention" && caps.local_window !== null)
+    return `${sub(v("A"), "h")} = softmax( ${sub(v("R"), "i")}${sub(v("q̂"), "i")} · ${sub(v("R"), "j")}${sub(v("k̂"), "j")} · ${num(caps.attn_scale)} + ${v("M")} )<br>${WINDOW}`;
+  return undefined;
+}
+
+const num = (x: number) => (Math.abs(x) >= 0.01 ? x.toPrecision(3) : x.toExponential(2));
+
+/** The formula of `view` for a model with these capabilities (and MLP activation, config.activation). */
+export function formulaFor(view: string, caps: Capabilities, activation = ""): string {
+  if (view === "qknorm") return QK_NORM;
+  if (view === "window") return WINDOW;
+  return gemmaFormula(view, caps, activation) ?? (caps.norm === "rms" ? LLAMA_FORMULAS[view] : undefined) ?? FORMULAS[view];
 }

@@ -22,15 +22,17 @@ export function paramCounts(c: { n_embd: number; n_layer: number; vocab_size: nu
   return { mlp, block, mlpAll: c.n_layer * mlp, embed, total: embed + c.n_layer * block + 2 * d };
 }
 
-/** The same counts for a Llama-family model: per block W_Q d×H·Dh, W_K and W_V d×G·Dh (with Qwen2's q, k,
- *  v biases when it has them), W_O H·Dh×d, the gated MLP's three d×m matrices and two RMSNorm scales d; the
- *  token embedding V×d, the unembedding another V×d when it is not tied, the final RMSNorm d. No position table. */
+/** The same counts for a model of a rotary family: per block W_Q d×H·Dh, W_K and W_V d×G·Dh (with Qwen2's q, k,
+ *  v biases when it has them), W_O H·Dh×d, the gated MLP's three d×m matrices and two RMSNorm scales d (four with
+ *  sandwich norms; QK-norm's two scales Dh where it has them); the token embedding V×d, the unembedding another
+ *  V×d when it is not tied, the final RMSNorm d. No position table. */
 export function llamaParamCounts(c: { n_embd: number; n_layer: number; vocab_size: number; n_head: number; head_dim: number;
-  d_mlp: number; n_kv_heads?: number; qkv_bias?: boolean; tie_word_embeddings?: boolean }): ParamCounts {
+  d_mlp: number; n_kv_heads?: number; qkv_bias?: boolean; tie_word_embeddings?: boolean;
+  capabilities?: { qk_norm: boolean; sandwich_norm: boolean } }): ParamCounts {
   const d = c.n_embd, q = c.n_head * c.head_dim, kv = (c.n_kv_heads || c.n_head) * c.head_dim;
-  const attn = d * q + 2 * d * kv + q * d + (c.qkv_bias ? q + 2 * kv : 0);
+  const attn = d * q + 2 * d * kv + q * d + (c.qkv_bias ? q + 2 * kv : 0) + (c.capabilities?.qk_norm ? 2 * c.head_dim : 0);
   const mlp = 3 * d * c.d_mlp;
-  const block = attn + mlp + 2 * d;
+  const block = attn + mlp + (c.capabilities?.sandwich_norm ? 4 : 2) * d;
   const embed = c.vocab_size * d * (c.tie_word_embeddings === false ? 2 : 1);
   return { mlp, block, mlpAll: c.n_layer * mlp, embed, total: embed + c.n_layer * block + d };
 }

@@ -6,9 +6,9 @@ import { api, callTimings, specKey } from "./client";
 import { asError, errorText, overLong } from "./errorText";
 import type { ModelInfo, NextTokenOut, SamplingIn, TensorSpec, TraceOut } from "./generated/api";
 import { translate, type Lang, type MessageKey } from "./i18n";
-import { familyOf, type Family } from "./family";
+import { capsOf, familyOf, type Capabilities, type Family } from "./family";
 import { decodeTensor, type Tensor } from "./tensor";
-import { hasView, specsFor, type LnWhich, type ViewId } from "./views";
+import { hasView, normsOf, specsFor, type LnWhich, type ViewId } from "./views";
 import { snapshot } from "../snapshot/static";
 import examples from "./examples.json";
 import type { LessonId } from "../lessons/choose";
@@ -113,14 +113,19 @@ class AppState {
     return this.trace?.config.n_layer ?? 0;
   }
 
-  /** The traced model's family (GPT-2 or Llama): which names and which explanations the views use. */
-  get family(): Family {
+  /** The traced model's family's name (families/), null before a trace: for labels; the views branch on `caps`. */
+  get family(): Family | null {
     return familyOf(this.trace?.config);
+  }
+
+  /** What the traced model's blocks are made of: which views it has, which names hold each stage. */
+  get caps(): Capabilities {
+    return capsOf(this.trace?.config);
   }
 
   focus() {
     return { layer: this.layer, head: this.head, pos: this.pos, nTokens: this.trace?.token_ids.length ?? 0,
-      nLayer: this.nLayer, ln: this.ln, family: this.family, nHead: this.trace?.config.n_head,
+      nLayer: this.nLayer, ln: this.ln, caps: this.caps, nHead: this.trace?.config.n_head,
       nKvHeads: this.trace?.config.n_kv_heads || this.trace?.config.n_head };
   }
 
@@ -184,8 +189,8 @@ class AppState {
       // e.g. RoPE before a switch to GPT-2, asks for nothing in advance)
       const cfg = this.models.find((m) => m.name === (this.model ?? this.trace?.model))?.config
         ?? (this.trace && this.trace.model === this.model ? this.trace.config : null);
-      const include = cfg && hasView(this.view, cfg.family)
-        ? specsFor(this.view, { ...this.focus(), pos: -1, nTokens: 0, family: familyOf(cfg) }).map(wire) : [];
+      const include = cfg && hasView(this.view, capsOf(cfg))
+        ? specsFor(this.view, { ...this.focus(), pos: -1, nTokens: 0, caps: capsOf(cfg) }).map(wire) : [];
       const tr = await api.trace({ model: this.model, ...input, truncate: this.truncate, sampling: this.sampling,
         top_n: APP_TOP_N, include }, ctl.signal);
       if (seq !== this.#seq) return;
@@ -241,7 +246,8 @@ class AppState {
     }
     this.trace = tr;
     this.next = tr.next;
-    if (!hasView(this.view, tr.config.family)) this.view = "attention"; // e.g. RoPE, and now a GPT-2 model
+    if (!hasView(this.view, capsOf(tr.config))) this.view = "attention"; // e.g. RoPE, and now a GPT-2 model
+    if (!normsOf(capsOf(tr.config)).includes(this.ln)) this.ln = "ln1"; // a sandwich norm, and now a model without
     this.tensors = map;
     if (keepLast || this.pos >= T) this.pos = T - 1;
     if (this.layer >= tr.config.n_layer) this.layer = tr.config.n_layer - 1;

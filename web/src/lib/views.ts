@@ -1,24 +1,35 @@
 // The pipeline's views, in order, and the tensors each one shows for the current layer, head and
-// focus token. The app asks for these along with the trace, so one round trip updates the view.
-import { blockName, LLAMA_BLOCK_ACTIVATIONS } from "./generated/names";
+// focus token, by name (`{input, rms, normalized, out}`): a view reads `tensors.rms`, never `vals[1]`. The
+// app asks for these along with the trace, so one round trip updates the view. Which views a model has and
+// which tensors hold each stage follow its capabilities (family.ts), not its family's name.
+import { blockName } from "./generated/names";
 import type { TensorSpec } from "./generated/api";
-import type { Family } from "./family";
+import { isLocal, type Capabilities } from "./family";
 
 export const VIEWS = [
-  "overview", "tokens", "embedding", "blocks", "layernorm", "qkv", "rope", "gqa", "attention", "heads", "residual", "mlp", "output",
-  "experiments", "attribution",
+  "overview", "tokens", "embedding", "blocks", "layernorm", "qkv", "qknorm", "rope", "gqa", "attention", "window", "heads",
+  "residual", "mlp", "output", "experiments", "attribution",
 ] as const;
 export type ViewId = (typeof VIEWS)[number];
 
-/** Views that only the Llama family has: rotary positions and grouped-query attention. */
-export const LLAMA_ONLY_VIEWS: readonly ViewId[] = ["rope", "gqa"];
-
-/** Whether a model of `family` has this view (GPT-2 has no rotation and one key/value head per query head). */
-export function hasView(view: ViewId, family: string | undefined): boolean {
-  return !LLAMA_ONLY_VIEWS.includes(view) || family === "llama";
+/** Whether a model with these capabilities has this view: rotary positions (RoPE), shared key/value heads
+ *  (GQA), QK-norm, local layers (the sliding window). */
+export function hasView(view: ViewId, caps: Capabilities): boolean {
+  switch (view) {
+    case "rope": return caps.positions === "rope";
+    case "gqa": return caps.positions === "rope";
+    case "qknorm": return caps.qk_norm;
+    case "window": return caps.local_window !== null;
+    default: return true;
+  }
 }
 
-export type LnWhich = "ln1" | "ln2" | "ln_final";
+/** The norms a block (or the model's end) has: two, four with sandwich norms (after attention, after the MLP). */
+export type LnWhich = "ln1" | "ln1_post" | "ln2" | "ln2_post" | "ln_final";
+
+export function normsOf(caps: Capabilities): LnWhich[] {
+  return caps.sandwich_norm ? ["ln1", "ln1_post", "ln2", "ln2_post", "ln_final"] : ["ln1", "ln2", "ln_final"];
+}
 
 export interface Focus {
   layer: number;
@@ -29,8 +40,8 @@ export interface Focus {
   ln: LnWhich;
   nHead?: number;
   nKvHeads?: number;
-  /** The model's family: which names hold each stage (generated/names.ts: GPT-2's tables, LLAMA_*). */
-  family: Family;
+  /** What the model's blocks are made of: which names hold each stage. */
+  caps: Capabilities;
 }
 
 /** The query heads that share query head `h`'s key/value head: h // (H / G) (the trace's attn.kv_head). */
@@ -39,65 +50,98 @@ export function groupOf(h: number, nHead: number, nKvHeads: number): number[] {
   return Array.from({ length: per }, (_, i) => g * per + i);
 }
 
-export function specsFor(view: ViewId, f: Focus): TensorSpec[] {
-  const L = f.layer, h = f.head, p = f.pos;
+export type NamedSpecs = Record<string, TensorSpec>;
+
+/** The tensors of `view`, by what each one is. Their order is the views' (and the older lessons') reading order. */
+export function viewSpecs(view: ViewId, f: Focus): NamedSpecs {
+  const L = f.layer, h = f.head, p = f.pos, c = f.caps;
   const b = (s: string) => `blocks.${L}.${s}`;
-  const lb = (s: keyof typeof LLAMA_BLOCK_ACTIVATIONS) => `blocks.${L}.${s}`; // the Llama family's names
-  const llama = f.family === "llama";
-  // the vector entering block 0: token + position embedding (GPT-2), the token embedding alone (Llama: RoPE
-  // brings position in inside attention)
-  const embedded = llama ? "embed.token" : "embed.sum";
+  const rope = c.positions === "rope";
+  // the vector entering block 0: token + position embedding (learned positions), the token embedding (RoPE
+  // brings position in inside attention), times sqrt(d_model) where the family scales it
+  const embedded = c.embed_scale ? "embed.scaled" : rope ? "embed.token" : "embed.sum";
   switch (view) {
     case "tokens":
     case "blocks":
     case "experiments": // asks /api/analysis itself
     case "attribution": // asks /api/attribution itself
-      return [];
+      return {};
     case "overview": {
       // the focus token's vector at every stop of its journey, and its attention in the focus block
-      const out: TensorSpec[] = [{ name: embedded, position: p }, { name: "ln_final.out", position: p },
-        { name: b("attn.pattern"), head: h, position: p }];
-      for (const s of ["attn_out", "resid_mid", "mlp_out"] as const) out.push({ name: b(s), position: p });
-      for (let l = 0; l < f.nLayer; l++) out.push({ name: blockName(l, "resid_post"), position: p });
+      const out: NamedSpecs = { embedded: { name: embedded, position: p }, final: { name: "ln_final.out", position: p },
+        pattern: { name: b("attn.pattern"), head: h, position: p }, attnOut: { name: b("attn_out"), position: p },
+        mid: { name: b("resid_mid"), position: p }, mlpOut: { name: b("mlp_out"), position: p } };
+      for (let l = 0; l < f.nLayer; l++) out[`post${l}`] = { name: blockName(l, "resid_post"), position: p };
       return out;
     }
     case "embedding":
-      return (llama ? ["embed.token"] : ["embed.token", "embed.position", "embed.sum"]).map((name) => ({ name, position: p }));
+      if (!rope) return { token: { name: "embed.token", position: p }, position: { name: "embed.position", position: p },
+        sum: { name: "embed.sum", position: p } };
+      return c.embed_scale ? { token: { name: "embed.token", position: p }, scaled: { name: "embed.scaled", position: p } }
+        : { token: { name: "embed.token", position: p } };
     case "layernorm": {
-      // GPT-2: input, mean, var, normalized, out; Llama (RMSNorm): input, rms, normalized, out
+      // LayerNorm: input, mean, var, normalized, out; RMSNorm: input, rms, normalized, out
       const at = (s: string) => (f.ln === "ln_final" ? `ln_final.${s}` : b(`${f.ln}.${s}`));
-      const input = f.ln === "ln_final" ? blockName(f.nLayer - 1, "resid_post") : f.ln === "ln1" ? b("resid_pre") : b("resid_mid");
-      const stats: TensorSpec[] = llama ? [{ name: at("rms") }] : [{ name: at("mean") }, { name: at("var") }];
-      return [{ name: input, position: p }, ...stats, { name: at("normalized"), position: p }, { name: at("out"), position: p }];
+      const input = { ln_final: blockName(f.nLayer - 1, "resid_post"), ln1: b("resid_pre"), ln2: b("resid_mid"),
+        ln1_post: b("attn.out"), ln2_post: b("mlp.out") }[f.ln];
+      const stats: NamedSpecs = c.norm === "rms" ? { rms: { name: at("rms") } }
+        : { mean: { name: at("mean") }, variance: { name: at("var") } };
+      return { input: { name: input, position: p }, ...stats, normalized: { name: at("normalized"), position: p },
+        out: { name: at("out"), position: p } };
     }
     case "qkv":
-      // under grouped-query attention (Llama) keys and values have G heads: head h of them is the key/value
-      // head that query head h reads (the API answers its kv_head)
-      return [{ name: b("ln1.out"), position: p }, { name: b("attn.q"), head: h }, { name: b("attn.k"), head: h },
-        { name: b("attn.v"), head: h }];
-    case "rope": // float32: the page recomputes the rotation and the score from these
-      return [{ name: "rope.angles", dtype: "float32" }, { name: lb("attn.q"), head: h, position: p, dtype: "float32" },
-        { name: lb("attn.rot_q"), head: h, position: p, dtype: "float32" }, { name: lb("attn.k"), dtype: "float32" },
-        { name: lb("attn.rot_k"), dtype: "float32" }, { name: lb("attn.kv_head") },
-        { name: lb("attn.scores"), head: h, position: p, dtype: "float32" }];
+      // under grouped-query attention keys and values have G heads: head h of them is the key/value head that
+      // query head h reads (the API answers its kv_head)
+      return { input: { name: b("ln1.out"), position: p }, q: { name: b("attn.q"), head: h },
+        k: { name: b("attn.k"), head: h }, v: { name: b("attn.v"), head: h } };
+    case "qknorm": // each head's query and key before and after QK-norm, and what they make of the scores
+      return { q: { name: b("attn.q"), head: h }, qRms: { name: b("attn.q_norm.rms"), head: h },
+        qNormed: { name: b("attn.q_norm.out"), head: h }, k: { name: b("attn.k"), head: h },
+        kRms: { name: b("attn.k_norm.rms"), head: h }, kNormed: { name: b("attn.k_norm.out"), head: h },
+        scaled: { name: b("attn.scaled_scores"), head: h, position: p } };
+    case "rope": // float32: the page recomputes the rotation and the score from these. The queries and keys that
+      // are rotated are the normed ones where the family has QK-norm; local layers have their own angles
+      return { angles: { name: c.rope_local_theta !== null && isLocal(c, L) ? "rope.local_angles" : "rope.angles", dtype: "float32" },
+        q: { name: b(c.qk_norm ? "attn.q_norm.out" : "attn.q"), head: h, position: p, dtype: "float32" },
+        rotQ: { name: b("attn.rot_q"), head: h, position: p, dtype: "float32" },
+        k: { name: b(c.qk_norm ? "attn.k_norm.out" : "attn.k"), dtype: "float32" },
+        rotK: { name: b("attn.rot_k"), dtype: "float32" }, kvHead: { name: b("attn.kv_head") },
+        scores: { name: b("attn.scores"), head: h, position: p, dtype: "float32" } };
     case "gqa": {
       const heads = f.nHead && f.nKvHeads ? groupOf(h, f.nHead, f.nKvHeads) : [h];
-      return [{ name: lb("attn.kv_head") }, ...heads.map((hh) => ({ name: lb("attn.pattern"), head: hh }))];
+      return { kvHead: { name: b("attn.kv_head") },
+        ...Object.fromEntries(heads.map((hh) => [`pattern${hh}`, { name: b("attn.pattern"), head: hh }])) };
     }
     case "attention":
-      return [{ name: b("attn.scores"), head: h, position: p }, { name: b("attn.scaled_scores"), head: h, position: p },
-        { name: b("attn.masked_scores"), head: h, position: p }, { name: b("attn.pattern"), head: h }];
+      return { scores: { name: b("attn.scores"), head: h, position: p }, scaled: { name: b("attn.scaled_scores"), head: h, position: p },
+        masked: { name: b("attn.masked_scores"), head: h, position: p }, pattern: { name: b("attn.pattern"), head: h } };
+    case "window": // the focus head's pattern in this layer: zero outside the window in a local layer
+      return { pattern: { name: b("attn.pattern"), head: h } };
     case "heads":
-      return [{ name: b("attn.pattern"), head: h, position: p }, { name: b("attn.v"), head: h },
-        { name: b("attn.z"), head: h }, { name: b("attn.concat"), position: p }, { name: b("attn_out"), position: p }];
+      return { weights: { name: b("attn.pattern"), head: h, position: p }, v: { name: b("attn.v"), head: h },
+        z: { name: b("attn.z"), head: h }, concat: { name: b("attn.concat"), position: p },
+        out: { name: b(c.sandwich_norm ? "attn.out" : "attn_out"), position: p } }; // concat · W_O
     case "residual":
-      return [{ name: b("resid_pre"), position: p }, { name: b("attn_out"), position: p },
-        { name: b("resid_mid"), position: p }, { name: b("mlp_out"), position: p }, { name: b("resid_post"), position: p }];
+      // with sandwich norms the branch outputs before their norms too (attn.out, mlp.out)
+      return { pre: { name: b("resid_pre"), position: p },
+        ...(c.sandwich_norm ? { attnRaw: { name: b("attn.out"), position: p } } : {}),
+        attn: { name: b("attn_out"), position: p }, mid: { name: b("resid_mid"), position: p },
+        ...(c.sandwich_norm ? { mlpRaw: { name: b("mlp.out"), position: p } } : {}),
+        mlp: { name: b("mlp_out"), position: p }, post: { name: b("resid_post"), position: p } };
     case "mlp":
-      // GPT-2: in, pre, post = GELU(pre), out; Llama (gated): in, gate, act = SiLU(gate), up, post = act * up, out
-      return (llama ? ["ln2.out", "mlp.gate", "mlp.act", "mlp.up", "mlp.post", "mlp_out"]
-        : ["ln2.out", "mlp.pre", "mlp.post", "mlp_out"]).map((s) => ({ name: b(s), position: p }));
+      // GELU: in, pre, post = GELU(pre), out; gated: in, gate, act = act(gate), up, post = act * up, out
+      return c.mlp === "gated"
+        ? { input: { name: b("ln2.out"), position: p }, gate: { name: b("mlp.gate"), position: p },
+          act: { name: b("mlp.act"), position: p }, up: { name: b("mlp.up"), position: p },
+          post: { name: b("mlp.post"), position: p }, out: { name: b(c.sandwich_norm ? "mlp.out" : "mlp_out"), position: p } }
+        : { input: { name: b("ln2.out"), position: p }, pre: { name: b("mlp.pre"), position: p },
+          post: { name: b("mlp.post"), position: p }, out: { name: b("mlp_out"), position: p } };
     case "output":
-      return [{ name: "ln_final.out", position: f.pos < 0 ? -1 : f.nTokens - 1 }];
+      return { final: { name: "ln_final.out", position: f.pos < 0 ? -1 : f.nTokens - 1 } };
   }
+}
+
+/** The tensors of `view` as a list, for fetching them (in `viewSpecs`' order). */
+export function specsFor(view: ViewId, f: Focus): TensorSpec[] {
+  return Object.values(viewSpecs(view, f));
 }

@@ -8,6 +8,10 @@ import { kvHeadOf, SnapshotError, takeHead, type Heads } from "./slicing";
 export interface ModelShape extends Heads {
   family: string;
   headDim: number;
+  /** What scores are multiplied by: 1 / sqrt(head_dim), or 1 / sqrt(query_pre_attn_scalar) (capabilities.attn_scale). */
+  attnScale: number;
+  /** Each block's local window (null: global), from the capabilities' layer_types and local_window. */
+  windows: (number | null)[];
 }
 
 /** The rule that derives `name` in `family`, with its block (null: a global stage); null if it is not derived. */
@@ -51,14 +55,16 @@ export function derive(name: string, derivation: Derivation, layer: number | nul
       return { name, dims, shape: [H, T, S], data };
     }
     case "scale": {
-      const x = get(src[0]), scale = 1 / Math.sqrt(model.headDim);
+      const x = get(src[0]), scale = model.attnScale;
       return { name, dims, shape: x.shape, data: x.data.map((v) => v * scale) };
     }
-    case "causal_mask": { // -inf where the key lies after the query (queries are the last T of the S keys)
+    case "causal_mask": { // -inf where the key lies after the query (queries are the last T of the S keys), and in
+      // a local layer where it lies `window` or more positions before it
       const x = get(src[0]), [T, S] = x.shape.slice(-2), offset = S - T, data = x.data.slice();
+      const window = layer === null ? null : model.windows[layer] ?? null;
       for (let i = 0; i < data.length; i++) {
         const s = i % S, t = Math.floor(i / S) % T;
-        if (s > t + offset) data[i] = -Infinity;
+        if (s > t + offset || (window !== null && s <= t + offset - window)) data[i] = -Infinity;
       }
       return { name, dims, shape: x.shape, data };
     }

@@ -89,7 +89,10 @@ function stored(key: string, name: string, s: Stored): Tensor {
 
 function shapeOf(d: SnapshotData): ModelShape {
   const c = d.trace.config;
-  return { family: c.family ?? "gpt2", nHead: c.n_head, nKvHeads: c.n_kv_heads || c.n_head, headDim: c.head_dim };
+  const caps = c.capabilities;
+  return { family: c.family ?? "gpt2", nHead: c.n_head, nKvHeads: c.n_kv_heads || c.n_head, headDim: c.head_dim,
+    attnScale: caps?.attn_scale || 1 / Math.sqrt(c.head_dim),
+    windows: (caps?.layer_types ?? []).map((kind) => (kind === "sliding_attention" ? caps.local_window : null)) };
 }
 
 /** The full activation `name`: stored, stored under another name, or derived from stored ones as the trace

@@ -132,7 +132,7 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   "lesson.modern.qkv.noOtherBias": async (_v, ctx) => {
     if ((await biasCheck(ctx)).other) return fail("the model has an output or MLP bias");
     const c = await described(ctx);
-    return c.norm === "rmsnorm" ? true : fail(`its norms are ${c.norm}, with a shift`);
+    return c.capabilities.norm === "rms" ? true : fail(`its norms are ${c.capabilities.norm}, with a shift`);
   },
   "lesson.modern.noPos.same": async (v, ctx) => {
     const we = (await at(ctx, "embed.token")).data, x = (await at(ctx, "blocks.0.resid_pre")).data;

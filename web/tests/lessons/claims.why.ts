@@ -70,7 +70,10 @@ async function metrics(model: string, v: V): Promise<{ clean: number; corrupted:
   return { clean: lc[p.answer] - lc[p.wrong], corrupted: lx[p.answer] - lx[p.wrong], lc, lx };
 }
 
-const components = (c: ModelConfigOut) => (c.family === "llama" ? 1 + c.n_layer * (c.n_head + 1) : 2 + c.n_layer * (c.n_head + 2));
+/** The parts that write into the stream, counted from the config: the token embedding, the position embedding where
+ *  positions are learned, and per block each head, the attention output's bias where there is one, the MLP. */
+const components = (c: ModelConfigOut) => 1 + (c.capabilities.positions === "learned" ? 1 : 0)
+  + c.n_layer * (c.n_head + (c.out_bias ? 1 : 0) + 1);
 const headName = (l: number, h: number) => `L${l} H${h}`;
 function bestHead(a: AttributeOut): { l: number; h: number; v: number } | null {
   let best: { l: number; h: number; v: number } | null = null;
@@ -85,11 +88,13 @@ function bestHead(a: AttributeOut): { l: number; h: number; v: number } | null {
 async function embedContribution(ctx: ClaimContext, pos: number, t: number): Promise<number | null> {
   const c = ctx.trace.config;
   if (!c.tie_word_embeddings) return null;
-  const x = (await ctx.tensor({ name: "embed.token", position: pos })).data;
-  const stat = (await ctx.tensor({ name: c.family === "llama" ? "ln_final.rms" : "ln_final.var" })).data[pos];
-  const scale = c.family === "llama" ? 1 / stat : 1 / Math.sqrt(stat + c.layer_norm_epsilon);
+  const rms = c.capabilities.norm === "rms";
+  // what the embedding put into the stream: the token's row, times sqrt(d_model) where the model scales it
+  const x = (await ctx.tensor({ name: c.capabilities.embed_scale ? "embed.scaled" : "embed.token", position: pos })).data;
+  const stat = (await ctx.tensor({ name: rms ? "ln_final.rms" : "ln_final.var" })).data[pos];
+  const scale = rms ? 1 / stat : 1 / Math.sqrt(stat + c.layer_norm_epsilon);
   const [w, u] = await Promise.all([weightRow(ctx.trace.model, "ln_final.w"), weightRow(ctx.trace.model, "embed.W_E", t)]);
-  const mean = c.family === "llama" ? 0 : x.reduce((s, y) => s + y, 0) / x.length;
+  const mean = rms ? 0 : x.reduce((s, y) => s + y, 0) / x.length;
   let s = 0;
   for (let i = 0; i < x.length; i++) s += (x[i] - mean) * w[i] * u[i];
   return s * scale;
@@ -130,11 +135,11 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     );
   },
   "lesson.why.sum.noRest": (v, ctx) => all(
-    fail(ctx.trace.config.norm === "rmsnorm", `this model's final norm is ${ctx.trace.config.norm}, which has a shift`),
+    fail(ctx.trace.config.capabilities.norm === "rms", `this model's final norm is ${ctx.trace.config.capabilities.norm}, which has a shift`),
     fail(num(v.rest) === 0, `the constant is ${v.rest.raw}, not 0`)),
   "lesson.why.sum.someRest": async (v, ctx) => {
     const c = ctx.trace.config, a = await attribution(ctx);
-    if (c.norm !== "layernorm" || !c.tie_word_embeddings) return `the check needs a tied LayerNorm model, got ${c.norm}`;
+    if (c.capabilities.norm !== "layer" || !c.tie_word_embeddings) return `the check needs a tied LayerNorm model, got ${c.capabilities.norm}`;
     const [b, u] = await Promise.all([weightRow(ctx.trace.model, "ln_final.b"), weightRow(ctx.trace.model, "embed.W_E", a.target.id)]);
     let s = 0;
     for (let i = 0; i < b.length; i++) s += b[i] * u[i];

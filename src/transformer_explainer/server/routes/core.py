@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
@@ -19,6 +19,7 @@ from ...inputs import Resolved, check_room_to_generate
 from ...media import BINARY_MEDIA_TYPE
 from ...overview import choose_next, config_out, names_out, next_token_out, trace_overview
 from ...schemas import (
+    FamilyName,
     GenerateIn,
     GenerateOut,
     HealthOut,
@@ -105,7 +106,7 @@ def model_info(ctx: ServerContext, name: str) -> ModelInfo:
     m = ctx.registry.loaded_model(name)
     return ModelInfo(name=name, source=ctx.registry.source(name), loaded=m is not None,
                      default=name == ctx.registry.default, config=config_out(m) if m else None,
-                     n_params=m.gpt.num_params() if m else None)
+                     n_params=m.net.num_params() if m else None)
 
 
 @router.get("/health", response_model=HealthOut)
@@ -128,8 +129,8 @@ async def model(name: str, ctx: Context) -> ModelInfo:
 
 
 @router.get("/names", response_model=NamesOut)
-async def names(family: Literal["gpt2", "llama"] = "gpt2") -> NamesOut:
-    """The names a trace of `family` answers ("llama": Llama, Qwen2 and Mistral)."""
+async def names(family: FamilyName = "gpt2") -> NamesOut:
+    """The names a trace of `family` answers ("llama": Llama, Qwen2 and Mistral; families.FAMILIES)."""
     return names_out(family)
 
 

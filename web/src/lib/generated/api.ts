@@ -118,6 +118,23 @@ export interface Candidate {
   prob_no_cut: number;
 }
 
+/** What a model's blocks are made of and which options it has: what the views branch on. The first fields are its family's (`families/`: the declaration's `Architecture`); the others this model's. */
+export interface CapabilitiesOut {
+  norm: "layer" | "rms";
+  norm_offset: boolean;
+  positions: "learned" | "rope";
+  qkv: "fused" | "split";
+  mlp: "gelu" | "gated";
+  qk_norm: boolean;
+  sandwich_norm: boolean;
+  embed_scale: boolean;
+  kv_groups: number;
+  local_window: number | null;
+  layer_types: ("full_attention" | "sliding_attention")[];
+  attn_scale: number;
+  rope_local_theta: number | null;
+}
+
 /** Tokens [start, end) that split characters between them (e.g. the four bytes of an emoji). */
 export interface CharGroupOut {
   start: number;
@@ -443,9 +460,7 @@ export interface ModelConfigOut {
   family?: string;
   model_type?: string;
   n_kv_heads?: number;
-  norm?: string;
-  positions?: string;
-  mlp?: string;
+  capabilities: CapabilitiesOut;
   rope_theta?: number | null;
   rope_scaling?: string | null;
   tie_word_embeddings?: boolean;

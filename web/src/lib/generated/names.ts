@@ -13,7 +13,7 @@ export const BLOCK_ACTIVATIONS = {
   "attn.k": { dims: ["H", "S", "Dh"], description: "keys, split into heads" },
   "attn.v": { dims: ["H", "S", "Dh"], description: "values, split into heads" },
   "attn.scores": { dims: ["H", "T", "S"], description: "raw attention scores Q @ K^T" },
-  "attn.scaled_scores": { dims: ["H", "T", "S"], description: "scores / sqrt(d_head)" },
+  "attn.scaled_scores": { dims: ["H", "T", "S"], description: "scores / sqrt(head_dim)" },
   "attn.masked_scores": { dims: ["H", "T", "S"], description: "scaled scores with -inf where the key is after the query" },
   "attn.pattern": { dims: ["H", "T", "S"], description: "softmax over keys of the masked scores; rows sum to 1" },
   "attn.z": { dims: ["H", "T", "Dh"], description: "pattern @ V: each head's weighted sum of values" },
@@ -85,7 +85,7 @@ export const LLAMA_BLOCK_ACTIVATIONS = {
   "attn.rot_k": { dims: ["G", "S", "Dh"], description: "keys rotated by their position's angles (RoPE): what the cache keeps; asking for head h gives key/value head h // (H / G), the one query head h reads" },
   "attn.kv_head": { dims: ["H"], description: "the key/value head each query head reads: h // (H / G)" },
   "attn.scores": { dims: ["H", "T", "S"], description: "raw attention scores rot_q @ rot_k^T of the head's key/value head" },
-  "attn.scaled_scores": { dims: ["H", "T", "S"], description: "scores / sqrt(d_head)" },
+  "attn.scaled_scores": { dims: ["H", "T", "S"], description: "scores / sqrt(head_dim)" },
   "attn.masked_scores": { dims: ["H", "T", "S"], description: "scaled scores with -inf where the key is after the query" },
   "attn.pattern": { dims: ["H", "T", "S"], description: "softmax over keys of the masked scores; rows sum to 1" },
   "attn.z": { dims: ["H", "T", "Dh"], description: "pattern @ V of the head's key/value head: each head's weighted sum" },
@@ -181,8 +181,8 @@ export function describe(name: string): NameInfo | null {
 /** How a derived stage is computed from its sources (names.DERIVATION_OPS):
  *  - same: the source itself, under a second name
  *  - scores: queries @ keys^T, each query head against the keys of the key/value head it reads
- *  - scale: the source / sqrt(head_dim)
- *  - causal_mask: the source with -inf where the key lies after the query
+ *  - scale: the source times the attention scale: 1 / sqrt(head_dim), or 1 / sqrt(query_pre_attn_scalar) where the model names one
+ *  - causal_mask: the source with -inf where the key lies after the query, and in a layer with a local window where it lies `sliding_window` or more positions before it
  *  - concat_heads: (H, T, Dh) -> (T, H*Dh): each position's heads side by side
  *  - kv_head_index: for each query head h (of the source's H), the key/value head it reads: h // (H / G)
  */
@@ -210,11 +210,204 @@ export const LLAMA_DERIVATIONS = {
   "attn.concat": { op: "concat_heads", sources: ["attn.z"] },
   "attn.kv_head": { op: "kv_head_index", sources: ["attn.rot_q"] },
 } as const satisfies Record<string, Derivation>;
+export const QWEN3_BLOCK_ACTIVATIONS = {
+  "resid_pre": { dims: ["T", "D"], description: "residual stream entering the block" },
+  "ln1.rms": { dims: ["T"], description: "root mean square of each position's vector, sqrt(mean(x^2) + eps), first RMSNorm" },
+  "ln1.normalized": { dims: ["T", "D"], description: "x / rms: no mean is subtracted" },
+  "ln1.out": { dims: ["T", "D"], description: "normalized * scale (no shift): the attention input" },
+  "attn.q": { dims: ["H", "T", "Dh"], description: "queries, ln1.out @ W_Q, split into heads, before their norm and the rotation" },
+  "attn.k": { dims: ["G", "T", "Dh"], description: "keys of the new positions before their norm and the rotation, one set per key/value head; asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.q_norm.rms": { dims: ["H", "T"], description: "root mean square of each head's query at each position, sqrt(mean(q^2) + eps): what QK-norm divides it by" },
+  "attn.q_norm.normalized": { dims: ["H", "T", "Dh"], description: "q / rms" },
+  "attn.q_norm.out": { dims: ["H", "T", "Dh"], description: "q / rms * scale: each head's query brought to a fixed size, before the rotation" },
+  "attn.k_norm.rms": { dims: ["G", "T"], description: "root mean square of each key/value head's key at each new position; asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.k_norm.normalized": { dims: ["G", "T", "Dh"], description: "k / rms; asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.k_norm.out": { dims: ["G", "T", "Dh"], description: "k / rms * scale: each key brought to a fixed size, before the rotation; asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.v": { dims: ["G", "S", "Dh"], description: "values, one set per key/value head (never rotated); asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.rot_q": { dims: ["H", "T", "Dh"], description: "the normed queries rotated by their position's angles (RoPE)" },
+  "attn.rot_k": { dims: ["G", "S", "Dh"], description: "the normed keys rotated by their position's angles (RoPE): what the cache keeps; asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.kv_head": { dims: ["H"], description: "the key/value head each query head reads: h // (H / G)" },
+  "attn.scores": { dims: ["H", "T", "S"], description: "raw attention scores rot_q @ rot_k^T of the head's key/value head" },
+  "attn.scaled_scores": { dims: ["H", "T", "S"], description: "scores / sqrt(head_dim)" },
+  "attn.masked_scores": { dims: ["H", "T", "S"], description: "scaled scores with -inf where the key is after the query" },
+  "attn.pattern": { dims: ["H", "T", "S"], description: "softmax over keys of the masked scores; rows sum to 1" },
+  "attn.z": { dims: ["H", "T", "Dh"], description: "pattern @ V of the head's key/value head: each head's weighted sum" },
+  "attn.concat": { dims: ["T", "H*Dh"], description: "the heads' z side by side, the input of the output projection" },
+  "attn_out": { dims: ["T", "D"], description: "concat @ W_O: what attention adds to the residual stream" },
+  "resid_mid": { dims: ["T", "D"], description: "resid_pre + attn_out" },
+  "ln2.rms": { dims: ["T"], description: "root mean square of each position's vector, second RMSNorm" },
+  "ln2.normalized": { dims: ["T", "D"], description: "x / rms" },
+  "ln2.out": { dims: ["T", "D"], description: "normalized * scale: the MLP input" },
+  "mlp.gate": { dims: ["T", "M"], description: "ln2.out @ W_gate: the gate, before its activation" },
+  "mlp.up": { dims: ["T", "M"], description: "ln2.out @ W_in: the linear branch" },
+  "mlp.act": { dims: ["T", "M"], description: "SiLU(gate) = gate * sigmoid(gate)" },
+  "mlp.post": { dims: ["T", "M"], description: "act * up: the gated hidden layer" },
+  "mlp_out": { dims: ["T", "D"], description: "mlp.post @ W_out: what the MLP adds to the residual stream" },
+  "resid_post": { dims: ["T", "D"], description: "resid_mid + mlp_out: the block's output" },
+} as const;
+export const QWEN3_GLOBAL_ACTIVATIONS = {
+  "embed.token": { dims: ["T", "D"], description: "row of the token embedding matrix W_E for each token: the input of block 0" },
+  "rope.angles": { dims: ["T", "R"], description: "rotation angle of each position for each pair of a head's dimensions: position * frequency; shared by every block and head" },
+  "ln_final.rms": { dims: ["T"], description: "root mean square, final RMSNorm" },
+  "ln_final.normalized": { dims: ["T", "D"], description: "x / rms" },
+  "ln_final.out": { dims: ["T", "D"], description: "normalized * scale: the unembedding input" },
+  "logits": { dims: ["T", "V"], description: "ln_final.out @ W_U: one score per vocabulary entry (no bias)" },
+} as const;
+export const QWEN3_BLOCK_WEIGHTS = {
+  "ln1.w": { dims: ["D"], description: "first RMSNorm scale" },
+  "attn.W_Q": { dims: ["H", "D", "Dh"], description: "query weights per head" },
+  "attn.W_K": { dims: ["G", "D", "Dh"], description: "key weights per key/value head; asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.W_V": { dims: ["G", "D", "Dh"], description: "value weights per key/value head; asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.b_Q": { dims: ["H", "Dh"], description: "query bias per head (with attention_bias; absent where the model has none)" },
+  "attn.b_K": { dims: ["G", "Dh"], description: "key bias per key/value head (with attention_bias); asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.b_V": { dims: ["G", "Dh"], description: "value bias per key/value head (with attention_bias); asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.q_norm.w": { dims: ["Dh"], description: "QK-norm's scale of the queries, the same for every head" },
+  "attn.k_norm.w": { dims: ["Dh"], description: "QK-norm's scale of the keys, the same for every head" },
+  "attn.W_O": { dims: ["H", "Dh", "D"], description: "output projection, rows grouped by head" },
+  "attn.b_O": { dims: ["D"], description: "output projection bias (with attention_bias)" },
+  "ln2.w": { dims: ["D"], description: "second RMSNorm scale" },
+  "mlp.W_gate": { dims: ["D", "M"], description: "MLP gate projection" },
+  "mlp.W_in": { dims: ["D", "M"], description: "MLP up projection (the linear branch)" },
+  "mlp.W_out": { dims: ["M", "D"], description: "MLP down projection back to d_model" },
+} as const;
+export const QWEN3_GLOBAL_WEIGHTS = {
+  "embed.W_E": { dims: ["V", "D"], description: "token embedding matrix" },
+  "ln_final.w": { dims: ["D"], description: "final RMSNorm scale" },
+  "unembed.W_U": { dims: ["D", "V"], description: "unembedding: the transpose of W_E when tied, its own matrix when not" },
+} as const;
+export const QWEN3_DERIVATIONS = {
+  "attn.scores": { op: "scores", sources: ["attn.rot_q", "attn.rot_k"] },
+  "attn.scaled_scores": { op: "scale", sources: ["attn.scores"] },
+  "attn.masked_scores": { op: "causal_mask", sources: ["attn.scaled_scores"] },
+  "attn.concat": { op: "concat_heads", sources: ["attn.z"] },
+  "attn.kv_head": { op: "kv_head_index", sources: ["attn.rot_q"] },
+} as const satisfies Record<string, Derivation>;
+export const GEMMA3_BLOCK_ACTIVATIONS = {
+  "resid_pre": { dims: ["T", "D"], description: "residual stream entering the block" },
+  "ln1.rms": { dims: ["T"], description: "root mean square of each position's vector, sqrt(mean(x^2) + eps), first RMSNorm" },
+  "ln1.normalized": { dims: ["T", "D"], description: "x / rms: no mean is subtracted" },
+  "ln1.out": { dims: ["T", "D"], description: "normalized * (1 + weight): the attention input" },
+  "attn.q": { dims: ["H", "T", "Dh"], description: "queries, ln1.out @ W_Q, split into heads, before their norm and the rotation" },
+  "attn.k": { dims: ["G", "T", "Dh"], description: "keys of the new positions before their norm and the rotation, one set per key/value head; asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.q_norm.rms": { dims: ["H", "T"], description: "root mean square of each head's query at each position, sqrt(mean(q^2) + eps): what QK-norm divides it by" },
+  "attn.q_norm.normalized": { dims: ["H", "T", "Dh"], description: "q / rms" },
+  "attn.q_norm.out": { dims: ["H", "T", "Dh"], description: "q / rms * (1 + weight): each head's query brought to a fixed size, before the rotation" },
+  "attn.k_norm.rms": { dims: ["G", "T"], description: "root mean square of each key/value head's key at each new position; asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.k_norm.normalized": { dims: ["G", "T", "Dh"], description: "k / rms; asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.k_norm.out": { dims: ["G", "T", "Dh"], description: "k / rms * (1 + weight): each key brought to a fixed size, before the rotation; asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.v": { dims: ["G", "S", "Dh"], description: "values, one set per key/value head (never rotated); asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.rot_q": { dims: ["H", "T", "Dh"], description: "the normed queries rotated by their position's angles (RoPE)" },
+  "attn.rot_k": { dims: ["G", "S", "Dh"], description: "the normed keys rotated by their position's angles (RoPE): what the cache keeps; asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.kv_head": { dims: ["H"], description: "the key/value head each query head reads: h // (H / G)" },
+  "attn.scores": { dims: ["H", "T", "S"], description: "raw attention scores rot_q @ rot_k^T of the head's key/value head" },
+  "attn.scaled_scores": { dims: ["H", "T", "S"], description: "scores / sqrt(query_pre_attn_scalar)" },
+  "attn.masked_scores": { dims: ["H", "T", "S"], description: "scaled scores with -inf where the key is after the query, and in a local layer where it is sliding_window or more positions before it" },
+  "attn.pattern": { dims: ["H", "T", "S"], description: "softmax over keys of the masked scores; rows sum to 1" },
+  "attn.z": { dims: ["H", "T", "Dh"], description: "pattern @ V of the head's key/value head: each head's weighted sum" },
+  "attn.concat": { dims: ["T", "H*Dh"], description: "the heads' z side by side, the input of the output projection" },
+  "attn.out": { dims: ["T", "D"], description: "concat @ W_O: attention's output, before its norm (ln1_post)" },
+  "ln1_post.rms": { dims: ["T"], description: "root mean square of each position's vector, the norm after attention" },
+  "ln1_post.normalized": { dims: ["T", "D"], description: "x / rms" },
+  "ln1_post.out": { dims: ["T", "D"], description: "normalized * (1 + weight)" },
+  "attn_out": { dims: ["T", "D"], description: "ln1_post.out: what attention adds to the residual stream" },
+  "resid_mid": { dims: ["T", "D"], description: "resid_pre + attn_out" },
+  "ln2.rms": { dims: ["T"], description: "root mean square of each position's vector, second RMSNorm" },
+  "ln2.normalized": { dims: ["T", "D"], description: "x / rms" },
+  "ln2.out": { dims: ["T", "D"], description: "normalized * (1 + weight): the MLP input" },
+  "mlp.gate": { dims: ["T", "M"], description: "ln2.out @ W_gate: the gate, before its activation" },
+  "mlp.up": { dims: ["T", "M"], description: "ln2.out @ W_in: the linear branch" },
+  "mlp.act": { dims: ["T", "M"], description: "GELU(gate), tanh approximation: GeGLU's gate" },
+  "mlp.post": { dims: ["T", "M"], description: "act * up: the gated hidden layer" },
+  "mlp.out": { dims: ["T", "D"], description: "mlp.post @ W_out: the MLP's output, before its norm (ln2_post)" },
+  "ln2_post.rms": { dims: ["T"], description: "root mean square of each position's vector, the norm after the MLP" },
+  "ln2_post.normalized": { dims: ["T", "D"], description: "x / rms" },
+  "ln2_post.out": { dims: ["T", "D"], description: "normalized * (1 + weight)" },
+  "mlp_out": { dims: ["T", "D"], description: "ln2_post.out: what the MLP adds to the residual stream" },
+  "resid_post": { dims: ["T", "D"], description: "resid_mid + mlp_out: the block's output" },
+} as const;
+export const GEMMA3_GLOBAL_ACTIVATIONS = {
+  "embed.token": { dims: ["T", "D"], description: "row of the token embedding matrix W_E for each token, before the scaling" },
+  "rope.angles": { dims: ["T", "R"], description: "rotation angle of each position for each pair of a head's dimensions, in the global layers: position * frequency (base rope_theta)" },
+  "rope.local_angles": { dims: ["T", "R"], description: "the same for the local (sliding-window) layers, whose rotary base is their own (rope_local_base_freq)" },
+  "embed.scaled": { dims: ["T", "D"], description: "embed.token * sqrt(d_model), rounded to the model's dtype: the input of block 0" },
+  "ln_final.rms": { dims: ["T"], description: "root mean square, final RMSNorm" },
+  "ln_final.normalized": { dims: ["T", "D"], description: "x / rms" },
+  "ln_final.out": { dims: ["T", "D"], description: "normalized * (1 + weight): the unembedding input" },
+  "logits": { dims: ["T", "V"], description: "ln_final.out @ W_U: one score per vocabulary entry (no bias)" },
+} as const;
+export const GEMMA3_BLOCK_WEIGHTS = {
+  "ln1.w": { dims: ["D"], description: "first RMSNorm: its effective scale, 1 + weight (the checkpoint stores the weight)" },
+  "attn.W_Q": { dims: ["H", "D", "Dh"], description: "query weights per head" },
+  "attn.W_K": { dims: ["G", "D", "Dh"], description: "key weights per key/value head; asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.W_V": { dims: ["G", "D", "Dh"], description: "value weights per key/value head; asking for head h gives key/value head h // (H / G), the one query head h reads" },
+  "attn.q_norm.w": { dims: ["Dh"], description: "QK-norm's effective scale of the queries, 1 + weight, the same for every head" },
+  "attn.k_norm.w": { dims: ["Dh"], description: "QK-norm's effective scale of the keys, 1 + weight, the same for every head" },
+  "attn.W_O": { dims: ["H", "Dh", "D"], description: "output projection, rows grouped by head" },
+  "ln1_post.w": { dims: ["D"], description: "the norm after attention: its effective scale, 1 + weight" },
+  "ln2.w": { dims: ["D"], description: "the norm before the MLP: its effective scale, 1 + weight" },
+  "mlp.W_gate": { dims: ["D", "M"], description: "MLP gate projection" },
+  "mlp.W_in": { dims: ["D", "M"], description: "MLP up projection (the linear branch)" },
+  "mlp.W_out": { dims: ["M", "D"], description: "MLP down projection back to d_model" },
+  "ln2_post.w": { dims: ["D"], description: "the norm after the MLP: its effective scale, 1 + weight" },
+} as const;
+export const GEMMA3_GLOBAL_WEIGHTS = {
+  "embed.W_E": { dims: ["V", "D"], description: "token embedding matrix" },
+  "ln_final.w": { dims: ["D"], description: "final RMSNorm: its effective scale, 1 + weight" },
+  "unembed.W_U": { dims: ["D", "V"], description: "unembedding: the transpose of W_E when tied, its own matrix when not" },
+} as const;
+export const GEMMA3_DERIVATIONS = {
+  "attn.scores": { op: "scores", sources: ["attn.rot_q", "attn.rot_k"] },
+  "attn.scaled_scores": { op: "scale", sources: ["attn.scores"] },
+  "attn.masked_scores": { op: "causal_mask", sources: ["attn.scaled_scores"] },
+  "attn.concat": { op: "concat_heads", sources: ["attn.z"] },
+  "attn.kv_head": { op: "kv_head_index", sources: ["attn.rot_q"] },
+  "embed.scaled": { op: "same", sources: ["blocks.0.resid_pre"] },
+} as const satisfies Record<string, Derivation>;
 
 /** The names each family answers (names.FAMILY_NAMES). */
 export const FAMILY_NAMES: Readonly<Record<string, FamilyNames>> = {
   "gpt2": { blockActivations: BLOCK_ACTIVATIONS, globalActivations: GLOBAL_ACTIVATIONS, blockWeights: BLOCK_WEIGHTS, globalWeights: GLOBAL_WEIGHTS, derivations: DERIVATIONS },
   "llama": { blockActivations: LLAMA_BLOCK_ACTIVATIONS, globalActivations: LLAMA_GLOBAL_ACTIVATIONS, blockWeights: LLAMA_BLOCK_WEIGHTS, globalWeights: LLAMA_GLOBAL_WEIGHTS, derivations: LLAMA_DERIVATIONS },
+  "qwen3": { blockActivations: QWEN3_BLOCK_ACTIVATIONS, globalActivations: QWEN3_GLOBAL_ACTIVATIONS, blockWeights: QWEN3_BLOCK_WEIGHTS, globalWeights: QWEN3_GLOBAL_WEIGHTS, derivations: QWEN3_DERIVATIONS },
+  "gemma3": { blockActivations: GEMMA3_BLOCK_ACTIVATIONS, globalActivations: GEMMA3_GLOBAL_ACTIVATIONS, blockWeights: GEMMA3_BLOCK_WEIGHTS, globalWeights: GEMMA3_GLOBAL_WEIGHTS, derivations: GEMMA3_DERIVATIONS },
+};
+
+/** What a family's blocks are made of (families/declaration.py, `Architecture`):
+ *  - norm
+ *  - positions
+ *  - qkv
+ *  - mlp
+ *  - norm_offset
+ *  - qk_norm
+ *  - sandwich_norm
+ *  - embed_scale
+ *  - softmax_in_float32
+ */
+export interface Architecture {
+  readonly norm: "layer" | "rms";
+  readonly positions: "learned" | "rope";
+  readonly qkv: "fused" | "split";
+  readonly mlp: "gelu" | "gated";
+  readonly norm_offset: boolean;
+  readonly qk_norm: boolean;
+  readonly sandwich_norm: boolean;
+  readonly embed_scale: boolean;
+  readonly softmax_in_float32: boolean;
+}
+export interface FamilyDeclaration {
+  readonly label: string;
+  readonly modelTypes: readonly string[];
+  readonly arch: Architecture;
+  /** BOS / EOS from the checkpoint's tokenizer files (every family but GPT-2, whose BPE has its own) */
+  readonly specialTokens: boolean;
+}
+
+/** Every family this package runs, by name (families.FAMILIES). */
+export const FAMILIES: Readonly<Record<string, FamilyDeclaration>> = {
+  "gpt2": { label: "GPT-2", modelTypes: ["gpt2"], arch: {"norm": "layer", "positions": "learned", "qkv": "fused", "mlp": "gelu", "norm_offset": false, "qk_norm": false, "sandwich_norm": false, "embed_scale": false, "softmax_in_float32": false}, specialTokens: false },
+  "llama": { label: "Llama", modelTypes: ["llama", "qwen2", "mistral"], arch: {"norm": "rms", "positions": "rope", "qkv": "split", "mlp": "gated", "norm_offset": false, "qk_norm": false, "sandwich_norm": false, "embed_scale": false, "softmax_in_float32": true}, specialTokens: true },
+  "qwen3": { label: "Qwen3", modelTypes: ["qwen3"], arch: {"norm": "rms", "positions": "rope", "qkv": "split", "mlp": "gated", "norm_offset": false, "qk_norm": true, "sandwich_norm": false, "embed_scale": false, "softmax_in_float32": true}, specialTokens: true },
+  "gemma3": { label: "Gemma 3", modelTypes: ["gemma3_text"], arch: {"norm": "rms", "positions": "rope", "qkv": "split", "mlp": "gated", "norm_offset": true, "qk_norm": true, "sandwich_norm": true, "embed_scale": true, "softmax_in_float32": true}, specialTokens: true },
 };
 
 /** How `head` (query head h) slices a tensor, by the first of these dims it has (names.HEAD_DIMS):
