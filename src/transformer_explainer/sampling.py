@@ -83,7 +83,7 @@ def most_likely(logits: Tensor) -> int:
     us over GPT-2's 50257 logits, per generated token)."""
     if logits.device.type != "cpu":
         return int(torch.argmax(logits))
-    return int(logits.detach().to(torch.float32).numpy().argmax())
+    return int(logits.detach().to("cpu", torch.float32).numpy().argmax())  # on the CPU already: no copy
 
 
 def next_token_distribution(logits: Tensor, params: SamplingParams) -> NextTokenDistribution:

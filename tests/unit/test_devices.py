@@ -177,6 +177,8 @@ def test_generation_and_sampling_on_the_device(model_name, request, cpu, cpu_gen
     for field in ("logits", "scaled_logits", "kept", "probs"):
         t = getattr(dist, field)
         assert _on(t, model.device_map["unembed"]) and _equal(t, getattr(ref, field)), field
+    greedy_dist = next_token_distribution(logits, greedy)
+    assert _on(greedy_dist.kept, model.device_map["unembed"]) and _on(greedy_dist.probs, model.device_map["unembed"])
     assert list(model.generate_ids(ids, 6, params, stop_at_eos=False)) == list(
         cpu.generate_ids(ids, 6, params, stop_at_eos=False))
     assert cpu_generators == [model.device_map["unembed"], torch.device("cpu")]  # each where its probabilities are
@@ -189,6 +191,8 @@ def test_every_analysis_answers_on_the_device_as_on_the_cpu(model_name, request,
     ids = cpu.encode(TEXT)
     text = cpu.tokenizer.token_text
     assert logit_lens(model, trace, top=3).to_dict() == logit_lens(cpu, ref, top=3).to_dict()
+    chosen = dict(top=2, positions=[1, -1], target_ids=ids[2:4])
+    assert logit_lens(model, trace, **chosen).to_dict() == logit_lens(cpu, ref, **chosen).to_dict()
     heads = [(0, 1), (1, 0)]
     assert ablate(model, ids, heads).to_dict(text) == ablate(cpu, ids, heads).to_dict(text)
     means = head_means(model, [TEXT])
