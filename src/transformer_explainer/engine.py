@@ -16,7 +16,6 @@ from .attribution import Attribution, direct_logit_attribution
 from .config import DecoderConfig
 from .devices import check_dtype, describe_device, free_memory, resolve_device
 from .errors import CheckpointError, InputError
-from .loading.budget import model_bytes
 from .loading.checkpoint import load_decoder, resolve_dtype
 from .loading.resolve import ResolvedModel, resolve
 from .loading.tokenizer import TextTokenizer
@@ -105,8 +104,9 @@ class ExplainerModel:
             free = free_memory(device)
             if free is None:
                 continue
-            parts = [self.net.get_submodule(p) for p, d in device_map.items() if d == device]
-            need = sum(model_bytes(m, self.dtype)[1] for m in parts)
+            params = {id(t): t for p, d in device_map.items() if d == device
+                      for t in self.net.get_submodule(p).parameters()}  # a tied matrix once
+            need = sum(t.numel() * self.dtype.itemsize for t in params.values())
             if need > free:
                 raise CheckpointError(f"{self.name} needs {need / 2**30:.1f} GiB on {device} in "
                                       f"{str(self.dtype).removeprefix('torch.')}, but {device} has "

@@ -91,6 +91,8 @@ def infer_device_map(net: Decoder, dtype: torch.dtype, max_memory: Mapping[int |
     ours = {}
     for key, device in raw.items():
         top, dot, rest = key.partition(".")
+        if top in net._modules and not any(True for _ in net.get_submodule(top).parameters()):
+            continue  # a part without weights (the dropout) runs wherever its input is
         ours[back.get(top, top) + dot + rest] = device
     return expand_map(net, ours)
 
@@ -120,17 +122,25 @@ def expand_map(net: Decoder, given: Mapping[str, MapValue]) -> dict[str, MapValu
 def resolve_map(net: Decoder, given: Mapping[str, MapValue]) -> DeviceMap:
     """`given` (see `expand_map`) with each device checked against this machine; a part left for the disk is
     refused, and so are a tied embedding and unembedding on two devices."""
-    out: DeviceMap = {}
-    for part, value in expand_map(net, given).items():
-        if value == "disk":
+    named = {part: _name(value) for part, value in expand_map(net, given).items()}
+    for part, name in named.items():
+        if name == "disk":
             raise InputError(f"the model does not fit in the memory given: from {part} on, its parts would be "
                              f"offloaded to the disk, which this explainer does not do; give the GPUs or the CPU "
                              f"more memory (--max-memory), or load the model in bfloat16")
-        out[part] = resolve_device(f"cuda:{value}" if isinstance(value, int) else value)
-    if net.config.tie_word_embeddings and out["embed"] != out["unembed"]:
+    if net.config.tie_word_embeddings and named["embed"] != named["unembed"]:
         raise InputError(f"the token embedding and the unembedding share one matrix (tied), so they must be on one "
-                         f"device, not {out['embed']} and {out['unembed']}")
-    return out
+                         f"device, not {named['embed']} and {named['unembed']}")
+    return {part: resolve_device(name) for part, name in named.items()}
+
+
+def _name(value: MapValue) -> str:
+    """A map's device value as a device name: a GPU's number is cuda:N."""
+    if isinstance(value, bool) or not isinstance(value, int | str | torch.device):
+        raise InputError(f"a device map's value is a GPU's number or a device's name, got {value!r}")
+    if isinstance(value, int):
+        return f"cuda:{value}"
+    return str(value).strip().lower()
 
 
 def place_(net: Decoder, device_map: DeviceMap) -> Decoder:
