@@ -4,7 +4,7 @@ Python API, the CLI and the web app."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,12 +14,23 @@ from torch import Tensor
 from .allocator import keep_freed_memory
 from .attribution import Attribution, direct_logit_attribution
 from .config import DecoderConfig
+from .devices import check_dtype, describe_device, free_memory, resolve_device
 from .errors import CheckpointError, InputError
-from .loading.checkpoint import load_decoder, stored_dtype
+from .loading.checkpoint import load_decoder, resolve_dtype, stored_dtype
 from .loading.resolve import ResolvedModel, resolve
 from .loading.tokenizer import TextTokenizer
 from .models.decoder import Decoder
 from .models.kv_cache import KVCache
+from .models.placement import (
+    DeviceMap,
+    MapValue,
+    check_budget,
+    current_map,
+    describe_map,
+    infer_device_map,
+    place_,
+    resolve_map,
+)
 from .models.recorder import Patch, Recorder
 from .patching import KINDS, Kind, Patching, activation_patching, check_kinds
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
@@ -58,10 +69,70 @@ class ExplainerModel:
         self.file_dtype = file_dtype
 
     @classmethod
-    def from_resolved(cls, r: ResolvedModel, dtype: str | torch.dtype | None = None) -> ExplainerModel:
+    def from_resolved(cls, r: ResolvedModel, dtype: str | torch.dtype | None = None, *,
+                      device: str | torch.device | None = None, device_map: str | Mapping[str, MapValue] | None = None,
+                      max_memory: Mapping[int | str, int | str] | None = None) -> ExplainerModel:
+        """The model in folder `r`, on `device` (default the CPU), or placed by `device_map` (see `load_model`)."""
+        if max_memory is not None and device_map is None:
+            device_map = "auto"  # a budget per device means a map made within it
+        if device is not None and device_map is not None:
+            raise InputError(f"a device ({device}) and a device map contradict each other: the map says where each "
+                             f"block runs; give one of them")
+        target = resolve_device(device or "cpu") if device_map is None else None  # a device not here costs no load
+        if target is not None:
+            check_dtype(resolve_dtype(dtype), {target})
+        if max_memory is not None:
+            check_budget(max_memory)
         net = load_decoder(r.folder, dtype)
-        return cls(net, TextTokenizer.from_folder(r.folder, net.config.declaration.special_tokens), r.name, r.source,
-                   r.folder, stored_dtype(r.folder))
+        model = cls(net, TextTokenizer.from_folder(r.folder, net.config.declaration.special_tokens), r.name, r.source,
+                    r.folder, stored_dtype(r.folder))
+        if device_map is None:
+            assert target is not None
+            placement = dict.fromkeys(current_map(net), target)
+        elif device_map == "auto":
+            placement = resolve_map(net, infer_device_map(net, model.dtype, max_memory))
+        elif isinstance(device_map, str):
+            raise InputError(f"device map {device_map!r}: use 'auto' or a mapping of parts to devices")
+        else:
+            placement = resolve_map(net, device_map)
+        model.place(placement)
+        return model
+
+    def place(self, device_map: DeviceMap) -> ExplainerModel:
+        """Move the model's parts to the devices of `device_map` (every part named, see `models.placement`),
+        after checking that each GPU has room for what it gets and computes in this dtype."""
+        check_dtype(self.dtype, set(device_map.values()))
+        for device in set(device_map.values()):
+            free = free_memory(device)
+            if free is None:
+                continue
+            params = {id(t): t for p, d in device_map.items() if d == device
+                      for t in self.net.get_submodule(p).parameters()}  # a tied matrix once
+            need = sum(t.numel() * self.dtype.itemsize for t in params.values())
+            if need > free:
+                raise CheckpointError(f"{self.name} needs {need / 2**30:.1f} GiB on {device} in "
+                                      f"{str(self.dtype).removeprefix('torch.')}, but {device} has "
+                                      f"{free / 2**30:.1f} GiB free; load it in bfloat16, or with the device map "
+                                      f"'auto', which puts the blocks that do not fit on the CPU")
+        place_(self.net, device_map)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model reads its input: the token embedding's device (all of it, without a device map)."""
+        return self.net.embed.weight.device
+
+    @property
+    def device_map(self) -> DeviceMap:
+        """The device of each part: the embedding, each block, the final norm, the unembedding."""
+        return current_map(self.net)
+
+    def describe_devices(self) -> str:
+        """Where the model runs, in words: "cpu", "cuda:0 (NVIDIA H200, 139.7 GiB)", or its device map."""
+        placement = self.device_map
+        if len(set(placement.values())) == 1:
+            return describe_device(self.device)
+        return describe_map(placement)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -123,7 +194,7 @@ class ExplainerModel:
         """
         self._check_ids(ids, cache)
         rec = Recorder(patches=patches)
-        last = self.net(torch.tensor([ids]), cache=cache, rec=rec, logits_for="last")[0, -1]
+        last = self.net(self._input(ids), cache=cache, rec=rec, logits_for="last")[0, -1]
         values = {k: v[0] for k, v in rec.values.items()}  # drop the batch dimension
         prefix = list(prefix_ids or [])
         return Trace(
@@ -138,6 +209,10 @@ class ExplainerModel:
             unembed=self.net.weight("unembed.W_U"),
             last_logits=last,
         )
+
+    def _input(self, ids: list[int]) -> Tensor:
+        """Token ids (1, T) on the device the model reads them on."""
+        return torch.tensor([ids], device=self.device)
 
     def check_vocabulary(self, ids: list[int]) -> None:
         """An InputError naming the first id outside the vocabulary, if any."""
@@ -163,7 +238,7 @@ class ExplainerModel:
     def logits(self, text: str, *, truncate: bool = False) -> Tensor:
         """Fast path: the next-token logits (V,) at the last position; nothing recorded."""
         ids = self.encode(text, truncate=truncate)
-        return self.net(torch.tensor([ids]), logits_for="last")[0, -1]
+        return self.net(self._input(ids), logits_for="last")[0, -1]
 
     def next_token(self, text_or_trace: str | Trace, params: SamplingParams | None = None) -> NextTokenDistribution:
         """The next-token distribution after temperature, top-k and top-p."""
@@ -184,10 +259,10 @@ class ExplainerModel:
             raise InputError(f"the number of tokens to generate must be a whole number >= 0, got {max_new_tokens!r}",
                              code="generate_count", value=str(max_new_tokens))
         self._check_ids(ids, None)
-        gen = make_generator(params.seed)
         eos = set(self.tokenizer.eos_ids())
         cache = KVCache(capacity=min(len(ids) + max_new_tokens, self.context_length))  # no regrowth while generating
-        logits = self.net(torch.tensor([ids]), cache=cache, logits_for="last")[0, -1]
+        logits = self.net(self._input(ids), cache=cache, logits_for="last")[0, -1]
+        gen = None if params.greedy else make_generator(params.seed, logits.device)  # draws where the probabilities are
         pos = len(ids)
         params.check_vocabulary(logits.shape[-1])  # greedy steps build no distribution, which would check it
         for _ in range(max_new_tokens):
@@ -201,7 +276,7 @@ class ExplainerModel:
             pos += 1
             if (stop_at_eos and tid in eos) or pos >= self.context_length:
                 return
-            logits = self.net(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
+            logits = self.net(self._input([tid]), cache=cache, logits_for="last")[0, -1]
 
     def generate(self, text: str, max_new_tokens: int,
                  params: SamplingParams | None = None) -> Iterator[GeneratedToken]:
@@ -283,8 +358,9 @@ class ExplainerModel:
         with torch.inference_mode():
             clean_trace = self.trace_ids(c_ids)
             x_logits = self.last_logits(x_ids)
-        m_clean = float(clean_trace.next_token_logits()[a].double() - clean_trace.next_token_logits()[w].double())
-        m_corr = float(x_logits[a].double() - x_logits[w].double())
+        # differences of the float32 logits in float64 (Python's floats: exact, and on any device)
+        m_clean = float(clean_trace.next_token_logits()[a]) - float(clean_trace.next_token_logits()[w])
+        m_corr = float(x_logits[a]) - float(x_logits[w])
         if abs(m_clean - m_corr) < 1e-6 * max(1.0, abs(m_clean)):
             raise InputError(f"the two prompts give the same logit difference ({m_clean:.4g}): with nothing to "
                              "recover, the normalised metric is undefined; choose tokens whose difference changes")
@@ -307,7 +383,7 @@ class ExplainerModel:
     def last_logits(self, ids: list[int]) -> Tensor:
         """The next-token logits (V,) after `ids`, recording nothing (the fast path)."""
         self._check_ids(ids, None)
-        return self.net(torch.tensor([ids]), logits_for="last")[0, -1]
+        return self.net(self._input(ids), logits_for="last")[0, -1]
 
     @torch.inference_mode()
     def extend_trace(self, prefix: Trace, new_ids: list[int]) -> Trace:
@@ -320,22 +396,30 @@ class ExplainerModel:
     def residual_logits(self, x: Tensor) -> Tensor:
         """The logits (T, V) the model would give were the residual stream `x` (T, D) its last: the
         final norm and the unembedding, with the forward pass's own kernels (the logit lens)."""
-        normed = self.net.ln_final(x.unsqueeze(0), Recorder())
-        return self.net.unembed(normed)[0]
+        ln, unembed = self.net.ln_final, self.net.unembed
+        normed = ln(x.unsqueeze(0).to(ln.weight.device), Recorder())
+        return unembed(normed.to(unembed.weight.device))[0]
 
 
-def load_model(spec: str | None = None, *, allow_download: bool = True,
-               dtype: str | torch.dtype | None = None) -> ExplainerModel:
+def load_model(spec: str | None = None, *, allow_download: bool = True, dtype: str | torch.dtype | None = None,
+               device: str | torch.device | None = None, device_map: str | Mapping[str, MapValue] | None = None,
+               max_memory: Mapping[int | str, int | str] | None = None) -> ExplainerModel:
     """Load a model of a supported family (GPT-2, Llama, Qwen2, Mistral, Qwen3, Gemma 3).
 
     `spec`: a built-in model name, a local HF-format folder, a hub id ("gpt2", "gpt2-medium",
     "distilgpt2", "HuggingFaceTB/SmolLM2-135M", "owner/repo"), or None for the default (cached GPT-2
     small, else the built-in model). `dtype`: "float32" (default) or "bfloat16", which keeps weights and
-    activations in bfloat16 (half the memory: a 1.5 B model needs about 3 GB).
+    activations in bfloat16 (half the memory: a 1.5 B model needs about 3 GB); on a GPU also "float16".
+    `device`: "cpu" (the default), "cuda", "cuda:N", "mps", or "auto" (a GPU if there is one). Traces, KV caches
+    and analyses keep their tensors there; `.cpu()` what you read.
+    `device_map`: "auto" places a model larger than one GPU with accelerate (whole blocks, the GPUs first, the
+    rest on the CPU), within `max_memory` per device if given ({0: "20GiB", "cpu": "64GiB"}; a budget alone
+    implies "auto"); or a mapping of parts to devices ({"embed": 0, "blocks.0": 0, ..., "": "cpu"}, see
+    `models.placement`). Each block then computes where its weights are, and a trace's values stay there.
     Naming a hub model that is not cached downloads it, unless `allow_download` is False; the default
     (None) never downloads. Which model was picked, and why, is logged at INFO.
     """
     resolved = resolve(spec, allow_download=allow_download)
-    model = ExplainerModel.from_resolved(resolved, dtype)
+    model = ExplainerModel.from_resolved(resolved, dtype, device=device, device_map=device_map, max_memory=max_memory)
     log.info("model %s: %r%s", resolved.describe(), model, f"; {resolved.reason}" if resolved.reason else "")
     return model

@@ -65,8 +65,10 @@ class Patching:
 
 
 def _metric(logits: Tensor, answer: int, wrong: int) -> Tensor:
-    """answer - wrong at the last position, per row of (B, V) logits, in float64."""
-    return logits[:, answer].double() - logits[:, wrong].double()
+    """answer - wrong at the last position, per row of (B, V) logits, in float64 on the CPU (the B values are the
+    answer; some GPUs have no float64)."""
+    pair = logits[:, [answer, wrong]].cpu().double()
+    return pair[:, 0] - pair[:, 1]
 
 
 def _replace(rows: Tensor, cells: list[int], clean: Tensor) -> Callable[[Tensor], Tensor]:
@@ -89,10 +91,10 @@ def patched_metrics(net: Decoder, ids: list[int], layer: int, kind: Kind, cells:
     """The metric of the corrupted prompt `ids` run once per cell, with block `layer`'s activation of `kind`
     replaced at that cell by `clean` (that block's value in the clean run, without the batch dimension).
     With `resid` (T, D), the corrupted run's residual stream entering block `layer`, the runs start there."""
-    B = len(cells)
-    rows = torch.arange(B)
+    B, device = len(cells), net.embed.weight.device  # the ids go where the embedding is
+    rows = torch.arange(B, device=clean.device)
     patches = {f"blocks.{layer}.{SITE[kind]}": _replace(rows, list(cells), clean)}
-    batch = torch.tensor([ids] * B)
+    batch = torch.tensor([ids] * B, device=device)
     rec = Recorder(patches=patches, store=False)
     if resid is None:
         logits = net(batch, rec=rec, logits_for="last")[:, -1]
@@ -112,7 +114,8 @@ def residuals_entering_blocks(net: Decoder, ids: list[int]) -> list[Tensor]:
         return x
 
     patches = {f"blocks.{i}.resid_pre": keep for i in range(net.config.n_layer)}
-    net(torch.tensor([ids]), rec=Recorder(patches=patches, store=False), logits_for="last")
+    net(torch.tensor([ids], device=net.embed.weight.device), rec=Recorder(patches=patches, store=False),
+        logits_for="last")
     return out
 
 
@@ -141,7 +144,7 @@ def activation_patching(net: Decoder, clean: Trace, corrupted_ids: list[int], co
     per_batch = max(1, batch_tokens // T)
     jobs = [(k, layer) for k in what for layer in range(L)]
     total = sum(H if k == "heads" else T for k, _ in jobs)
-    raw = {k: torch.empty(L, H if k == "heads" else T, dtype=torch.float64) for k in what}
+    raw = {k: torch.empty(L, H if k == "heads" else T, dtype=torch.float64, device="cpu") for k in what}  # answers
     done = 0
     entering = residuals_entering_blocks(net, corrupted_ids)  # the same for every patched run of a block
     for kind, layer in jobs:

@@ -74,6 +74,7 @@ class NextTokenDistribution:
         return torch.topk(self.logits, n).indices.tolist()
 
     def sample(self, generator: torch.Generator | None = None) -> int:
+        """One token drawn from `probs`, with `generator` (on the probabilities' device: `make_generator`)."""
         if self.params.greedy:
             return most_likely(self.logits)
         return int(torch.multinomial(self.probs, 1, generator=generator))
@@ -86,20 +87,20 @@ def most_likely(logits: Tensor) -> int:
     us over GPT-2's 50257 logits, per generated token)."""
     if logits.device.type != "cpu":
         return int(torch.argmax(logits))
-    return int(logits.detach().to(torch.float32).numpy().argmax())
+    return int(logits.detach().to("cpu", torch.float32).numpy().argmax())  # on the CPU already: no copy
 
 
 def next_token_distribution(logits: Tensor, params: SamplingParams) -> NextTokenDistribution:
     """Apply temperature, top-k and top-p to one position's logits (V,)."""
     logits = logits.detach().to(torch.float32)
-    V = logits.shape[-1]
+    V, device = logits.shape[-1], logits.device
     params.check_vocabulary(V)
     if params.greedy:
-        kept = torch.zeros(V, dtype=torch.bool)
+        kept = torch.zeros(V, dtype=torch.bool, device=device)
         kept[most_likely(logits)] = True
         return NextTokenDistribution(logits, logits, kept, kept.to(torch.float32), params)
     scaled = logits / params.temperature
-    kept = torch.ones(V, dtype=torch.bool)
+    kept = torch.ones(V, dtype=torch.bool, device=device)
     if params.top_k is not None and params.top_k < V:
         kth = torch.topk(scaled, params.top_k).values[-1]
         kept &= scaled >= kth
@@ -110,15 +111,15 @@ def next_token_distribution(logits: Tensor, params: SamplingParams) -> NextToken
         # keep a token if the mass before it is still below p: the smallest set reaching p
         keep_sorted = (cum - torch.softmax(sorted_logits, dim=-1)) < params.top_p
         keep_sorted[0] = True
-        nucleus = torch.zeros(V, dtype=torch.bool)
-        nucleus[order[keep_sorted]] = True
-        kept &= nucleus
+        kept &= torch.empty_like(keep_sorted).scatter_(0, order, keep_sorted)  # back in vocabulary order
     probs = torch.softmax(scaled.masked_fill(~kept, float("-inf")), dim=-1)
     return NextTokenDistribution(logits, scaled, kept, probs, params)
 
 
-def make_generator(seed: int | None) -> torch.Generator:
-    g = torch.Generator()
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
+    """A random generator on `device` (where the probabilities it draws from are), seeded with `seed` or
+    fresh. The same seed draws the same tokens on the same kind of device; a GPU's generator is not the CPU's."""
+    g = torch.Generator(device=device)
     if seed is None:
         g.seed()
     else:

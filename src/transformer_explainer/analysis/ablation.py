@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..config import DecoderConfig
+from ..devices import float64_device
 from ..engine import ExplainerModel
 from ..errors import InputError
 from ..models.recorder import Patch
@@ -76,10 +77,10 @@ def head_means(model: ExplainerModel, texts: Iterable[str] = REFERENCE_TEXTS) ->
     total, count = None, 0
     for text in texts:
         trace = model.trace(text, truncate=True)
-        z = torch.stack([trace[block_name(i, "attn.z")] for i in range(L)])  # (L, H, T, Dh)
-        s = z.sum(dim=2)
+        # summed over positions where each block is, then side by side on the model's input device
+        s = torch.stack([trace[block_name(i, "attn.z")].sum(dim=1).to(model.device) for i in range(L)])  # (L, H, Dh)
         total = s if total is None else total + s
-        count += z.shape[2]
+        count += trace.n_tokens
     if total is None:
         raise InputError("mean ablation needs at least one reference text")
     return total / count
@@ -103,7 +104,7 @@ def ablation_patches(heads: Iterable[Head], mode: AblationMode = "zero",
         def patch(z: Tensor) -> Tensor:  # (B, H, T, Dh)
             z = z.clone()
             for h in hs:
-                z[:, h] = 0.0 if mode == "zero" else means[layer, h].to(z.dtype)
+                z[:, h] = 0.0 if mode == "zero" else means[layer, h].to(z.device, z.dtype)
             return z
 
         return patch
@@ -116,12 +117,13 @@ def text_loss(logits: Tensor, ids: Sequence[int]) -> float:
     if len(ids) < 2:
         raise InputError("a loss needs a text of at least two tokens (one to read, one to predict)",
                          code="loss_needs_two_tokens")
-    return float(F.cross_entropy(logits[:-1].float(), torch.tensor(list(ids[1:]))))
+    return float(F.cross_entropy(logits[:-1].float(), torch.tensor(list(ids[1:]), device=logits.device)))
 
 
 def _kl(p_logits: Tensor, q_logits: Tensor) -> float:
     """KL(p || q) in nats between the softmax distributions of two (V,) logit vectors."""
-    lp, lq = F.log_softmax(p_logits.double(), -1), F.log_softmax(q_logits.double(), -1)  # tiny KLs need float64
+    here = float64_device(p_logits.device)  # tiny KLs need float64
+    lp, lq = F.log_softmax(p_logits.to(here, torch.float64), -1), F.log_softmax(q_logits.to(here, torch.float64), -1)
     return float((lp.exp() * (lp - lq)).sum())
 
 
@@ -241,7 +243,7 @@ def head_importance(model: ExplainerModel, text: str | Sequence[int], *, mode: A
     clean = _run(model, ids, [], mode, means, between_passes=between_passes)
     clean_loss = text_loss(clean.logits, ids)
     L, H = model.config.n_layer, model.config.n_head
-    dloss, kl = torch.zeros(L, H), torch.zeros(L, H)
+    dloss, kl = torch.zeros(L, H, device="cpu"), torch.zeros(L, H, device="cpu")  # the answer
     for layer, h in all_heads(model.config):
         ablated = _run(model, ids, [(layer, h)], mode, means, between_passes=between_passes)
         dloss[layer, h] = text_loss(ablated.logits, ids) - clean_loss
@@ -264,7 +266,7 @@ def ablate_each_head(model: ExplainerModel, text: str | Sequence[int], *, mode: 
         clean = _run(model, ids, [], mode, means, txt, between_passes)
     clean_loss = text_loss(clean.logits, ids)
     L, H = model.config.n_layer, model.config.n_head
-    dloss, kl = torch.zeros(L, H), torch.zeros(L, H)
+    dloss, kl = torch.zeros(L, H, device="cpu"), torch.zeros(L, H, device="cpu")  # the answer
     results: dict[Head, AblationResult] = {}
     for layer, h in all_heads(model.config):
         ablated = _run(model, ids, [(layer, h)], mode, means, txt, between_passes)

@@ -108,16 +108,16 @@ def project_2d(model: ExplainerModel, tokens: Sequence[TokenLike]) -> Projection
     ids = [token_id(model, t) for t in tokens]
     if len(ids) < 2:
         raise InputError("a projection needs at least two tokens", code="projection_too_few")
-    X = embedding_matrix(model)[ids].double()
+    X = embedding_matrix(model)[ids].to("cpu", torch.float64)  # the chosen rows: a small exact SVD on the CPU
     Xc = X - X.mean(0)
     U, S, Vh = torch.linalg.svd(Xc, full_matrices=False)
     k = min(2, S.shape[0])
     signs = torch.sign(Vh[:k].gather(1, Vh[:k].abs().argmax(1, keepdim=True))).squeeze(1)
     signs[signs == 0] = 1
-    coords = torch.zeros(len(ids), 2, dtype=torch.float64)
+    coords = torch.zeros(len(ids), 2, dtype=torch.float64, device="cpu")
     coords[:, :k] = U[:, :k] * S[:k] * signs
     var = S.square()
-    explained = torch.zeros(2, dtype=torch.float64)
+    explained = torch.zeros(2, dtype=torch.float64, device="cpu")
     if var.sum() > 0:
         explained[:k] = var[:k] / var.sum()
     return Projection(ids, [model.tokenizer.token_text(i) for i in ids], coords.float(), explained.float())

@@ -129,7 +129,7 @@ def logit_lens(model: ExplainerModel, trace: Trace, *, top: int = 5, positions: 
         if bad:
             raise InputError(f"target token id {bad[0]} is outside the vocabulary (0..{V - 1})",
                              code="token_id_out_of_range", id=bad[0], max=V - 1)
-        target = torch.tensor(list(target_ids))
+        target = torch.tensor(list(target_ids), device=logits.device)
     probs = torch.softmax(logits.float(), dim=-1)
     top_probs, top_ids = probs.topk(top, dim=-1)
     idx = target.view(1, -1, 1).expand(L + 1, -1, 1)

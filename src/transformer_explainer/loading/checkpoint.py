@@ -39,7 +39,7 @@ from .files import is_regular_file, read_json
 __all__ = ["WeightFiles", "atomic_write_bytes", "atomic_writer", "hf_state_dict", "load_decoder", "open_weights",
            "read_config", "read_json", "resolve_dtype", "save_decoder"]
 
-SUPPORTED_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+SUPPORTED_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # float16: GPU
 # weights we read: safetensors' names of the floating-point dtypes, and torch's
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "float64", "float32", "float16", "bfloat16"}
 
@@ -176,7 +176,7 @@ def read_config(folder: Path) -> DecoderConfig:
 
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
-    """float32 (the default) or bfloat16, given as a name or a torch dtype."""
+    """float32 (the default), bfloat16 or float16 (on a GPU: `devices.check_dtype`), as a name or a torch dtype."""
     if dtype is None:
         return torch.float32
     if isinstance(dtype, torch.dtype) and dtype in SUPPORTED_DTYPES.values():
