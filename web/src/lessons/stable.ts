@@ -7,6 +7,7 @@
 // lesson a model opens is its capabilities' choice (lessons/index.ts). The words are under lesson.stable.*.
 import type { ModelConfigOut, ModelInfo, TensorSpec } from "../lib/generated/api";
 import { isLocal } from "../lib/family";
+import type { MessageKey } from "../lib/i18n";
 import { claim, either, say, val, type Lesson, type LessonStep, type Text, type Value } from "../lib/lesson";
 import { dec, int, token, word } from "../lib/lessonFormat";
 import { bytesPerValue, formatBytes } from "../lib/rope";
@@ -56,12 +57,14 @@ function intro(): Text {
     say("lesson.stable.intro.model", { name: word("model-name", app.trace!.model), type: word("model-type", c.model_type ?? ""),
       layers: int("n-layer", c.n_layer), heads: int("n-head", c.n_head), kv: int("n-kv-heads", c.n_kv_heads || c.n_head),
       d: int("d-model", c.n_embd), params: int("n-params", m.n_params) }),
-    say("lesson.stable.intro.base"),
+    either(k.norm === "rms" && k.positions === "rope" && k.mlp === "gated", "lesson.stable.intro.base",
+      "lesson.stable.intro.baseOther"),
     either(k.qk_norm, "lesson.stable.intro.qkNorm", "lesson.stable.intro.noQkNorm"),
     either(k.sandwich_norm, "lesson.stable.intro.sandwich", "lesson.stable.intro.noSandwich"),
     nl ? claim("lesson.stable.intro.local", { nl: int("n-local", nl), ng: int("n-global", c.n_layer - nl),
       w: int("window", k.local_window ?? 0) }) : claim("lesson.stable.intro.noLocal"),
     say("lesson.stable.intro.why"),
+    say("lesson.stable.intro.numbers", { name: word("model-name", app.trace!.model) }),
     say("lesson.stable.intro.follow", { token: f }),
   ];
 }
@@ -85,16 +88,29 @@ function qkNorm(): Text {
   return out;
 }
 
+/** The effective scales of block `layer`'s QK-norms (Gemma's: 1 + weight), one per head dimension, shared by the heads. */
+const normScales = (layer: number): TensorSpec[] =>
+  ["attn.q_norm.w", "attn.k_norm.w"].map((w) => ({ name: `blocks.${layer}.${w}` }));
+const absMax = (t: Tensor) => t.data.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
+
 function qkBound(): Text {
-  const f = focusTok(), qn = get("qknorm", "qNormed"), kn = get("qknorm", "kNormed"), sc = get("qknorm", "scaled");
-  if (!f || !qn || !kn || !sc || !caps().qk_norm) return [];
-  const p = app.pos;
+  const c = cfg(), f = focusTok(), qn = get("qknorm", "qNormed"), kn = get("qknorm", "kNormed"), sc = get("qknorm", "scaled");
+  const [wq, wk] = normScales(app.layer).map((s) => app.weight(s));
+  if (!c || !f || !qn || !kn || !sc || !wq || !wk || !caps().qk_norm) return [];
+  const p = app.pos, a = caps().attn_scale;
   const largest = Math.max(...Array.from({ length: p + 1 }, (_, s) => Math.abs(sc.data[s])));
-  const bound = caps().attn_scale * len(qn, p) * Math.max(...Array.from({ length: p + 1 }, (_, s) => len(kn, s)));
+  const bound = a * len(qn, p) * Math.max(...Array.from({ length: p + 1 }, (_, s) => len(kn, s)));
+  // |s ⊙ x / rms(x)| <= max|s| · |x| / rms(x) <= max|s| · sqrt(Dh): a normed query or key, whatever the input
+  const cap = a * absMax(wq) * absMax(wk) * c.head_dim;
+  const q = get("qknorm", "q"), k = get("qknorm", "k");
+  if (!q || !k) return [];
+  const raw = a * len(q, p) * Math.max(...Array.from({ length: p + 1 }, (_, s) => len(k, s))); // the same, before the norm
   return [
     either(largest <= bound * (1 + 1e-6), "lesson.stable.qk.bound", "lesson.stable.qk.boundBroken",
       { token: f, largest: dec("largest-score", largest, "qk-bound"), bound: dec("score-bound", bound, "qk-bound") }),
-    say("lesson.stable.qk.papers"),
+    either(bound <= cap * (1 + 1e-6), "lesson.stable.qk.cap", "lesson.stable.qk.capBroken",
+      { layer: int("layer", app.layer), dh: int("d-head", c.head_dim), cap: dec("score-cap", cap, "qk-bound") }),
+    either(raw > bound, "lesson.stable.qk.rawAbove", "lesson.stable.qk.rawBelow", { raw: dec("score-bound-raw", raw, "qk-bound") }),
   ];
 }
 
@@ -103,17 +119,40 @@ function sandwich(): Text {
   if (!c || !f) return [];
   if (!caps().sandwich_norm) return [claim("lesson.stable.sw.none", { type: word("model-type", c.model_type ?? "") })];
   const raw = get("residual", "attnRaw"), normed = get("residual", "attn"), pre = get("residual", "pre");
-  const mraw = get("residual", "mlpRaw"), mnormed = get("residual", "mlp");
-  if (!raw || !normed || !pre || !mraw || !mnormed) return [];
+  if (!raw || !normed || !pre) return [];
   const vars = { layer: int("layer", app.layer), token: f, raw: dec("attn-raw-len", len(raw), "resid-attnRaw"),
-    normed: dec("attn-normed-len", len(normed), "resid-attn"), stream: dec("resid-pre-len", len(pre)) };
+    normed: dec("attn-normed-len", len(normed), "resid-attn"), stream: dec("resid-pre-len", len(pre), "resid-pre") };
   return [
     say("lesson.stable.sw.what"),
     either(len(normed) < len(raw), "lesson.stable.sw.shrinks", "lesson.stable.sw.grows", vars),
-    either(len(mnormed) < len(mraw), "lesson.stable.sw.mlpShrinks", "lesson.stable.sw.mlpGrows", {
-      raw: dec("mlp-raw-len", len(mraw)), normed: dec("mlp-normed-len", len(mnormed)) }),
+  ];
+}
+
+/** The same for the MLP's branch, and why the norms are there (only where the model has them). */
+function sandwichMlp(): Text {
+  const f = focusTok(), raw = get("residual", "mlpRaw"), normed = get("residual", "mlp");
+  if (!f || !raw || !normed || !caps().sandwich_norm) return [];
+  return [
+    either(len(normed) < len(raw), "lesson.stable.sw.mlpShrinks", "lesson.stable.sw.mlpGrows", { layer: int("layer", app.layer),
+      token: f, raw: dec("mlp-raw-len", len(raw), "resid-mlpRaw"), normed: dec("mlp-normed-len", len(normed), "resid-mlp") }),
     say("lesson.stable.sw.why"),
   ];
+}
+
+/** The focus head's attention row at the focus token in block `layer`. */
+const rowSpec = (layer: number): TensorSpec => ({ name: `blocks.${layer}.attn.pattern`, head: app.head, position: app.pos });
+/** The global layer the window view's button beside the pattern switches to from the first local layer: the first
+ *  global one after it, else the first global one (-1: none). */
+function globalAfterLocal(): number {
+  const types = caps().layer_types, lo = firstLocal();
+  const after = types.findIndex((k, l) => l > lo && k === "full_attention");
+  return after >= 0 ? after : types.indexOf("full_attention");
+}
+/** The weight a row puts on the keys `w` or more positions before position `p` (those a window of `w` hides). */
+function beyond(row: Tensor, p: number, w: number): number {
+  let s = 0;
+  for (let j = 0; j <= p - w; j++) s += row.data[j];
+  return s;
 }
 
 function windowStep(): Text {
@@ -121,21 +160,32 @@ function windowStep(): Text {
   if (!c || !f) return [];
   const k = caps(), nl = nLocal(), T = nTok();
   if (!nl || k.local_window === null) return [claim("lesson.stable.win.none", { layers: int("n-layer", c.n_layer) })];
-  const w = k.local_window, pattern = get("window", "pattern");
-  if (!pattern || !isLocal(k, app.layer)) return [];
-  const out: Text = [say("lesson.stable.win.what", { nl: int("n-local", nl), ng: int("n-global", c.n_layer - nl),
-    w: int("window", w, "layer-types") })];
-  out.push(T > w
-    ? claim("lesson.stable.win.hides", { n: int("n-tokens", T), w: int("window", w), hidden: int("hidden-pairs",
-      ((T - w) * (T - w + 1)) / 2, "window-sliding") })
-    : claim("lesson.stable.win.short", { n: int("n-tokens", T), w: int("window", w) }));
-  if (app.pos >= w) {
-    let outside = 0;
-    for (let s = 0; s <= app.pos - w; s++) outside += pattern.data[app.pos * pattern.shape[1] + s];
-    out.push(claim("lesson.stable.win.outside", { layer: int("layer", app.layer), head: int("head", app.head), token: f,
-      w: int("window", w), v: dec("outside-weight", outside) }));
+  const w = k.local_window;
+  return [
+    say("lesson.stable.win.what", { nl: int("n-local", nl), ng: int("n-global", c.n_layer - nl), w: int("window", w) }),
+    T > w
+      ? claim("lesson.stable.win.hides", { n: int("n-tokens", T), w: int("window", w), hidden: int("hidden-pairs",
+        ((T - w) * (T - w + 1)) / 2, "window-sliding") })
+      : claim("lesson.stable.win.short", { n: int("n-tokens", T), w: int("window", w) }),
+    nl < c.n_layer ? claim("lesson.stable.win.global") : claim("lesson.stable.win.noGlobal", { w: int("window", w) }),
+  ];
+}
+
+/** The focus head's real pattern in the first local layer and in the global layer after it, whichever layer the
+ *  learner has switched to since: what the first puts beyond the window (nothing), what the second puts there. */
+function patternStep(): Text {
+  const f = focusTok(), k = caps(), w = k.local_window;
+  if (!f || w === null) return [];
+  if (app.pos < w) {
+    return [claim("lesson.stable.win.nearStart", { token: f, pos: int("pos", app.pos), w: int("window", w) })];
   }
-  out.push(say("lesson.stable.win.global"));
+  const lo = firstLocal(), gl = globalAfterLocal();
+  const lr = app.tensor(rowSpec(lo)), gr = gl >= 0 ? app.tensor(rowSpec(gl)) : undefined;
+  if (!lr || (gl >= 0 && !gr)) return [];
+  const out: Text = [claim("lesson.stable.win.outside", { layer: int("local-layer", lo), head: int("head", app.head),
+    token: f, w: int("window", w), v: dec("outside-weight", beyond(lr, app.pos, w), app.layer === lo ? "window-pattern" : undefined) })];
+  if (gr) out.push(claim("lesson.stable.win.globalReach", { layer: int("global-layer", gl),
+    v: dec("global-outside-weight", beyond(gr, app.pos, w), app.layer === gl ? "window-pattern" : undefined) }));
   return out;
 }
 
@@ -154,40 +204,70 @@ function memory(): Text {
     either(windowed < all, "lesson.stable.mem.saves", "lesson.stable.mem.same", { ctx: int("ctx", n),
       all: size("ctx-all", all, "window-memory"), windowed: size("ctx-windowed", windowed, "window-memory"),
       r: dec("ctx-ratio", all / windowed, "window-memory") }),
-    say("lesson.stable.mem.report"),
+    say("lesson.stable.mem.report", { nl: int("n-local", nl), ng: int("n-global", L - nl), w: int("window", w) }),
   ];
 }
 
-function step(s: Omit<LessonStep, "target"> & { target: () => string }): LessonStep {
-  const { target, ...rest } = s;
-  return { ...rest, get target() { return target(); } };
+/** A step whose target, controls and task follow the loaded model's capabilities (read when the card asks): a task
+ *  with nothing to do on this model is no task, so the card shows none. */
+function step(s: Omit<LessonStep, "target" | "controls" | "title"> & { target: () => string; controls?: () => string[];
+  title: MessageKey | (() => MessageKey) }): LessonStep {
+  const { target, controls, task, title, ...rest } = s;
+  return {
+    ...rest,
+    get title() { return typeof title === "function" ? title() : title; },
+    get target() { return target(); },
+    get controls() { return controls?.(); },
+    get task() { return task && task().length ? task : undefined; },
+  };
 }
 
 const local = () => nLocal() > 0 && caps().local_window !== null;
 
+const STEPS: LessonStep[] = [
+  step({ id: "intro", target: () => "arch", title: "lesson.stable.intro.title", enter: () => show("overview"),
+    body: intro }),
+  step({ id: "qk-norm", target: () => (caps().qk_norm ? "qk-query" : "qkv-mats"), title: "lesson.stable.qk.title",
+    enter: async () => { app.layer = 0; app.head = 0; await show(caps().qk_norm ? "qknorm" : "qkv"); },
+    needs: () => (caps().qk_norm ? specsFor("qknorm", app.focus()) : []), body: qkNorm }),
+  step({ id: "qk-bound", target: () => (caps().qk_norm ? "qk-bound" : "qkv-mats"), title: "lesson.stable.qkBound.title",
+    enter: async () => {
+      await show(caps().qk_norm ? "qknorm" : "qkv");
+      if (caps().qk_norm) await app.ensureWeights(normScales(app.layer));
+    },
+    needs: () => (caps().qk_norm ? specsFor("qknorm", app.focus()) : []),
+    body: () => (cfg() && !caps().qk_norm ? [claim("lesson.stable.qk.none")] : qkBound()),
+    controls: () => (caps().qk_norm ? ["qk-lengths"] : []),
+    task: () => (caps().qk_norm ? [say("lesson.stable.qk.task")] : []) }),
+  step({ id: "qk-why", target: () => "", title: "lesson.stable.qkWhy.title",
+    body: () => [say("lesson.stable.qk.papers")] }),
+  step({ id: "sandwich", target: () => "resid-attn", title: "lesson.stable.sw.title",
+    enter: async () => { app.layer = 0; await show("residual"); }, needs: () => specsFor("residual", app.focus()),
+    body: sandwich }),
+  step({ id: "sandwich-mlp", target: () => "resid-mlp", title: "lesson.stable.swMlp.title",
+    enter: async () => { app.layer = 0; await show("residual"); }, needs: () => specsFor("residual", app.focus()),
+    body: sandwichMlp }),
+  step({ id: "window", target: () => (local() ? "window-sliding" : "attn-pattern"), title: "lesson.stable.win.title",
+    enter: async () => { if (local()) { app.layer = firstLocal(); await show("window"); } else await show("attention"); },
+    body: windowStep }),
+  step({ id: "window-pattern", target: () => "window-pattern", title: "lesson.stable.winPattern.title",
+      enter: async () => { app.layer = firstLocal(); await show("window"); },
+      needs: () => [...specsFor("window", app.focus()), rowSpec(firstLocal()),
+        ...(globalAfterLocal() >= 0 ? [rowSpec(globalAfterLocal())] : [])],
+      body: patternStep,
+      controls: () => (globalAfterLocal() >= 0 ? ["window-flip"] : []),
+      task: () => (globalAfterLocal() >= 0 && app.pos >= (caps().local_window ?? Infinity)
+        ? [say("lesson.stable.win.task", { button: say("fam.showGlobal", { l: int("flip-layer", globalAfterLocal()) }) })]
+        : []),
+      done: () => !isLocal(caps(), app.layer) }),
+  step({ id: "memory", target: () => (local() ? "window-memory" : "gqa-memory"), title: () => (local() ? "lesson.stable.mem.title" : "lesson.stable.mem.titleNoWindow"),
+    enter: () => show(local() ? "window" : "gqa"), body: memory }),
+  step({ id: "summary", target: () => "", title: "lesson.stable.end.title", body: () => [say("lesson.stable.end.body")] }),
+];
+
 export const stableLesson: Lesson = {
   id: "stable",
   title: "lesson.stable.title",
-  steps: [
-    step({ id: "intro", target: () => "arch", title: "lesson.stable.intro.title", enter: () => show("overview"),
-      body: intro }),
-    step({ id: "qk-norm", target: () => (caps().qk_norm ? "qk-query" : "qkv-mats"), title: "lesson.stable.qk.title",
-      enter: async () => { app.layer = 0; app.head = 0; await show(caps().qk_norm ? "qknorm" : "qkv"); },
-      needs: () => (caps().qk_norm ? specsFor("qknorm", app.focus()) : []), body: qkNorm }),
-    step({ id: "qk-bound", target: () => (caps().qk_norm ? "qk-bound" : "qkv-mats"), title: "lesson.stable.qkBound.title",
-      enter: () => show(caps().qk_norm ? "qknorm" : "qkv"),
-      needs: () => (caps().qk_norm ? specsFor("qknorm", app.focus()) : []),
-      body: () => (cfg() && !caps().qk_norm ? [claim("lesson.stable.qk.none")] : qkBound()),
-      task: () => (caps().qk_norm ? [say("lesson.stable.qk.task")] : []) }),
-    step({ id: "sandwich", target: () => "resid-attn", title: "lesson.stable.sw.title",
-      enter: async () => { app.layer = 0; await show("residual"); }, needs: () => specsFor("residual", app.focus()),
-      body: sandwich }),
-    step({ id: "window", target: () => (local() ? "window-sliding" : "attn-pattern"), title: "lesson.stable.win.title",
-      enter: async () => { if (local()) { app.layer = firstLocal(); await show("window"); } else await show("attention"); },
-      needs: () => (local() ? specsFor("window", app.focus()) : []), body: windowStep,
-      task: () => (local() ? [say("lesson.stable.win.task")] : []) }),
-    step({ id: "memory", target: () => (local() ? "window-memory" : "gqa-memory"), title: "lesson.stable.mem.title",
-      enter: () => show(local() ? "window" : "gqa"), body: memory }),
-    step({ id: "summary", target: () => "", title: "lesson.stable.end.title", body: () => [say("lesson.stable.end.body")] }),
-  ],
+  // the real pattern of a local layer and the MLP's norm only where the model has them (the other steps say what it lacks)
+  get steps() { return STEPS.filter((s) => (s.id !== "window-pattern" || local()) && (s.id !== "sandwich-mlp" || caps().sandwich_norm)); },
 };
