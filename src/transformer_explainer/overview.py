@@ -38,10 +38,21 @@ from .schemas import (
     TraceOut,
 )
 from .slicing import activation_tensors
-from .trace import Trace
+from .trace import Summary, Trace
 
 THUMBNAIL = 32  # attention overview thumbnails are at most 32 x 32
 HIST_BINS = 64
+
+
+def pattern_thumbnail(pattern: Tensor) -> Tensor:
+    """A block's attention patterns (H, T, S) as the overview's thumbnail (at most THUMBNAIL x THUMBNAIL)."""
+    return pooled_pattern(pattern, THUMBNAIL)
+
+
+def overview_summaries(n_layer: int) -> dict[str, Summary]:
+    """What the overview reads of every block, for a pass to compute as it goes (`trace_ids(observe=...)`): a trace
+    then keeps it, and the overview runs no block again."""
+    return {f"blocks.{i}.attn.pattern": pattern_thumbnail for i in range(n_layer)}
 
 
 def capabilities_out(c: DecoderConfig) -> CapabilitiesOut:
@@ -143,7 +154,7 @@ def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated:
     tok = model.tokenizer
     tensors = activation_tensors(trace, include)
     nxt = next_token_out(model, trace.next_token_logits(), sampling, top_n, trace.n_tokens - 1)
-    thumbs = torch.stack([pooled_pattern(trace[f"blocks.{i}.attn.pattern"], THUMBNAIL) for i in range(cfg.n_layer)])
+    thumbs = torch.stack([trace.summary(f"blocks.{i}.attn.pattern", pattern_thumbnail) for i in range(cfg.n_layer)])
     size = thumbs.shape[-1]
     norms = [trace[f"blocks.{i}.resid_pre"].norm(dim=-1) for i in range(cfg.n_layer)]
     norms.append(trace[f"blocks.{cfg.n_layer - 1}.resid_post"].norm(dim=-1))

@@ -1,9 +1,11 @@
 """The server's memory of traces: a small LRU bounded in bytes, keyed by (model, token ids), and the
-`Explainer` that answers a trace through it. A view that asks for one more tensor of the same text
-reuses the forward pass, a text being typed or edited at its end continues the trace of its cached
-beginning (only the changed positions are computed), a class sending the same text at once gets one
-pass, and nothing a client does can grow memory without bound. What the answers hold is the domain's
-(`overview`, `slicing`, `inputs`); this module only remembers."""
+`Explainer` that answers a trace through it. A trace keeps each block's input and runs a block again when a view
+first asks for its internals (`recompute.py`); the blocks recently run are shared by every trace in one cache of
+their own, a quarter of the budget. A view that asks for one more tensor of the same text reuses the forward pass,
+a class sending the same text at once gets one pass, generating a token computes only its position (the prefix's
+keys and values are kept with its trace while memory allows: under pressure they go before any trace does), and
+nothing a client does can grow memory without bound. What the answers hold is the domain's (`overview`, `slicing`,
+`inputs`); this module only remembers."""
 
 from __future__ import annotations
 
@@ -12,21 +14,18 @@ from collections import OrderedDict
 from concurrent.futures import Future
 
 from ..engine import ExplainerModel
-from ..trace import Trace, truncate_trace
+from ..overview import overview_summaries
+from ..recompute import BlockCache
+from ..trace import Trace
+
+BLOCKS_SHARE = 4  # one part in BLOCKS_SHARE of the budget keeps blocks run again, the rest keeps traces
+# a generation step continues a trace from its kept keys and values; a trace continued that many times is traced
+# again whole instead, as each view of it runs every continuation's pass again
+MAX_PASSES = 4
 
 
 def trace_nbytes(trace: Trace) -> int:
-    return sum(v.numel() * v.element_size() for v in trace.values.values())
-
-
-def shared_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    """How many ids `a` and `b` have in common at their beginning."""
-    n = 0
-    for x, y in zip(a, b, strict=False):  # up to the shorter
-        if x != y:
-            break
-        n += 1
-    return n
+    return trace.nbytes()
 
 
 class TraceCache:
@@ -58,29 +57,17 @@ class TraceCache:
             self._items.move_to_end(key)
             return hit[0]
 
-    def longest_shared_prefix(self, key: tuple[str, tuple[int, ...]]) -> tuple[Trace, int] | None:
-        """The cached trace (same model) whose ids share the longest beginning with `key`'s, and how
-        many ids they share (fewer than `key` has), if any shares one: a text being typed grows or
-        changes at its end, so its previous trace usually covers most of it."""
-        name, ids = key
-        with self._lock:
-            best: tuple[Trace, int] | None = None
-            for (m, k), (trace, _) in self._items.items():
-                if m != name:
-                    continue
-                shared = shared_length(k, ids)
-                if shared == len(ids):  # the same ids (a hit), or a longer text: keep only proper beginnings
-                    shared -= 1
-                if shared > 0 and (best is None or shared > best[1]):
-                    best = (trace, shared)
-            return best
-
     def stats(self) -> dict[str, int | float]:
         return {"traces": len(self._items), "mb": round(self._bytes / 2**20, 1), "max_mb": self.max_bytes // 2**20,
                 "hits": self.hits, "misses": self.misses}
 
     def put(self, key: tuple[str, tuple[int, ...]], trace: Trace) -> None:
+        """Keep `trace` as the most recent. Over the budget, the older traces' keys and values go first (oldest
+        first), then the oldest traces; a trace that alone exceeds the budget is not kept."""
         size = trace_nbytes(trace)
+        if size > self.max_bytes and trace.kv is not None:
+            trace.drop_kv()
+            size = trace_nbytes(trace)
         if size > self.max_bytes:
             return
         with self._lock:
@@ -88,23 +75,40 @@ class TraceCache:
                 self._bytes -= self._items.pop(key)[1]
             self._items[key] = (trace, size)
             self._bytes += size
+            for k, (t, n) in list(self._items.items())[:-1]:
+                if self._bytes <= self.max_bytes:
+                    break
+                if t.kv is not None:
+                    t.drop_kv()
+                    smaller = trace_nbytes(t)
+                    self._items[k] = (t, smaller)
+                    self._bytes += smaller - n
             while self._bytes > self.max_bytes:
                 _, (_, n) = self._items.popitem(last=False)
                 self._bytes -= n
 
 
 class Explainer:
-    """The computations behind the API, with the trace cache. Thread-safe."""
+    """The computations behind the API, with the trace cache and the cache of blocks run again. Thread-safe."""
 
     def __init__(self, cache_bytes: int) -> None:
-        self.cache = TraceCache(cache_bytes)
+        blocks = cache_bytes // BLOCKS_SHARE
+        self.cache = TraceCache(cache_bytes - blocks)
+        self.blocks = BlockCache(max_blocks=None, max_bytes=blocks)
         self._inflight: dict[tuple[str, tuple[int, ...]], Future[Trace]] = {}
         self._lock = threading.Lock()
+
+    def _fresh(self, model: ExplainerModel, ids: list[int]) -> Trace:
+        """One pass over `ids`, keeping the keys and values and what the overview reads of every block."""
+        return model.trace_ids(ids, keep_kv=True, observe=overview_summaries(model.config.n_layer),
+                               block_cache=self.blocks)
 
     def trace(self, name: str, model: ExplainerModel, ids: list[int]) -> tuple[Trace, list[int]]:
         """The full trace of `ids` by the model called `name`, and the positions computed for it
         ([n, n] when it came from the cache or from the same request of another client at the same
-        time, [p, n] when the trace of the first p tokens was cached and only the rest computed)."""
+        time, [0, n] when it was computed now). A text that continues a cached one is traced whole: continuing
+        would cost more, since its overview reads every block's pattern, which only a pass over every position
+        has at hand."""
         key = (name, tuple(ids))
         n = len(ids)
         hit = self.cache.get(key)
@@ -117,15 +121,7 @@ class Explainer:
         if pending is not None:  # computed by another worker thread right now: it only has to finish
             return pending.result(), [n, n]
         try:
-            shared = self.cache.longest_shared_prefix(key)
-            # continuing a trace computes only the positions after the shared ones, but copies the
-            # shared ones into the new trace: worth it when they are at least half the text
-            if shared is not None and 2 * shared[1] >= n:
-                prefix, p = shared
-                trace = model.extend_trace(prefix if p == prefix.n_tokens else truncate_trace(prefix, p), ids[p:])
-                computed = [p, n]
-            else:
-                trace, computed = model.trace_ids(ids), [0, n]
+            trace = self._fresh(model, ids)
             mine.set_result(trace)
         except BaseException as e:
             mine.set_exception(e)
@@ -134,10 +130,16 @@ class Explainer:
             with self._lock:
                 del self._inflight[key]
         self.cache.put(key, trace)
-        return trace, computed
+        return trace, [0, n]
 
-    def extend(self, name: str, model: ExplainerModel, prefix: Trace, token_id: int) -> Trace:
-        """Trace one more token: only the new position is computed."""
-        merged = model.extend_trace(prefix, [token_id])
+    def extend(self, name: str, model: ExplainerModel, prefix: Trace, token_id: int) -> tuple[Trace, int]:
+        """Trace one more token, and the first position computed for it: only the new one when the prefix's keys
+        and values are still kept, else (or when the prefix was continued MAX_PASSES times already) all."""
+        blocks = prefix.blocks
+        if prefix.kv is not None and blocks is not None and blocks.passes < MAX_PASSES:
+            merged = model.extend_trace(prefix, [token_id], keep_kv=True, block_cache=self.blocks)
+            first = prefix.n_tokens
+        else:
+            merged, first = self._fresh(model, [*prefix.token_ids, token_id]), 0
         self.cache.put((name, tuple(merged.token_ids)), merged)
-        return merged
+        return merged, first
