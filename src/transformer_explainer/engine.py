@@ -22,7 +22,7 @@ from .models.decoder import Decoder
 from .models.kv_cache import KVCache
 from .models.recorder import Patch, Recorder
 from .patching import KINDS, Kind, Patching, activation_patching, check_kinds
-from .recompute import BlockCache, CachedKV, Past, PrefixCache, RecordedPass
+from .recompute import BlockCache, CachedKV, Past, PrefixCache, RecordedPass, own_storage
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
 from .trace import Summary, Trace, merge_traces
 
@@ -149,6 +149,8 @@ class ExplainerModel:
         start = cache.length if cache is not None else 0
         last = self.net(torch.tensor([ids]), cache=cache, rec=rec, logits_for="last")[0, -1]
         values = {k: v[0] for k, v in rec.values.items()}  # drop the batch dimension
+        if not eager:  # what is kept, each in a storage of its own size
+            values = {k: own_storage(v) for k, v in values.items()}
         blocks = kv = None
         if keep_kv:
             kv = [(values[k], values[v]) if eager else (values.pop(k), values.pop(v)) for k, v in kv_names]

@@ -254,6 +254,12 @@ class PrefixCache(KVCache):
 # -- the cache of recomputed blocks --------------------------------------------------------------------------------
 
 
+def own_storage(t: Tensor) -> Tensor:
+    """`t` itself when it takes the whole of its storage, else a copy that does: a view of a larger result (the
+    keys of a fused query/key/value product) would keep all of it."""
+    return t if t.untyped_storage().nbytes() <= t.numel() * t.element_size() else t.clone()
+
+
 def storage_nbytes(tensors: Iterator[Tensor] | list[Tensor]) -> int:
     """The bytes the tensors' storages take, each storage counted once (views share theirs)."""
     seen: dict[int, int] = {}
