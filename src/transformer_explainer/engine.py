@@ -125,7 +125,7 @@ class ExplainerModel:
         they are first read. `eager` keeps every intermediate instead (the reference for that recomputation,
         at the memory of every value). `keep_kv` keeps each block's keys and values, so that `extend_trace`
         continues the trace without running its blocks again. `observe` (name -> function of that value) keeps
-        the function's result as the pass computes the value (`Trace.summary`), so that a small summary of a
+        the function's result as the pass computes the value (`Trace.observation`), so that a small summary of a
         block's value costs no recomputation. `block_cache`: where recomputed blocks are kept (default: two per
         trace; a server shares one among its traces).
         """
@@ -171,7 +171,7 @@ class ExplainerModel:
             blocks=blocks,
             kv=kv,
             block_cache=BlockCache() if block_cache is None else block_cache,
-            summaries={(n, f): rec.observed[n] for n, f in (observe or {}).items() if n in rec.observed},
+            observations={(n, f): rec.observed[n] for n, f in (observe or {}).items() if n in rec.observed},
         )
 
     def check_vocabulary(self, ids: list[int]) -> None:

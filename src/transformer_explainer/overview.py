@@ -154,7 +154,7 @@ def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated:
     tok = model.tokenizer
     tensors = activation_tensors(trace, include)
     nxt = next_token_out(model, trace.next_token_logits(), sampling, top_n, trace.n_tokens - 1)
-    thumbs = torch.stack([trace.summary(f"blocks.{i}.attn.pattern", pattern_thumbnail) for i in range(cfg.n_layer)])
+    thumbs = torch.stack([trace.observation(f"blocks.{i}.attn.pattern", pattern_thumbnail) for i in range(cfg.n_layer)])
     size = thumbs.shape[-1]
     norms = [trace[f"blocks.{i}.resid_pre"].norm(dim=-1) for i in range(cfg.n_layer)]
     norms.append(trace[f"blocks.{cfg.n_layer - 1}.resid_post"].norm(dim=-1))

@@ -62,7 +62,7 @@ class Trace(TraceBase):
     kv: list[KV] | None = field(default=None, repr=False)
     block_cache: BlockCache = field(default_factory=BlockCache, repr=False, compare=False)
     # small functions of values the pass computed as it went (`ExplainerModel.trace_ids(observe=...)`)
-    summaries: dict[tuple[str, Summary], Tensor] = field(default_factory=dict, repr=False, compare=False)
+    observations: dict[tuple[str, Summary], Tensor] = field(default_factory=dict, repr=False, compare=False)
     _key: object = field(default_factory=object, init=False, repr=False, compare=False)  # its blocks' cache key
 
     describe_name = staticmethod(describe)
@@ -131,9 +131,9 @@ class Trace(TraceBase):
             return scaled.masked_fill(hidden_keys(t, s, window, scaled.device), float("-inf"))
         raise KeyError(f"no rule to derive {d.op!r}")
 
-    def summary(self, name: str, fn: Summary) -> Tensor:
+    def observation(self, name: str, fn: Summary) -> Tensor:
         """`fn(self[name])`: as the pass computed it when it was asked to (`observe`), else computed now."""
-        kept = self.summaries.get((name, fn))
+        kept = self.observations.get((name, fn))
         return kept if kept is not None else fn(self[name])
 
     def names(self) -> list[str]:
@@ -148,7 +148,7 @@ class Trace(TraceBase):
 
     def nbytes(self) -> int:
         """The bytes of the tensors the trace holds (each storage once), its recently run blocks aside."""
-        tensors = [*self.values.values(), *(t for kv in self.kv or [] for t in kv), *self.summaries.values()]
+        tensors = [*self.values.values(), *(t for kv in self.kv or [] for t in kv), *self.observations.values()]
         if self.last_logits is not None:
             tensors.append(self.last_logits)
         if self.blocks is not None:
@@ -170,7 +170,8 @@ class Trace(TraceBase):
         values.update(self.values)  # what the trace keeps wins (the same numbers)
         return Trace(model_name=self.model_name, config=self.config, text=self.text, token_ids=self.token_ids,
                      tokens=self.tokens, values=values, start=self.start, prefix_ids=self.prefix_ids,
-                     unembed=self.unembed, last_logits=self.last_logits, kv=self.kv, summaries=dict(self.summaries))
+                     unembed=self.unembed, last_logits=self.last_logits, kv=self.kv,
+                     observations=dict(self.observations))
 
     # -- convenience -----------------------------------------------------------------------------
 

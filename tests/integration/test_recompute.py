@@ -142,7 +142,7 @@ def test_in_bfloat16(folder):
                      model.extend_trace(truncate_trace(eager, 64), ids[64:100]))
 
 
-def test_summaries_observed_during_the_pass(model):
+def test_values_observed_during_the_pass(model):
     """What `observe` keeps is the function of the pass's own value: equal to the function of the value read
     again, so a view may take either."""
     L = model.config.n_layer
@@ -151,8 +151,8 @@ def test_summaries_observed_during_the_pass(model):
     lazy = model.trace_ids(ids, observe={n: pattern_thumbnail for n in names})
     eager = model.trace_ids(ids, eager=True)
     for n in names:
-        assert (n, pattern_thumbnail) in lazy.summaries
-        assert torch.equal(lazy.summary(n, pattern_thumbnail), pattern_thumbnail(eager[n]))
+        assert (n, pattern_thumbnail) in lazy.observations
+        assert torch.equal(lazy.observation(n, pattern_thumbnail), pattern_thumbnail(eager[n]))
     assert len(lazy.block_cache) == 0  # nothing was run again for them
 
 
