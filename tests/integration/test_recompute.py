@@ -146,7 +146,7 @@ def test_values_observed_during_the_pass(model):
     """What `observe` keeps is the function of the pass's own value: equal to the function of the value read
     again, so a view may take either."""
     L = model.config.n_layer
-    ids = _ids(50, model.config.vocab_size, seed=5)
+    ids = _ids(128, model.config.vocab_size, seed=5)  # the pattern computed in blocks of queries
     names = [f"blocks.{i}.attn.pattern" for i in range(L)]
     lazy = model.trace_ids(ids, observe={n: pattern_thumbnail for n in names})
     eager = model.trace_ids(ids, eager=True)

@@ -62,6 +62,13 @@ class Recorder:
             self.observed[full] = observer(value.detach())
         return value
 
+    def records(self, name: str) -> bool:
+        """Whether a value recorded under `name` is kept, observed or patched: when it is none of these, the caller
+        may skip what only the record needs (a full pattern where the pass computes it in blocks)."""
+        full = self.prefix + name
+        return (full in self.patches or full in self.observers
+                or (self.store and (self.keep is None or self.keep(full))))
+
     def wants(self, name: str) -> bool:
         """True if a patch is registered for `name` under this prefix."""
         return self.prefix + name in self.patches
