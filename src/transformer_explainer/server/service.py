@@ -132,11 +132,13 @@ class Explainer:
         self.cache.put(key, trace)
         return trace, [0, n]
 
-    def extend(self, name: str, model: ExplainerModel, prefix: Trace, token_id: int) -> tuple[Trace, int]:
-        """Trace one more token, and the first position computed for it: only the new one when the prefix's keys
-        and values are still kept, else (or when the prefix was continued MAX_PASSES times already) all."""
+    def extend(self, name: str, model: ExplainerModel, prefix: Trace, token_id: int, *, cached: bool = True
+               ) -> tuple[Trace, int]:
+        """Trace one more token, and the first position computed for it: only the new one when the prefix came from
+        the cache (`cached`) with its keys and values still kept and was continued fewer than MAX_PASSES times;
+        else all of them, in one pass (a prefix computed just now: its pass is counted already)."""
         blocks = prefix.blocks
-        if prefix.kv is not None and blocks is not None and blocks.passes < MAX_PASSES:
+        if cached and prefix.kv is not None and blocks is not None and blocks.passes < MAX_PASSES:
             merged = model.extend_trace(prefix, [token_id], keep_kv=True, block_cache=self.blocks)
             first = prefix.n_tokens
         else:

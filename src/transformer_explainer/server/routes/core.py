@@ -199,7 +199,7 @@ async def generate(body: GenerateIn, ctx: Context) -> GenerateOut:
         check_activations_fit(m.config, len(res.ids) + 1, body.include)
         prefix, prefix_computed = ctx.explainer.trace(name, m, res.ids)
         tok = choose_next(m, prefix.next_token_logits(), body.sampling, body.token_id)
-        merged, first = ctx.explainer.extend(name, m, prefix, tok.id)
+        merged, first = ctx.explainer.extend(name, m, prefix, tok.id, cached=prefix_computed[0] == len(res.ids))
         t1 = time.perf_counter()
         n = len(res.ids)
         # normally only the new position; more when the prefix, or its keys and values, were no longer kept
