@@ -4,7 +4,7 @@ Python API, the CLI and the web app."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,7 +115,7 @@ class ExplainerModel:
     def trace_ids(self, ids: list[int], *, text: str | None = None, cache: KVCache | None = None,
                   prefix_ids: list[int] | None = None, patches: dict[str, Patch] | None = None,
                   eager: bool = False, keep_kv: bool = False, observe: Mapping[str, Summary] | None = None,
-                  block_cache: BlockCache | None = None) -> Trace:
+                  block_cache: BlockCache | None = None, keep_blocks: Collection[int] = ()) -> Trace:
         """Trace token ids. With a `cache` holding `prefix_ids`, only the new positions are computed
         and traced (their attention still covers the whole prefix); the cache is extended.
 
@@ -127,37 +127,47 @@ class ExplainerModel:
         continues the trace without running its blocks again. `observe` (name -> function of that value) keeps
         the function's result as the pass computes the value (`Trace.observation`), so that a small summary of a
         block's value costs no recomputation. `block_cache`: where recomputed blocks are kept (default: two per
-        trace; a server shares one among its traces).
+        trace; a server shares one among its traces). `keep_blocks`: blocks whose values the pass hands to the
+        block cache as it records them (those a view is about to read).
         """
         past = None
         if cache is not None and cache.length:  # views of the cache's buffers, which later steps only extend
             past = CachedKV(tuple((k[0], v[0]) for k, v in cache.layers))
         return self._trace(ids, text=text, cache=cache, prefix_ids=prefix_ids, patches=patches, past=past,
-                           eager=eager, keep_kv=keep_kv, observe=observe, block_cache=block_cache)
+                           eager=eager, keep_kv=keep_kv, observe=observe, block_cache=block_cache,
+                           keep_blocks=keep_blocks)
 
     def _trace(self, ids: list[int], *, text: str | None, cache: KVCache | None, prefix_ids: list[int] | None,
                patches: dict[str, Patch] | None, past: Past | None, eager: bool, keep_kv: bool,
-               observe: Mapping[str, Summary] | None, block_cache: BlockCache | None) -> Trace:
+               observe: Mapping[str, Summary] | None, block_cache: BlockCache | None,
+               keep_blocks: Collection[int] = ()) -> Trace:
         self._check_ids(ids, cache)
         L = self.config.n_layer
         inputs = [f"blocks.{i}.resid_pre" for i in range(L)]
         kv_names = [(f"blocks.{i}.{self.net.cached_keys}", f"blocks.{i}.attn.v") for i in range(L)]
         kept = {*inputs, f"blocks.{L - 1}.resid_post", *(n for pair in kv_names if keep_kv for n in pair)}
         observers = {n: (lambda v, f=f: f(v[0])) for n, f in (observe or {}).items()}  # the batch dimension dropped
-        rec = Recorder(patches=patches, observers=observers,
-                       keep=None if eager else (lambda n: not n.startswith("blocks.") or n in kept))
+        handing = sorted({i for i in keep_blocks if 0 <= i < L})
+        whole = tuple(f"blocks.{i}." for i in handing)
+
+        def keep(name: str) -> bool:
+            return not name.startswith("blocks.") or name in kept or name.startswith(whole)
+
+        rec = Recorder(patches=patches, observers=observers, keep=None if eager else keep)
         start = cache.length if cache is not None else 0
         last = self.net(torch.tensor([ids]), cache=cache, rec=rec, logits_for="last")[0, -1]
         values = {k: v[0] for k, v in rec.values.items()}  # drop the batch dimension
+        handed = {} if eager else {i: {k: v for k, v in values.items() if k.startswith(f"blocks.{i}.")}
+                                   for i in handing}
         if not eager:  # what is kept, each in a storage of its own size
-            values = {k: own_storage(v) for k, v in values.items()}
+            values = {k: own_storage(v) for k, v in values.items() if not k.startswith("blocks.") or k in kept}
         blocks = kv = None
         if keep_kv:
             kv = [(values[k], values[v]) if eager else (values.pop(k), values.pop(v)) for k, v in kv_names]
         if not eager:
             blocks = RecordedPass(self.net, tuple(values.pop(n) for n in inputs), start, patches or {}, past)
         prefix = list(prefix_ids or [])
-        return Trace(
+        trace = Trace(
             model_name=self.name,
             config=self.config,
             text=text if text is not None else self.tokenizer.decode(prefix + ids),
@@ -173,6 +183,9 @@ class ExplainerModel:
             block_cache=BlockCache() if block_cache is None else block_cache,
             observations={(n, f): rec.observed[n] for n, f in (observe or {}).items() if n in rec.observed},
         )
+        for i, block in handed.items():
+            trace.keep_block(i, block)
+        return trace
 
     def check_vocabulary(self, ids: list[int]) -> None:
         """An InputError naming the first id outside the vocabulary, if any."""

@@ -314,15 +314,22 @@ class BlockCache:
         finally:
             with self._lock:
                 del self._inflight[key]
+        self.put(key, values)
+        return values
+
+    def put(self, key: Hashable, values: BlockValues) -> None:
+        """Keep `values` under `key` as the most recent block (a pass that recorded a block whole hands it over)."""
         size = storage_nbytes(list(values.values()))
         with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
             self._items[key] = (values, size)
             self._bytes += size
             while len(self._items) > 1 and ((self.max_blocks is not None and len(self._items) > self.max_blocks)
                                             or (self.max_bytes is not None and self._bytes > self.max_bytes)):
                 _, (_, n) = self._items.popitem(last=False)
                 self._bytes -= n
-        return values
 
     def stats(self) -> dict[str, int | float]:
         return {"blocks": len(self._items), "mb": round(self._bytes / 2**20, 1), "hits": self.hits,

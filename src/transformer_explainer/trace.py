@@ -109,6 +109,11 @@ class Trace(TraceBase):
         blocks = self.blocks
         return self.block_cache.get((self._key, layer), lambda: blocks.block(layer))
 
+    def keep_block(self, layer: int, values: BlockValues) -> None:
+        """Hand block `layer`'s values, as the pass recorded them, to the block cache: its first view runs nothing."""
+        if self.blocks is not None:
+            self.block_cache.put((self._key, layer), values)
+
     def _derive(self, d: Derivation, layer: int | None) -> Tensor:
         """A derived stage of block `layer` (None: a global one), by its rule in names.DERIVATIONS.
         Sources are looked up by name, so a stage a patched forward stored (its own scores) wins."""

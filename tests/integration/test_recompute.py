@@ -72,6 +72,12 @@ def test_a_recomputed_trace_equals_the_recorded_one(model, T):
     name = "blocks.1.attn.pattern"
     assert lazy[name] is lazy[name]
     assert lazy.nbytes() < eager.nbytes()
+    # a block the pass hands over as it records it: the same values, nothing run again
+    handed = model.trace_ids(ids, keep_blocks=[1])
+    assert len(handed.block_cache) == 1
+    handed[name]
+    assert handed.block_cache.misses == 0
+    assert_same_bits(handed, eager)
 
 
 def test_after_a_kv_cache_prefix(model):
@@ -124,6 +130,7 @@ def test_with_patches(model):
     ids = _ids(70, model.config.vocab_size, seed=3)
     lazy, eager = model.trace_ids(ids, patches=patches), model.trace_ids(ids, patches=patches, eager=True)
     assert_same_bits(lazy, eager)
+    assert_same_bits(model.trace_ids(ids, patches=patches, keep_blocks=[0, 1]), eager)
     plain = model.trace_ids(ids)
     assert not torch.equal(lazy["blocks.1.resid_pre"], plain["blocks.1.resid_pre"])
     assert not torch.equal(lazy["blocks.0.resid_post"], lazy["blocks.1.resid_pre"])  # the patch sits between them

@@ -284,15 +284,19 @@ def test_same_text_at_once_is_computed_once(tiny_model, monkeypatch):
 def test_a_longer_or_edited_text_is_traced_whole_in_one_pass(client, tiny_model):
     """A text that continues or edits a cached one is traced whole: its overview reads every block's pattern, which
     a pass over every position has at hand (kept as thumbnails as it goes), while a continued trace would run each
-    block again for it. No block is run again for the overview; the cached texts are still answered."""
+    block again for it. No block is run again for the overview, nor for the tensors the answer includes (the pass
+    hands their block over); the cached texts are still answered."""
     explainer = client.app.state.explainer
     first = client.post("/api/trace", json={"text": "The quick brown fox jumps"}).json()
     n0 = len(first["token_ids"])
+    include = [{"name": "blocks.1.attn.pattern", "head": 0, "dtype": "float32"}]
     for text in ("The quick brown fox jumps over", "The quick brown fox sleeps"):
         runs = explainer.blocks.misses
-        d = client.post("/api/trace", json={"text": text}).json()
+        d = client.post("/api/trace", json={"text": text, "include": include}).json()
         n = len(d["token_ids"])
         assert d["computed_positions"] == [0, n] and explainer.blocks.misses == runs
+        pattern = tiny_model.trace_ids(d["token_ids"], eager=True)["blocks.1.attn.pattern"][0]
+        assert d["tensors"][0]["shape"] == list(pattern.shape)
         got = explainer.cache.get(("tiny", tuple(d["token_ids"])))
         assert got.kv is not None and len(got.kv) == tiny_model.config.n_layer  # to generate from it
         assert_same_trace(got, tiny_model.trace_ids(d["token_ids"]), atol=1e-6)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Collection, Iterable
 from concurrent.futures import Future
 
 from ..engine import ExplainerModel
@@ -26,6 +27,17 @@ MAX_PASSES = 4
 
 def trace_nbytes(trace: Trace) -> int:
     return trace.nbytes()
+
+
+def blocks_named(names: Iterable[str]) -> set[int]:
+    """The blocks that activation names such as `blocks.3.attn.pattern` belong to (others are ignored: the slicing
+    refuses them in a sentence)."""
+    out = set()
+    for name in names:
+        parts = name.split(".", 2)
+        if len(parts) == 3 and parts[0] == "blocks" and parts[1].isdigit():
+            out.add(int(parts[1]))
+    return out
 
 
 class TraceCache:
@@ -98,17 +110,19 @@ class Explainer:
         self._inflight: dict[tuple[str, tuple[int, ...]], Future[Trace]] = {}
         self._lock = threading.Lock()
 
-    def _fresh(self, model: ExplainerModel, ids: list[int]) -> Trace:
-        """One pass over `ids`, keeping the keys and values and what the overview reads of every block."""
+    def _fresh(self, model: ExplainerModel, ids: list[int], blocks: Collection[int]) -> Trace:
+        """One pass over `ids`, keeping the keys and values and what the overview reads of every block, and handing
+        the `blocks` the answer reads to the block cache."""
         return model.trace_ids(ids, keep_kv=True, observe=overview_summaries(model.config.n_layer),
-                               block_cache=self.blocks)
+                               block_cache=self.blocks, keep_blocks=blocks)
 
-    def trace(self, name: str, model: ExplainerModel, ids: list[int]) -> tuple[Trace, list[int]]:
+    def trace(self, name: str, model: ExplainerModel, ids: list[int], *, blocks: Collection[int] = ()
+              ) -> tuple[Trace, list[int]]:
         """The full trace of `ids` by the model called `name`, and the positions computed for it
         ([n, n] when it came from the cache or from the same request of another client at the same
         time, [0, n] when it was computed now). A text that continues a cached one is traced whole: continuing
         would cost more, since its overview reads every block's pattern, which only a pass over every position
-        has at hand."""
+        has at hand. `blocks`: those whose values the answer reads (kept as the pass records them)."""
         key = (name, tuple(ids))
         n = len(ids)
         hit = self.cache.get(key)
@@ -121,7 +135,7 @@ class Explainer:
         if pending is not None:  # computed by another worker thread right now: it only has to finish
             return pending.result(), [n, n]
         try:
-            trace = self._fresh(model, ids)
+            trace = self._fresh(model, ids, blocks)
             mine.set_result(trace)
         except BaseException as e:
             mine.set_exception(e)
@@ -132,16 +146,16 @@ class Explainer:
         self.cache.put(key, trace)
         return trace, [0, n]
 
-    def extend(self, name: str, model: ExplainerModel, prefix: Trace, token_id: int, *, cached: bool = True
-               ) -> tuple[Trace, int]:
+    def extend(self, name: str, model: ExplainerModel, prefix: Trace, token_id: int, *, cached: bool = True,
+               blocks: Collection[int] = ()) -> tuple[Trace, int]:
         """Trace one more token, and the first position computed for it: only the new one when the prefix came from
         the cache (`cached`) with its keys and values still kept and was continued fewer than MAX_PASSES times;
         else all of them, in one pass (a prefix computed just now: its pass is counted already)."""
-        blocks = prefix.blocks
-        if cached and prefix.kv is not None and blocks is not None and blocks.passes < MAX_PASSES:
+        recipe = prefix.blocks
+        if cached and prefix.kv is not None and recipe is not None and recipe.passes < MAX_PASSES:
             merged = model.extend_trace(prefix, [token_id], keep_kv=True, block_cache=self.blocks)
             first = prefix.n_tokens
         else:
-            merged, first = self._fresh(model, [*prefix.token_ids, token_id]), 0
+            merged, first = self._fresh(model, [*prefix.token_ids, token_id], blocks), 0
         self.cache.put((name, tuple(merged.token_ids)), merged)
         return merged, first
