@@ -22,7 +22,7 @@ from .models.decoder import Decoder
 from .models.kv_cache import KVCache
 from .models.recorder import Patch, Recorder
 from .patching import KINDS, Kind, Patching, activation_patching, check_kinds
-from .recompute import BlockCache, CachedKV, Past, PrefixCache, RecordedPass, own_storage
+from .recompute import KV_LAST, BlockCache, CachedKV, Past, PrefixCache, RecordedPass, kv_of, own_storage
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
 from .trace import Summary, Trace, merge_traces
 
@@ -351,9 +351,8 @@ class ExplainerModel:
         kept = prefix.kv  # read once: a server may drop it meanwhile
         if kept is not None:
             cache: KVCache = KVCache([(k[None], v[None]) for k, v in kept])
-        else:  # the keys as attention uses them (rotated, where it rotates)
-            cache = PrefixCache(prefix.n_tokens, lambda i: (prefix[f"blocks.{i}.{self.net.cached_keys}"],
-                                                            prefix[f"blocks.{i}.attn.v"]))
+        else:  # each block run again as far as its keys and values
+            cache = PrefixCache(prefix.n_tokens, lambda i: kv_of(prefix.block_until(i, KV_LAST), i, self.net))
         new = self._trace(new_ids, text=None, cache=cache, prefix_ids=prefix.token_ids, patches=None,
                           past=prefix.blocks, eager=prefix.blocks is None, keep_kv=keep_kv, observe=None,
                           block_cache=block_cache)

@@ -107,13 +107,18 @@ class BlockSource:
         """(T, D): the residual stream entering block `layer` (its `resid_pre`), as the pass recorded it."""
         raise NotImplementedError
 
-    def block(self, layer: int) -> BlockValues:
-        """Every value block `layer`'s recorded forward records, as the pass recorded them."""
+    def block(self, layer: int, until: str | None = None) -> BlockValues:
+        """Every value block `layer`'s recorded forward records, as the pass recorded them; with `until` (a stage,
+        "attn.pattern"), only those recorded up to that one, the block run no further."""
+        raise NotImplementedError
+
+    def patched(self, name: str) -> bool:
+        """Whether a pass of the recipe patched the value `name` (a derived stage is then recorded)."""
         raise NotImplementedError
 
     def output_is_next_input(self, layer: int) -> bool:
         """Whether block `layer`'s `resid_post` is the next block's `resid_pre` itself (no patch edits the latter)."""
-        raise NotImplementedError
+        return not self.patched(f"blocks.{layer + 1}.resid_pre")
 
     def tensors(self) -> Iterator[Tensor]:
         """The tensors the recipe holds (for the memory a trace takes)."""
@@ -121,9 +126,24 @@ class BlockSource:
 
     def kv(self, layer: int) -> KV:
         """Block `layer`'s keys (as attention uses them: rotated, where it rotates) and values (G, S, Dh), from the
-        block run again: what a continuation of this trace reads from its KV cache."""
-        values = self.block(layer)
-        return values[f"blocks.{layer}.{self.net.cached_keys}"], values[f"blocks.{layer}.attn.v"]
+        block run again as far as its values: what a continuation of this trace reads from its KV cache."""
+        return kv_of(self.block(layer, until=KV_LAST), layer, self.net)
+
+
+KV_LAST = "attn.v"  # attention records its keys, then its values, before it attends: a block run this far has both
+
+
+def kv_of(values: BlockValues, layer: int, net: Decoder) -> KV:
+    """The keys (as attention uses them) and values of block `layer` among its recorded values."""
+    return values[f"blocks.{layer}.{net.cached_keys}"], values[f"blocks.{layer}.attn.v"]
+
+
+class _Recorded(Exception):  # noqa: N818 (not an error: the stage asked for is recorded, the block goes no further)
+    pass
+
+
+def _stop(value: Tensor) -> Tensor:
+    raise _Recorded
 
 
 @dataclass(frozen=True)
@@ -156,8 +176,8 @@ class RecordedPass(BlockSource):
     def entering(self, layer: int) -> Tensor:
         return self.inputs[layer]
 
-    def output_is_next_input(self, layer: int) -> bool:
-        return f"blocks.{layer + 1}.resid_pre" not in self.patches
+    def patched(self, name: str) -> bool:
+        return name in self.patches
 
     def tensors(self) -> Iterator[Tensor]:
         yield from self.inputs
@@ -167,8 +187,9 @@ class RecordedPass(BlockSource):
         elif self.past is not None:
             yield from self.past.tensors()
 
-    def block(self, layer: int, past: KV | None = None) -> BlockValues:
-        """Block `layer` run again; `past`: the keys and values before `start` when the caller has them at hand."""
+    def block(self, layer: int, until: str | None = None, past: KV | None = None) -> BlockValues:
+        """Block `layer` run again (as far as `until`); `past`: the keys and values before `start` when the caller
+        has them at hand."""
         prefix = f"blocks.{layer}."
         # the input is recorded after its patch: applying that patch again would apply it twice
         patches = {k: p for k, p in self.patches.items() if k.startswith(prefix) and k != prefix + "resid_pre"}
@@ -178,9 +199,13 @@ class RecordedPass(BlockSource):
         block = self.net.blocks[layer]
         device = next(block.parameters()).device
         x = self.inputs[layer].to(device)[None]
+        rec = Recorder(values, prefix, patches, observers=None if until is None else {prefix + until: _stop})
         with torch.inference_mode():
             slot = None if past is None else KVCache([(past[0].to(device)[None], past[1].to(device)[None])]).slot(0)
-            self.net.forward_block(layer, x, start=self.start, rec=Recorder(values, prefix, patches), past=slot)
+            try:
+                self.net.forward_block(layer, x, start=self.start, rec=rec, past=slot)
+            except _Recorded:
+                pass
         return {k: v[0] for k, v in values.items()}
 
 
@@ -197,20 +222,20 @@ class Merged(BlockSource):
     def entering(self, layer: int) -> Tensor:
         return torch.cat([self.prefix.entering(layer), self.new.entering(layer)])
 
-    def output_is_next_input(self, layer: int) -> bool:
-        return self.prefix.output_is_next_input(layer) and self.new.output_is_next_input(layer)
+    def patched(self, name: str) -> bool:
+        return self.prefix.patched(name) or self.new.patched(name)
 
     def tensors(self) -> Iterator[Tensor]:
         yield from self.prefix.tensors()
         yield from self.new.tensors()
 
-    def block(self, layer: int) -> BlockValues:
-        before = self.prefix.block(layer)
-        # the continuation read the prefix's keys and values: those of the block just computed, when they are
+    def block(self, layer: int, until: str | None = None) -> BlockValues:
+        before = self.prefix.block(layer, until)
         past = None
-        if self.new.past is self.prefix:
-            past = before[f"blocks.{layer}.{self.net.cached_keys}"], before[f"blocks.{layer}.attn.v"]
-        return merge_values(before, self.new.block(layer, past), self.net.config.family)
+        if self.new.past is self.prefix:  # the continuation reads the prefix's keys and values: the block just run's
+            k, v = f"blocks.{layer}.{self.net.cached_keys}", f"blocks.{layer}.attn.v"
+            past = (before[k], before[v]) if k in before and v in before else self.prefix.kv(layer)
+        return merge_values(before, self.new.block(layer, until, past), self.net.config.family)
 
 
 class Cut(BlockSource):
@@ -224,14 +249,14 @@ class Cut(BlockSource):
     def entering(self, layer: int) -> Tensor:
         return self.source.entering(layer)[: self.n_tokens]
 
-    def output_is_next_input(self, layer: int) -> bool:
-        return self.source.output_is_next_input(layer)
+    def patched(self, name: str) -> bool:
+        return self.source.patched(name)
 
     def tensors(self) -> Iterator[Tensor]:
         return self.source.tensors()
 
-    def block(self, layer: int) -> BlockValues:
-        return cut_values(self.source.block(layer), self.n_tokens, self.net.config.family)
+    def block(self, layer: int, until: str | None = None) -> BlockValues:
+        return cut_values(self.source.block(layer, until), self.n_tokens, self.net.config.family)
 
 
 class PrefixCache(KVCache):
@@ -316,6 +341,12 @@ class BlockCache:
                 del self._inflight[key]
         self.put(key, values)
         return values
+
+    def peek(self, key: Hashable) -> BlockValues | None:
+        """The block under `key` if it is kept (nothing computed, nothing counted)."""
+        with self._lock:
+            hit = self._items.get(key)
+            return None if hit is None else hit[0]
 
     def put(self, key: Hashable, values: BlockValues) -> None:
         """Keep `values` under `key` as the most recent block (a pass that recorded a block whole hands it over)."""

@@ -83,11 +83,12 @@ class Trace(TraceBase):
         key = p.suffix
         if p.layer is not None and not 0 <= p.layer < self.config.n_layer:
             raise KeyError(f"{name!r}: the model has {self.config.n_layer} blocks")
-        if p.layer is not None and self.blocks is not None:
+        derivation = FAMILY_NAMES[family].derivations.get(key)
+        # a stage derived from others is recorded only where a patch edited it: the others are what to run again for
+        if p.layer is not None and self.blocks is not None and (derivation is None or self.blocks.patched(name)):
             value = self._block_value(p.layer, key, name)
             if value is not None:
                 return value
-        derivation = FAMILY_NAMES[family].derivations.get(key)
         if derivation is None:
             raise KeyError(f"{name!r} is not an activation recorded in this trace")
         return self._derive(derivation, p.layer)
@@ -108,6 +109,25 @@ class Trace(TraceBase):
             return {k: v for k, v in self.values.items() if k.startswith(prefix)}
         blocks = self.blocks
         return self.block_cache.get((self._key, layer), lambda: blocks.block(layer))
+
+    def block_until(self, layer: int, stage: str) -> BlockValues:
+        """Block `layer`'s values recorded up to `stage` ("attn.pattern"), and maybe more: the block cache's when
+        the block is there, else the block run only that far (not kept)."""
+        if self.blocks is None:
+            return self.block(layer)
+        kept = self.block_cache.peek((self._key, layer))
+        return kept if kept is not None else self.blocks.block(layer, until=stage)
+
+    def observe(self, name: str, fn: Summary) -> Tensor:
+        """`fn(self[name])`, kept for `observation` as if the pass had observed it; a block's stage is read from the
+        block run only as far as that stage (a continued trace's overview: every block's pattern, none whole)."""
+        p, table = parse_name(name, self.config.family), self.config.names
+        if p.layer is not None and self.blocks is not None and p.suffix not in table.derivations:
+            value = self.block_until(p.layer, p.suffix)[name]
+        else:
+            value = self[name]
+        out = self.observations[(name, fn)] = fn(value)
+        return out
 
     def keep_block(self, layer: int, values: BlockValues) -> None:
         """Hand block `layer`'s values, as the pass recorded them, to the block cache: its first view runs nothing."""

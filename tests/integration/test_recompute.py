@@ -72,6 +72,12 @@ def test_a_recomputed_trace_equals_the_recorded_one(model, T):
     name = "blocks.1.attn.pattern"
     assert lazy[name] is lazy[name]
     assert lazy.nbytes() < eager.nbytes()
+    # what needs no block's values runs none: its input, and the key/value head each query head reads
+    fresh = model.trace_ids(ids)
+    fresh["blocks.1.resid_pre"]
+    if "blocks.1.attn.kv_head" in fresh:
+        fresh["blocks.1.attn.kv_head"]
+    assert len(fresh.block_cache) == 0
     # a block the pass hands over as it records it: the same values, nothing run again
     handed = model.trace_ids(ids, keep_blocks=[1])
     assert len(handed.block_cache) == 1
@@ -161,6 +167,15 @@ def test_values_observed_during_the_pass(model):
         assert (n, pattern_thumbnail) in lazy.observations
         assert torch.equal(lazy.observation(n, pattern_thumbnail), pattern_thumbnail(eager[n]))
     assert len(lazy.block_cache) == 0  # nothing was run again for them
+    # a continued trace observes them afterwards, each block run only as far as its pattern
+    merged = model.extend_trace(model.trace_ids(ids[:100]), ids[100:])
+    merged_eager = model.extend_trace(model.trace_ids(ids[:100], eager=True), ids[100:])
+    for n in names:
+        assert torch.equal(merged.observe(n, pattern_thumbnail), pattern_thumbnail(merged_eager[n]))
+    assert len(merged.block_cache) == 0
+    partial = merged.block_until(0, "attn.pattern")
+    assert "blocks.0.attn.pattern" in partial and "blocks.0.mlp_out" not in partial
+    assert torch.equal(_bits(partial["blocks.0.attn.pattern"]), _bits(merged_eager["blocks.0.attn.pattern"]))
 
 
 def test_materialized_holds_every_value(model):

@@ -1,7 +1,7 @@
 """What keeps one server up for a classroom: limits (body size, tokens per request), bodies that
 cannot be read, model choice limited to the registry (no paths, downloads off unless switched on),
-the bounded pool's two lanes and its Retry-After, and traces computed once for many clients, holding the same
-values as a trace computed alone."""
+the bounded pool's two lanes and its Retry-After, and traces computed once for many clients or
+from a cached prefix holding the same values as a trace computed alone."""
 
 from __future__ import annotations
 
@@ -281,27 +281,57 @@ def test_same_text_at_once_is_computed_once(tiny_model, monkeypatch):
     assert results[0][1] == [0, len(ids)] and results[1][1] == [len(ids), len(ids)]
 
 
-def test_a_longer_or_edited_text_is_traced_whole_in_one_pass(client, tiny_model):
-    """A text that continues or edits a cached one is traced whole: its overview reads every block's pattern, which
-    a pass over every position has at hand (kept as thumbnails as it goes), while a continued trace would run each
-    block again for it. No block is run again for the overview, nor for the tensors the answer includes (the pass
-    hands their block over); the cached texts are still answered."""
+def test_a_longer_text_reuses_the_trace_of_its_prefix(client, tiny_model):
     explainer = client.app.state.explainer
-    first = client.post("/api/trace", json={"text": "The quick brown fox jumps"}).json()
-    n0 = len(first["token_ids"])
     include = [{"name": "blocks.1.attn.pattern", "head": 0, "dtype": "float32"}]
-    for text in ("The quick brown fox jumps over", "The quick brown fox sleeps"):
-        runs = explainer.blocks.misses
-        d = client.post("/api/trace", json={"text": text, "include": include}).json()
-        n = len(d["token_ids"])
-        assert d["computed_positions"] == [0, n] and explainer.blocks.misses == runs
-        pattern = tiny_model.trace_ids(d["token_ids"], eager=True)["blocks.1.attn.pattern"][0]
-        assert d["tensors"][0]["shape"] == list(pattern.shape)
-        got = explainer.cache.get(("tiny", tuple(d["token_ids"])))
-        assert got.kv is not None and len(got.kv) == tiny_model.config.n_layer  # to generate from it
-        assert_same_trace(got, tiny_model.trace_ids(d["token_ids"]), atol=1e-6)
+    short = client.post("/api/trace", json={"text": "The quick brown", "include": include}).json()
+    n0 = len(short["token_ids"])
+    runs = explainer.blocks.misses
+    assert runs == 0  # the pass handed the included block over
+    longer = client.post("/api/trace", json={"text": "The quick brown fox jumps"}).json()
+    assert longer["computed_positions"] == [n0, len(longer["token_ids"])]  # only the new positions
+    assert explainer.blocks.misses == runs  # the overview's patterns: each block run only as far as its pattern
+    got = explainer.cache.get(("tiny", tuple(longer["token_ids"])))
+    assert got.kv is not None  # to be continued in turn
+    assert_same_trace(got, tiny_model.trace_ids(longer["token_ids"]), atol=1e-4)
+
+
+def test_an_edited_end_continues_the_trace_of_the_shared_beginning(client, tiny_model):
+    """Typing over the last word: the cached trace is cut to the ids both texts share, and only the
+    positions after them are computed; every value equals the edited text's own trace."""
+    first = client.post("/api/trace", json={"text": "The quick brown fox jumps"}).json()
+    edited = client.post("/api/trace", json={"text": "The quick brown fox sleeps"}).json()
+    shared = next(i for i, (a, b) in enumerate(zip(first["token_ids"], edited["token_ids"], strict=False)) if a != b)
+    assert 2 * shared >= len(edited["token_ids"])
+    assert edited["computed_positions"] == [shared, len(edited["token_ids"])]
+    got = client.app.state.explainer.cache.get(("tiny", tuple(edited["token_ids"])))
+    assert_same_trace(got, tiny_model.trace_ids(edited["token_ids"]), atol=1e-4)
+    # a text that shares less than half of its ids (here 2 of 5) is traced whole
+    other = client.post("/api/trace", json={"text": "The quick cat sat down"}).json()
+    assert other["computed_positions"] == [0, len(other["token_ids"])]
+    # the original is still answered from the cache, whole
     again = client.post("/api/trace", json={"text": "The quick brown fox jumps"}).json()
-    assert again["computed_positions"] == [n0, n0]
+    assert again["computed_positions"] == [len(first["token_ids"])] * 2
+
+
+def test_a_trace_continued_often_or_without_its_keys_and_values_is_traced_whole(client, tiny_model):
+    """Each view of a continued trace runs each of its passes again: one made of MAX_PASSES passes is not continued
+    (a shorter cached beginning may be), and once the cache has dropped the beginnings' keys and values, the text
+    is traced whole in one pass."""
+    from transformer_explainer.server.service import MAX_PASSES
+
+    explainer = client.app.state.explainer
+    text, cached = "A red", []
+    for word in (" apple", " fell", " from", " a", " tree"):
+        text += word
+        d = client.post("/api/trace", json={"text": text}).json()
+        cached.append(explainer.cache.get(("tiny", tuple(d["token_ids"]))))
+        assert cached[-1].blocks.passes <= MAX_PASSES
+    assert [t.blocks.passes for t in cached[:MAX_PASSES]] == list(range(1, MAX_PASSES + 1))
+    for t in cached:
+        t.drop_kv()  # as the cache does under pressure
+    d = client.post("/api/trace", json={"text": text + " now"}).json()
+    assert d["computed_positions"] == [0, len(d["token_ids"])]
 
 
 def test_health_reports_the_bounded_state(client):

@@ -2,26 +2,27 @@
 `Explainer` that answers a trace through it. A trace keeps each block's input and runs a block again when a view
 first asks for its internals (`recompute.py`); the blocks recently run are shared by every trace in one cache of
 their own, a quarter of the budget. A view that asks for one more tensor of the same text reuses the forward pass,
-a class sending the same text at once gets one pass, generating a token computes only its position (the prefix's
-keys and values are kept with its trace while memory allows: under pressure they go before any trace does), and
-nothing a client does can grow memory without bound. What the answers hold is the domain's (`overview`, `slicing`,
-`inputs`); this module only remembers."""
+a text being typed or edited at its end continues the trace of its cached beginning and generating a token
+computes only its position (only the changed positions are computed, from the beginning's keys and values, kept
+with its trace while memory allows: under pressure they go before any trace does), a class sending the same text
+at once gets one pass, and nothing a client does can grow memory without bound. What the answers hold is the
+domain's (`overview`, `slicing`, `inputs`); this module only remembers."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future
 
 from ..engine import ExplainerModel
 from ..overview import overview_summaries
 from ..recompute import BlockCache
-from ..trace import Trace
+from ..trace import Trace, truncate_trace
 
 BLOCKS_SHARE = 4  # one part in BLOCKS_SHARE of the budget keeps blocks run again, the rest keeps traces
-# a generation step continues a trace from its kept keys and values; a trace continued that many times is traced
-# again whole instead, as each view of it runs every continuation's pass again
+# a text typed on or a generated token continues a cached trace from its kept keys and values; a trace made of
+# that many passes is traced again whole instead, as each view of it runs every one of its passes again
 MAX_PASSES = 4
 
 
@@ -38,6 +39,22 @@ def blocks_named(names: Iterable[str]) -> set[int]:
         if len(parts) == 3 and parts[0] == "blocks" and parts[1].isdigit():
             out.add(int(parts[1]))
     return out
+
+
+def shared_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """How many ids `a` and `b` have in common at their beginning."""
+    n = 0
+    for x, y in zip(a, b, strict=False):  # up to the shorter
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def continuable(trace: Trace) -> bool:
+    """Whether a trace can be continued computing only the new positions: its keys and values are kept, and it is
+    made of fewer than MAX_PASSES passes."""
+    return trace.kv is not None and trace.blocks is not None and trace.blocks.passes < MAX_PASSES
 
 
 class TraceCache:
@@ -68,6 +85,24 @@ class TraceCache:
             self.hits += 1
             self._items.move_to_end(key)
             return hit[0]
+
+    def longest_shared_prefix(self, key: tuple[str, tuple[int, ...]], usable: Callable[[Trace], bool] = continuable
+                              ) -> tuple[Trace, int] | None:
+        """The cached trace (same model, `usable`) whose ids share the longest beginning with `key`'s, and how
+        many ids they share (fewer than `key` has), if any shares one: a text being typed grows or
+        changes at its end, so its previous trace usually covers most of it."""
+        name, ids = key
+        with self._lock:
+            best: tuple[Trace, int] | None = None
+            for (m, k), (trace, _) in self._items.items():
+                if m != name or not usable(trace):
+                    continue
+                shared = shared_length(k, ids)
+                if shared == len(ids):  # the same ids (a hit), or a longer text: keep only proper beginnings
+                    shared -= 1
+                if shared > 0 and (best is None or shared > best[1]):
+                    best = (trace, shared)
+            return best
 
     def stats(self) -> dict[str, int | float]:
         return {"traces": len(self._items), "mb": round(self._bytes / 2**20, 1), "max_mb": self.max_bytes // 2**20,
@@ -116,13 +151,20 @@ class Explainer:
         return model.trace_ids(ids, keep_kv=True, observe=overview_summaries(model.config.n_layer),
                                block_cache=self.blocks, keep_blocks=blocks)
 
+    def _continued(self, model: ExplainerModel, prefix: Trace, new_ids: list[int]) -> Trace:
+        """`prefix` continued by `new_ids` from its kept keys and values, with what the overview reads of every
+        block: each block's pattern, its block run as far as the pattern (not whole)."""
+        trace = model.extend_trace(prefix, new_ids, keep_kv=True, block_cache=self.blocks)
+        for name, fn in overview_summaries(model.config.n_layer).items():
+            trace.observe(name, fn)
+        return trace
+
     def trace(self, name: str, model: ExplainerModel, ids: list[int], *, blocks: Collection[int] = ()
               ) -> tuple[Trace, list[int]]:
         """The full trace of `ids` by the model called `name`, and the positions computed for it
         ([n, n] when it came from the cache or from the same request of another client at the same
-        time, [0, n] when it was computed now). A text that continues a cached one is traced whole: continuing
-        would cost more, since its overview reads every block's pattern, which only a pass over every position
-        has at hand. `blocks`: those whose values the answer reads (kept as the pass records them)."""
+        time, [p, n] when the trace of the first p tokens was cached and only the rest computed).
+        `blocks`: those whose values the answer reads (a pass over every position keeps them as it records)."""
         key = (name, tuple(ids))
         n = len(ids)
         hit = self.cache.get(key)
@@ -135,7 +177,15 @@ class Explainer:
         if pending is not None:  # computed by another worker thread right now: it only has to finish
             return pending.result(), [n, n]
         try:
-            trace = self._fresh(model, ids, blocks)
+            shared = self.cache.longest_shared_prefix(key)
+            # continuing a trace computes only the positions after the shared ones, then runs every block of the
+            # shared ones as far as its pattern for the overview: worth it when they are at least half the text
+            if shared is not None and 2 * shared[1] >= n:
+                prefix, p = shared
+                trace = self._continued(model, prefix if p == prefix.n_tokens else truncate_trace(prefix, p), ids[p:])
+                computed = [p, n]
+            else:
+                trace, computed = self._fresh(model, ids, blocks), [0, n]
             mine.set_result(trace)
         except BaseException as e:
             mine.set_exception(e)
@@ -144,17 +194,15 @@ class Explainer:
             with self._lock:
                 del self._inflight[key]
         self.cache.put(key, trace)
-        return trace, [0, n]
+        return trace, computed
 
     def extend(self, name: str, model: ExplainerModel, prefix: Trace, token_id: int, *, cached: bool = True,
                blocks: Collection[int] = ()) -> tuple[Trace, int]:
         """Trace one more token, and the first position computed for it: only the new one when the prefix came from
-        the cache (`cached`) with its keys and values still kept and was continued fewer than MAX_PASSES times;
-        else all of them, in one pass (a prefix computed just now: its pass is counted already)."""
-        recipe = prefix.blocks
-        if cached and prefix.kv is not None and recipe is not None and recipe.passes < MAX_PASSES:
-            merged = model.extend_trace(prefix, [token_id], keep_kv=True, block_cache=self.blocks)
-            first = prefix.n_tokens
+        the cache (`cached`) and can be continued (`continuable`); else all of them, in one pass (a prefix computed
+        just now: its pass is counted already)."""
+        if cached and continuable(prefix):
+            merged, first = self._continued(model, prefix, [token_id]), prefix.n_tokens
         else:
             merged, first = self._fresh(model, [*prefix.token_ids, token_id], blocks), 0
         self.cache.put((name, tuple(merged.token_ids)), merged)
