@@ -13,7 +13,9 @@ weights, float32):
   attribute  direct logit attribution at --lengths[0] tokens (it reads every block's heads)
   server     how many traces of 128 tokens the server's default trace cache budget holds: today's cache with
              eagerly recorded traces, and the `Explainer` (traces with their keys and values kept, which it drops
-             under pressure, and a quarter of the budget for blocks run again)
+             under pressure, and a quarter of the budget for blocks run again); and what the `Explainer` spends on a
+             new text of 128 tokens, on that text with its last two tokens edited, and on a token generated after
+             it (the last two continue the cached trace)
 
 Contenders are interleaved round by round so that drift hits all alike; times are medians (CPU seconds of this
 process, and wall), with the machine's load average before and after. On a shared machine, read CPU time: the
@@ -35,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from fixtures import gpt2_small_shape
@@ -216,6 +219,28 @@ def main() -> None:
                  f"{len(kept)} ({sum(t.kv is not None for t in kept)} with keys and values)", ">= 20"))
     rows.append(("  MB per trace of 128 tokens (after: without / with keys and values)", f"{eager_size / 2**20:.1f}",
                  f"{lazy_size / 2**20:.1f} / {kv_size / 2**20:.1f}", ""))
+
+    # the server's answers at 128 tokens: a new text (one pass), its last two tokens edited and a token generated
+    # (both continue the cached trace from its keys and values, then run each block as far as its pattern for
+    # the overview's thumbnails)
+    state: dict[str, Any] = {"seed": 5000}
+
+    def new_text() -> None:
+        state["seed"] += 1
+        state["ids"] = random_ids(128, state["seed"])
+
+    def traced_text() -> None:
+        new_text()
+        state["trace"] = explainer.trace("m", model, state["ids"])[0]
+
+    t = timed({"new": lambda: explainer.trace("m", model, state["ids"]),
+               "edited": lambda: explainer.trace("m", model, state["ids"][:-2] + [11, 12]),
+               "generated": lambda: explainer.extend("m", model, state["trace"], 11)},
+              max(3, args.reps // 2), {"new": new_text, "edited": traced_text, "generated": traced_text})
+    for k, what in (("new", "a new text of 128 tokens (one pass)"),
+                    ("edited", "its last 2 tokens edited (continued)"),
+                    ("generated", "a token generated after it (continued)")):
+        rows.append((f"server: {what}, ms CPU", "", f"{t[k][0] * 1e3:.0f}", ""))
 
     load1 = os.getloadavg()
     w = max(len(r[0]) for r in rows)
