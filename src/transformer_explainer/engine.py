@@ -4,7 +4,7 @@ Python API, the CLI and the web app."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,8 +33,9 @@ from .models.placement import (
 )
 from .models.recorder import Patch, Recorder
 from .patching import KINDS, Kind, Patching, activation_patching, check_kinds
+from .recompute import KV_LAST, BlockCache, CachedKV, Past, PrefixCache, RecordedPass, kv_of, own_storage
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
-from .trace import Trace, merge_traces
+from .trace import Summary, Trace, merge_traces
 
 log = logging.getLogger(__name__)
 
@@ -185,19 +186,61 @@ class ExplainerModel:
 
     @torch.inference_mode()
     def trace_ids(self, ids: list[int], *, text: str | None = None, cache: KVCache | None = None,
-                  prefix_ids: list[int] | None = None, patches: dict[str, Patch] | None = None) -> Trace:
+                  prefix_ids: list[int] | None = None, patches: dict[str, Patch] | None = None,
+                  eager: bool = False, keep_kv: bool = False, observe: Mapping[str, Summary] | None = None,
+                  block_cache: BlockCache | None = None, keep_blocks: Collection[int] = ()) -> Trace:
         """Trace token ids. With a `cache` holding `prefix_ids`, only the new positions are computed
         and traced (their attention still covers the whole prefix); the cache is extended.
 
         `patches` maps activation names to functions that replace the value as it is computed (with
         the batch dimension, e.g. (1, H, T, Dh) for `blocks.3.attn.z`): the trace of an intervention.
+        A patch must depend on its value alone: a block's internals are computed again, patches and all, when
+        they are first read. `eager` keeps every intermediate instead (the reference for that recomputation,
+        at the memory of every value). `keep_kv` keeps each block's keys and values, so that `extend_trace`
+        continues the trace without running its blocks again. `observe` (name -> function of that value) keeps
+        the function's result as the pass computes the value (`Trace.observation`), so that a small summary of a
+        block's value costs no recomputation. `block_cache`: where recomputed blocks are kept (default: two per
+        trace; a server shares one among its traces). `keep_blocks`: blocks whose values the pass hands to the
+        block cache as it records them (those a view is about to read).
         """
+        past = None
+        if cache is not None and cache.length:  # views of the cache's buffers, which later steps only extend
+            past = CachedKV(tuple((k[0], v[0]) for k, v in cache.layers))
+        return self._trace(ids, text=text, cache=cache, prefix_ids=prefix_ids, patches=patches, past=past,
+                           eager=eager, keep_kv=keep_kv, observe=observe, block_cache=block_cache,
+                           keep_blocks=keep_blocks)
+
+    def _trace(self, ids: list[int], *, text: str | None, cache: KVCache | None, prefix_ids: list[int] | None,
+               patches: dict[str, Patch] | None, past: Past | None, eager: bool, keep_kv: bool,
+               observe: Mapping[str, Summary] | None, block_cache: BlockCache | None,
+               keep_blocks: Collection[int] = ()) -> Trace:
         self._check_ids(ids, cache)
-        rec = Recorder(patches=patches)
+        L = self.config.n_layer
+        inputs = [f"blocks.{i}.resid_pre" for i in range(L)]
+        kv_names = [(f"blocks.{i}.{self.net.cached_keys}", f"blocks.{i}.attn.v") for i in range(L)]
+        kept = {*inputs, f"blocks.{L - 1}.resid_post", *(n for pair in kv_names if keep_kv for n in pair)}
+        observers = {n: (lambda v, f=f: f(v[0])) for n, f in (observe or {}).items()}  # the batch dimension dropped
+        handing = sorted({i for i in keep_blocks if 0 <= i < L})
+        whole = tuple(f"blocks.{i}." for i in handing)
+
+        def keep(name: str) -> bool:
+            return not name.startswith("blocks.") or name in kept or name.startswith(whole)
+
+        rec = Recorder(patches=patches, observers=observers, keep=None if eager else keep)
+        start = cache.length if cache is not None else 0
         last = self.net(self._input(ids), cache=cache, rec=rec, logits_for="last")[0, -1]
         values = {k: v[0] for k, v in rec.values.items()}  # drop the batch dimension
+        handed = {} if eager else {i: {k: v for k, v in values.items() if k.startswith(f"blocks.{i}.")}
+                                   for i in handing}
+        if not eager:  # what is kept, each in a storage of its own size
+            values = {k: own_storage(v) for k, v in values.items() if not k.startswith("blocks.") or k in kept}
+        blocks = kv = None
+        if keep_kv:
+            kv = [(values[k], values[v]) if eager else (values.pop(k), values.pop(v)) for k, v in kv_names]
+        if not eager:
+            blocks = RecordedPass(self.net, tuple(values.pop(n) for n in inputs), start, patches or {}, past)
         prefix = list(prefix_ids or [])
-        return Trace(
+        trace = Trace(
             model_name=self.name,
             config=self.config,
             text=text if text is not None else self.tokenizer.decode(prefix + ids),
@@ -208,7 +251,14 @@ class ExplainerModel:
             prefix_ids=prefix,
             unembed=self.net.weight("unembed.W_U"),
             last_logits=last,
+            blocks=blocks,
+            kv=kv,
+            block_cache=BlockCache() if block_cache is None else block_cache,
+            observations={(n, f): rec.observed[n] for n, f in (observe or {}).items() if n in rec.observed},
         )
+        for i, block in handed.items():
+            trace.keep_block(i, block)
+        return trace
 
     def _input(self, ids: list[int]) -> Tensor:
         """Token ids (1, T) on the device the model reads them on."""
@@ -386,12 +436,20 @@ class ExplainerModel:
         return self.net(self._input(ids), logits_for="last")[0, -1]
 
     @torch.inference_mode()
-    def extend_trace(self, prefix: Trace, new_ids: list[int]) -> Trace:
+    def extend_trace(self, prefix: Trace, new_ids: list[int], *, keep_kv: bool = False,
+                     block_cache: BlockCache | None = None) -> Trace:
         """The trace of `prefix`'s tokens + `new_ids`, computing only the new positions: the prefix's
-        keys and values are the KV cache. Equal to tracing the whole sequence, to float rounding."""
-        L, k = self.config.n_layer, self.net.cached_keys  # the cache keeps keys as attention uses them
-        cache = KVCache([(prefix[f"blocks.{i}.{k}"][None], prefix[f"blocks.{i}.attn.v"][None]) for i in range(L)])
-        return merge_traces(prefix, self.trace_ids(new_ids, cache=cache, prefix_ids=prefix.token_ids))
+        keys and values are the KV cache (kept in the trace, or its blocks run again for them). Equal to
+        tracing the whole sequence, to float rounding; `keep_kv`, `block_cache` as for `trace_ids`."""
+        kept = prefix.kv  # read once: a server may drop it meanwhile
+        if kept is not None:
+            cache: KVCache = KVCache([(k[None], v[None]) for k, v in kept])
+        else:  # each block run again as far as its keys and values
+            cache = PrefixCache(prefix.n_tokens, lambda i: kv_of(prefix.block_until(i, KV_LAST), i, self.net))
+        new = self._trace(new_ids, text=None, cache=cache, prefix_ids=prefix.token_ids, patches=None,
+                          past=prefix.blocks, eager=prefix.blocks is None, keep_kv=keep_kv, observe=None,
+                          block_cache=block_cache)
+        return merge_traces(prefix, new)
 
     def residual_logits(self, x: Tensor) -> Tensor:
         """The logits (T, V) the model would give were the residual stream `x` (T, D) its last: the

@@ -38,10 +38,21 @@ from .schemas import (
     TraceOut,
 )
 from .slicing import activation_tensors
-from .trace import Trace
+from .trace import Summary, Trace
 
 THUMBNAIL = 32  # attention overview thumbnails are at most 32 x 32
 HIST_BINS = 64
+
+
+def pattern_thumbnail(pattern: Tensor) -> Tensor:
+    """A block's attention patterns (H, T, S) as the overview's thumbnail (at most THUMBNAIL x THUMBNAIL)."""
+    return pooled_pattern(pattern, THUMBNAIL)
+
+
+def overview_summaries(n_layer: int) -> dict[str, Summary]:
+    """What the overview reads of every block, for a pass to compute as it goes (`trace_ids(observe=...)`): a trace
+    then keeps it, and the overview runs no block again."""
+    return {f"blocks.{i}.attn.pattern": pattern_thumbnail for i in range(n_layer)}
 
 
 def capabilities_out(c: DecoderConfig) -> CapabilitiesOut:
@@ -145,8 +156,8 @@ def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated:
     tok = model.tokenizer
     tensors = activation_tensors(trace, include)
     nxt = next_token_out(model, trace.next_token_logits(), sampling, top_n, trace.n_tokens - 1)
-    # reduced where each block's values are, then copied: (H, n, n) thumbnails and (T,) norms per block
-    thumbs = torch.stack([pooled_pattern(trace[f"blocks.{i}.attn.pattern"], THUMBNAIL).cpu()
+    # reduced where each block's values are as the pass computes them, then copied: (H, n, n) thumbnails
+    thumbs = torch.stack([trace.observation(f"blocks.{i}.attn.pattern", pattern_thumbnail).cpu()
                           for i in range(cfg.n_layer)])
     size = thumbs.shape[-1]
     norms = [trace[f"blocks.{i}.resid_pre"].norm(dim=-1).cpu() for i in range(cfg.n_layer)]

@@ -147,8 +147,10 @@ def activation_patching(net: Decoder, clean: Trace, corrupted_ids: list[int], co
     raw = {k: torch.empty(L, H if k == "heads" else T, dtype=torch.float64, device="cpu") for k in what}  # answers
     done = 0
     entering = residuals_entering_blocks(net, corrupted_ids)  # the same for every patched run of a block
+    # the clean values block by block: a trace runs each block again once for all of its sites
+    clean_values = {(k, layer): clean[f"blocks.{layer}.{SITE[k]}"] for layer in range(L) for k in what}
     for kind, layer in jobs:
-        value = clean[f"blocks.{layer}.{SITE[kind]}"]
+        value = clean_values[kind, layer]
         n = H if kind == "heads" else T
         for start in range(0, n, per_batch):
             if cancelled is not None and cancelled():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -9,19 +10,23 @@ from torch import Tensor
 
 from .config import DecoderConfig
 from .models.kernels import hidden_keys, linear
+from .models.kv_cache import KV
 from .names import FAMILY_NAMES, Derivation, activation_names, describe, parse_name
+from .recompute import (
+    BlockCache,
+    BlockSource,
+    BlockValues,
+    Cut,
+    Merged,
+    RecordedPass,
+    attention_scores,
+    cut_values,
+    merge_values,
+    storage_nbytes,
+)
 from .trace_base import TraceBase
 
-# per family: the queries and keys whose products are the attention scores (names.DERIVATIONS)
-SCORE_INPUTS: dict[str, tuple[str, ...]] = {f: t.derivations["attn.scores"].sources for f, t in FAMILY_NAMES.items()}
-
-
-def attention_scores(q: Tensor, k: Tensor) -> Tensor:
-    """Raw scores (H, T, S) of queries q (H, T, Dh) against keys k (G, S, Dh), with the forward
-    pass's own product: each group of H / G query heads against its key/value head in one batched
-    product (grouped-query attention; G = H is head by head)."""
-    G, (H, T, Dh) = k.shape[0], q.shape
-    return torch.bmm(q.reshape(G, H // G * T, Dh), k.transpose(1, 2)).view(H, T, -1)
+Summary = Callable[[Tensor], Tensor]  # a small function of one value (an overview's thumbnail of a pattern)
 
 
 @dataclass
@@ -33,6 +38,10 @@ class Trace(TraceBase):
     so are the logits at every position (`ln_final.out @ W_U`) when the pass computed only the last
     position's (`last_logits`), which is all that next-token prediction needs. (Those two agree to
     float rounding: one row and many rows take different kernels.)
+    A block's internals are computed again from the block's input when first asked for (`blocks`, see
+    `recompute.py`: the same numbers as the pass's, bit for bit), and the blocks recently asked for are kept
+    (`block_cache`); `values` holds what the trace keeps: the stages outside the blocks, the last block's
+    output, the logits a patch asked for. A trace recorded eagerly (`blocks` None) holds every value there.
     `start` is the position of the first traced token: it is above 0 when the trace covers only the
     new positions of a generation step, whose keys and values came from a cache.
     """
@@ -47,6 +56,14 @@ class Trace(TraceBase):
     prefix_ids: list[int] = field(default_factory=list)  # ids before `start`, from the cache
     unembed: Tensor | None = field(default=None, repr=False)  # W_U (D, V), to derive unrecorded logits
     last_logits: Tensor | None = field(default=None, repr=False)  # (V,) as the pass computed them
+    blocks: BlockSource | None = field(default=None, repr=False)  # the blocks' recipe; None: recorded in `values`
+    # per block, the keys (as attention uses them) and values (G, S, Dh) a KV cache would hold, kept to continue
+    # the trace without running its blocks again (`ExplainerModel.extend_trace`); None when not kept
+    kv: list[KV] | None = field(default=None, repr=False)
+    block_cache: BlockCache = field(default_factory=BlockCache, repr=False, compare=False)
+    # small functions of values the pass computed as it went (`ExplainerModel.trace_ids(observe=...)`)
+    observations: dict[tuple[str, Summary], Tensor] = field(default_factory=dict, repr=False, compare=False)
+    _key: object = field(default_factory=object, init=False, repr=False, compare=False)  # its blocks' cache key
 
     describe_name = staticmethod(describe)
 
@@ -60,7 +77,7 @@ class Trace(TraceBase):
         if name in self.values:
             return self.values[name]
         if name == "logits" and self.unembed is not None:  # the unembedding's own arithmetic (`lm_head`), where it is
-            normed = self.values["ln_final.out"].unsqueeze(0).to(self.unembed.device)
+            normed = self["ln_final.out"].unsqueeze(0).to(self.unembed.device)
             return linear(normed, self.unembed.T)[0]  # (T, V)
         family = self.config.family
         p = parse_name(name, family)  # KeyError for names outside the family's scheme
@@ -68,9 +85,55 @@ class Trace(TraceBase):
         if p.layer is not None and not 0 <= p.layer < self.config.n_layer:
             raise KeyError(f"{name!r}: the model has {self.config.n_layer} blocks")
         derivation = FAMILY_NAMES[family].derivations.get(key)
+        # a stage derived from others is recorded only where a patch edited it: the others are what to run again for
+        if p.layer is not None and self.blocks is not None and (derivation is None or self.blocks.patched(name)):
+            value = self._block_value(p.layer, key, name)
+            if value is not None:
+                return value
         if derivation is None:
             raise KeyError(f"{name!r} is not an activation recorded in this trace")
         return self._derive(derivation, p.layer)
+
+    def _block_value(self, layer: int, stage: str, name: str) -> Tensor | None:
+        """A stage of block `layer` from the recipe: the residual stream it keeps, or the block run again."""
+        assert self.blocks is not None
+        if stage == "resid_pre":
+            return self.blocks.entering(layer)
+        if stage == "resid_post" and layer + 1 < self.config.n_layer and self.blocks.output_is_next_input(layer):
+            return self.blocks.entering(layer + 1)  # the same tensor, without running the block
+        return self.block(layer).get(name)  # None: not recorded (a derived stage)
+
+    def block(self, layer: int) -> BlockValues:
+        """Every value block `layer` records, by full name: kept, or computed again from the block's input."""
+        if self.blocks is None:
+            prefix = f"blocks.{layer}."
+            return {k: v for k, v in self.values.items() if k.startswith(prefix)}
+        blocks = self.blocks
+        return self.block_cache.get((self._key, layer), lambda: blocks.block(layer))
+
+    def block_until(self, layer: int, stage: str) -> BlockValues:
+        """Block `layer`'s values recorded up to `stage` ("attn.pattern"), and maybe more: the block cache's when
+        the block is there, else the block run only that far (not kept)."""
+        if self.blocks is None:
+            return self.block(layer)
+        kept = self.block_cache.peek((self._key, layer))
+        return kept if kept is not None else self.blocks.block(layer, until=stage)
+
+    def observe(self, name: str, fn: Summary) -> Tensor:
+        """`fn(self[name])`, kept for `observation` as if the pass had observed it; a block's stage is read from the
+        block run only as far as that stage (a continued trace's overview: every block's pattern, none whole)."""
+        p, table = parse_name(name, self.config.family), self.config.names
+        if p.layer is not None and self.blocks is not None and p.suffix not in table.derivations:
+            value = self.block_until(p.layer, p.suffix)[name]
+        else:
+            value = self[name]
+        out = self.observations[(name, fn)] = fn(value)
+        return out
+
+    def keep_block(self, layer: int, values: BlockValues) -> None:
+        """Hand block `layer`'s values, as the pass recorded them, to the block cache: its first view runs nothing."""
+        if self.blocks is not None:
+            self.block_cache.put((self._key, layer), values)
 
     def _derive(self, d: Derivation, layer: int | None) -> Tensor:
         """A derived stage of block `layer` (None: a global one), by its rule in names.DERIVATIONS.
@@ -80,7 +143,9 @@ class Trace(TraceBase):
             return self[src[0]]
         if d.op == "kv_head_index":  # query head h reads key/value head h // (H / G), beside the block's values
             H = self.config.n_head
-            return torch.arange(H, device=self[src[0]].device) // (H // self.config.n_kv_heads)
+            # on the block's device, read from its kept input: the index runs no block
+            where = self[f"blocks.{layer}.resid_pre"].device
+            return torch.arange(H, device=where) // (H // self.config.n_kv_heads)
         if d.op == "concat_heads":  # (H, T, Dh) -> (T, H*Dh)
             z = self[src[0]]
             return z.transpose(0, 1).reshape(z.shape[1], -1)
@@ -95,6 +160,11 @@ class Trace(TraceBase):
             return scaled.masked_fill(hidden_keys(t, s, window, scaled.device), float("-inf"))
         raise KeyError(f"no rule to derive {d.op!r}")
 
+    def observation(self, name: str, fn: Summary) -> Tensor:
+        """`fn(self[name])`: as the pass computed it when it was asked to (`observe`), else computed now."""
+        kept = self.observations.get((name, fn))
+        return kept if kept is not None else fn(self[name])
+
     def names(self) -> list[str]:
         """Every name this trace answers, in computation order."""
         return activation_names(self.config.n_layer, self.config.family)
@@ -102,6 +172,35 @@ class Trace(TraceBase):
     def describe(self, name: str) -> str:
         dims, text = describe(name, self.config.family)
         return f"{name} {tuple(self[name].shape)} [{', '.join(dims)}]: {text}"
+
+    # -- memory ----------------------------------------------------------------------------------
+
+    def nbytes(self) -> int:
+        """The bytes of the tensors the trace holds (each storage once), its recently run blocks aside."""
+        tensors = [*self.values.values(), *(t for kv in self.kv or [] for t in kv), *self.observations.values()]
+        if self.last_logits is not None:
+            tensors.append(self.last_logits)
+        if self.blocks is not None:
+            tensors += list(self.blocks.tensors())
+        return storage_nbytes(tensors)
+
+    def drop_kv(self) -> None:
+        """Forget the kept keys and values: continuing the trace then runs its blocks again for them."""
+        self.kv = None
+
+    def materialized(self) -> Trace:
+        """The same trace with every block's values computed once and kept, as an eager recording holds them: for
+        code that reads many stages of every block (a snapshot), at the memory of every intermediate."""
+        if self.blocks is None:
+            return self
+        values = dict(self.values)
+        for i in range(self.config.n_layer):
+            values.update(self.block(i))
+        values.update(self.values)  # what the trace keeps wins (the same numbers)
+        return Trace(model_name=self.model_name, config=self.config, text=self.text, token_ids=self.token_ids,
+                     tokens=self.tokens, values=values, start=self.start, prefix_ids=self.prefix_ids,
+                     unembed=self.unembed, last_logits=self.last_logits, kv=self.kv,
+                     observations=dict(self.observations))
 
     # -- convenience -----------------------------------------------------------------------------
 
@@ -138,16 +237,12 @@ def truncate_trace(trace: Trace, n: int) -> Trace:
     logits as the pass computed them: they are derived on access."""
     if trace.start != 0 or not 0 < n <= trace.n_tokens:
         raise ValueError(f"cannot cut a trace of {trace.n_tokens} tokens from position {trace.start} to {n}")
-    values: dict[str, Tensor] = {}
     family = trace.config.family
-    for name, v in trace.values.items():
-        dims, _ = describe(name, family)
-        if len(dims) != v.dim():
-            raise ValueError(f"{name}: {v.dim()} dimensions where its description has {len(dims)}")
-        values[name] = v[tuple(slice(0, n) if d in ("T", "S") else slice(None) for d in dims)]
+    kv = None if trace.kv is None else [(k[:, :n], v[:, :n]) for k, v in trace.kv]
     return Trace(model_name=trace.model_name, config=trace.config, text="", token_ids=trace.token_ids[:n],
-                 tokens=trace.tokens[:n], values=values, start=0, prefix_ids=[], unembed=trace.unembed,
-                 last_logits=trace.last_logits if n == trace.n_tokens else None)
+                 tokens=trace.tokens[:n], values=cut_values(trace.values, n, family), start=0, prefix_ids=[],
+                 unembed=trace.unembed, last_logits=trace.last_logits if n == trace.n_tokens else None,
+                 blocks=None if trace.blocks is None else Cut(trace.blocks, n), kv=kv, block_cache=trace.block_cache)
 
 
 def merge_traces(prefix: Trace, new: Trace) -> Trace:
@@ -156,28 +251,16 @@ def merge_traces(prefix: Trace, new: Trace) -> Trace:
     rows get their entries for the new keys (computed, then hidden by the mask: pattern 0)."""
     if new.start != prefix.n_tokens + prefix.start or prefix.start != 0:
         raise ValueError("the new trace must continue the prefix trace")
-    values: dict[str, Tensor] = {}
-    family = prefix.config.family
-    for name, a in prefix.values.items():
-        b = new.values.get(name)
-        if b is None:  # recorded in one pass only (logits a patch asked for): the merged trace derives it
-            continue
-        dims, _ = describe(name, family)
-        if "S" in dims and "T" not in dims:  # keys, values: the new trace already spans every position
-            values[name] = b
-            continue
-        if "S" in dims:  # (H, T, S) scores or pattern: extend the old rows to the new keys
-            layer = parse_name(name, family).layer
-            n_new = b.shape[-1] - a.shape[-1]
-            if name.endswith("attn.scores"):
-                q_name, k_name = SCORE_INPUTS[family]
-                k_new = new.values[f"blocks.{layer}.{k_name}"][:, -n_new:, :]  # (H or G, n_new, Dh)
-                extra = attention_scores(prefix.values[f"blocks.{layer}.{q_name}"], k_new)
-            else:
-                extra = a.new_zeros(*a.shape[:-1], n_new)
-            a = torch.cat([a, extra], dim=-1)
-        values[name] = torch.cat([a, b], dim=dims.index("T"))
+    if (prefix.blocks is None) != (new.blocks is None):
+        raise ValueError("a trace recorded eagerly and one that recomputes its blocks cannot be merged")
+    values = merge_values(prefix.values, new.values, prefix.config.family)
+    blocks = None
+    if prefix.blocks is not None:
+        if not isinstance(new.blocks, RecordedPass):
+            raise ValueError("the new trace must be one pass that continues the prefix")
+        blocks = Merged(prefix.blocks, new.blocks)
     ids = prefix.token_ids + new.token_ids
     return Trace(model_name=prefix.model_name, config=prefix.config, text=new.text, token_ids=ids,
                  tokens=prefix.tokens + new.tokens, values=values, start=0, prefix_ids=[],
-                 unembed=new.unembed, last_logits=new.last_logits)
+                 unembed=new.unembed, last_logits=new.last_logits, blocks=blocks, kv=new.kv,
+                 block_cache=new.block_cache)

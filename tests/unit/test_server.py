@@ -177,9 +177,9 @@ def test_merged_trace_equals_full_trace(tiny_model):
     full = tiny_model.trace_ids(ids)
     extended = tiny_model.extend_trace(prefix, ids[-2:])  # the engine builds the cache itself
     assert extended.token_ids == ids and extended.start == 0
-    for name in full.values:
-        torch.testing.assert_close(merged.values[name], full.values[name], atol=1e-4, rtol=1e-4, msg=name)
-        torch.testing.assert_close(extended.values[name], full.values[name], atol=1e-4, rtol=1e-4, msg=name)
+    for name in full.names():
+        torch.testing.assert_close(merged[name], full[name], atol=1e-4, rtol=1e-4, msg=name)
+        torch.testing.assert_close(extended[name], full[name], atol=1e-4, rtol=1e-4, msg=name)
 
 
 def test_models_and_info(client, tiny_model):
@@ -355,6 +355,34 @@ def test_trace_cache_is_bounded(tiny_model):
     tiny = TraceCache(max_bytes=10)
     tiny.put(("m", (1,)), tr)
     assert len(tiny) == 0  # too big to keep at all
+
+
+def test_trace_cache_drops_keys_and_values_before_traces(tiny_model):
+    """Over its budget the cache first forgets the older traces' keys and values (which only generating from them
+    needs), oldest first, and only then whole traces."""
+    from transformer_explainer.server.service import TraceCache, trace_nbytes
+
+    ids = tiny_model.encode(TEXT)
+    traces = [tiny_model.trace_ids(ids, keep_kv=True) for _ in range(5)]
+    with_kv, without = trace_nbytes(traces[0]), trace_nbytes(tiny_model.trace_ids(ids))
+    assert without < with_kv
+    cache = TraceCache(max_bytes=with_kv + 3 * without)  # four traces, if only the newest keeps them
+    for i, tr in enumerate(traces):
+        cache.put(("m", (i,)), tr)
+    assert len(cache) == 4 and cache.nbytes <= cache.max_bytes and cache.get(("m", (0,))) is None
+    assert traces[-1].kv is not None and all(tr.kv is None for tr in traces[1:-1])
+
+
+def test_generating_from_a_trace_without_its_keys_and_values_computes_it_all(client, tiny_model):
+    first = post(client, "/api/trace", text=TEXT + " again").json()
+    cached = client.app.state.explainer.cache.get(("tiny", tuple(first["token_ids"])))
+    cached.drop_kv()  # as the cache does under pressure
+    d = post(client, "/api/generate", ids=first["token_ids"], token_id=11,
+             include=[{"name": "blocks.1.attn.pattern", "head": 0, "dtype": "float32"}]).json()
+    n = len(first["token_ids"])
+    assert d["trace"]["computed_positions"] == [0, n + 1] and d["trace"]["token_ids"] == first["token_ids"] + [11]
+    full = tiny_model.trace_ids(first["token_ids"] + [11])
+    np.testing.assert_allclose(arr(d["trace"]["tensors"][0]), full["blocks.1.attn.pattern"][0].numpy(), atol=1e-6)
 
 
 def test_generated_typescript_is_up_to_date():

@@ -249,10 +249,10 @@ def test_analyses_have_a_lane_of_their_own():
 
 def assert_same_trace(a, b, atol=1e-5):
     assert a.token_ids == b.token_ids and a.tokens == b.tokens and a.text == b.text and a.start == b.start == 0
-    assert a.values.keys() == b.values.keys()
-    for name, v in b.values.items():
-        assert a.values[name].shape == v.shape, name
-        torch.testing.assert_close(a.values[name], v, atol=atol, rtol=1e-4, msg=name)
+    assert a.names() == b.names() and a.values.keys() == b.values.keys()
+    for name in b.names():
+        assert a[name].shape == b[name].shape, name
+        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=1e-4, msg=name)
 
 
 def test_same_text_at_once_is_computed_once(tiny_model, monkeypatch):
@@ -282,11 +282,17 @@ def test_same_text_at_once_is_computed_once(tiny_model, monkeypatch):
 
 
 def test_a_longer_text_reuses_the_trace_of_its_prefix(client, tiny_model):
-    short = client.post("/api/trace", json={"text": "The quick brown"}).json()
+    explainer = client.app.state.explainer
+    include = [{"name": "blocks.1.attn.pattern", "head": 0, "dtype": "float32"}]
+    short = client.post("/api/trace", json={"text": "The quick brown", "include": include}).json()
     n0 = len(short["token_ids"])
+    runs = explainer.blocks.misses
+    assert runs == 0  # the pass handed the included block over
     longer = client.post("/api/trace", json={"text": "The quick brown fox jumps"}).json()
     assert longer["computed_positions"] == [n0, len(longer["token_ids"])]  # only the new positions
-    got = client.app.state.explainer.cache.get(("tiny", tuple(longer["token_ids"])))
+    assert explainer.blocks.misses == runs  # the overview's patterns: each block run only as far as its pattern
+    got = explainer.cache.get(("tiny", tuple(longer["token_ids"])))
+    assert got.kv is not None  # to be continued in turn
     assert_same_trace(got, tiny_model.trace_ids(longer["token_ids"]), atol=1e-4)
 
 
@@ -306,6 +312,26 @@ def test_an_edited_end_continues_the_trace_of_the_shared_beginning(client, tiny_
     # the original is still answered from the cache, whole
     again = client.post("/api/trace", json={"text": "The quick brown fox jumps"}).json()
     assert again["computed_positions"] == [len(first["token_ids"])] * 2
+
+
+def test_a_trace_continued_often_or_without_its_keys_and_values_is_traced_whole(client, tiny_model):
+    """Each view of a continued trace runs each of its passes again: one made of MAX_PASSES passes is not continued
+    (a shorter cached beginning may be), and once the cache has dropped the beginnings' keys and values, the text
+    is traced whole in one pass."""
+    from transformer_explainer.server.service import MAX_PASSES
+
+    explainer = client.app.state.explainer
+    text, cached = "A red", []
+    for word in (" apple", " fell", " from", " a", " tree"):
+        text += word
+        d = client.post("/api/trace", json={"text": text}).json()
+        cached.append(explainer.cache.get(("tiny", tuple(d["token_ids"]))))
+        assert cached[-1].blocks.passes <= MAX_PASSES
+    assert [t.blocks.passes for t in cached[:MAX_PASSES]] == list(range(1, MAX_PASSES + 1))
+    for t in cached:
+        t.drop_kv()  # as the cache does under pressure
+    d = client.post("/api/trace", json={"text": text + " now"}).json()
+    assert d["computed_positions"] == [0, len(d["token_ids"])]
 
 
 def test_health_reports_the_bounded_state(client):

@@ -164,6 +164,15 @@ class Decoder(nn.Module):
             rec("rope.local_angles", local_angles.expand(B, T, -1))
         return {FULL: full, SLIDING: local}
 
+    def forward_block(self, layer: int, x: Tensor, *, start: int = 0, rec: Recorder | None = None,
+                      past: KVSlot | None = None) -> tuple[Tensor, KV]:
+        """Block `layer` alone on `x` (B, T, D), the residual stream entering it at positions start..start+T-1,
+        with the rotation `forward` gives that block: how a trace computes a block's internals again from its
+        input (`recompute.py`). `past`: the keys and values of the positions before `start`."""
+        B, T, _ = x.shape
+        rope = self.rotations(B, start, T, x.dtype, x.device, None)
+        return self.blocks[layer](x, rope.get(self.config.layer_type(layer)), rec, past)
+
     def forward(self, idx: Tensor, *, cache: KVCache | None = None, rec: Recorder | None = None,
                 logits_for: LogitsFor = "all", start_layer: int = 0, resid: Tensor | None = None) -> Tensor:
         """Logits for token ids `idx` (B, T).

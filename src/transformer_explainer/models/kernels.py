@@ -172,9 +172,10 @@ def recorded_attention(q: Tensor, k: Tensor, v: Tensor, rec: Recorder, *, scale:
         z = torch.bmm(pattern.reshape(B * G, R * T, S), vg)
         return rec("z", z.view(B, H, T, Dh))
 
-    pattern = torch.empty(B, H, T, S, dtype=q.dtype, device=q.device)
+    # the whole pattern only where the record keeps or observes it: z needs only each block's part
+    pattern = torch.empty(B, H, T, S, dtype=q.dtype, device=q.device) if rec.records("pattern") else None
     z = torch.empty(B, H, T, Dh, dtype=q.dtype, device=q.device)
-    pattern_g, z_g, q_g = pattern.view(B * G, R, T, S), z.view(B * G, R, T, Dh), q.reshape(B * G, R, T, Dh)
+    z_g, q_g = z.view(B * G, R, T, Dh), q.reshape(B * G, R, T, Dh)
     size = -(-T // blocks)
     for a in range(0, T, size):
         b = min(T, a + size)
@@ -182,9 +183,12 @@ def recorded_attention(q: Tensor, k: Tensor, v: Tensor, rec: Recorder, *, scale:
         first = 0 if window is None else max(0, S - T + a - window + 1)  # the first key its first query sees
         qb = q_g[:, :, a:b].reshape(B * G, R * n, Dh)
         p = softmax(masked_scores(qb, kg[:, first:seen], bias[a:b, first:seen]))  # (B*G, R*n, seen - first)
-        pattern_g[:, :, a:b, :first] = 0
-        pattern_g[:, :, a:b, first:seen] = p.view(B * G, R, n, seen - first)
-        pattern_g[:, :, a:b, seen:] = 0
+        if pattern is not None:
+            pattern_g = pattern.view(B * G, R, T, S)
+            pattern_g[:, :, a:b, :first] = 0
+            pattern_g[:, :, a:b, first:seen] = p.view(B * G, R, n, seen - first)
+            pattern_g[:, :, a:b, seen:] = 0
         z_g[:, :, a:b] = torch.bmm(p, vg[:, first:seen]).view(B * G, R, n, Dh)
-    rec("pattern", pattern)
+    if pattern is not None:
+        rec("pattern", pattern)
     return rec("z", z)

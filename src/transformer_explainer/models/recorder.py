@@ -6,30 +6,42 @@ experiment replace a value as it is computed (e.g. zero one head's `attn.z`); wh
 the patched value, and everything downstream sees it. A recorder made with `store=False` only patches:
 it keeps nothing, and the blocks no patch reaches take the fast path (activation patching runs many
 such passes, batched).
+
+A recorder that stores takes the recorded path everywhere, but it may keep only some names (`keep`): a
+trace keeps each block's input and recomputes the block's internals when they are asked for
+(`recompute.py`). Observers (name -> function) see a value as it is recorded and keep what they return
+(`observed`), e.g. a small summary of a value the recorder does not keep.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from torch import Tensor
 
 Patch = Callable[[Tensor], Tensor]
+Observer = Callable[[Tensor], Tensor]
 
 
 class Recorder:
     """A view, under a name prefix, onto one pass's table of recorded tensors and its patches."""
 
     def __init__(self, values: dict[str, Tensor] | None = None, prefix: str = "",
-                 patches: dict[str, Patch] | None = None, *, store: bool = True) -> None:
+                 patches: Mapping[str, Patch] | None = None, *, store: bool = True,
+                 keep: Callable[[str], bool] | None = None, observers: Mapping[str, Observer] | None = None,
+                 observed: dict[str, Tensor] | None = None) -> None:
         self.values: dict[str, Tensor] = {} if values is None else values
-        self.patches: dict[str, Patch] = {} if patches is None else patches
+        self.patches: Mapping[str, Patch] = {} if patches is None else patches
         self.prefix = prefix
         self.store = store
+        self.keep = keep  # which full names to store (None: every one)
+        self.observers: Mapping[str, Observer] = {} if observers is None else observers
+        self.observed: dict[str, Tensor] = {} if observed is None else observed
 
     def scope(self, name: str) -> Recorder:
         """A recorder that writes under `prefix + name + "."`."""
-        return Recorder(self.values, f"{self.prefix}{name}.", self.patches, store=self.store)
+        return Recorder(self.values, f"{self.prefix}{name}.", self.patches, store=self.store, keep=self.keep,
+                        observers=self.observers, observed=self.observed)
 
     def reaches(self, name: str) -> bool:
         """Whether this recorder does anything under `prefix + name + "."`: it stores, or a patch is there."""
@@ -43,9 +55,19 @@ class Recorder:
         patch = self.patches.get(full)
         if patch is not None:
             value = patch(value)
-        if self.store:
+        if self.store and (self.keep is None or self.keep(full)):
             self.values[full] = value.detach()
+        observer = self.observers.get(full)
+        if observer is not None:
+            self.observed[full] = observer(value.detach())
         return value
+
+    def records(self, name: str) -> bool:
+        """Whether a value recorded under `name` is kept, observed or patched: when it is none of these, the caller
+        may skip what only the record needs (a full pattern where the pass computes it in blocks)."""
+        full = self.prefix + name
+        return (full in self.patches or full in self.observers
+                or (self.store and (self.keep is None or self.keep(full))))
 
     def wants(self, name: str) -> bool:
         """True if a patch is registered for `name` under this prefix."""

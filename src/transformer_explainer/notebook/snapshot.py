@@ -190,6 +190,7 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     languages = check_languages(languages)
     if trace.start != 0:  # a generation step's trace covers only its new positions: trace it all
         trace = model.trace_ids(list(trace.prefix_ids) + list(trace.token_ids), text=trace.text)
+    trace = trace.materialized()  # the page stores stage by stage across blocks: run each block once
     sampling = SamplingIn(**APP_SAMPLING)
     t0 = time.perf_counter()
     overview = trace_overview(model.name, model, trace, truncated=False, sampling=sampling, top_n=APP_TOP_N,

@@ -3,7 +3,8 @@ waits for them, and anything beyond is refused at once (503 with Retry-After) in
 memory and latency. Each call has a time limit.
 
 Three lanes: model calls (a forward pass: hundreds of milliseconds for GPT-2 small), light calls
-(a slice of a cached trace, a weight: milliseconds) and analyses (a forward pass per head, or more:
+(a slice of a cached trace, a weight: milliseconds; the first slice of a block not run lately runs that one
+block again from its kept input: a pass's share of one block) and analyses (a forward pass per head, or more:
 seconds to minutes). Light calls have their own thread, so a student stepping through views of a
 text already traced does not wait behind other students' forward passes; analyses have theirs, so
 however many a client sends, the model lane's workers stay free for everyone's traces.

@@ -39,6 +39,7 @@ from ...schemas import (
 from ...slicing import activation_tensors, check_activations_fit, weight_tensors
 from ...trace import Trace
 from ..context import Context, ServerContext
+from ..service import blocks_named
 
 router = APIRouter()
 
@@ -82,7 +83,7 @@ async def with_trace(ctx: ServerContext, body: InputIn, finish: Callable[[Traced
         name, m = registry.lookup(body.model)
         res = ctx.resolve(m, body)
         check_activations_fit(m.config, len(res.ids), tensors or [])
-        tr, computed = explainer.trace(name, m, res.ids)
+        tr, computed = explainer.trace(name, m, res.ids, blocks=blocks_named(t.name for t in tensors or []))
         return finish(Traced(name, m, res, tr, computed, t0, time.perf_counter()))
 
     return await ctx.pool.run(heavy)
@@ -199,11 +200,12 @@ async def generate(body: GenerateIn, ctx: Context) -> GenerateOut:
         check_activations_fit(m.config, len(res.ids) + 1, body.include)
         prefix, prefix_computed = ctx.explainer.trace(name, m, res.ids)
         tok = choose_next(m, prefix.next_token_logits(), body.sampling, body.token_id)
-        merged = ctx.explainer.extend(name, m, prefix, tok.id)
+        merged, first = ctx.explainer.extend(name, m, prefix, tok.id, cached=prefix_computed[0] == len(res.ids),
+                                             blocks=blocks_named(t.name for t in body.include))
         t1 = time.perf_counter()
         n = len(res.ids)
-        # normally only the new position; more when the prefix was no longer cached
-        computed = [min(prefix_computed[0], n), n + 1]
+        # normally only the new position; more when the prefix, or its keys and values, were no longer kept
+        computed = [min(prefix_computed[0], first), n + 1]
         out = trace_overview(name, m, merged, truncated=res.truncated, sampling=body.sampling, top_n=body.top_n,
                              include=body.include, computed=computed, t0=t0, t_traced=t1)
         return GenerateOut(token=tok, chosen=body.token_id is not None, trace=out)
