@@ -124,11 +124,21 @@ def test_kill_9_then_resume(tmp_path: Path):
     script = KILL_SCRIPT.format(root=root, out=str(out))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     rng = np.random.default_rng(0)
+
+    def saved_step() -> int:  # the newest complete checkpoint's step (a save in progress is a hidden .partial)
+        return max((int(c.name.split("-")[1]) for c in out.glob("ckpt-*")), default=0)
+
     for _ in range(3):
+        before = saved_step()
         p = subprocess.Popen([sys.executable, "-c", script], env=env)
-        time.sleep(4 + float(rng.random()) * 2)
+        # kill once the run has made progress of its own (however slow the machine), at a random moment after
+        deadline = time.monotonic() + 300
+        while saved_step() <= before and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(float(rng.random()) * 0.5)
         p.send_signal(signal.SIGKILL)
         p.wait()
+        assert saved_step() > before, "the training process saved no checkpoint before it was killed"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the same kernels as the killed runs, so the same bits
     try:
