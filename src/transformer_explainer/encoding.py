@@ -29,22 +29,44 @@ def encode_u8(a: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(a, dtype=np.uint8).tobytes()).decode("ascii")
 
 
+def group_size(n: int, size: int) -> int:
+    """Positions per thumbnail cell for `n` positions shown in at most `size` cells: ceil(n / size). Fixed per
+    cell (not n / size), so a text that grows keeps its earlier cells, and a continued trace's overview is the
+    beginning's rows and the new ones (`overview.key_sums_at`)."""
+    return max(1, -(-n // size))
+
+
+def key_group_sums(pattern: Tensor, g: int) -> Tensor:
+    """(H, T, S) attention patterns -> (H, T, ceil(S / g)): the mass each query gives to each group of g keys.
+    Row by row: a row's sums depend on that row alone, and a causal row's are 0 past its own group."""
+    H, T, S = pattern.shape
+    if g == 1:
+        return pattern
+    kb = torch.div(torch.arange(S, device=pattern.device), g, rounding_mode="floor")
+    return torch.zeros(H, T, -(-S // g), device=pattern.device).index_add_(2, kb, pattern.to(torch.float32))
+
+
+def query_group_means(key_sums: Tensor, g: int) -> Tensor:
+    """(H, T, m) key-group sums -> (H, ceil(T / g), m): averaged over each group of g queries (rows still sum to 1)."""
+    H, T, m = key_sums.shape
+    if g == 1:
+        return key_sums
+    n, device = -(-T // g), key_sums.device
+    qb = torch.div(torch.arange(T, device=device), g, rounding_mode="floor")  # group of each query
+    q_sum = torch.zeros(H, n, m, device=device).index_add_(1, qb, key_sums)
+    counts = torch.bincount(qb, minlength=n).clamp(min=1).to(torch.float32)
+    return q_sum / counts[None, :, None]
+
+
 def pooled_pattern(pattern: Tensor, size: int) -> Tensor:
     """Attention patterns (H, T, S) shrunk to at most (H, size, size) for an overview thumbnail.
 
-    Cell (i, j) is the attention mass that the queries of group i give to the keys of group j,
-    averaged over those queries: rows still sum to 1. With T <= size the pattern is returned as is.
+    Cell (i, j) is the attention mass that the queries of group i give to the keys of group j, averaged over
+    those queries (groups of `group_size` positions): rows still sum to 1. With T, S <= size the pattern as is.
     """
     H, T, S = pattern.shape
-    if T <= size and S <= size:
-        return pattern
-    n, device = min(size, T), pattern.device
-    qb = torch.div(torch.arange(T, device=device) * n, T, rounding_mode="floor")  # group of each query
-    kb = torch.div(torch.arange(S, device=device) * n, S, rounding_mode="floor")
-    key_sum = torch.zeros(H, T, n, device=device).index_add_(2, kb, pattern.to(torch.float32))  # (H, T, n)
-    q_sum = torch.zeros(H, n, n, device=device).index_add_(1, qb, key_sum)
-    counts = torch.bincount(qb, minlength=n).clamp(min=1).to(torch.float32)
-    return q_sum / counts[None, :, None]
+    g = group_size(max(T, S), size)
+    return query_group_means(key_group_sums(pattern, g), g)
 
 
 def lower_triangle_u8(thumbs: Tensor) -> np.ndarray:

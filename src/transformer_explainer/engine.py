@@ -437,17 +437,18 @@ class ExplainerModel:
 
     @torch.inference_mode()
     def extend_trace(self, prefix: Trace, new_ids: list[int], *, keep_kv: bool = False,
-                     block_cache: BlockCache | None = None) -> Trace:
+                     block_cache: BlockCache | None = None, observe: Mapping[str, Summary] | None = None) -> Trace:
         """The trace of `prefix`'s tokens + `new_ids`, computing only the new positions: the prefix's
         keys and values are the KV cache (kept in the trace, or its blocks run again for them). Equal to
-        tracing the whole sequence, to float rounding; `keep_kv`, `block_cache` as for `trace_ids`."""
+        tracing the whole sequence, to float rounding; `keep_kv`, `block_cache`, `observe` as for `trace_ids` (the new
+        positions' values observed; a `RowSummary` the prefix kept too is joined to the prefix's rows)."""
         kept = prefix.kv  # read once: a server may drop it meanwhile
         if kept is not None:
             cache: KVCache = KVCache([(k[None], v[None]) for k, v in kept])
         else:  # each block run again as far as its keys and values
             cache = PrefixCache(prefix.n_tokens, lambda i: kv_of(prefix.block_until(i, KV_LAST), i, self.net))
         new = self._trace(new_ids, text=None, cache=cache, prefix_ids=prefix.token_ids, patches=None,
-                          past=prefix.blocks, eager=prefix.blocks is None, keep_kv=keep_kv, observe=None,
+                          past=prefix.blocks, eager=prefix.blocks is None, keep_kv=keep_kv, observe=observe,
                           block_cache=block_cache)
         return merge_traces(prefix, new)
 

@@ -5,6 +5,7 @@ the offline snapshot stores them, so both agree value for value."""
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
@@ -13,7 +14,15 @@ import torch
 from torch import Tensor
 
 from .config import DecoderConfig
-from .encoding import encode_array, encode_u8, lower_triangle_u8, pooled_pattern
+from .encoding import (
+    encode_array,
+    encode_u8,
+    group_size,
+    key_group_sums,
+    lower_triangle_u8,
+    pooled_pattern,
+    query_group_means,
+)
 from .engine import ExplainerModel
 from .errors import InputError
 from .families.hf import SLIDING
@@ -38,7 +47,7 @@ from .schemas import (
     TraceOut,
 )
 from .slicing import activation_tensors
-from .trace import Summary, Trace
+from .trace import RowSummary, Summary, Trace
 
 THUMBNAIL = 32  # attention overview thumbnails are at most 32 x 32
 HIST_BINS = 64
@@ -49,10 +58,27 @@ def pattern_thumbnail(pattern: Tensor) -> Tensor:
     return pooled_pattern(pattern, THUMBNAIL)
 
 
-def overview_summaries(n_layer: int) -> dict[str, Summary]:
-    """What the overview reads of every block, for a pass to compute as it goes (`trace_ids(observe=...)`): a trace
-    then keeps it, and the overview runs no block again."""
-    return {f"blocks.{i}.attn.pattern": pattern_thumbnail for i in range(n_layer)}
+@functools.cache
+def key_sums_at(g: int) -> RowSummary:
+    """What a pass keeps of a block's pattern for the overview of a text whose cells hold `g` positions: each
+    query's mass per group of g keys, row by row, so that a trace cut or continued keeps its rows."""
+    return RowSummary(lambda pattern: key_group_sums(pattern, g), f"key sums per {g} positions")
+
+
+def overview_summaries(n_layer: int, n_tokens: int) -> dict[str, Summary]:
+    """What the overview reads of every block of a text of `n_tokens`, for a pass to compute as it goes
+    (`trace_ids(observe=...)`): a trace then keeps it, and the overview runs no block again."""
+    fn = key_sums_at(group_size(n_tokens, THUMBNAIL))
+    return {f"blocks.{i}.attn.pattern": fn for i in range(n_layer)}
+
+
+def overview_thumbnails(trace: Trace) -> Tensor:
+    """(L, H, n, n) on the CPU: every block's pattern thumbnail, from what the pass kept of it (else its block run
+    as far as the pattern), reduced where the block's values are, then copied."""
+    g = group_size(trace.n_tokens, THUMBNAIL)
+    fn = key_sums_at(g)
+    return torch.stack([query_group_means(trace.observation(f"blocks.{i}.attn.pattern", fn), g).cpu()
+                        for i in range(trace.config.n_layer)])
 
 
 def capabilities_out(c: DecoderConfig) -> CapabilitiesOut:
@@ -156,9 +182,7 @@ def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated:
     tok = model.tokenizer
     tensors = activation_tensors(trace, include)
     nxt = next_token_out(model, trace.next_token_logits(), sampling, top_n, trace.n_tokens - 1)
-    # reduced where each block's values are as the pass computes them, then copied: (H, n, n) thumbnails
-    thumbs = torch.stack([trace.observation(f"blocks.{i}.attn.pattern", pattern_thumbnail).cpu()
-                          for i in range(cfg.n_layer)])
+    thumbs = overview_thumbnails(trace)
     size = thumbs.shape[-1]
     norms = [trace[f"blocks.{i}.resid_pre"].norm(dim=-1).cpu() for i in range(cfg.n_layer)]
     norms.append(trace[f"blocks.{cfg.n_layer - 1}.resid_post"].norm(dim=-1).cpu())

@@ -29,6 +29,38 @@ from .trace_base import TraceBase
 Summary = Callable[[Tensor], Tensor]  # a small function of one value (an overview's thumbnail of a pattern)
 
 
+class RowSummary:
+    """A summary of a (..., T, S) value made row by row: row i of its result (..., T, m) depends on row i of the
+    value alone, and its m columns summarise groups of the S keys (0 past a causal row's own key). So a trace cut
+    to n positions keeps the first n rows, and a continued trace's are the beginning's and the new pass's, its
+    columns filled with zeros (`truncate_trace`, `merge_traces`): the overview of a continued text runs no block."""
+
+    def __init__(self, fn: Summary, what: str) -> None:
+        self.fn, self.what = fn, what
+
+    def __call__(self, value: Tensor) -> Tensor:
+        return self.fn(value)
+
+    def __repr__(self) -> str:
+        return f"RowSummary({self.what})"
+
+
+def _rows_cut(observations: dict[tuple[str, Summary], Tensor], n: int) -> dict[tuple[str, Summary], Tensor]:
+    return {k: v[..., :n, :] for k, v in observations.items() if isinstance(k[1], RowSummary)}
+
+
+def _rows_joined(before: dict[tuple[str, Summary], Tensor], after: dict[tuple[str, Summary], Tensor]
+                 ) -> dict[tuple[str, Summary], Tensor]:
+    out = {}
+    for k, new in after.items():
+        old = before.get(k)
+        if old is None or not isinstance(k[1], RowSummary):
+            continue
+        old = torch.nn.functional.pad(old.to(new.device), (0, new.shape[-1] - old.shape[-1]))  # the new keys: 0
+        out[k] = torch.cat([old, new], dim=-2)
+    return out
+
+
 @dataclass
 class Trace(TraceBase):
     """Intermediates of one text through a decoder of any family, without the batch dimension.
@@ -242,7 +274,8 @@ def truncate_trace(trace: Trace, n: int) -> Trace:
     return Trace(model_name=trace.model_name, config=trace.config, text="", token_ids=trace.token_ids[:n],
                  tokens=trace.tokens[:n], values=cut_values(trace.values, n, family), start=0, prefix_ids=[],
                  unembed=trace.unembed, last_logits=trace.last_logits if n == trace.n_tokens else None,
-                 blocks=None if trace.blocks is None else Cut(trace.blocks, n), kv=kv, block_cache=trace.block_cache)
+                 blocks=None if trace.blocks is None else Cut(trace.blocks, n), kv=kv, block_cache=trace.block_cache,
+                 observations=_rows_cut(trace.observations, n))
 
 
 def merge_traces(prefix: Trace, new: Trace) -> Trace:
@@ -263,4 +296,4 @@ def merge_traces(prefix: Trace, new: Trace) -> Trace:
     return Trace(model_name=prefix.model_name, config=prefix.config, text=new.text, token_ids=ids,
                  tokens=prefix.tokens + new.tokens, values=values, start=0, prefix_ids=[],
                  unembed=new.unembed, last_logits=new.last_logits, blocks=blocks, kv=new.kv,
-                 block_cache=new.block_cache)
+                 block_cache=new.block_cache, observations=_rows_joined(prefix.observations, new.observations))

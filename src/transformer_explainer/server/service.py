@@ -148,15 +148,19 @@ class Explainer:
     def _fresh(self, model: ExplainerModel, ids: list[int], blocks: Collection[int]) -> Trace:
         """One pass over `ids`, keeping the keys and values and what the overview reads of every block, and handing
         the `blocks` the answer reads to the block cache."""
-        return model.trace_ids(ids, keep_kv=True, observe=overview_summaries(model.config.n_layer),
+        return model.trace_ids(ids, keep_kv=True, observe=overview_summaries(model.config.n_layer, len(ids)),
                                block_cache=self.blocks, keep_blocks=blocks)
 
     def _continued(self, model: ExplainerModel, prefix: Trace, new_ids: list[int]) -> Trace:
         """`prefix` continued by `new_ids` from its kept keys and values, with what the overview reads of every
-        block: each block's pattern, its block run as far as the pattern (not whole)."""
-        trace = model.extend_trace(prefix, new_ids, keep_kv=True, block_cache=self.blocks)
-        for name, fn in overview_summaries(model.config.n_layer).items():
-            trace.observe(name, fn)
+        block: the new positions' rows of each pattern, observed by the pass, after the beginning's kept rows. Where
+        the beginning kept none at this text's thumbnail grid (its cells held fewer positions), each block of the
+        beginning runs as far as its pattern."""
+        summaries = overview_summaries(model.config.n_layer, prefix.n_tokens + len(new_ids))
+        trace = model.extend_trace(prefix, new_ids, keep_kv=True, block_cache=self.blocks, observe=summaries)
+        for name, fn in summaries.items():
+            if (name, fn) not in trace.observations:
+                trace.observe(name, fn)
         return trace
 
     def trace(self, name: str, model: ExplainerModel, ids: list[int], *, blocks: Collection[int] = ()
