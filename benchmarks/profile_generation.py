@@ -8,12 +8,12 @@ cache, then each decode step runs the one new position, as `ExplainerModel.gener
 Prints, all measured in this run:
   1. memory read bandwidth (x.sum() over 512 MB, as bench_forward.py) and the per-token bound it gives
      (the weight bytes a step reads / that bandwidth);
-  2. every weight-reading product of a step (per layer attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj,
-     and the unembedding lm_head): median time inside the call, its weight bytes, the GB/s it reaches,
+  2. every weight-reading product of a step (per layer attn.qkv_proj, attn.o_proj, mlp.up_proj,
+     mlp.down_proj, and the unembedding): median time inside the call, its weight bytes, the GB/s it reaches,
      and that as a fraction of the measured bandwidth (timed with hooks around each call, in real
      decode steps, so each weight comes from wherever the previous step left it, not from a hot loop);
   3. the stretches between the products, by what lies between them (attention over the cache lies
-     between attn.c_attn and attn.c_proj), timed in the same steps: the non-product work as it runs
+     between attn.qkv_proj and attn.o_proj), timed in the same steps: the non-product work as it runs
      after each weight has streamed through the caches;
   4. the step's totals: the whole generate_ids step (median, no hooks), the sum of the products, and
      what is left: Python, layer norms, attention over the cache, the cache writes, the engine's
@@ -80,9 +80,9 @@ def main() -> None:
     wbytes = {name: m.weight.numel() * m.weight.element_size()
               + (0 if m.bias is None else m.bias.numel() * m.bias.element_size()) for name, m in linears}
     # a step reads every parameter except the embedding tables' unused rows (the position table; the
-    # token table is the unembedding, read whole by lm_head)
+    # token table is the unembedding, read whole by unembed)
     step_bytes = sum(p.numel() * p.element_size() for p in gpt.parameters()) - \
-        gpt.transformer.wpe.weight.numel() * gpt.transformer.wpe.weight.element_size()
+        gpt.pos_embed.weight.numel() * gpt.pos_embed.weight.element_size()
     all_bytes = sum(p.numel() * p.element_size() for p in gpt.parameters())
 
     def generate_round() -> list[float]:
@@ -99,7 +99,7 @@ def main() -> None:
         return times[2:] if args.clock == "wall" else cpu[2:]
 
     def kind(name: str) -> str:  # per-layer products grouped by kind
-        return name.split(".", 3)[-1] if name.startswith("transformer.h.") else name
+        return name.split(".", 2)[-1] if name.startswith("blocks.") else name
 
     # (b) per-product times: hooks around each Linear, in real decode steps
     all_op: dict[str, list[float]] = defaultdict(list)
@@ -107,7 +107,7 @@ def main() -> None:
     timing = [False]  # decode steps only, not the prompt
 
     # the stretches between products, by what lies between them (e.g. attention over the cache lies
-    # between attn.c_attn and attn.c_proj): [label, time] of the last product's end
+    # between attn.qkv_proj and attn.o_proj): [label, time] of the last product's end
     gaps: dict[str, list[float]] = defaultdict(list)
     last_end: list = [None, 0.0]
 
@@ -139,7 +139,7 @@ def main() -> None:
             last_end[0], last_end[1] = None, t
             logits = gpt(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
             times.append(clock() - t)
-            gaps["lm_head -> end of the call"].append(times[-1] + t - last_end[1])
+            gaps["unembed -> end of the call"].append(times[-1] + t - last_end[1])
             tid = int(torch.argmax(logits))
         timing[0] = False
         for h in handles:
@@ -241,7 +241,7 @@ def main() -> None:
     fw = med_ms(parts["model call"])
     null = med_ms(null_steps)
     eng = sum(med_ms(v) for k, v in parts.items() if k != "model call")
-    lm = med_ms(all_op["lm_head"])
+    lm = med_ms(all_op["unembed"])
 
     def row(label: str, ms: float, note: str = "") -> None:
         print(f"  {label:<32} {ms:7.2f}  {ms / step:5.2f}  {note}")
@@ -264,7 +264,7 @@ def main() -> None:
     row("engine per token", eng, ", ".join(f"{k} {med_ms(v):.3f}" for k, v in parts.items() if k != "model call"))
     row("generator's own", step - fw - eng, "step - model call - engine")
     print(f"\nsummary: products {gemv_ms:.1f} ms at {gemv_bytes / 1e6 / gemv_ms / bw:.2f} of the read bandwidth "
-          f"(lm_head {lm:.1f} ms at {wbytes['lm_head'] / 1e6 / lm / bw:.2f}); besides them a step costs "
+          f"(unembed {lm:.1f} ms at {wbytes['unembed'] / 1e6 / lm / bw:.2f}); besides them a step costs "
           f"{null:.1f} ms in the model and {eng:.2f} ms in the engine; the bound is {bound_ms:.1f} ms")
 
     if not args.no_profiler:
