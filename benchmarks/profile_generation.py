@@ -4,7 +4,8 @@
                                                       [--prompt 32] [--no-profiler]
 
 GPT-2 small's shape, random weights (the model bench_forward.py uses). A 32-token prompt fills a KV
-cache, then each decode step runs the one new position, as `ExplainerModel.generate_ids` does.
+cache, then each decode step runs the one new position through `models.decode.DecodeStep`, as
+`ExplainerModel.generate_ids` does.
 Prints, all measured in this run:
   1. memory read bandwidth (x.sum() over 512 MB, as bench_forward.py) and the per-token bound it gives
      (the weight bytes a step reads / that bandwidth);
@@ -40,6 +41,7 @@ from fixtures import gpt2_small_shape
 from torch import nn
 
 from transformer_explainer import SamplingParams, load_model
+from transformer_explainer.models.decode import DecodeStep
 from transformer_explainer.models.kv_cache import KVCache
 from transformer_explainer.sampling import most_likely, next_token_distribution
 
@@ -133,11 +135,12 @@ def main() -> None:
         cache = KVCache(capacity=args.prompt + args.steps + 1)
         logits = gpt(torch.tensor([prompt]), cache=cache, logits_for="last")[0, -1]
         tid = int(torch.argmax(logits))
+        step = DecodeStep(gpt, cache)  # generate_ids's step
         timing[0] = True
         for _ in range(args.steps):
             t = clock()
             last_end[0], last_end[1] = None, t
-            logits = gpt(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
+            logits = step(tid)
             times.append(clock() - t)
             gaps["unembed -> end of the call"].append(times[-1] + t - last_end[1])
             tid = int(torch.argmax(logits))
@@ -152,34 +155,33 @@ def main() -> None:
     def split_round() -> None:
         cache = KVCache(capacity=args.prompt + args.steps + 1)
         logits = gpt(torch.tensor([prompt]), cache=cache, logits_for="last")[0, -1]
+        step = DecodeStep(gpt, cache)
         for _ in range(args.steps):
             t1 = clock()
             tid = most_likely(logits)  # generate_ids builds no distribution when greedy
             t2 = clock()
             model.tokenizer.token_text(tid)
             t3 = clock()
-            x = torch.tensor([[tid]])
+            logits = step(tid)  # the step makes its input tensor itself
             t4 = clock()
-            logits = gpt(x, cache=cache, logits_for="last")[0, -1]
-            t5 = clock()
-            for k, v in (("greedy pick", t2 - t1), ("token text", t3 - t2),
-                         ("input tensor", t4 - t3), ("model call", t5 - t4)):
+            for k, v in (("greedy pick", t2 - t1), ("token text", t3 - t2), ("model call", t4 - t3)):
                 parts[k].append(v)
 
     # (d) the same decode steps with every product replaced by a ready zero output of its shape: what
     # a step costs besides reading the weights (Python, norms, attention over the cache, cache writes),
-    # measured directly rather than as the difference of two noisy times
-    zeros = {name: torch.zeros(1, 1, m.out_features) for name, m in linears}
+    # measured directly rather than as the difference of two noisy times. A new zero tensor per call: the
+    # step adds into a branch's output in place, so a shared one would accumulate
 
     def null_round() -> list[float]:
         times = []
         cache = KVCache(capacity=args.prompt + args.steps + 1)
         gpt(torch.tensor([prompt]), cache=cache, logits_for="last")  # the real prompt fills the cache
-        for name, m in linears:
-            m.forward = lambda x, zero=zeros[name]: zero  # type: ignore[method-assign]
+        step = DecodeStep(gpt, cache)
+        for _name, m in linears:
+            m.forward = lambda x, n=m.out_features: torch.zeros(1, 1, n)  # type: ignore[method-assign]
         for _ in range(args.steps):
             t = clock()
-            gpt(torch.tensor([[0]]), cache=cache, logits_for="last")
+            step(0)
             times.append(clock() - t)
         for _name, m in linears:
             del m.forward  # back to the class's forward
@@ -260,7 +262,7 @@ def main() -> None:
     row("products (sum of medians)", gemv_ms, f"their own bound {gemv_bytes / bw / 1e6:.2f} ms: "
         f"{gemv_bytes / bw / 1e6 / gemv_ms:.2f} of it")
     row("rest of the model call", fw - gemv_ms, "Python, norms, attention over the cache, cache writes, embedding")
-    row("model call, products skipped", null, "the same measured directly: each product returns a ready zero tensor")
+    row("model call, products skipped", null, "the same measured directly: each product returns a new zero tensor")
     row("engine per token", eng, ", ".join(f"{k} {med_ms(v):.3f}" for k, v in parts.items() if k != "model call"))
     row("generator's own", step - fw - eng, "step - model call - engine")
     print(f"\nsummary: products {gemv_ms:.1f} ms at {gemv_bytes / 1e6 / gemv_ms / bw:.2f} of the read bandwidth "
@@ -274,13 +276,14 @@ def main() -> None:
             cache = KVCache(capacity=args.prompt + 8)
             logits = gpt(torch.tensor([prompt]), cache=cache, logits_for="last")[0, -1]
             tid = int(torch.argmax(logits))
+            step = DecodeStep(gpt, cache)
             for _ in range(2):
-                logits = gpt(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
+                logits = step(tid)
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
                 for _ in range(3):
                     dist = next_token_distribution(logits, greedy)
                     tid = dist.sample(None)
-                    logits = gpt(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
+                    logits = step(tid)
         print("\ntorch.profiler, 3 decode steps + sampling (self CPU time by op and input shape; the profiler "
               "adds its own per-op cost)")
         print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=25,
