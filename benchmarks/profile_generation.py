@@ -4,16 +4,17 @@
                                                       [--prompt 32] [--no-profiler]
 
 GPT-2 small's shape, random weights (the model bench_forward.py uses). A 32-token prompt fills a KV
-cache, then each decode step runs the one new position, as `ExplainerModel.generate_ids` does.
+cache, then each decode step runs the one new position through `models.decode.DecodeStep`, as
+`ExplainerModel.generate_ids` does.
 Prints, all measured in this run:
   1. memory read bandwidth (x.sum() over 512 MB, as bench_forward.py) and the per-token bound it gives
      (the weight bytes a step reads / that bandwidth);
-  2. every weight-reading product of a step (per layer attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj,
-     and the unembedding lm_head): median time inside the call, its weight bytes, the GB/s it reaches,
+  2. every weight-reading product of a step (per layer attn.qkv_proj, attn.o_proj, mlp.up_proj,
+     mlp.down_proj, and the unembedding): median time inside the call, its weight bytes, the GB/s it reaches,
      and that as a fraction of the measured bandwidth (timed with hooks around each call, in real
      decode steps, so each weight comes from wherever the previous step left it, not from a hot loop);
   3. the stretches between the products, by what lies between them (attention over the cache lies
-     between attn.c_attn and attn.c_proj), timed in the same steps: the non-product work as it runs
+     between attn.qkv_proj and attn.o_proj), timed in the same steps: the non-product work as it runs
      after each weight has streamed through the caches;
   4. the step's totals: the whole generate_ids step (median, no hooks), the sum of the products, and
      what is left: Python, layer norms, attention over the cache, the cache writes, the engine's
@@ -40,6 +41,7 @@ from fixtures import gpt2_small_shape
 from torch import nn
 
 from transformer_explainer import SamplingParams, load_model
+from transformer_explainer.models.decode import DecodeStep
 from transformer_explainer.models.kv_cache import KVCache
 from transformer_explainer.sampling import most_likely, next_token_distribution
 
@@ -80,9 +82,9 @@ def main() -> None:
     wbytes = {name: m.weight.numel() * m.weight.element_size()
               + (0 if m.bias is None else m.bias.numel() * m.bias.element_size()) for name, m in linears}
     # a step reads every parameter except the embedding tables' unused rows (the position table; the
-    # token table is the unembedding, read whole by lm_head)
+    # token table is the unembedding, read whole by unembed)
     step_bytes = sum(p.numel() * p.element_size() for p in gpt.parameters()) - \
-        gpt.transformer.wpe.weight.numel() * gpt.transformer.wpe.weight.element_size()
+        gpt.pos_embed.weight.numel() * gpt.pos_embed.weight.element_size()
     all_bytes = sum(p.numel() * p.element_size() for p in gpt.parameters())
 
     def generate_round() -> list[float]:
@@ -99,7 +101,7 @@ def main() -> None:
         return times[2:] if args.clock == "wall" else cpu[2:]
 
     def kind(name: str) -> str:  # per-layer products grouped by kind
-        return name.split(".", 3)[-1] if name.startswith("transformer.h.") else name
+        return name.split(".", 2)[-1] if name.startswith("blocks.") else name
 
     # (b) per-product times: hooks around each Linear, in real decode steps
     all_op: dict[str, list[float]] = defaultdict(list)
@@ -107,7 +109,7 @@ def main() -> None:
     timing = [False]  # decode steps only, not the prompt
 
     # the stretches between products, by what lies between them (e.g. attention over the cache lies
-    # between attn.c_attn and attn.c_proj): [label, time] of the last product's end
+    # between attn.qkv_proj and attn.o_proj): [label, time] of the last product's end
     gaps: dict[str, list[float]] = defaultdict(list)
     last_end: list = [None, 0.0]
 
@@ -133,13 +135,14 @@ def main() -> None:
         cache = KVCache(capacity=args.prompt + args.steps + 1)
         logits = gpt(torch.tensor([prompt]), cache=cache, logits_for="last")[0, -1]
         tid = int(torch.argmax(logits))
+        step = DecodeStep(gpt, cache)  # generate_ids's step
         timing[0] = True
         for _ in range(args.steps):
             t = clock()
             last_end[0], last_end[1] = None, t
-            logits = gpt(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
+            logits = step(tid)
             times.append(clock() - t)
-            gaps["lm_head -> end of the call"].append(times[-1] + t - last_end[1])
+            gaps["unembed -> end of the call"].append(times[-1] + t - last_end[1])
             tid = int(torch.argmax(logits))
         timing[0] = False
         for h in handles:
@@ -152,34 +155,33 @@ def main() -> None:
     def split_round() -> None:
         cache = KVCache(capacity=args.prompt + args.steps + 1)
         logits = gpt(torch.tensor([prompt]), cache=cache, logits_for="last")[0, -1]
+        step = DecodeStep(gpt, cache)
         for _ in range(args.steps):
             t1 = clock()
             tid = most_likely(logits)  # generate_ids builds no distribution when greedy
             t2 = clock()
             model.tokenizer.token_text(tid)
             t3 = clock()
-            x = torch.tensor([[tid]])
+            logits = step(tid)  # the step makes its input tensor itself
             t4 = clock()
-            logits = gpt(x, cache=cache, logits_for="last")[0, -1]
-            t5 = clock()
-            for k, v in (("greedy pick", t2 - t1), ("token text", t3 - t2),
-                         ("input tensor", t4 - t3), ("model call", t5 - t4)):
+            for k, v in (("greedy pick", t2 - t1), ("token text", t3 - t2), ("model call", t4 - t3)):
                 parts[k].append(v)
 
     # (d) the same decode steps with every product replaced by a ready zero output of its shape: what
     # a step costs besides reading the weights (Python, norms, attention over the cache, cache writes),
-    # measured directly rather than as the difference of two noisy times
-    zeros = {name: torch.zeros(1, 1, m.out_features) for name, m in linears}
+    # measured directly rather than as the difference of two noisy times. A new zero tensor per call: the
+    # step adds into a branch's output in place, so a shared one would accumulate
 
     def null_round() -> list[float]:
         times = []
         cache = KVCache(capacity=args.prompt + args.steps + 1)
         gpt(torch.tensor([prompt]), cache=cache, logits_for="last")  # the real prompt fills the cache
-        for name, m in linears:
-            m.forward = lambda x, zero=zeros[name]: zero  # type: ignore[method-assign]
+        step = DecodeStep(gpt, cache)
+        for _name, m in linears:
+            m.forward = lambda x, n=m.out_features: torch.zeros(1, 1, n)  # type: ignore[method-assign]
         for _ in range(args.steps):
             t = clock()
-            gpt(torch.tensor([[0]]), cache=cache, logits_for="last")
+            step(0)
             times.append(clock() - t)
         for _name, m in linears:
             del m.forward  # back to the class's forward
@@ -241,7 +243,7 @@ def main() -> None:
     fw = med_ms(parts["model call"])
     null = med_ms(null_steps)
     eng = sum(med_ms(v) for k, v in parts.items() if k != "model call")
-    lm = med_ms(all_op["lm_head"])
+    lm = med_ms(all_op["unembed"])
 
     def row(label: str, ms: float, note: str = "") -> None:
         print(f"  {label:<32} {ms:7.2f}  {ms / step:5.2f}  {note}")
@@ -260,11 +262,11 @@ def main() -> None:
     row("products (sum of medians)", gemv_ms, f"their own bound {gemv_bytes / bw / 1e6:.2f} ms: "
         f"{gemv_bytes / bw / 1e6 / gemv_ms:.2f} of it")
     row("rest of the model call", fw - gemv_ms, "Python, norms, attention over the cache, cache writes, embedding")
-    row("model call, products skipped", null, "the same measured directly: each product returns a ready zero tensor")
+    row("model call, products skipped", null, "the same measured directly: each product returns a new zero tensor")
     row("engine per token", eng, ", ".join(f"{k} {med_ms(v):.3f}" for k, v in parts.items() if k != "model call"))
     row("generator's own", step - fw - eng, "step - model call - engine")
     print(f"\nsummary: products {gemv_ms:.1f} ms at {gemv_bytes / 1e6 / gemv_ms / bw:.2f} of the read bandwidth "
-          f"(lm_head {lm:.1f} ms at {wbytes['lm_head'] / 1e6 / lm / bw:.2f}); besides them a step costs "
+          f"(unembed {lm:.1f} ms at {wbytes['unembed'] / 1e6 / lm / bw:.2f}); besides them a step costs "
           f"{null:.1f} ms in the model and {eng:.2f} ms in the engine; the bound is {bound_ms:.1f} ms")
 
     if not args.no_profiler:
@@ -274,13 +276,14 @@ def main() -> None:
             cache = KVCache(capacity=args.prompt + 8)
             logits = gpt(torch.tensor([prompt]), cache=cache, logits_for="last")[0, -1]
             tid = int(torch.argmax(logits))
+            step = DecodeStep(gpt, cache)
             for _ in range(2):
-                logits = gpt(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
+                logits = step(tid)
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
                 for _ in range(3):
                     dist = next_token_distribution(logits, greedy)
                     tid = dist.sample(None)
-                    logits = gpt(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
+                    logits = step(tid)
         print("\ntorch.profiler, 3 decode steps + sampling (self CPU time by op and input shape; the profiler "
               "adds its own per-op cost)")
         print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=25,

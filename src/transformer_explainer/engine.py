@@ -19,6 +19,7 @@ from .errors import CheckpointError, InputError
 from .loading.checkpoint import load_decoder, resolve_dtype, stored_dtype
 from .loading.resolve import ResolvedModel, resolve
 from .loading.tokenizer import TextTokenizer
+from .models.decode import DecodeStep
 from .models.decoder import Decoder
 from .models.kv_cache import KVCache
 from .models.placement import (
@@ -312,6 +313,7 @@ class ExplainerModel:
         eos = set(self.tokenizer.eos_ids())
         cache = KVCache(capacity=min(len(ids) + max_new_tokens, self.context_length))  # no regrowth while generating
         logits = self.net(self._input(ids), cache=cache, logits_for="last")[0, -1]
+        step = DecodeStep(self.net, cache)  # the same numbers as self.net on one position, with less Python
         gen = None if params.greedy else make_generator(params.seed, logits.device)  # draws where the probabilities are
         pos = len(ids)
         params.check_vocabulary(logits.shape[-1])  # greedy steps build no distribution, which would check it
@@ -326,7 +328,7 @@ class ExplainerModel:
             pos += 1
             if (stop_at_eos and tid in eos) or pos >= self.context_length:
                 return
-            logits = self.net(self._input([tid]), cache=cache, logits_for="last")[0, -1]
+            logits = step(tid)
 
     def generate(self, text: str, max_new_tokens: int,
                  params: SamplingParams | None = None) -> Iterator[GeneratedToken]:

@@ -45,13 +45,15 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 def _row_chunks(x: Tensor, weight: Tensor) -> int:
+    if _BLAS_SPLITS_ONE_ROW:  # first: it decides alone, and every product of every step asks
+        return 1
     in_features = weight.shape[1]
     if x.numel() != in_features or x.device.type != "cpu" or weight.stride(0) != 1:
         return 1
     if weight.dtype != torch.float32:  # bf16 partial sums would each be rounded: keep one accumulation
         return 1
     threads = torch.get_num_threads()
-    if threads < 2 or _BLAS_SPLITS_ONE_ROW:
+    if threads < 2:
         return 1
     chunks = 4 * threads  # a few slices per thread balance the load
     while in_features % chunks:

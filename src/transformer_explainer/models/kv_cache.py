@@ -34,6 +34,14 @@ class KVCache:
     def extend(self, layer: int, k: Tensor, v: Tensor) -> KV:
         """Append this call's keys and values (B, heads, T, Dh) to block `layer`'s; returns every
         position's (B, heads, S + T, Dh)."""
+        if layer < len(self.layers) and layer < len(self._buffers):  # a generation step: the buffer has room
+            buf, past_k = self._buffers[layer], self.layers[layer][0]
+            start, T = past_k.shape[2], k.shape[2]
+            if buf is not None and past_k.data_ptr() == buf[0].data_ptr() and start + T <= buf[0].shape[2]:
+                buf[0].narrow(2, start, T).copy_(k)
+                buf[1].narrow(2, start, T).copy_(v)
+                kv = self.layers[layer] = (buf[0].narrow(2, 0, start + T), buf[1].narrow(2, 0, start + T))
+                return kv
         past = self.layers[layer] if layer < len(self.layers) else None
         start = 0 if past is None else past[0].shape[2]
         end = start + k.shape[2]
