@@ -6,29 +6,12 @@ import type { ModelConfigOut, TensorSpec } from "../../src/lib/generated/api";
 import type { MessageKey } from "../../src/lib/i18n";
 import type { Value } from "../../src/lib/lesson";
 import { decodeTensor } from "../../src/lib/tensor";
-import type { Check, ClaimContext } from "./claims";
+import { described, hasWeight, type Check, type ClaimContext } from "./claims";
 
 const num = (v: Value | undefined) => Number(v?.raw);
 /** `shown` agrees with `x` to the 3 significant digits prose carries (or to `abs` near zero). */
 const near = (shown: number, x: number, rel = 6e-3, abs = 1e-6) => Math.abs(shown - x) <= Math.max(abs, rel * Math.abs(x));
 const fail = (what: string): string => what;
-
-/** The model as /api/models describes it (a request of its own). */
-async function described(ctx: ClaimContext): Promise<ModelConfigOut> {
-  const info = await api.model(ctx.trace.model);
-  if (!info.config) throw new Error(`/api/models/${ctx.trace.model} has no config`);
-  return info.config;
-}
-
-/** Whether the model has the weight `name` (the server refuses the names a model lacks). */
-async function hasWeight(ctx: ClaimContext, name: string): Promise<boolean> {
-  try {
-    await api.weights({ model: ctx.trace.model, tensors: [{ name }] });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 async function weightSize(ctx: ClaimContext, name: string): Promise<number> {
   const out = await api.weights({ model: ctx.trace.model, tensors: [{ name, dtype: "float32" }] });

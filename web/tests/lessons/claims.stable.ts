@@ -7,26 +7,11 @@ import type { ModelConfigOut } from "../../src/lib/generated/api";
 import type { MessageKey } from "../../src/lib/i18n";
 import type { Value } from "../../src/lib/lesson";
 import { decodeTensor, type Tensor } from "../../src/lib/tensor";
-import type { Check, ClaimContext } from "./claims";
+import { described, hasWeight, type Check, type ClaimContext } from "./claims";
 
 const num = (v: Value | undefined) => Number(v?.raw);
 /** `shown` agrees with `x` to the 3 significant digits prose carries. */
 const near = (shown: number, x: number, rel = 6e-3, abs = 1e-6) => Math.abs(shown - x) <= Math.max(abs, rel * Math.abs(x));
-
-async function described(ctx: ClaimContext): Promise<ModelConfigOut> {
-  const info = await api.model(ctx.trace.model);
-  if (!info.config) throw new Error(`/api/models/${ctx.trace.model} has no config`);
-  return info.config;
-}
-
-async function hasWeight(ctx: ClaimContext, name: string): Promise<boolean> {
-  try {
-    await api.weights({ model: ctx.trace.model, tensors: [{ name }] });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 const blk = (ctx: ClaimContext, s: string) => `blocks.${ctx.focus.layer}.${s}`;
 function rowLen(t: Tensor, row: number): number {

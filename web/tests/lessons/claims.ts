@@ -2,8 +2,9 @@
 // `claim(...)`, a function here tells whether it holds for the values the sentence quotes and for the learner's
 // data, fetched independently (ctx.tensor asks the server again; ctx.trace and ctx.next are the API's answers).
 // A claim key without a check fails the test. The checks live in claims.<lesson>.ts, one file per lesson.
+import { api } from "../../src/lib/client";
 import type {
-  CompareOut, DecodeOut, ModelInfo, NextTokenOut, PositionalOut, TasksOut, TensorSpec, TraceOut,
+  CompareOut, DecodeOut, ModelConfigOut, ModelInfo, NextTokenOut, PositionalOut, TasksOut, TensorSpec, TraceOut,
 } from "../../src/lib/generated/api";
 import type { MessageKey } from "../../src/lib/i18n";
 import type { Value } from "../../src/lib/lesson";
@@ -43,3 +44,20 @@ export type Check = (v: Record<string, Value>, ctx: ClaimContext) => true | stri
 const files = import.meta.glob<Partial<Record<MessageKey, Check>>>("./claims.*.ts", { eager: true, import: "CLAIMS" });
 
 export const CLAIMS: Partial<Record<MessageKey, Check>> = Object.assign({}, ...Object.values(files));
+
+/** The model as /api/models describes it (a request of its own, not the trace the lesson read). */
+export async function described(ctx: ClaimContext): Promise<ModelConfigOut> {
+  const info = await api.model(ctx.trace.model);
+  if (!info.config) throw new Error(`/api/models/${ctx.trace.model} has no config`);
+  return info.config;
+}
+
+/** Whether the model has the weight `name` (the server refuses the names a model lacks). */
+export async function hasWeight(ctx: ClaimContext, name: string): Promise<boolean> {
+  try {
+    await api.weights({ model: ctx.trace.model, tensors: [{ name }] });
+    return true;
+  } catch {
+    return false;
+  }
+}
