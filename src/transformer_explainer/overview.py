@@ -52,7 +52,9 @@ def capabilities_out(c: DecoderConfig) -> CapabilitiesOut:
                            kv_groups=c.n_head // c.n_kv_heads,
                            local_window=c.sliding_window if SLIDING in (c.layer_types or ()) else None,
                            layer_types=[c.layer_type(i) for i in range(c.n_layer)], attn_scale=c.attn_scale,
-                           rope_local_theta=c.rope_local_theta)
+                           rope_local_theta=c.rope_local_theta, qk_norm_scope=a.qk_norm_scope,
+                           n_experts=c.n_experts, top_k=c.top_k, d_expert=c.d_expert,
+                           norm_topk_prob=c.norm_topk_prob if a.mlp == "moe" else False, moe_layers=c.moe_layers)
 
 
 def config_out(model: ExplainerModel) -> ModelConfigOut:

@@ -111,7 +111,8 @@ def check_activations_fit(config: DecoderConfig, n_tokens: int, specs: Sequence[
     much costs no pass. Sizes come from the names' dims and the model's shape."""
     sizes = {"T": n_tokens, "S": n_tokens, "D": config.n_embd, "Dh": config.head_dim, "H": config.n_head,
              "G": config.n_kv_heads, "M": config.d_mlp, "V": config.vocab_size, "R": config.head_dim // 2,
-             "H*Dh": config.n_head * config.head_dim}
+             "H*Dh": config.n_head * config.head_dim, "G*Dh": config.n_kv_heads * config.head_dim,
+             "E": config.n_experts or 1, "K": config.top_k or 1}
     out = []
     for spec in specs:
         _layer, suffix, dims = _parse(spec.name, config.family)

@@ -89,8 +89,9 @@ export interface CapabilitiesOut {
   norm_offset: boolean;
   positions: "learned" | "rope";
   qkv: "fused" | "split";
-  mlp: "gelu" | "gated";
+  mlp: "gelu" | "gated" | "moe";
   qk_norm: boolean;
+  qk_norm_scope?: "head" | "projection";
   sandwich_norm: boolean;
   embed_scale: boolean;
   kv_groups: number;
@@ -98,6 +99,11 @@ export interface CapabilitiesOut {
   layer_types: ("full_attention" | "sliding_attention")[];
   attn_scale: number;
   rope_local_theta: number | null;
+  n_experts?: number | null;
+  top_k?: number | null;
+  d_expert?: number | null;
+  norm_topk_prob?: boolean;
+  moe_layers?: number[];
 }
 
 /** Tokens [start, end) that split characters between them (e.g. the four bytes of an emoji). */
@@ -417,6 +423,7 @@ export interface ModelInfo {
   default: boolean;
   config?: ModelConfigOut | null;
   n_params?: number | null;
+  n_active_params?: number | null;
 }
 
 export interface ModelList {
