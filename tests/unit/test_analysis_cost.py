@@ -88,3 +88,19 @@ def test_a_refusal_names_settings_that_fit():
     tokens = int(str(e.value).split("a text of at most ")[1].split()[0].replace(",", ""))
     passes = importance_passes(gpt2)
     assert passes * pass_gflop(gpt2, tokens) <= budget < passes * pass_gflop(gpt2, tokens + 1)
+
+
+def test_a_mixture_of_experts_costs_its_chosen_experts():
+    """A token goes through the router and top_k experts: the pass costs what a dense model of top_k experts'
+    width would, plus the router; the other experts add nothing. A dense block (Qwen3-MoE's) costs its MLP."""
+    shape = dict(vocab_size=1000, n_layer=4, n_head=4, n_embd=64, n_kv_heads=2, activation="silu",
+                 layer_norm_epsilon=1e-5, qkv_bias=False, out_bias=False, mlp_bias=False, tie_word_embeddings=False)
+    moe = DecoderConfig(**shape, d_mlp=96, model_type="mixtral", n_experts=8, top_k=2, norm_topk_prob=True)
+    dense = DecoderConfig(**shape, d_mlp=2 * 96, model_type="llama")
+    router = 4 * 2 * 10 * 64 * 8 / 1e9
+    assert pass_gflop(moe, 10) == pytest.approx(pass_gflop(dense, 10) + router, rel=1e-12)
+    more = DecoderConfig(**{**shape, "d_mlp": 96}, model_type="mixtral", n_experts=64, top_k=2, norm_topk_prob=True)
+    assert pass_gflop(more, 10) - pass_gflop(moe, 10) == pytest.approx(4 * 2 * 10 * 64 * 56 / 1e9, rel=1e-9)
+    mixed = DecoderConfig(**shape, d_mlp=2 * 96, model_type="qwen3_moe", n_experts=8, top_k=2, d_expert=96,
+                          dense_layers=(1, 2))
+    assert pass_gflop(mixed, 10) == pytest.approx(pass_gflop(dense, 10) + router / 2, rel=1e-12)

@@ -20,6 +20,7 @@ AblationMode = Literal["zero", "mean"]
 # not read as an id
 TokenArg = Annotated[int, PydStrict()] | Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS)]
 HeadIn = tuple[Annotated[int, Field(ge=0, le=1000)], Annotated[int, Field(ge=0, le=1000)]]
+ExpertIn = tuple[Annotated[int, Field(ge=0, le=1000)], Annotated[int, Field(ge=0, le=100_000)]]
 Matrix = list[list[float | None]]  # (layers, heads)
 
 
@@ -33,17 +34,20 @@ class LensIn(InputIn):
 
 
 class AblateIn(InputIn):
-    """Heads as [layer, head] pairs, and/or whole layers (every head of each)."""
+    """Heads as [layer, head] pairs, and/or whole layers (every head of each), and/or experts of a mixture of
+    experts as [layer, expert] pairs, taken out of the routing (their tokens go to their next choice, the
+    weights renormalised as the model does: `analysis.ablation.expert_removal_patches`). `mode`: the heads'."""
 
     heads: Annotated[list[HeadIn], Field(max_length=1024)] = []
     layers: Annotated[list[Annotated[int, Field(ge=0, le=1000)]], Field(max_length=1000)] = []
+    experts: Annotated[list[ExpertIn], Field(max_length=4096)] = []
     mode: AblationMode = "zero"
     top: Annotated[int, Field(ge=1, le=MAX_TOP_N)] = ABLATION_TOP
 
     @model_validator(mode="after")
     def _something(self) -> AblateIn:
-        if not self.heads and not self.layers:
-            raise ValueError("give at least one head ([layer, head]) or layer to ablate")
+        if not self.heads and not self.layers and not self.experts:
+            raise ValueError("give at least one head ([layer, head]), layer or expert ([layer, expert]) to ablate")
         return self
 
 
@@ -139,6 +143,7 @@ class LensOut(_Tokens):
 
 class AblateOut(_Tokens):
     heads: list[HeadOut]
+    experts: list[HeadOut] = []  # [layer, expert] pairs taken out of the routing
     mode: AblationMode
     loss_before: float | None
     loss_after: float | None

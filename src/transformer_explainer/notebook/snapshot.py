@@ -214,12 +214,15 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
 
     global_first, block_order = ACTIVATION_ORDER[family]
     groups: list[tuple[str, list[str], bool]] = [(n, [n], False) for n in global_first]
-    groups += [(f"blocks.*.{s}", [block_name(i, s) for i in (range(L) if s != "resid_post" else [L - 1])], False)
-               for s in block_order]
+    answered = set(trace.names())  # a mixture's blocks answer their MLP's stages: experts' or a dense MLP's
+    groups += [(f"blocks.*.{s}", [n for i in (range(L) if s != "resid_post" else [L - 1])
+                                  if (n := block_name(i, s)) in answered], False) for s in block_order]
     groups += [(f"blocks.*.{s}", [block_name(i, s) for i in range(L)], True) for s in LARGE_WEIGHTS]
     kept: list[str] = []
     omitted: list[str] = []
     for label, names, is_weight in groups:
+        if not names:
+            continue
         values = [model.weight(n) if is_weight else trace[n] for n in names]
         size = sum(_b64_size(v.numel()) for v in values)
         if size > budget:
