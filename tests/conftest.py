@@ -137,8 +137,8 @@ MOE_FIXTURES: dict[str, dict] = {
 DECODER_FIXTURES: dict[str, dict] = {**LLAMA_FAMILY_FIXTURES, **NEW_FAMILY_FIXTURES, **MOE_FIXTURES}
 
 
-def make_hf_llama_family(folder: Path, arch: str = "llama", *, n_layer: int = 2, hidden: int = 64, n_head: int = 4,
-                         intermediate: int = 128, vocab_size: int = 384, max_positions: int = 128,
+def make_hf_llama_family(folder: Path, arch: str = "llama", *, n_layer: int | None = None, hidden: int = 64,
+                         n_head: int = 4, intermediate: int = 128, vocab_size: int = 384, max_positions: int = 128,
                          seed: int = 0, **overrides) -> Path:
     """Save a random LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM / Qwen3ForCausalLM /
     Gemma3ForCausalLM / MixtralForCausalLM / Qwen3MoeForCausalLM / OlmoeForCausalLM in HF format with the
@@ -149,7 +149,8 @@ def make_hf_llama_family(folder: Path, arch: str = "llama", *, n_layer: int = 2,
     from transformers import AutoConfig, AutoModelForCausalLM
 
     opts = {**DECODER_FIXTURES[arch], **overrides}
-    n_layer = opts.pop("n_layer", n_layer)
+    fixture_layers = opts.pop("n_layer", 2)
+    n_layer = fixture_layers if n_layer is None else n_layer  # an explicit count wins over the fixture's
     add_bos = opts.pop("add_bos", False)
     max_shard_size = opts.pop("max_shard_size", None)
     torch.manual_seed(seed)
