@@ -1,4 +1,5 @@
-"""Build the CJK font subset the web app loads when its language is 中文.
+"""Build the CJK font subsets of the web app: the one it loads when its language is 中文, and the tiny one
+every page carries inline for the few CJK characters it shows in any language.
 
 Many systems (Debian's Chromium without fonts-noto-cjk, most minimal Linux installs) have no CJK font,
 so the Chinese UI would be drawn as missing-glyph boxes. This script collects every CJK character
@@ -9,6 +10,17 @@ the source beside it:
     web/public/fonts/noto-sans-sc-subset.woff2    (Vite copies web/public/ into the bundle)
     web/public/fonts/noto-sans-sc-subset.json     (source package, version, licence, character count)
     web/public/fonts/OFL.txt                      (the licence text, from the Debian package)
+
+Every page, English too, shows a few CJK characters: the language menu's 中文 (each catalogue's
+meta.name), the Chinese example text (web/src/lib/examples.json), any in the English strings, and the
+numerals of the encoder-decoder task number_words_zh (its vocabulary, read from the package). A
+font fetched after the page is laid out leaves Chromium's missing-glyph boxes in place, so those
+glyphs come with the page's stylesheet instead, as a data: URL (Vite inlines the file):
+
+    web/src/fonts/cjk-page.woff2    (the subset of the subset above holding just those characters)
+    web/src/fonts/cjk-page.css      (its @font-face, "TE CJK Page", with exactly their unicode-range)
+
+`--page-only` rebuilds these two from the existing subset (no source font needed).
 
 Source: Debian's `fonts-noto-cjk` package (NotoSansCJK-Regular.ttc, face "Noto Sans CJK SC"). Used
 from /usr/share/fonts when installed, otherwise downloaded with `apt-get download` (no root needed)
@@ -39,6 +51,11 @@ SYSTEM_TTC = Path("/usr/share/fonts/opentype/noto") / TTC_NAME
 COPYRIGHT = Path("usr/share/doc/fonts-noto-cjk/copyright")
 CACHE = Path.home() / ".cache" / "transformer-explainer" / PACKAGE
 MAX_BYTES = 1_000_000
+PAGE_DIR = WEB_SRC / "fonts"
+PAGE_FONT = "cjk-page.woff2"
+PAGE_CSS = "cjk-page.css"
+PAGE_FAMILY = "TE CJK Page"
+PAGE_MAX_BYTES = 12_000  # it is in every page's stylesheet (as base64, a third more)
 
 # The ranges the font covers; web/src/lib/cjkFont.ts gives the browser the same ranges (unicode-range).
 CJK_RANGES: list[tuple[int, int]] = [
@@ -59,13 +76,88 @@ def is_cjk(ch: str) -> bool:
     return any(lo <= cp <= hi for lo, hi in CJK_RANGES)
 
 
-def cjk_chars(src: Path = WEB_SRC) -> set[str]:
-    """Every CJK character in the web sources (all of web/src: the app's, the pages' and lessons' strings)."""
-    chars: set[str] = set()
+def cjk_chars(src: Path = WEB_SRC, *, tasks: bool = True) -> set[str]:
+    """Every CJK character in the web sources (all of web/src: the app's, the pages' and lessons' strings),
+    and in the outputs of the built-in encoder-decoder tasks (which the page shows in any language)."""
+    chars: set[str] = task_chars() if tasks else set()
     for p in sorted(src.rglob("*")):
         if p.is_file() and p.suffix in SOURCE_SUFFIXES:
             chars.update(ch for ch in p.read_text(encoding="utf-8") if is_cjk(ch))
     return chars
+
+
+def task_chars() -> set[str]:
+    """The CJK characters the built-in encoder-decoder tasks read and write (number_words_zh's numerals): the
+    page shows a task's output, in whatever language the page is, and its vocabulary is the server's."""
+    from transformer_explainer.seq2seq.tasks import BUILTIN_TASKS, make_task
+
+    chars: set[str] = set()
+    for name in BUILTIN_TASKS:
+        task = make_task(name)
+        for vocab in (task.src_vocab, task.tgt_vocab):
+            chars.update(ch for token in vocab.tokens for ch in token if is_cjk(ch))
+    return chars
+
+
+def page_chars(src: Path = WEB_SRC, *, tasks: bool = True) -> set[str]:
+    """The CJK characters every page shows: the language names of the menu (each catalogue's meta.name), the
+    example texts, any in the English strings (the reference catalogue every language falls back to), and the
+    built-in encoder-decoder tasks' (the Chinese numerals of number_words_zh)."""
+    chars: set[str] = task_chars() if tasks else set()
+    for cat in sorted((src / "locales").glob("*.json")):
+        strings = json.loads(cat.read_text(encoding="utf-8"))
+        shown = strings.values() if cat.stem == "en" else [strings.get("meta.name", "")]
+        chars.update(ch for text in shown for ch in text if is_cjk(ch))
+    examples = json.loads((src / "lib" / "examples.json").read_text(encoding="utf-8"))
+    chars.update(ch for text in examples for ch in text if is_cjk(ch))
+    return chars
+
+
+def ranges_of(chars: set[str]) -> str:
+    """A CSS unicode-range holding exactly `chars`."""
+    cps = sorted(ord(c) for c in chars)
+    runs: list[list[int]] = []
+    for cp in cps:
+        if runs and cp == runs[-1][1] + 1:
+            runs[-1][1] = cp
+        else:
+            runs.append([cp, cp])
+    return ", ".join(f"U+{lo:X}" if lo == hi else f"U+{lo:X}-{hi:X}" for lo, hi in runs)
+
+
+def page_css(chars: set[str], font_file: str = PAGE_FONT) -> str:
+    return ("/* Generated by scripts/build_cjk_font.py: the few CJK glyphs every page shows (the language menu's\n"
+            "   names, the Chinese example), inlined by Vite as a data: URL so that they are there before the page\n"
+            "   is laid out. Do not edit. */\n"
+            f'@font-face {{\n  font-family: "{PAGE_FAMILY}";\n  src: url("./{font_file}") format("woff2");\n'
+            f"  unicode-range: {ranges_of(chars)};\n  font-display: block;\n}}\n")
+
+
+def build_page_font(full_subset: Path, chars: set[str], out_dir: Path = PAGE_DIR) -> int:
+    """Write the page's subset of `full_subset` (the UI subset, which holds every one of `chars`) and its CSS;
+    return the font's size in bytes."""
+    from fontTools import subset as ftsubset
+    from fontTools.ttLib import TTFont
+
+    font = TTFont(str(full_subset))
+    missing = sorted(c for c in chars if ord(c) not in font.getBestCmap())
+    if missing:
+        raise SystemExit(f"{full_subset} lacks {''.join(missing)}: build the full subset first")
+    options = _options()
+    options.layout_features = []  # a dozen ideographs in a line need no shaping features
+    sub = ftsubset.Subsetter(options)
+    sub.populate(unicodes=sorted(ord(c) for c in chars))
+    sub.subset(font)
+    font.flavor = "woff2"
+    font.recalcTimestamp = False
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / PAGE_FONT
+    font.save(str(out), reorderTables=False)
+    (out_dir / PAGE_CSS).write_text(page_css(chars), encoding="utf-8")
+    size = out.stat().st_size
+    if size > PAGE_MAX_BYTES:
+        raise SystemExit(f"{out} is {size} bytes, over the {PAGE_MAX_BYTES} byte budget")
+    return size
 
 
 def unicode_range() -> str:
@@ -121,6 +213,20 @@ def ofl_text(copyright_file: Path, notice: str) -> str:
             "scripts/build_cjk_font.py.\n\n" + body.strip() + "\n")
 
 
+def _options():
+    from fontTools import subset as ftsubset
+
+    options = ftsubset.Options()
+    options.flavor = "woff2"
+    options.layout_features = ["*"]  # keep vertical/fullwidth punctuation forms and kerning
+    options.name_IDs = ["*"]
+    options.name_legacy = True
+    options.notdef_outline = True
+    options.hinting = False  # CFF hints add size and the browser does not need them at UI sizes
+    options.desubroutinize = True  # compresses better under brotli
+    return options
+
+
 def subset(ttc: Path, chars: set[str], out: Path) -> str:
     """Write the subset of `ttc`'s FACE holding `chars` to `out`; return the font's copyright notice."""
     from fontTools import subset as ftsubset
@@ -132,14 +238,7 @@ def subset(ttc: Path, chars: set[str], out: Path) -> str:
         raise SystemExit(f"{ttc} has no face named {FACE!r}")
     font = coll.fonts[index]
     notice = font["name"].getDebugName(0) or ""
-    options = ftsubset.Options()
-    options.flavor = "woff2"
-    options.layout_features = ["*"]  # keep vertical/fullwidth punctuation forms and kerning
-    options.name_IDs = ["*"]
-    options.name_legacy = True
-    options.notdef_outline = True
-    options.hinting = False  # CFF hints add size and the browser does not need them at UI sizes
-    options.desubroutinize = True  # compresses better under brotli
+    options = _options()
     sub = ftsubset.Subsetter(options)
     sub.populate(unicodes=sorted(ord(c) for c in chars))
     sub.subset(font)
@@ -157,7 +256,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--copyright", help="the package's copyright file (holds the OFL text)")
     p.add_argument("--version", help="the source package's version, for the record")
     p.add_argument("--out-dir", default=str(OUT_DIR))
+    p.add_argument("--page-only", action="store_true",
+                   help=f"only rebuild {PAGE_FONT} and {PAGE_CSS} from the existing subset")
     args = p.parse_args(argv)
+    if args.page_only:
+        chars = page_chars()
+        size = build_page_font(Path(args.out_dir) / FONT_NAME, chars)
+        print(f"wrote {PAGE_DIR / PAGE_FONT}: {len(chars)} characters, {size} bytes")
+        return 0
 
     chars = cjk_chars()
     ttc, copyright_file, version = locate_source(args)
@@ -181,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     (out_dir / "noto-sans-sc-subset.json").write_text(json.dumps(record, ensure_ascii=False, indent=2) + "\n",
                                                       encoding="utf-8")
     print(f"wrote {out}: {len(chars)} characters, {size} bytes (from {PACKAGE} {version})")
+    page = page_chars()
+    page_size = build_page_font(out, page)
+    print(f"wrote {PAGE_DIR / PAGE_FONT}: {len(page)} characters, {page_size} bytes")
     return 0
 
 

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from .devices import float64_device
 from .errors import InputError
 from .loading.tokenizer import TextTokenizer
 from .models.decoder import Decoder
@@ -132,28 +133,31 @@ def direct_logit_attribution(net: Decoder, tokenizer: TextTokenizer, trace: Trac
         raise InputError("the target and the token it is compared with are the same token: their difference is 0")
 
     f64 = torch.float64
-    W_U = net.weight("unembed.W_U").to(f64)  # (D, V)
-    direction = W_U[:, t] - (W_U[:, v] if v is not None else 0)  # (D,)
+    # the sums are made in float64 where the unembedding is (on the CPU for a GPU without float64); what each
+    # block's head wrote is computed where that block is, and only its (H, D) rows are moved
+    here = float64_device(net.unembed.weight.device)
+    W_U = net.weight("unembed.W_U")
+    direction = (W_U[:, t].to(here, f64) - (W_U[:, v].to(here, f64) if v is not None else 0))  # (D,)
     layer_norm = cfg.arch.norm == "layer"  # LayerNorm centres each vector; RMSNorm does not
-    w = net.weight("ln_final.w").to(f64)
+    w = net.weight("ln_final.w").to(here, f64)
     eps = cfg.layer_norm_epsilon
     if layer_norm:
-        scale = float(1.0 / torch.sqrt(trace["ln_final.var"][p].to(f64) + eps))
+        scale = float(1.0 / torch.sqrt(trace["ln_final.var"][p].to(here, f64) + eps))
     else:
-        scale = float(1.0 / trace["ln_final.rms"][p].to(f64))
+        scale = float(1.0 / trace["ln_final.rms"][p].to(here, f64))
     along = w * direction * scale  # a residual vector's contribution is (centred vector) . along
 
     def contribution(x: Tensor) -> float:
-        x = x.to(f64)
+        x = x.to(here, f64)
         if layer_norm:
             x = x - x.mean(-1, keepdim=True)
         return float(x @ along)
 
     rest = 0.0
     if "ln_final.b" in weights:
-        rest += float(net.weight("ln_final.b").to(f64) @ direction)
+        rest += float(net.weight("ln_final.b").to(here, f64) @ direction)
     if "unembed.b_U" in weights:
-        b = net.weight("unembed.b_U").to(f64)
+        b = net.weight("unembed.b_U").to(here, f64)
         rest += float(b[t] - (b[v] if v is not None else 0))
 
     # what the embedding put into the stream: the token's row (times sqrt(d_model) where the family scales it)
@@ -162,32 +166,34 @@ def direct_logit_attribution(net: Decoder, tokenizer: TextTokenizer, trace: Trac
     if cfg.arch.positions == "learned":
         comps.append(Component("pos_embed", None, None, contribution(trace["embed.position"][p])))
     L, H = cfg.n_layer, cfg.n_head
-    heads = torch.zeros(L, H, dtype=f64)
-    experts = torch.zeros(L, cfg.n_experts, dtype=f64) if cfg.n_experts is not None else None
+    heads = torch.zeros(L, H, dtype=f64, device="cpu")  # the answer
+    experts = torch.zeros(L, cfg.n_experts, dtype=f64, device="cpu") if cfg.n_experts is not None else None
     for layer in range(L):
-        z = trace[f"blocks.{layer}.attn.z"][:, p].to(f64)  # (H, Dh)
-        W_O = net.weight(f"blocks.{layer}.attn.W_O").to(f64)  # (H, Dh, D)
-        per_head = torch.einsum("hd,hde->he", z, W_O)  # (H, D): what each head wrote at p
+        W_O = net.weight(f"blocks.{layer}.attn.W_O")  # (H, Dh, D)
+        there = float64_device(W_O.device)
+        z = trace[f"blocks.{layer}.attn.z"][:, p].to(there, f64)  # (H, Dh)
+        per_head = torch.einsum("hd,hde->he", z, W_O.to(there, f64))  # (H, D): what each head wrote at p
         if cfg.arch.sandwich_norm:  # the norm after attention, its scale frozen at p too: linear in each head
-            per_head = per_head * (net.weight(f"blocks.{layer}.ln1_post.w").to(f64)
-                                   / trace[f"blocks.{layer}.ln1_post.rms"][p].to(f64))
+            per_head = per_head * (net.weight(f"blocks.{layer}.ln1_post.w").to(there, f64)
+                                   / trace[f"blocks.{layer}.ln1_post.rms"][p].to(there, f64))
         if layer_norm:
             per_head = per_head - per_head.mean(-1, keepdim=True)
-        heads[layer] = per_head @ along
+        heads[layer] = per_head.to(here) @ along
         comps += [Component("head", layer, h, float(heads[layer, h])) for h in range(H)]
         if f"blocks.{layer}.attn.b_O" in weights:
             comps.append(Component("attn_bias", layer, None, contribution(net.weight(f"blocks.{layer}.attn.b_O"))))
         if experts is not None and cfg.has_experts(layer):  # each chosen expert's output times its weight
             mlp = f"blocks.{layer}.mlp."
             chosen = trace[mlp + "expert_indices"][p].tolist()
-            written = trace[mlp + "expert_weights"][p].to(f64)[:, None] * trace[mlp + "expert_out"][p].to(f64)
-            for e, part in zip(chosen, written @ along, strict=True):
+            written = (trace[mlp + "expert_weights"][p].to(here, f64)[:, None]
+                       * trace[mlp + "expert_out"][p].to(here, f64))
+            for e, part in zip(chosen, (written @ along).tolist(), strict=True):
                 experts[layer, e] = part
                 comps.append(Component("expert", layer, None, float(part), expert=e))
         else:
             comps.append(Component("mlp", layer, None, contribution(trace[f"blocks.{layer}.mlp_out"][p])))
 
-    logits = trace["logits"][p].to(f64)
+    logits = trace["logits"][p].to(here, f64)
     metric = float(logits[t] - (logits[v] if v is not None else 0))
     text = tokenizer.token_text
     return Attribution(tokens=trace.tokens, position=p, target=t, target_text=text(t), versus=v,

@@ -1,5 +1,5 @@
 """The `transformer-explainer` command line: serve | explain | generate | models | train | seq2seq |
-lens | ablate | importance | prune | heads | export | snapshot | neighbours | analogy."""
+lens | ablate | importance | prune | heads | export | snapshot | neighbours | analogy | attribute | patch."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def cmd_train_lm(args: argparse.Namespace) -> int:
 
 # Optional feature packages add their subcommands: each module has `register(subcommands, train_subcommands)`.
 FEATURE_CLIS = ("transformer_explainer.server.cli", "transformer_explainer.seq2seq.cli",
-                "transformer_explainer.analysis.cli")
+                "transformer_explainer.analysis.cli", "transformer_explainer.analysis.attribution_cli")
 
 
 def _feature_registrars() -> list[Callable[[argparse._SubParsersAction, argparse._SubParsersAction], None]]:

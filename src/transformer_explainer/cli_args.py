@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -114,5 +115,53 @@ def output_file(*suffixes: str) -> Callable[[str], Path]:
 
 def dtype_arg(p: argparse.ArgumentParser) -> None:
     """`--dtype`: the weights' and activations' type of the model a command loads."""
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                   help="weights and activations: float32 (default) or bfloat16 (half the memory)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                   help="weights and activations: float32 (default), bfloat16 (half the memory), or float16 (half the "
+                        "memory, on a GPU only)")
+
+
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+_SIZE = re.compile(r"^\d+(\.\d+)?([KMG]i?B)?$", re.IGNORECASE)
+
+
+def device_name(text: str) -> str:
+    """A device's name (whether it is on this machine is checked when the model loads)."""
+    name = text.strip().lower()
+    if not _DEVICE.match(name):
+        raise argparse.ArgumentTypeError(f"unknown device {text!r}: use auto, cpu, cuda, cuda:N (N: a GPU's number) "
+                                         f"or mps")
+    return name
+
+
+device_name.__name__ = "device"
+
+
+def max_memory(text: str) -> dict[str, str]:
+    """`0=20GiB,cpu=64GiB`: the memory each device may give the model's weights (a GPU's number or cuda:N, cpu,
+    mps), in bytes or with a unit (KB, MB, GB, KiB, MiB, GiB), as accelerate's `max_memory` takes them."""
+    out: dict[str, str] = {}
+    for item in text.split(","):
+        key, eq, size = (s.strip() for s in item.partition("="))
+        key = key.lower().removeprefix("cuda:")
+        if not eq or not _SIZE.match(size) or not (key.isdigit() or key in ("cpu", "mps")):
+            raise argparse.ArgumentTypeError(
+                f"{item.strip()!r} is not DEVICE=SIZE: write e.g. 0=20GiB,cpu=64GiB (a GPU's number or cuda:N, cpu or "
+                f"mps; a size in bytes or in KB, MB, GB, KiB, MiB or GiB)")
+        out[key] = size
+    return out
+
+
+max_memory.__name__ = "max memory"
+
+
+def device_args(p: argparse.ArgumentParser) -> None:
+    """`--device`, `--device-map` and `--max-memory`: where the model a command loads runs."""
+    p.add_argument("--device", type=device_name, default=None, metavar="DEVICE",
+                   help="where the model runs: auto (default: a GPU if there is one, CUDA then Apple's MPS, else the "
+                        "CPU), cpu, cuda, cuda:N or mps")
+    p.add_argument("--device-map", choices=("auto",), default=None,
+                   help="auto: place a model larger than one GPU with accelerate, whole blocks, the GPUs first and "
+                        "the rest on the CPU (needs `pip install 'transformer-explainer[accelerate]'`)")
+    p.add_argument("--max-memory", type=max_memory, default=None, metavar="DEVICE=SIZE,...",
+                   help="with --device-map auto (which it implies): the memory each device may give the weights, "
+                        "e.g. 0=20GiB,cpu=64GiB (default: what each has free)")

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .cli_args import dtype_arg, int_range, non_negative_float, positive_int, probability
+from .cli_args import device_args, dtype_arg, int_range, non_negative_float, positive_int, probability
 from .errors import InputError
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ def model_args(p: argparse.ArgumentParser) -> None:
                         "default: GPT-2 small if cached, else the built-in model")
     p.add_argument("--offline", action="store_true", help="never download; use only local models")
     dtype_arg(p)
+    device_args(p)
 
 
 def text_args(p: argparse.ArgumentParser, what: str = "text") -> None:
@@ -55,7 +56,9 @@ def load_model_for(args: argparse.Namespace, check: Callable[[Any], None] | None
     line on stderr, the error."""
     from .engine import load_model
 
-    model = load_model(args.model, allow_download=not args.offline, dtype=getattr(args, "dtype", None))
+    device, device_map = placement_of(args)
+    model = load_model(args.model, allow_download=not args.offline, dtype=getattr(args, "dtype", None), device=device,
+                       device_map=device_map, max_memory=getattr(args, "max_memory", None))
     if getattr(args, "text", None) is not None:
         encode_text(model, args.text, truncate=getattr(args, "truncate", False))
     if check is not None:
@@ -63,12 +66,24 @@ def load_model_for(args: argparse.Namespace, check: Callable[[Any], None] | None
     c = model.config
     kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""
     print(f"model: {model.name} ({model.source}; {c.model_type}, {c.n_layer} layers, {c.n_head} heads{kv}, "
-          f"d_model {c.n_embd}, context {c.block_size}, {str(model.dtype).removeprefix('torch.')} weights)",
-          file=sys.stderr)
+          f"d_model {c.n_embd}, context {c.block_size}, {str(model.dtype).removeprefix('torch.')} weights) "
+          f"on {model.describe_devices()}", file=sys.stderr)
     if args.model is None and model.source == "builtin":
         print(f"(the built-in model: GPT-2 small is not in the Hugging Face cache; {_gpt2_hint(args.offline)})",
               file=sys.stderr)
     return model
+
+
+def placement_of(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """(--device, --device-map) of a command: a device (auto when neither is given), or a map (which --max-memory
+    alone implies); both at once are refused."""
+    device, device_map = getattr(args, "device", None), getattr(args, "device_map", None)
+    if getattr(args, "max_memory", None) is not None and device_map is None:
+        device_map = "auto"
+    if device is not None and device_map is not None:
+        raise InputError(f"--device {device} and a device map (--device-map or --max-memory) contradict each other: "
+                         f"the map says where each block runs; give one of them")
+    return (device or "auto") if device_map is None else None, device_map
 
 
 def encode_text(model: ExplainerModel, text: str, *, truncate: bool) -> list[int]:

@@ -15,7 +15,7 @@ DTYPES = {"float16": np.dtype("<f2"), "float32": np.dtype("<f4")}
 
 def encode_array(t: Tensor | np.ndarray, dtype: str = "float16") -> str:
     """Base64 of the row-major little-endian bytes of `t` in `dtype`."""
-    a = t.detach().to(torch.float32).cpu().numpy() if isinstance(t, Tensor) else np.asarray(t, np.float32)
+    a = t.detach().to("cpu", torch.float32).numpy() if isinstance(t, Tensor) else np.asarray(t, np.float32)
     return base64.b64encode(np.ascontiguousarray(a, dtype=DTYPES[dtype]).tobytes()).decode("ascii")
 
 
@@ -38,11 +38,11 @@ def pooled_pattern(pattern: Tensor, size: int) -> Tensor:
     H, T, S = pattern.shape
     if T <= size and S <= size:
         return pattern
-    n = min(size, T)
-    qb = torch.div(torch.arange(T) * n, T, rounding_mode="floor")  # group of each query
-    kb = torch.div(torch.arange(S) * n, S, rounding_mode="floor")
-    key_sum = torch.zeros(H, T, n).index_add_(2, kb, pattern.to(torch.float32))  # (H, T, n)
-    q_sum = torch.zeros(H, n, n).index_add_(1, qb, key_sum)
+    n, device = min(size, T), pattern.device
+    qb = torch.div(torch.arange(T, device=device) * n, T, rounding_mode="floor")  # group of each query
+    kb = torch.div(torch.arange(S, device=device) * n, S, rounding_mode="floor")
+    key_sum = torch.zeros(H, T, n, device=device).index_add_(2, kb, pattern.to(torch.float32))  # (H, T, n)
+    q_sum = torch.zeros(H, n, n, device=device).index_add_(1, qb, key_sum)
     counts = torch.bincount(qb, minlength=n).clamp(min=1).to(torch.float32)
     return q_sum / counts[None, :, None]
 
@@ -51,7 +51,7 @@ def lower_triangle_u8(thumbs: Tensor) -> np.ndarray:
     """(L, H, n, n) values in [0, 1] -> uint8 (L, H, n(n+1)/2): row i keeps its entries 0..i, which is
     all a causal pattern has."""
     n = thumbs.shape[-1]
-    a = thumbs.to(torch.float32).numpy()
+    a = thumbs.to("cpu", torch.float32).numpy()
     rows, cols = np.tril_indices(n)
     return np.rint(np.clip(a[..., rows, cols], 0, 1) * 255).astype(np.uint8)
 

@@ -4,7 +4,7 @@ Python API, the CLI and the web app."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,12 +14,23 @@ from torch import Tensor
 from .allocator import keep_freed_memory
 from .attribution import Attribution, direct_logit_attribution
 from .config import DecoderConfig
+from .devices import check_dtype, describe_device, free_memory, resolve_device
 from .errors import CheckpointError, InputError
-from .loading.checkpoint import load_decoder
+from .loading.checkpoint import load_decoder, resolve_dtype, stored_dtype
 from .loading.resolve import ResolvedModel, resolve
 from .loading.tokenizer import TextTokenizer
 from .models.decoder import Decoder
 from .models.kv_cache import KVCache
+from .models.placement import (
+    DeviceMap,
+    MapValue,
+    check_budget,
+    current_map,
+    describe_map,
+    infer_device_map,
+    place_,
+    resolve_map,
+)
 from .models.recorder import Patch, Recorder
 from .patching import KINDS, Kind, Patching, activation_patching, check_kinds
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
@@ -43,7 +54,7 @@ class ExplainerModel:
     ready to explain: `trace`, `next_token`, `generate`, `weight`. `net` is the network (a `models.decoder.Decoder`)."""
 
     def __init__(self, net: Decoder, tokenizer: TextTokenizer, name: str, source: str = "local",
-                 folder: Path | None = None) -> None:
+                 folder: Path | None = None, file_dtype: str | None = None) -> None:
         if tokenizer.vocab_size > net.config.vocab_size:
             raise CheckpointError(
                 f"tokenizer has {tokenizer.vocab_size} tokens but the model only {net.config.vocab_size}"
@@ -54,12 +65,74 @@ class ExplainerModel:
         self.name = name
         self.source = source
         self.folder = folder
+        # the type the checkpoint's file stores its weights in (None when unknown); `dtype` is what they are now
+        self.file_dtype = file_dtype
 
     @classmethod
-    def from_resolved(cls, r: ResolvedModel, dtype: str | torch.dtype | None = None) -> ExplainerModel:
+    def from_resolved(cls, r: ResolvedModel, dtype: str | torch.dtype | None = None, *,
+                      device: str | torch.device | None = None, device_map: str | Mapping[str, MapValue] | None = None,
+                      max_memory: Mapping[int | str, int | str] | None = None) -> ExplainerModel:
+        """The model in folder `r`, on `device` (default the CPU), or placed by `device_map` (see `load_model`)."""
+        if max_memory is not None and device_map is None:
+            device_map = "auto"  # a budget per device means a map made within it
+        if device is not None and device_map is not None:
+            raise InputError(f"a device ({device}) and a device map contradict each other: the map says where each "
+                             f"block runs; give one of them")
+        target = resolve_device(device or "cpu") if device_map is None else None  # a device not here costs no load
+        if target is not None:
+            check_dtype(resolve_dtype(dtype), {target})
+        if max_memory is not None:
+            check_budget(max_memory)
         net = load_decoder(r.folder, dtype)
-        return cls(net, TextTokenizer.from_folder(r.folder, net.config.declaration.special_tokens), r.name, r.source,
-                   r.folder)
+        model = cls(net, TextTokenizer.from_folder(r.folder, net.config.declaration.special_tokens), r.name, r.source,
+                    r.folder, stored_dtype(r.folder))
+        if device_map is None:
+            assert target is not None
+            placement = dict.fromkeys(current_map(net), target)
+        elif device_map == "auto":
+            placement = resolve_map(net, infer_device_map(net, model.dtype, max_memory))
+        elif isinstance(device_map, str):
+            raise InputError(f"device map {device_map!r}: use 'auto' or a mapping of parts to devices")
+        else:
+            placement = resolve_map(net, device_map)
+        model.place(placement)
+        return model
+
+    def place(self, device_map: DeviceMap) -> ExplainerModel:
+        """Move the model's parts to the devices of `device_map` (every part named, see `models.placement`),
+        after checking that each GPU has room for what it gets and computes in this dtype."""
+        check_dtype(self.dtype, set(device_map.values()))
+        for device in set(device_map.values()):
+            free = free_memory(device)
+            if free is None:
+                continue
+            params = {id(t): t for p, d in device_map.items() if d == device
+                      for t in self.net.get_submodule(p).parameters()}  # a tied matrix once
+            need = sum(t.numel() * self.dtype.itemsize for t in params.values())
+            if need > free:
+                raise CheckpointError(f"{self.name} needs {need / 2**30:.1f} GiB on {device} in "
+                                      f"{str(self.dtype).removeprefix('torch.')}, but {device} has "
+                                      f"{free / 2**30:.1f} GiB free; load it in bfloat16, or with the device map "
+                                      f"'auto', which puts the blocks that do not fit on the CPU")
+        place_(self.net, device_map)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model reads its input: the token embedding's device (all of it, without a device map)."""
+        return self.net.embed.weight.device
+
+    @property
+    def device_map(self) -> DeviceMap:
+        """The device of each part: the embedding, each block, the final norm, the unembedding."""
+        return current_map(self.net)
+
+    def describe_devices(self) -> str:
+        """Where the model runs, in words: "cpu", "cuda:0 (NVIDIA H200, 139.7 GiB)", or its device map."""
+        placement = self.device_map
+        if len(set(placement.values())) == 1:
+            return describe_device(self.device)
+        return describe_map(placement)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -90,17 +163,17 @@ class ExplainerModel:
         if not isinstance(text, str):
             raise InputError(f"text must be a string, got {type(text).__name__}")
         if text == "":
-            raise InputError("the text is empty: type at least one character")
+            raise InputError("the text is empty: type at least one character", code="text_empty")
         ids = self.tokenizer.encode(text)
         if not ids:
-            raise InputError("the text produced no tokens")
+            raise InputError("the text produced no tokens", code="text_no_tokens")
         n = self.context_length
         if len(ids) > n:
             if not truncate:
                 raise InputError(
                     f"the text is {len(ids)} tokens long but {self.name} reads at most {n}; shorten it, "
-                    f"or ask for truncation to keep the last {n} tokens"
-                )
+                    f"or ask for truncation to keep the last {n} tokens", code="text_too_long", tokens=len(ids),
+                    limit=n, context=n)
             ids = ids[-n:]
         return ids
 
@@ -123,7 +196,7 @@ class ExplainerModel:
         """
         self._check_ids(ids, cache)
         rec = Recorder(patches=patches)
-        last = self.net(torch.tensor([ids]), cache=cache, rec=rec, logits_for="last")[0, -1]
+        last = self.net(self._input(ids), cache=cache, rec=rec, logits_for="last")[0, -1]
         values = {k: v[0] for k, v in rec.values.items()}  # drop the batch dimension
         prefix = list(prefix_ids or [])
         return Trace(
@@ -139,20 +212,27 @@ class ExplainerModel:
             last_logits=last,
         )
 
+    def _input(self, ids: list[int]) -> Tensor:
+        """Token ids (1, T) on the device the model reads them on."""
+        return torch.tensor([ids], device=self.device)
+
     def check_vocabulary(self, ids: list[int]) -> None:
         """An InputError naming the first id outside the vocabulary, if any."""
         V = self.config.vocab_size
         bad = [i for i in ids if not 0 <= i < V]
         if bad:
-            raise InputError(f"token id {bad[0]} is outside the vocabulary of {self.name} (0..{V - 1})")
+            raise InputError(f"token id {bad[0]} is outside the vocabulary of {self.name} (0..{V - 1})",
+                             code="token_id_out_of_range", id=bad[0], max=V - 1)
 
     def _check_ids(self, ids: list[int], cache: KVCache | None) -> None:
         if not ids:
-            raise InputError("no tokens to run")
+            raise InputError("no tokens to run", code="ids_empty")
         self.check_vocabulary(ids)
         start = cache.length if cache is not None else 0
         if start + len(ids) > self.context_length:
-            raise InputError(f"{start + len(ids)} tokens exceed the context of {self.context_length}")
+            raise InputError(f"{start + len(ids)} tokens exceed the context of {self.context_length}",
+                             code="text_too_long", tokens=start + len(ids), limit=self.context_length,
+                             context=self.context_length)
 
     # -- prediction --------------------------------------------------------------------------------
 
@@ -160,7 +240,7 @@ class ExplainerModel:
     def logits(self, text: str, *, truncate: bool = False) -> Tensor:
         """Fast path: the next-token logits (V,) at the last position; nothing recorded."""
         ids = self.encode(text, truncate=truncate)
-        return self.net(torch.tensor([ids]), logits_for="last")[0, -1]
+        return self.net(self._input(ids), logits_for="last")[0, -1]
 
     def next_token(self, text_or_trace: str | Trace, params: SamplingParams | None = None) -> NextTokenDistribution:
         """The next-token distribution after temperature, top-k and top-p."""
@@ -178,12 +258,13 @@ class ExplainerModel:
         `max_new_tokens`, at the end-of-text token, or where the context is full."""
         params = params or SamplingParams()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise InputError(f"the number of tokens to generate must be a whole number >= 0, got {max_new_tokens!r}")
+            raise InputError(f"the number of tokens to generate must be a whole number >= 0, got {max_new_tokens!r}",
+                             code="generate_count", value=str(max_new_tokens))
         self._check_ids(ids, None)
-        gen = make_generator(params.seed)
         eos = set(self.tokenizer.eos_ids())
         cache = KVCache(capacity=min(len(ids) + max_new_tokens, self.context_length))  # no regrowth while generating
-        logits = self.net(torch.tensor([ids]), cache=cache, logits_for="last")[0, -1]
+        logits = self.net(self._input(ids), cache=cache, logits_for="last")[0, -1]
+        gen = None if params.greedy else make_generator(params.seed, logits.device)  # draws where the probabilities are
         pos = len(ids)
         params.check_vocabulary(logits.shape[-1])  # greedy steps build no distribution, which would check it
         for _ in range(max_new_tokens):
@@ -197,7 +278,7 @@ class ExplainerModel:
             pos += 1
             if (stop_at_eos and tid in eos) or pos >= self.context_length:
                 return
-            logits = self.net(torch.tensor([[tid]]), cache=cache, logits_for="last")[0, -1]
+            logits = self.net(self._input([tid]), cache=cache, logits_for="last")[0, -1]
 
     def generate(self, text: str, max_new_tokens: int,
                  params: SamplingParams | None = None) -> Iterator[GeneratedToken]:
@@ -211,10 +292,11 @@ class ExplainerModel:
             raise InputError(f"a token must be a string or an id, got {type(token).__name__}")
         if isinstance(token, int):
             if not 0 <= token < V:
-                raise InputError(f"token id {token} is outside the vocabulary (0..{V - 1})")
+                raise InputError(f"token id {token} is outside the vocabulary (0..{V - 1})",
+                                 code="token_id_out_of_range", id=token, max=V - 1)
             return token
         if token == "":
-            raise InputError("an empty string is not a token")
+            raise InputError("an empty string is not a token", code="token_empty")
         ids = self.tokenizer.encode(token, add_bos=False)  # the word's own tokens, without a BOS
         if len(ids) == 1:
             return ids[0]
@@ -222,7 +304,8 @@ class ExplainerModel:
         if raw is not None:
             return raw
         pieces = " + ".join(repr(self.tokenizer.token_text(i)) for i in ids)
-        raise InputError(f"{token!r} is not one token but {len(ids)}: {pieces}; choose a single-token word")
+        raise InputError(f"{token!r} is not one token but {len(ids)}: {pieces}; choose a single-token word",
+                         code="not_one_token", token=token, count=len(ids))
 
     # -- why this token ------------------------------------------------------------------------------
 
@@ -244,16 +327,12 @@ class ExplainerModel:
         self._check_ids(ids, None)
         return ids
 
-    def patch(self, clean: str | Sequence[int], corrupted: str | Sequence[int], answer: TokenLike, wrong: TokenLike,
-              what: Sequence[Kind] = KINDS, *, batch_tokens: int = 2048,
-              progress: Callable[[int, int], None] | None = None,
-              cancelled: Callable[[], bool] | None = None) -> Patching:
-        """Activation patching: each activation of `what` ("resid_pre", "attn_out", "mlp_out": per layer and
-        position; "heads": each head's z over all positions) from the clean run into the corrupted one, one
-        cell at a time; the logit difference answer - wrong normalised so that 0 is the corrupted run and 1
-        the clean one. The prompts (texts or ids) must have the same number of tokens. `progress(done, total)`
-        is told after each batch of patched runs, and `cancelled()` asked before each (it raises
-        `patching.Cancelled`)."""
+    def patch_inputs(self, clean: str | Sequence[int], corrupted: str | Sequence[int], answer: TokenLike,
+                     wrong: TokenLike, what: Sequence[str] = KINDS
+                     ) -> tuple[tuple[Kind, ...], list[int], list[int], int, int]:
+        """The checks `patch` makes before any forward pass: the grids, the two prompts' ids (same length, not the
+        same tokens) and the answer and wrong token ids (single tokens, not the same one); an InputError saying
+        which fails. A command line or a page checks a pair with it before it starts the runs."""
         kinds = check_kinds(what)
         c_ids, x_ids = self._prompt_ids(clean, "clean"), self._prompt_ids(corrupted, "corrupted")
         if len(c_ids) != len(x_ids):
@@ -265,11 +344,25 @@ class ExplainerModel:
         a, w = self.token_id(answer), self.token_id(wrong)
         if a == w:
             raise InputError("the answer and the wrong token are the same token: their logit difference is always 0")
+        return kinds, c_ids, x_ids, a, w
+
+    def patch(self, clean: str | Sequence[int], corrupted: str | Sequence[int], answer: TokenLike, wrong: TokenLike,
+              what: Sequence[Kind] = KINDS, *, batch_tokens: int = 2048,
+              progress: Callable[[int, int], None] | None = None,
+              cancelled: Callable[[], bool] | None = None) -> Patching:
+        """Activation patching: each activation of `what` ("resid_pre", "attn_out", "mlp_out": per layer and
+        position; "heads": each head's z over all positions) from the clean run into the corrupted one, one
+        cell at a time; the logit difference answer - wrong normalised so that 0 is the corrupted run and 1
+        the clean one. The prompts (texts or ids) must have the same number of tokens. `progress(done, total)`
+        is told after each batch of patched runs, and `cancelled()` asked before each (it raises
+        `patching.Cancelled`)."""
+        kinds, c_ids, x_ids, a, w = self.patch_inputs(clean, corrupted, answer, wrong, what)
         with torch.inference_mode():
             clean_trace = self.trace_ids(c_ids)
             x_logits = self.last_logits(x_ids)
-        m_clean = float(clean_trace.next_token_logits()[a].double() - clean_trace.next_token_logits()[w].double())
-        m_corr = float(x_logits[a].double() - x_logits[w].double())
+        # differences of the float32 logits in float64 (Python's floats: exact, and on any device)
+        m_clean = float(clean_trace.next_token_logits()[a]) - float(clean_trace.next_token_logits()[w])
+        m_corr = float(x_logits[a]) - float(x_logits[w])
         if abs(m_clean - m_corr) < 1e-6 * max(1.0, abs(m_clean)):
             raise InputError(f"the two prompts give the same logit difference ({m_clean:.4g}): with nothing to "
                              "recover, the normalised metric is undefined; choose tokens whose difference changes")
@@ -292,7 +385,7 @@ class ExplainerModel:
     def last_logits(self, ids: list[int]) -> Tensor:
         """The next-token logits (V,) after `ids`, recording nothing (the fast path)."""
         self._check_ids(ids, None)
-        return self.net(torch.tensor([ids]), logits_for="last")[0, -1]
+        return self.net(self._input(ids), logits_for="last")[0, -1]
 
     @torch.inference_mode()
     def extend_trace(self, prefix: Trace, new_ids: list[int]) -> Trace:
@@ -305,22 +398,30 @@ class ExplainerModel:
     def residual_logits(self, x: Tensor) -> Tensor:
         """The logits (T, V) the model would give were the residual stream `x` (T, D) its last: the
         final norm and the unembedding, with the forward pass's own kernels (the logit lens)."""
-        normed = self.net.ln_final(x.unsqueeze(0), Recorder())
-        return self.net.unembed(normed)[0]
+        ln, unembed = self.net.ln_final, self.net.unembed
+        normed = ln(x.unsqueeze(0).to(ln.weight.device), Recorder())
+        return unembed(normed.to(unembed.weight.device))[0]
 
 
-def load_model(spec: str | None = None, *, allow_download: bool = True,
-               dtype: str | torch.dtype | None = None) -> ExplainerModel:
+def load_model(spec: str | None = None, *, allow_download: bool = True, dtype: str | torch.dtype | None = None,
+               device: str | torch.device | None = None, device_map: str | Mapping[str, MapValue] | None = None,
+               max_memory: Mapping[int | str, int | str] | None = None) -> ExplainerModel:
     """Load a model of a supported family (GPT-2, Llama, Qwen2, Mistral, Qwen3, Gemma 3).
 
     `spec`: a built-in model name, a local HF-format folder, a hub id ("gpt2", "gpt2-medium",
     "distilgpt2", "HuggingFaceTB/SmolLM2-135M", "owner/repo"), or None for the default (cached GPT-2
     small, else the built-in model). `dtype`: "float32" (default) or "bfloat16", which keeps weights and
-    activations in bfloat16 (half the memory: a 1.5 B model needs about 3 GB).
+    activations in bfloat16 (half the memory: a 1.5 B model needs about 3 GB); on a GPU also "float16".
+    `device`: "cpu" (the default), "cuda", "cuda:N", "mps", or "auto" (a GPU if there is one). Traces, KV caches
+    and analyses keep their tensors there; `.cpu()` what you read.
+    `device_map`: "auto" places a model larger than one GPU with accelerate (whole blocks, the GPUs first, the
+    rest on the CPU), within `max_memory` per device if given ({0: "20GiB", "cpu": "64GiB"}; a budget alone
+    implies "auto"); or a mapping of parts to devices ({"embed": 0, "blocks.0": 0, ..., "": "cpu"}, see
+    `models.placement`). Each block then computes where its weights are, and a trace's values stay there.
     Naming a hub model that is not cached downloads it, unless `allow_download` is False; the default
     (None) never downloads. Which model was picked, and why, is logged at INFO.
     """
     resolved = resolve(spec, allow_download=allow_download)
-    model = ExplainerModel.from_resolved(resolved, dtype)
+    model = ExplainerModel.from_resolved(resolved, dtype, device=device, device_map=device_map, max_memory=max_memory)
     log.info("model %s: %r%s", resolved.describe(), model, f"; {resolved.reason}" if resolved.reason else "")
     return model

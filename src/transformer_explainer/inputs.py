@@ -40,13 +40,15 @@ def resolve_input(model: ExplainerModel, inp: InputIn, max_tokens: int | None = 
         if len(ids) > ctx:
             if not inp.truncate:
                 raise InputError(f"{len(ids)} tokens exceed the context of {model.name} ({ctx}); shorten the input "
-                                 f"or ask for truncation")
+                                 f"or ask for truncation", code="text_too_long", tokens=len(ids), limit=ctx,
+                                 context=ctx)
             ids, truncated = ids[-ctx:], True
     limit = token_limit(model, max_tokens)
     if len(ids) > limit:
         if not inp.truncate:
             raise InputError(f"{len(ids)} tokens exceed this server's limit of {limit} tokens per request "
-                             f"(the model's context is {ctx}); shorten the input or ask for truncation")
+                             f"(the model's context is {ctx}); shorten the input or ask for truncation",
+                             code="text_too_long", tokens=len(ids), limit=limit, context=ctx)
         ids, truncated = ids[-limit:], True
     return Resolved(ids, truncated)
 
@@ -56,4 +58,5 @@ def check_room_to_generate(model: ExplainerModel, n_tokens: int, max_tokens: int
     limit = token_limit(model, max_tokens)
     if n_tokens >= limit:
         what = f"the context of {model.name}" if limit == model.context_length else "this server's limit per request"
-        raise InputError(f"the text already fills {what} ({limit} tokens): nothing more can be generated")
+        raise InputError(f"the text already fills {what} ({limit} tokens): nothing more can be generated",
+                         code="context_full", limit=limit)

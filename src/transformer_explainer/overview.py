@@ -66,8 +66,9 @@ def config_out(model: ExplainerModel) -> ModelConfigOut:
                           n_kv_heads=c.n_kv_heads, capabilities=capabilities_out(c),
                           rope_theta=c.rope_theta if rope else None,
                           rope_scaling=c.rope_scaling.rope_type if c.rope_scaling is not None else None,
-                          tie_word_embeddings=c.tie_word_embeddings, qkv_bias=c.qkv_bias,
-                          dtype=str(model.dtype).removeprefix("torch."))
+                          tie_word_embeddings=c.tie_word_embeddings, qkv_bias=c.qkv_bias, out_bias=c.out_bias,
+                          mlp_bias=c.mlp_bias, dtype=str(model.dtype).removeprefix("torch."),
+                          file_dtype=model.file_dtype)
 
 
 def names_out(family: str = "gpt2") -> NamesOut:
@@ -87,7 +88,8 @@ def names_out(family: str = "gpt2") -> NamesOut:
 
 def sampling_params(sp: SamplingIn) -> SamplingParams:
     if 0 < sp.temperature < MIN_TEMPERATURE:
-        raise InputError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {sp.temperature}")
+        raise InputError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {sp.temperature}",
+                         code="temperature_too_low", value=sp.temperature, min=MIN_TEMPERATURE)
     return SamplingParams(temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, seed=sp.seed)
 
 
@@ -97,7 +99,7 @@ def next_token_out(model: ExplainerModel, logits: Tensor, sp: SamplingIn, top_n:
     params = sampling_params(sp)
     seed = sp.seed if sp.seed is not None else random.SystemRandom().randrange(2**31)
     dist = next_token_distribution(logits, params)
-    tid = dist.sample(make_generator(seed))
+    tid = dist.sample(make_generator(seed, dist.probs.device))
     logits32 = dist.logits
     no_cut = dist.probs_before_cuts
     tok = model.tokenizer
@@ -125,7 +127,7 @@ def choose_next(model: ExplainerModel, logits: Tensor, sp: SamplingIn, token_id:
     (seeded when a seed is given). Its probability is the one under that distribution."""
     dist = next_token_distribution(logits, sampling_params(sp))
     if token_id is None:
-        token_id = dist.sample(make_generator(sp.seed))
+        token_id = dist.sample(make_generator(sp.seed, dist.probs.device))
     else:
         model.check_vocabulary([token_id])
     return SampledOut(id=token_id, text=model.tokenizer.token_text(token_id), prob=float(dist.probs[token_id]),
@@ -145,10 +147,12 @@ def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated:
     tok = model.tokenizer
     tensors = activation_tensors(trace, include)
     nxt = next_token_out(model, trace.next_token_logits(), sampling, top_n, trace.n_tokens - 1)
-    thumbs = torch.stack([pooled_pattern(trace[f"blocks.{i}.attn.pattern"], THUMBNAIL) for i in range(cfg.n_layer)])
+    # reduced where each block's values are, then copied: (H, n, n) thumbnails and (T,) norms per block
+    thumbs = torch.stack([pooled_pattern(trace[f"blocks.{i}.attn.pattern"], THUMBNAIL).cpu()
+                          for i in range(cfg.n_layer)])
     size = thumbs.shape[-1]
-    norms = [trace[f"blocks.{i}.resid_pre"].norm(dim=-1) for i in range(cfg.n_layer)]
-    norms.append(trace[f"blocks.{cfg.n_layer - 1}.resid_post"].norm(dim=-1))
+    norms = [trace[f"blocks.{i}.resid_pre"].norm(dim=-1).cpu() for i in range(cfg.n_layer)]
+    norms.append(trace[f"blocks.{cfg.n_layer - 1}.resid_post"].norm(dim=-1).cpu())
     resid = torch.stack(norms)
     t_done = time.perf_counter()
     return TraceOut(

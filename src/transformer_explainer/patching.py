@@ -23,6 +23,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from .config import DecoderConfig
 from .errors import InputError
 from .models.decoder import Decoder
 from .models.recorder import Recorder
@@ -64,8 +65,10 @@ class Patching:
 
 
 def _metric(logits: Tensor, answer: int, wrong: int) -> Tensor:
-    """answer - wrong at the last position, per row of (B, V) logits, in float64."""
-    return logits[:, answer].double() - logits[:, wrong].double()
+    """answer - wrong at the last position, per row of (B, V) logits, in float64 on the CPU (the B values are the
+    answer; some GPUs have no float64)."""
+    pair = logits[:, [answer, wrong]].cpu().double()
+    return pair[:, 0] - pair[:, 1]
 
 
 def _replace(rows: Tensor, cells: list[int], clean: Tensor) -> Callable[[Tensor], Tensor]:
@@ -88,10 +91,10 @@ def patched_metrics(net: Decoder, ids: list[int], layer: int, kind: Kind, cells:
     """The metric of the corrupted prompt `ids` run once per cell, with block `layer`'s activation of `kind`
     replaced at that cell by `clean` (that block's value in the clean run, without the batch dimension).
     With `resid` (T, D), the corrupted run's residual stream entering block `layer`, the runs start there."""
-    B = len(cells)
-    rows = torch.arange(B)
+    B, device = len(cells), net.embed.weight.device  # the ids go where the embedding is
+    rows = torch.arange(B, device=clean.device)
     patches = {f"blocks.{layer}.{SITE[kind]}": _replace(rows, list(cells), clean)}
-    batch = torch.tensor([ids] * B)
+    batch = torch.tensor([ids] * B, device=device)
     rec = Recorder(patches=patches, store=False)
     if resid is None:
         logits = net(batch, rec=rec, logits_for="last")[:, -1]
@@ -111,7 +114,8 @@ def residuals_entering_blocks(net: Decoder, ids: list[int]) -> list[Tensor]:
         return x
 
     patches = {f"blocks.{i}.resid_pre": keep for i in range(net.config.n_layer)}
-    net(torch.tensor([ids]), rec=Recorder(patches=patches, store=False), logits_for="last")
+    net(torch.tensor([ids], device=net.embed.weight.device), rec=Recorder(patches=patches, store=False),
+        logits_for="last")
     return out
 
 
@@ -140,7 +144,7 @@ def activation_patching(net: Decoder, clean: Trace, corrupted_ids: list[int], co
     per_batch = max(1, batch_tokens // T)
     jobs = [(k, layer) for k in what for layer in range(L)]
     total = sum(H if k == "heads" else T for k, _ in jobs)
-    raw = {k: torch.empty(L, H if k == "heads" else T, dtype=torch.float64) for k in what}
+    raw = {k: torch.empty(L, H if k == "heads" else T, dtype=torch.float64, device="cpu") for k in what}  # answers
     done = 0
     entering = residuals_entering_blocks(net, corrupted_ids)  # the same for every patched run of a block
     for kind, layer in jobs:
@@ -157,3 +161,72 @@ def activation_patching(net: Decoder, clean: Trace, corrupted_ids: list[int], co
                 progress(done, total)
     grids = {k: ((v - corrupted_metric) / span).to(torch.float32) for k, v in raw.items()}
     return grids, {k: v.to(torch.float32) for k, v in raw.items()}
+
+
+# -- what a request costs, before it runs -----------------------------------------------------------------
+
+
+def patched_runs(config: DecoderConfig, n_tokens: int, what: Sequence[Kind]) -> int:
+    """How many patched runs the grids `what` take: one per layer and position (`resid_pre`, `attn_out`,
+    `mlp_out`), or per layer and head (`heads`)."""
+    return sum(config.n_layer * (config.n_head if k == "heads" else n_tokens) for k in what)
+
+
+def run_gflop(config: DecoderConfig, n_tokens: int) -> float:
+    """Billions of floating-point operations of one patched run over `n_tokens` tokens: every block's weight
+    products and attention at every position (2 per multiply-add), the unembedding at the last position only."""
+    T, D, M = n_tokens, config.n_embd, config.d_mlp
+    q = config.n_head * config.head_dim  # query (and output) width
+    kv = config.n_kv_heads * config.head_dim  # key and value width
+    mlp_matrices = 3 if config.arch.mlp == "gated" else 2  # gated: gate, up, down; GELU: up, down
+    per_token = 2 * D * (2 * q + 2 * kv) + mlp_matrices * 2 * D * M + 2 * 2 * T * q
+    return (config.n_layer * T * per_token + 2 * D * config.vocab_size) / 1e9
+
+
+@dataclass(frozen=True)
+class PatchingCost:
+    """The patched runs of the grids `what` for a prompt pair of `n_tokens` tokens, and their arithmetic.
+    The cost grows with tokens x layers for the per-position grids and with layers x heads for `heads`, each
+    run over all the tokens: a server bounds it before any run starts (`check`)."""
+
+    config: DecoderConfig
+    n_tokens: int
+    what: tuple[Kind, ...]
+
+    @property
+    def runs(self) -> int:
+        return patched_runs(self.config, self.n_tokens, self.what)
+
+    @property
+    def gflop(self) -> float:
+        return self.runs * run_gflop(self.config, self.n_tokens)
+
+    def longest_prompt_within(self, max_gflop: float) -> int:
+        """The most tokens a prompt pair may have for the same grids to stay within `max_gflop` (0: none)."""
+        lo, hi = 0, self.n_tokens  # the cost grows with the tokens: bisect
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if PatchingCost(self.config, mid, self.what).gflop <= max_gflop:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def check(self, max_gflop: float | None) -> None:
+        """An InputError (one sentence, with what would fit: fewer grids, a shorter prompt) when the runs
+        would cost more than `max_gflop`; None: no bound."""
+        if max_gflop is None or self.gflop <= max_gflop:
+            return
+        options = []
+        alone = [k for k in self.what if PatchingCost(self.config, self.n_tokens, (k,)).gflop <= max_gflop]
+        if alone and len(self.what) > 1:
+            cheapest = min(alone, key=lambda k: patched_runs(self.config, self.n_tokens, (k,)))
+            options.append(f"fewer grids ({cheapest} alone takes "
+                           f"{patched_runs(self.config, self.n_tokens, (cheapest,)):,} runs)")
+        fits = self.longest_prompt_within(max_gflop)
+        if fits >= 2:
+            options.append(f"prompts of at most {fits:,} tokens")
+        hint = f": ask for {' or '.join(options)}" if options else ""
+        raise InputError(f"patching {', '.join(self.what)} for prompts of {self.n_tokens:,} tokens takes "
+                         f"{self.runs:,} patched runs (about {self.gflop:,.0f} GFLOP), more than this server "
+                         f"computes for one request ({max_gflop:,.0f} GFLOP){hint}")

@@ -25,16 +25,19 @@ class SamplingParams:
     def __post_init__(self) -> None:
         t = self.temperature
         if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t) or t < 0:
-            raise InputError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+            raise InputError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}",
+                             code="temperature_invalid", value=str(t))
         if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
                                        or self.top_k < 1):
-            raise InputError(f"top_k must be a whole number >= 1 (or omitted), got {self.top_k!r}")
+            raise InputError(f"top_k must be a whole number >= 1 (or omitted), got {self.top_k!r}",
+                             code="top_k_invalid", value=str(self.top_k))
         p = self.top_p
         if p is not None and (not isinstance(p, int | float) or not math.isfinite(p) or not 0 < p <= 1):
-            raise InputError(f"top_p must be in (0, 1] (or omitted), got {p!r}")
+            raise InputError(f"top_p must be in (0, 1] (or omitted), got {p!r}", code="top_p_invalid", value=str(p))
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
                                       or not 0 <= self.seed < 2**63):
-            raise InputError(f"seed must be a whole number in [0, 2^63), got {self.seed!r}")
+            raise InputError(f"seed must be a whole number in [0, 2^63), got {self.seed!r}", code="seed_invalid",
+                             value=str(self.seed))
 
     @property
     def greedy(self) -> bool:
@@ -43,7 +46,8 @@ class SamplingParams:
     def check_vocabulary(self, vocab_size: int) -> None:
         """An InputError if top_k asks for more tokens than the vocabulary has."""
         if self.top_k is not None and self.top_k > vocab_size:
-            raise InputError(f"top_k must be at most the vocabulary size {vocab_size}, got {self.top_k}")
+            raise InputError(f"top_k must be at most the vocabulary size {vocab_size}, got {self.top_k}",
+                             code="top_k_too_large", value=self.top_k, vocab=vocab_size)
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class NextTokenDistribution:
         return torch.topk(self.logits, n).indices.tolist()
 
     def sample(self, generator: torch.Generator | None = None) -> int:
+        """One token drawn from `probs`, with `generator` (on the probabilities' device: `make_generator`)."""
         if self.params.greedy:
             return most_likely(self.logits)
         return int(torch.multinomial(self.probs, 1, generator=generator))
@@ -82,20 +87,20 @@ def most_likely(logits: Tensor) -> int:
     us over GPT-2's 50257 logits, per generated token)."""
     if logits.device.type != "cpu":
         return int(torch.argmax(logits))
-    return int(logits.detach().to(torch.float32).numpy().argmax())
+    return int(logits.detach().to("cpu", torch.float32).numpy().argmax())  # on the CPU already: no copy
 
 
 def next_token_distribution(logits: Tensor, params: SamplingParams) -> NextTokenDistribution:
     """Apply temperature, top-k and top-p to one position's logits (V,)."""
     logits = logits.detach().to(torch.float32)
-    V = logits.shape[-1]
+    V, device = logits.shape[-1], logits.device
     params.check_vocabulary(V)
     if params.greedy:
-        kept = torch.zeros(V, dtype=torch.bool)
+        kept = torch.zeros(V, dtype=torch.bool, device=device)
         kept[most_likely(logits)] = True
         return NextTokenDistribution(logits, logits, kept, kept.to(torch.float32), params)
     scaled = logits / params.temperature
-    kept = torch.ones(V, dtype=torch.bool)
+    kept = torch.ones(V, dtype=torch.bool, device=device)
     if params.top_k is not None and params.top_k < V:
         kth = torch.topk(scaled, params.top_k).values[-1]
         kept &= scaled >= kth
@@ -106,15 +111,15 @@ def next_token_distribution(logits: Tensor, params: SamplingParams) -> NextToken
         # keep a token if the mass before it is still below p: the smallest set reaching p
         keep_sorted = (cum - torch.softmax(sorted_logits, dim=-1)) < params.top_p
         keep_sorted[0] = True
-        nucleus = torch.zeros(V, dtype=torch.bool)
-        nucleus[order[keep_sorted]] = True
-        kept &= nucleus
+        kept &= torch.empty_like(keep_sorted).scatter_(0, order, keep_sorted)  # back in vocabulary order
     probs = torch.softmax(scaled.masked_fill(~kept, float("-inf")), dim=-1)
     return NextTokenDistribution(logits, scaled, kept, probs, params)
 
 
-def make_generator(seed: int | None) -> torch.Generator:
-    g = torch.Generator()
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
+    """A random generator on `device` (where the probabilities it draws from are), seeded with `seed` or
+    fresh. The same seed draws the same tokens on the same kind of device; a GPU's generator is not the CPU's."""
+    g = torch.Generator(device=device)
     if seed is None:
         g.seed()
     else:

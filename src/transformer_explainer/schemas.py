@@ -5,10 +5,12 @@ models (see `server/codegen.py`). Plain pydantic: the domain builds these, the s
 from __future__ import annotations
 
 import unicodedata
+from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .errors import ERROR_CODES, InputError
 from .families import FAMILIES
 from .limits import MAX_TEMPERATURE, MAX_TOP_N
 
@@ -17,12 +19,15 @@ MAX_IDS = 4096
 MAX_TENSORS_PER_REQUEST = 16
 
 TensorDtype = Literal["float16", "float32"]
+# the codes of errors.ERROR_CODES, as a named type of the schema (and of the generated TypeScript)
+ErrorCode = StrEnum("ErrorCode", {code: code for code in ERROR_CODES})  # type: ignore[misc]
 
 
 class Strict(BaseModel):
-    """A request body: unknown fields are refused, so a misspelt option is an error, not a silent default."""
+    """A request body: unknown fields are refused, so a misspelt option is an error, not a silent default;
+    values are taken as the schema types them (strict), so `true` is not the number 1 nor "1" a number."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # a model by its name on this server; None: the server's default model
@@ -35,10 +40,12 @@ def check_text(text: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError("the text is not valid Unicode (it contains a lone surrogate)") from None
+        raise InputError("the text is not valid Unicode (it contains a lone surrogate)",
+                         code="text_not_unicode") from None
     for i, ch in enumerate(text):
         if ch not in "\t\n\r" and unicodedata.category(ch) == "Cc":
-            raise ValueError(f"the text contains the control character U+{ord(ch):04X} at index {i}; remove it")
+            raise InputError(f"the text contains the control character U+{ord(ch):04X} at index {i}; remove it",
+                             code="text_control_char", char=f"U+{ord(ch):04X}", index=i)
     return text
 
 
@@ -83,9 +90,9 @@ class InputIn(Strict):
         if (self.text is None) == (self.ids is None):
             raise ValueError("give exactly one of `text` or `ids`")
         if self.text is not None and self.text == "":
-            raise ValueError("the text is empty: type at least one character")
+            raise InputError("the text is empty: type at least one character", code="text_empty")
         if self.ids is not None and not self.ids:
-            raise ValueError("`ids` is empty: give at least one token id")
+            raise InputError("`ids` is empty: give at least one token id", code="ids_empty")
         return self
 
 
@@ -168,7 +175,10 @@ class ModelConfigOut(BaseModel):
     rope_scaling: str | None = None  # "llama3" or "linear" when the frequencies are rescaled
     tie_word_embeddings: bool = True  # the unembedding is the token embedding's transpose
     qkv_bias: bool = True
+    out_bias: bool = True  # a bias on the attention's output projection
+    mlp_bias: bool = True  # biases in the MLP
     dtype: str = "float32"  # weights' dtype: "float32", or "bfloat16" when loaded so
+    file_dtype: str | None = None  # the type the checkpoint's file stores the weights in ("float16"); None if unknown
 
 
 class ModelInfo(BaseModel):
@@ -323,5 +333,10 @@ class HealthOut(BaseModel):
 
 
 class ErrorOut(BaseModel):
+    """An error answer. `detail` is the English sentence; `code` (errors.ERROR_CODES) and `params` are for
+    programs: the web app shows its own sentence for the code in the learner's language."""
+
     detail: str  # what went wrong and what to do, in a sentence
+    code: ErrorCode  # what went wrong, as a stable name
+    params: dict[str, str | int | float] = {}  # the values the code's sentence names (ERROR_CODES[code].params)
     errors: list[dict] | None = None  # field-level details for invalid requests

@@ -59,8 +59,9 @@ class Trace(TraceBase):
     def __getitem__(self, name: str) -> Tensor:
         if name in self.values:
             return self.values[name]
-        if name == "logits" and self.unembed is not None:  # the unembedding's own arithmetic (`lm_head`)
-            return linear(self.values["ln_final.out"].unsqueeze(0), self.unembed.T)[0]  # (T, V)
+        if name == "logits" and self.unembed is not None:  # the unembedding's own arithmetic (`lm_head`), where it is
+            normed = self.values["ln_final.out"].unsqueeze(0).to(self.unembed.device)
+            return linear(normed, self.unembed.T)[0]  # (T, V)
         family = self.config.family
         p = parse_name(name, family)  # KeyError for names outside the family's scheme
         key = p.suffix
@@ -77,8 +78,9 @@ class Trace(TraceBase):
         src = [s if layer is None else f"blocks.{layer}.{s}" for s in d.sources]
         if d.op == "same":
             return self[src[0]]
-        if d.op == "kv_head_index":  # query head h reads key/value head h // (H / G)
-            return torch.arange(self.config.n_head) // (self.config.n_head // self.config.n_kv_heads)
+        if d.op == "kv_head_index":  # query head h reads key/value head h // (H / G), beside the block's values
+            H = self.config.n_head
+            return torch.arange(H, device=self[src[0]].device) // (H // self.config.n_kv_heads)
         if d.op == "concat_heads":  # (H, T, Dh) -> (T, H*Dh)
             z = self[src[0]]
             return z.transpose(0, 1).reshape(z.shape[1], -1)

@@ -143,6 +143,23 @@ def test_save_roundtrip_float16(tmp_path: Path, tiny_model):
     torch.testing.assert_close(a, b, atol=2e-2, rtol=0)  # float16 weights
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_the_files_weight_type_is_read_from_its_header(tmp_path: Path, tiny_model, dtype):
+    from transformer_explainer.loading.checkpoint import stored_dtype
+
+    save_decoder(tiny_model.net, tmp_path / "m", dtype)
+    shutil.copy(tiny_model.folder / "vocab.json", tmp_path / "m")
+    shutil.copy(tiny_model.folder / "merges.txt", tmp_path / "m")
+    name = str(dtype).removeprefix("torch.")
+    assert stored_dtype(tmp_path / "m") == name
+    m2 = load_model(str(tmp_path / "m"), allow_download=False)
+    assert m2.file_dtype == name and m2.dtype == torch.float32  # stored small, computed in float32
+    # a pickle checkpoint tells its types only once unpickled: unknown
+    torch.save(load_file(tmp_path / "m" / "model.safetensors"), tmp_path / "m" / "pytorch_model.bin")
+    (tmp_path / "m" / "model.safetensors").unlink()
+    assert stored_dtype(tmp_path / "m") is None
+
+
 def test_saved_folder_loads_in_transformers(tmp_path: Path, tiny_model):
     from transformers import GPT2LMHeadModel
 

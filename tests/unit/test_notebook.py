@@ -8,6 +8,7 @@ import html
 import json
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pytest
@@ -17,9 +18,15 @@ from transformer_explainer.analysis.answers import heads_json, lens_json, refere
 from transformer_explainer.cli import main
 from transformer_explainer.notebook import SnapshotView, show, snapshot_data, snapshot_html, widget_class
 from transformer_explainer.notebook.snapshot import cjk_font_url, page_html
+from transformer_explainer.notebook.snapshot_attribution import CANDIDATES, entry_bytes
 from transformer_explainer.notebook.widget import widget_esm
 
 TEXT = "The cat sat on the mat, and then the cat slept."
+
+
+APP_JS = ('import { n } from "./part-x1.js"; const s = "</script><!-- <script>"; document.title = s + n;\n'
+          "const later = () => import(`./part-x1.js`);")
+PART_JS = 'import "./app.js";\nexport const n = "50% #1?\\t\tok";'
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +34,10 @@ def static(tmp_path_factory) -> Path:
     """A stand-in for the built bundle (the real one is tested in the browser tests)."""
     root = tmp_path_factory.mktemp("web_dist")
     (root / "assets").mkdir()
-    (root / "assets" / "app.js").write_text('const s = "</script><!-- <script>"; document.title = s;')
+    # the page's script and a chunk it imports, at once and on first use (web/vite.config.ts)
+    (root / "assets" / "app.js").write_text(APP_JS)
+    (root / "assets" / "part-x1.js").write_text(PART_JS)
+    (root / "assets" / "part-x1.js.gz").write_bytes(b"\x1f\x8b")  # the server's copy: not the page's
     (root / "assets" / "app.css").write_text("body { color: red }")
     (root / "index.html").write_text(
         '<!doctype html><html><head><meta charset="utf-8"><title>x</title>'
@@ -78,6 +88,81 @@ def test_snapshot_carries_the_traces_values(tiny_model, data):
     assert d["sampling"] == {"temperature": 1.0, "top_k": 10, "top_p": None, "seed": 42}
 
 
+def by_position(record: dict) -> dict[int, list[dict]]:
+    """The attribution entries of a snapshot by position, in their order (the default target first)."""
+    out: dict[int, list[dict]] = {}
+    for e in record["entries"]:
+        out.setdefault(e["position"], []).append(e)
+    return out
+
+
+def same_attribution(entry: dict, a) -> None:
+    """A stored entry is `model.attribute`'s answer, to the bit."""
+    assert entry["position"] == a.position
+    assert entry["target"] == {"id": a.target, "text": a.target_text}
+    assert (entry["metric"], entry["rest"], entry["scale"]) == (a.metric, a.rest, a.scale)
+    assert entry["values"] == [c.value for c in a.components]
+
+
+def check_attribution_record(model, trace, record: dict) -> None:
+    """Every position's default attribution (the next token; the top prediction at the last), the last position's
+    likeliest tokens, the parts in the API's order; the page's rules (the map is the head parts in float32, "A
+    rather than B" the difference of two entries) give the API's answers."""
+    import torch
+
+    T = trace.n_tokens
+    top = model.attribute(trace)
+    assert record["parts"] == [[c.kind, c.layer, c.head] for c in top.components]
+    assert record["candidates"] == CANDIDATES
+    at = by_position(record)
+    assert sorted(at) == list(range(T)) and record["left_out"] == []
+    for p in range(T - 1):
+        assert len(at[p]) == 1 and at[p][0]["target"]["id"] == trace.token_ids[p + 1]
+        same_attribution(at[p][0], model.attribute(trace, position=p))
+    last = at[T - 1]
+    assert [e["target"]["id"] for e in last] == torch.topk(trace.next_token_logits(), CANDIDATES).indices.tolist()
+    same_attribution(last[0], top)
+    for e in last[1:]:
+        same_attribution(e, model.attribute(trace, e["target"]["id"], position=T - 1))
+    heads = [i for i, (kind, _, _) in enumerate(record["parts"]) if kind == "head"]
+    np.testing.assert_array_equal(np.float32([last[0]["values"][i] for i in heads]), top.heads.numpy().ravel())
+    a, b = last[1], last[2]
+    ref = model.attribute(trace, a["target"]["id"], b["target"]["id"], position=T - 1)
+    assert a["metric"] - b["metric"] == ref.metric  # the same two float32 logits, subtracted in float64
+    assert a["rest"] - b["rest"] == pytest.approx(ref.rest, rel=1e-9, abs=1e-12)
+    np.testing.assert_allclose(np.subtract(a["values"], b["values"]), [c.value for c in ref.components],
+                               rtol=1e-9, atol=1e-12)
+
+
+def test_snapshot_carries_the_attribution_at_every_position(tiny_model, data):
+    d, info = data
+    check_attribution_record(tiny_model, tiny_model.trace(TEXT), d["attribution"])
+    assert not [o for o in info.omitted if o.startswith("attribution")]
+    assert json.loads(json.dumps(d["attribution"])) == d["attribution"]  # the JSON holds the float64 values as they are
+
+
+def test_budget_leaves_out_the_earliest_attributions_first(tiny_model):
+    """The attributions at earlier positions go into what the budget has left after the tensors, from the last
+    position backwards; the file says which positions it left out. The last position is always carried."""
+    trace = tiny_model.trace(TEXT)
+    T = trace.n_tokens
+    full, info = snapshot_data(tiny_model, trace, ablations=False)
+    at = by_position(full["attribution"])
+    cut = sum(entry_bytes(at[p][0]) for p in range(3))  # room for every position but 0, 1 and 2
+    # plus half an entry: the page's timings (timings_ms) differ by a few characters from one call to the next
+    slack = min(entry_bytes(at[p][0]) for p in range(3)) // 2
+    d, short = snapshot_data(tiny_model, trace, ablations=False, max_mb=(info.nbytes - cut + slack) / 1e6)
+    assert d["attribution"]["left_out"] == [0, 1, 2]
+    assert short.omitted == info.omitted + ["attribution at positions 0-2"] and d["omitted"] == short.omitted
+    assert short.kept == info.kept  # the tensors were there first
+    assert d["attribution"]["entries"] == [e for e in full["attribution"]["entries"] if e["position"] > 2]
+    assert short.nbytes <= info.nbytes - cut + slack  # within the budget, as the snapshot counts it
+
+    d, tiny = snapshot_data(tiny_model, trace, ablations=False, max_mb=0.01)
+    assert d["attribution"]["left_out"] == list(range(T - 1)) and f"attribution at positions 0-{T - 2}" in tiny.omitted
+    assert [e["position"] for e in d["attribution"]["entries"]] == [T - 1] * CANDIDATES
+
+
 def test_budget_leaves_out_the_largest_tensors_first(tiny_model):
     trace = tiny_model.trace(TEXT)
     full, _ = snapshot_data(tiny_model, trace, ablations=False)
@@ -97,9 +182,17 @@ def test_page_is_one_file_with_everything_inlined(tiny_model, static, data):
     page = page_html(data[0], static)
     assert 'src="' not in page and 'href="./' not in page  # nothing to fetch
     assert "<style>body { color: red }</style>" in page
-    # the script's own "</script" and "<!--" cannot close or confuse the element it sits in
-    js = re.search(r'<script type="module">(.*?)</script>', page, re.S).group(1)
-    assert 'const s = "\\x3C/script>\\x3C!-- \\x3Cscript>"' in js
+    # the page's script comes by its name in the import map, which gives each script as a data: URL, with the
+    # others it imports named so too (a data: URL has no folder to resolve "./part-x1.js" against)
+    assert re.search(r'<script type="module">(.*?)</script>', page, re.S).group(1) == 'import "te-snapshot:app.js";'
+    imports = re.search(r'<script type="importmap">(.*?)</script>', page, re.S).group(1)
+    assert "<" not in imports  # the scripts' own "</script" and "<!--" cannot close or confuse the element
+    scripts = {name: unquote(url.removeprefix("data:text/javascript;charset=utf-8,"))
+               for name, url in json.loads(imports)["imports"].items()}
+    assert scripts == {"te-snapshot:app.js": APP_JS.replace("./part-x1.js", "te-snapshot:part-x1.js"),
+                       "te-snapshot:part-x1.js": PART_JS.replace("./app.js", "te-snapshot:app.js")}
+    # a data: URL's body loses tabs and newlines and ends at "#" or "?" unless they are escaped
+    assert not re.search(r"[\t\n\r#?]", imports)
     assert embedded(page)["trace"]["token_ids"] == tiny_model.encode(TEXT)
     assert "snapshot-banner" in page
 
@@ -144,6 +237,7 @@ def test_show_returns_a_widget_or_html(tiny_model, monkeypatch, static):
         pytest.skip("anywidget is not installed")
     w = show(TEXT, tiny_model, ablations=False)
     assert isinstance(w, cls) and embedded(w.html)["trace"]["token_ids"] == trace.token_ids
+    check_attribution_record(tiny_model, trace, embedded(w.html)["attribution"])  # what its "Why this token" shows
 
 
 def test_show_needs_a_model_for_a_text(tiny_model):
@@ -266,3 +360,4 @@ def test_widget_of_a_llama_family_model(tmp_path, monkeypatch, static_fonts):
     np.testing.assert_allclose(f16(k), trace["blocks.0.attn.k"].numpy(), rtol=1e-3, atol=1e-3)
     assert d["cjk_font"].startswith(FONT_URL)
     assert FONT_URL not in show(trace, model, ablations=False, languages=("en",)).html
+    check_attribution_record(model, trace, d["attribution"])  # RMSNorm's attribution: no centring, no shift

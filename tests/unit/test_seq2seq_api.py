@@ -92,6 +92,29 @@ def test_decode_beam(client: TestClient):
         assert d["score"] >= g["score"] - 1e-4
 
 
+def test_decode_names_the_model_and_compares_beam_sizes(client: TestClient, model: Seq2SeqModel):
+    d = client.post("/api/seq2seq/decode", json={"task": "reverse", "text": "abca", "beam": 2,
+                                                 "compare_beams": [1, 2, 3]}).json()
+    c = model.config
+    assert (d["d_ff"], d["src_vocab_size"], d["tgt_vocab_size"]) == (c.d_ff, c.src_vocab_size, c.tgt_vocab_size)
+    assert d["n_params"] == sum(p.numel() for p in model.net.parameters())
+    # the matrices the paper shares (its section 3.4) are three here, as the lesson says
+    shared = {model.net.src_embed.lut.weight.data_ptr(), model.net.tgt_embed.lut.weight.data_ptr(),
+              model.net.generator.proj.weight.data_ptr()}
+    assert len(shared) == 3
+    assert d["max_output_len"] == model.max_decode_len
+    assert [a["beam"] for a in d["alternatives"]] == [1, 2, 3]
+    greedy = greedy_decode(model, model.encode_source("abca"))
+    assert d["alternatives"][0]["tokens"] == greedy.tokens
+    assert d["alternatives"][0]["score"] == pytest.approx(greedy.score, abs=1e-5)
+    # the request's own beam size is the traced decode itself
+    assert d["alternatives"][1]["output"] == d["output"] and d["alternatives"][1]["score"] == d["score"]
+    assert client.post("/api/seq2seq/decode", json={"task": "reverse", "text": "abc"}).json()["alternatives"] == []
+    for bad in ([0], [99], list(range(1, 10))):
+        assert client.post("/api/seq2seq/decode", json={"task": "reverse", "text": "abc",
+                                                        "compare_beams": bad}).status_code == 422
+
+
 @pytest.mark.parametrize("body, status", [
     ({"task": "reverse", "text": ""}, 422),
     ({"task": "reverse", "text": "   "}, 422),

@@ -83,3 +83,20 @@ def test_arbitrary_get_paths_never_500(client, path):
 
     r = client.get("/" + quote(path, safe="/%.~"))
     assert r.status_code in (200, 404, 405), (path, r.status_code)
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/api/trace", {"ids": [False]}),  # what schemathesis found: `false` read as the token id 0
+    ("/api/trace", {"text": "a", "top_n": True}),
+    ("/api/trace", {"text": "a", "top_n": "3"}),
+    ("/api/trace", {"text": "a", "truncate": 1}),
+    ("/api/trace", {"text": "a", "sampling": {"temperature": True}}),
+    ("/api/next_token", {"text": "a", "sampling": {"seed": "7"}}),
+    ("/api/analysis/ablate", {"text": "a", "heads": [[True, 0]]}),
+    ("/api/seq2seq/decode", {"task": "reverse", "text": "abc", "beam": True}),
+    ("/api/seq2seq/decode", {"task": "reverse", "text": "abc", "unknown": 1}),
+])
+def test_values_are_taken_as_the_schema_types_them(client, path, body):
+    r = client.post(path, json=body)
+    assert r.status_code == 422, (path, body, r.status_code, r.text[:300])
+    assert r.json()["code"] in ("request_invalid", "field_type", "field_unknown") and r.json()["detail"]

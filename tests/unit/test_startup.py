@@ -6,6 +6,8 @@ app and get its answer, a failed build is reported and stops the server."""
 from __future__ import annotations
 
 import asyncio
+import gzip
+import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +17,7 @@ import httpx
 from transformer_explainer.server.pages import CSP, middleware, wrapped
 from transformer_explainer.server.security import AccessSettings, loopback_hosts
 from transformer_explainer.server.starting import BUILD_SWITCH_INTERVAL_S, StartingApp
+from transformer_explainer.web_bundle import package_static_dir
 
 HEAVY = ("torch", "fastapi", "transformers", "numpy")
 
@@ -148,6 +151,8 @@ def _web(tmp_path):
     (root / "assets").mkdir(parents=True)
     (root / "index.html").write_text('<!doctype html><title>t</title><script src="/assets/app-1.js"></script>\n')
     (root / "assets" / "app-1.js").write_text("console.log('the app');\n" * 200)  # over 2048 bytes: gzipped
+    (root / "assets" / "app-1.js.gz").write_bytes(gzip.compress((root / "assets" / "app-1.js").read_bytes(), 9))
+    (root / "assets" / "lazy-2.js").write_text("console.log('a chunk the build left uncompressed');\n" * 100)
     (root / "fonts").mkdir()
     (root / "fonts" / "f.json").write_text("{}")
     return root
@@ -157,6 +162,7 @@ def _web(tmp_path):
 PAGE_CASES = [
     ("/", GOOD),
     ("/assets/app-1.js", GOOD),
+    ("/assets/lazy-2.js", GOOD),
     ("/fonts/f.json", GOOD),
     ("/", {**GOOD, "host": "evil.example:8000"}),  # DNS rebinding: 403
     ("/assets/app-1.js", {"host": "localhost:8000"}),  # no token: 401 (the login page)
@@ -207,14 +213,15 @@ def test_the_page_is_served_while_the_model_loads_exactly_as_the_real_app_serves
         return early, late
 
     early, late = asyncio.run(scenario())
-    assert [r.status_code for r in early] == [200, 200, 200, 403, 401, 401, 303, 401, 403]
-    page, js = early[0], early[1]
+    assert [r.status_code for r in early] == [200, 200, 200, 200, 403, 401, 401, 303, 401, 403]
+    page, js, lazy = early[0], early[1], early[2]
     assert page.text == (root / "index.html").read_text() and page.headers["cache-control"] == "no-cache"
     assert page.headers["content-security-policy"] == CSP and page.headers["x-frame-options"] == "DENY"
     assert js.headers["content-encoding"] == "gzip" and js.text == (root / "assets" / "app-1.js").read_text()
     assert js.headers["cache-control"] == "public, max-age=31536000, immutable"
     assert "text/javascript" in js.headers["content-type"]
-    assert early[6].headers["location"] == "/?lang=zh" and "HttpOnly" in early[6].headers["set-cookie"]
+    assert lazy.headers["content-encoding"] == "gzip" and lazy.text == (root / "assets" / "lazy-2.js").read_text()
+    assert early[7].headers["location"] == "/?lang=zh" and "HttpOnly" in early[7].headers["set-cookie"]
     for (path, _), e, r in zip(PAGE_CASES, early, late, strict=True):  # the same answer, byte for byte
         assert (e.status_code, e.headers.multi_items(), e.content) == (r.status_code, r.headers.multi_items(),
                                                                        r.content), path
@@ -236,3 +243,69 @@ def test_without_a_web_folder_only_health_answers_early():
         await stop()
 
     asyncio.run(scenario())
+
+
+def test_an_asset_compressed_by_the_build_goes_as_those_bytes_and_plain_to_a_client_without_gzip(tmp_path):
+    root = _web(tmp_path)
+    js, packed = root / "assets" / "app-1.js", root / "assets" / "app-1.js.gz"
+
+    async def raw(c: httpx.AsyncClient, headers: dict[str, str]) -> tuple[httpx.Response, bytes]:
+        async with c.stream("GET", "/assets/app-1.js", headers=headers) as r:
+            return r, b"".join([b async for b in r.aiter_raw()])
+
+    async def scenario() -> list[tuple[httpx.Response, bytes]]:
+        gate = threading.Event()
+        app = StartingApp(lambda: gate.wait(10) and Inner(), static_dir=root,
+                          wrap=lambda a: wrapped(a, middleware(ACCESS, 1_000_000)))
+        stop = await _lifespan(app)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            out = [await raw(c, GOOD), await raw(c, {**GOOD, "accept-encoding": "identity"})]
+            gate.set()
+            assert (await asyncio.wait_for(c.get("/api/models", headers=GOOD), 10)).text == "/api/models"
+        await stop()
+        return out
+
+    (gz, gz_body), (plain, plain_body) = asyncio.run(scenario())
+    assert gz.headers["content-encoding"] == "gzip" and gz_body == packed.read_bytes()  # not compressed again
+    assert gzip.decompress(gz_body) == js.read_bytes() and gz.headers["vary"] == "Accept-Encoding"
+    assert "text/javascript" in gz.headers["content-type"] and "immutable" in gz.headers["cache-control"]
+    assert "content-encoding" not in plain.headers and plain_body == js.read_bytes()
+
+
+def test_the_built_bundle_has_each_script_and_stylesheet_also_compressed_as_it_is():
+    """The server sends X.gz for X as it is (above), so each copy must be its file's bytes once the build has
+    finished them (web/vite.config.ts compresses last: a copy made before Vite filled in what a dynamic
+    import() preloads broke every part of the page loaded on first use)."""
+    assets = package_static_dir() / "assets"
+    files = sorted(p for p in assets.iterdir() if p.suffix in (".js", ".css"))
+    assert len([p for p in files if p.suffix == ".js"]) > 1  # the page's script and the parts it loads later
+    for f in files:
+        packed = f.with_name(f.name + ".gz")
+        assert packed.is_file(), f"{f.name} has no {packed.name}"
+        assert gzip.decompress(packed.read_bytes()) == f.read_bytes(), f"{packed.name} is not {f.name}"
+    assert sorted(p.with_suffix("") for p in assets.glob("*.gz")) == files  # and no copy of a file that is gone
+
+
+def test_serve_answers_without_waiting_for_the_clients_ack():
+    """`serve`'s own socket says it is TCP, so asyncio sets TCP_NODELAY on each connection it accepts: with
+    Nagle's algorithm on, an answer's body waited for the ACK of its headers (the client delays it 40 ms)."""
+    from transformer_explainer.server.run import listening_socket
+
+    sock = listening_socket("127.0.0.1", 0)
+
+    async def scenario() -> int:
+        accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def on_connect(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted.set_result(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(on_connect, sock=sock)
+        _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        try:
+            return await asyncio.wait_for(accepted, 5)
+        finally:
+            writer.close()
+            server.close()
+
+    assert asyncio.run(scenario()) != 0

@@ -48,7 +48,7 @@ def test_chinese_glyphs_render_with_the_bundled_font(page):
         # what issue 13 saw: without the bundled font, CJK characters are drawn as boxes
         assert english == box
 
-    page.click("[data-testid=lang]")
+    page.select_option("[data-testid=lang]", "zh")
     page.wait_for_function("() => document.querySelector('h1').textContent === 'Transformer 图解'")
     page.wait_for_function("() => document.documentElement.dataset.cjkFont === 'loaded'", timeout=15_000)
     assert page.evaluate("document.fonts.check('16px \"TE Noto Sans SC\"', '图解')")

@@ -33,10 +33,10 @@ def open_at(browser, url: str, lang: str = "en"):
 
 def zh(page, notice, shot: str, expect: str) -> None:
     """Switch the page to Chinese, check a phrase, take a screenshot, switch back."""
-    page.get_by_test_id("lang").click()
+    page.get_by_test_id("lang").select_option("zh")
     notice.filter(has_text=expect).wait_for(timeout=5_000)
     notice.screenshot(path=str(ARTIFACTS / shot))
-    page.get_by_test_id("lang").click()
+    page.get_by_test_id("lang").select_option("en")
     notice.filter(has_text="GPT-2 small").wait_for(timeout=5_000)
 
 

@@ -54,11 +54,11 @@ def test_the_page_is_usable_while_the_model_loads_then_traces(browser, tiny_mode
             pg.wait_for_function("n => /\\((\\d+) s\\)/.exec(document.querySelector("
                                  "'[data-testid=server-loading]').textContent)[1] > n", arg=first, timeout=5_000)
             pg.get_by_test_id("text").fill(TEXT)  # typing is allowed; the trace waits for the model
-            pg.get_by_test_id("lang").click()  # 中文 (its font comes from the server too)
+            pg.get_by_test_id("lang").select_option("zh")  # 中文 (its font comes from the server too)
             pg.wait_for_function("() => document.querySelector('[data-testid=server-loading]')"
                                  ".textContent.includes('正在加载模型')", timeout=10_000)
             pg.screenshot(path=str(ARTIFACTS / "early-page-loading-zh.png"))
-            pg.get_by_test_id("lang").click()
+            pg.get_by_test_id("lang").select_option("en")
             pg.wait_for_function("() => document.querySelector('[data-testid=server-loading]')"
                                  ".textContent.includes('Loading the model')", timeout=10_000)
             assert pg.get_attribute("body", "data-ready") is None  # /api/models is still waiting

@@ -1,15 +1,23 @@
 """The Experiments area in a real browser against the live server: what it shows equals what
-/api/analysis computes, and ablating a head changes the shown next-token distribution."""
+/api/analysis computes, and ablating a head changes the shown next-token distribution; the lesson puts the
+head experiments on a text the model predicts when the learner's is one it hardly predicts, and shows it."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+
 import pytest
 
+from .conftest import LiveServer, open_app
 from .test_app import api, number, shot, visible, wait_tokens
 
 pytestmark = pytest.mark.browser
 
 TEXT = "The cat sat on the mat, and then the cat slept on the mat."
+# the text the Experiments lesson runs its head experiments on when the model hardly predicts the learner's
+# (EXAMPLE_TEXT in web/src/lessons/experiments.ts)
+EXAMPLE = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,"
 
 
 def open_experiments(page, live_server) -> dict:
@@ -162,8 +170,79 @@ def test_embedding_explorer(page, live_server):
     page.wait_for_function("() => document.querySelectorAll('[data-testid=pca] circle').length === 6")
     shot(page, "exp-04-embeddings")
 
-    page.click("[data-testid=lang]")  # every string has its Chinese
-    page.wait_for_function("() => document.querySelector('[data-testid=exp-tab-lens]').textContent === '逻辑透镜'")
+    page.select_option("[data-testid=lang]", "zh")  # every string has its Chinese
+    page.wait_for_function("() => document.querySelector('[data-testid=exp-tab-lens]').textContent === 'logit 透镜'")
     assert page.locator("[data-testid=nav-experiments]").inner_text().strip() == "实验"
     shot(page, "exp-05-chinese")
-    page.click("[data-testid=lang]")
+    page.select_option("[data-testid=lang]", "en")
+
+
+@pytest.fixture(scope="module")
+def small_server() -> Iterator[LiveServer]:
+    from transformer_explainer import load_model
+    from transformer_explainer.server import create_app
+
+    with LiveServer(create_app({"explainer-small": load_model("explainer-small", allow_download=False)})) as srv:
+        yield srv
+
+
+def card_nums(page) -> dict[str, str]:
+    return page.evaluate("() => Object.fromEntries([...document.querySelectorAll('[data-testid=tour] [data-num]')]"
+                         ".map((b) => [b.dataset.num, b.dataset.raw]))")
+
+
+def cells(page, n_layer: int, n_head: int) -> list[float]:
+    """The head map's values, layer after layer."""
+    return [float(page.get_attribute(f"[data-testid=head-cell-{layer}-{h}]", "data-value"))
+            for layer in range(n_layer) for h in range(n_head)]
+
+
+def flat(m: list[list[float]]) -> list[float]:
+    return [v for row in m for v in row]
+
+
+def test_the_lesson_runs_head_experiments_on_a_text_the_model_predicts(browser, small_server):
+    """On a text explainer-small hardly predicts (a loss over half of ln V), the lesson's head steps run on the
+    numbers from 1 to 20: the map, the ablation and the pruning curve show that text, with a note saying so and
+    the way back to the learner's text."""
+    text = "Data visualization empowers users to"
+    srv = small_server
+    own = api(srv, "analysis/importance", text=text, mode="zero")
+    example = api(srv, "trace", text=EXAMPLE)["token_ids"]
+    imp = api(srv, "analysis/importance", ids=example, mode="zero")
+    ln_v = math.log(8192)
+    assert own["clean_loss"] > 0.5 * ln_v >= imp["clean_loss"]  # the premise: the model predicts one, not the other
+    L, H = imp["n_layer"], imp["n_head"]
+    with open_app(browser, srv.url) as page:
+        ref = api(srv, "trace", text=text)
+        page.fill("[data-testid=text]", text)
+        wait_tokens(page, len(ref["token_ids"]))
+        page.click("[data-testid=nav-experiments]")
+        page.click("[data-testid=tour-open]")
+        page.wait_for_selector("[data-testid=tour][data-step=importance]")
+        page.wait_for_function("() => document.querySelector('[data-testid=lesson-body]')?.getAttribute('aria-busy')"
+                               " === 'false' && document.querySelector('[data-testid=exp-example]')", timeout=60_000)
+        n = card_nums(page)
+        assert float(n["exp-own-loss"]) == pytest.approx(own["clean_loss"], rel=1e-6)
+        assert float(n["exp-example-loss"]) == pytest.approx(imp["clean_loss"], rel=1e-6)
+        assert cells(page, L, H) == pytest.approx(flat(imp["loss_change"]), rel=1e-6)  # the map is the example's
+        assert EXAMPLE in page.inner_text("[data-testid=exp-example]")
+        shot(page, "exp-lesson-example")
+        changes = flat(imp["loss_change"])
+        top = divmod(max(range(len(changes)), key=lambda i: changes[i]), H)
+        assert n["exp-top-head"] == f"{top[0]},{top[1]}"
+        # the ablation step switches that head off on the example
+        page.click("[data-testid=tour] .dots button >> nth=2")
+        page.wait_for_selector("[data-testid=tour][data-step=ablation]")
+        abl = api(srv, "analysis/ablate", ids=example, heads=[list(top)], mode="zero", top=10)
+        page.wait_for_function("() => document.querySelector('[data-testid=ablation-table]')")
+        after = [number(x) for x in page.locator("[data-testid=abl-after]").all_inner_texts()]
+        assert after == pytest.approx([c["after"] for c in abl["changes"]], rel=2e-3)
+        # the way back: the learner's own text, on the map
+        page.keyboard.press("Escape")
+        page.click("[data-testid=exp-example-off]")
+        page.wait_for_function("() => !document.querySelector('[data-testid=exp-example]')")
+        page.select_option("[data-testid=head-metric]", "loss")
+        page.wait_for_function("v => document.querySelector('[data-testid=head-cell-0-0]')?.dataset.value"
+                               " === String(v)", arg=own["loss_change"][0][0], timeout=60_000)
+        assert cells(page, L, H) == pytest.approx(flat(own["loss_change"]), rel=1e-6)

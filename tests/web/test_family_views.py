@@ -242,6 +242,6 @@ def test_bfloat16_badge(browser, bf16_server):
         page.click("[data-testid=nav-mlp]")
         settle(page)
         shot(page, "bf16-mlp")
-        page.click("[data-testid=lang]")
+        page.select_option("[data-testid=lang]", "zh")
         page.wait_for_function("() => document.documentElement.lang === 'zh-CN'")
         assert badge.inner_text() == "权重为 bfloat16"

@@ -1,6 +1,7 @@
 """The GPT-2 page's guided lesson in a real browser: every step in both languages, the card never on
 top of what it points at (desktop and phone), the numbers in its text equal to the API's for the text
-on screen (and following a new text), and tasks that tick when done."""
+on screen and the focus the step put the page in (and following a new text), the running model named with
+its real size, and tasks that tick when done."""
 
 from __future__ import annotations
 
@@ -55,7 +56,16 @@ def wait_body(page) -> None:
     page.wait_for_function("() => { const b = document.querySelector('[data-testid=lesson-body]');"
                            " return b && b.getAttribute('aria-busy') === 'false' && b.textContent.trim().length > 0 }",
                            timeout=30_000)
-    page.wait_for_timeout(300)  # the card and the outline glide (0.2 s)
+    # the card glides (0.2 s) to where it fits once the step's views have loaded and the page has scrolled: wait
+    # until it stands still
+    last = None
+    for _ in range(30):
+        page.wait_for_timeout(150)
+        now = page.evaluate("() => { const b = document.querySelector('[data-testid=tour]').getBoundingClientRect();"
+                            " return [b.left, b.top, b.width, b.height, scrollY] }")
+        if now == last:
+            break
+        last = now
 
 
 def step_id(page) -> str:
@@ -143,7 +153,7 @@ def check_languages(en: list[dict], zh: list[dict]) -> None:
 def test_every_step_in_both_languages_and_the_card_beside_its_target(page, live_server):
     set_text(page, TEXT, live_server)
     en = walk(page, "en", "lesson")
-    page.click("[data-testid=lang]")
+    page.select_option("[data-testid=lang]", "zh")
     page.wait_for_function("() => document.documentElement.lang === 'zh-CN'")
     zh = walk(page, "zh", "lesson")
     # the text of every step as the page showed it, to read beside the screenshots
@@ -151,9 +161,9 @@ def test_every_step_in_both_languages_and_the_card_beside_its_target(page, live_
     check_languages(en, zh)
     ids = [s["id"] for s in en]
     # the checklist of the computation, in its order
-    order = ["tokens", "bpe", "embed-token", "embed-pos", "layernorm", "qkv", "dot", "scale", "mask", "softmax",
-             "heads", "concat", "residual", "dropout", "mlp", "gelu", "blocks", "final-ln", "unembed", "probs",
-             "temperature", "top-k", "top-p", "sample", "kv-cache"]
+    order = ["text", "overview", "tokens", "bpe", "embed-token", "embed-pos", "layernorm", "qkv", "dot", "scale",
+             "mask", "softmax", "heads", "concat", "residual", "dropout", "mlp", "gelu", "blocks", "final-ln",
+             "unembed", "probs", "temperature", "top-k", "top-p", "sample", "kv-cache"]
     assert [i for i in ids if i in order] == order
     # the glosses, once each, in Chinese
     zh_text = " ".join(s["body"] for s in zh)
@@ -212,10 +222,22 @@ def close(shown: str, ref: float, tol: float = 1e-3) -> bool:
 
 def check_numbers(page, server, ids: list[int], hf_tiny) -> None:
     T = len(ids)
+    n_params = sum(p.numel() for p in hf_tiny.parameters())  # wte and lm_head are one tied tensor
+    goto(page, "text")  # the first step names the running model and its size
+    v = nums(page)
+    assert v["model"] == "tiny" and int(v["n-params"]) == n_params and int(v["n-layer"]) == hf_tiny.config.n_layer
+
     goto(page, "tokens")
     v = nums(page)
     pos, layer = focus(page)
     assert int(v["n-tokens"]) == T and int(v["focus-id"]) == ids[pos]
+
+    goto(page, "bpe")  # the vocabulary column's spelling of a leading space, as the tokenizer stores it
+    v = nums(page)
+    if "raw" in v:
+        tok = api(server, "trace", ids=ids)["tokens"]
+        marked = next(t for t in tok if t["id"] == int(v["marker-token"]))
+        assert v["raw"] == marked["raw"] == "Ġ" + marked["text"][1:]
 
     goto(page, "embed-pos")
     v, (pos, layer) = nums(page), focus(page)
@@ -228,6 +250,12 @@ def check_numbers(page, server, ids: list[int], hf_tiny) -> None:
     v, (pos, layer) = nums(page), focus(page)
     mean, var = tensors(server, ids, {"name": f"blocks.{layer}.ln1.mean"}, {"name": f"blocks.{layer}.ln1.var"})
     assert close(v["ln-mean"], mean[pos]) and close(v["ln-var"], var[pos])
+
+    goto(page, "qkv")  # the best match is the largest q·k among the keys the focus token sees, at the page's focus
+    v, (pos, layer), h = nums(page), focus(page), head(page)
+    (scores,) = tensors(server, ids, {"name": f"blocks.{layer}.attn.scores", "head": h, "position": pos})
+    best = int(np.argmax(scores[: pos + 1]))
+    assert close(v["best-score"], scores[best], 1e-2) and int(v["best-key"]) == ids[best]
 
     goto(page, "scale")
     v, (pos, layer), h = nums(page), focus(page), head(page)
@@ -253,7 +281,6 @@ def check_numbers(page, server, ids: list[int], hf_tiny) -> None:
 
     goto(page, "params")  # the counts from the config equal the real model's parameters
     v = nums(page)
-    n_params = sum(p.numel() for p in hf_tiny.parameters())  # wte and lm_head are one tied tensor
     mlp = sum(p.numel() for n, p in hf_tiny.named_parameters() if ".mlp." in n)
     assert int(v["total-params"]) == n_params
     assert close(v["mlp-model-share"], mlp / n_params, 1e-9)

@@ -7,6 +7,7 @@ target and the card cannot both fit). Each step is saved as a screenshot in test
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 
 import pytest
 
@@ -20,7 +21,9 @@ VIEWPORTS = {"desktop": {"viewport": {"width": 1280, "height": 900}},
                        "has_touch": True}}
 # (model, lesson) pairs: each lesson on the models whose page opens it
 CASES = [("explainer-small", "gpt2"), ("explainer-small", "experiments"), ("random-gpt2-64", "gpt2"),
-         ("explainer-llama", "modern"), ("explainer-llama", "experiments"), ("explainer-small", "seq2seq")]
+         ("explainer-llama", "modern"), ("explainer-llama", "experiments"), ("explainer-small", "seq2seq"),
+         ("explainer-small", "why"), ("explainer-llama", "why"), ("random-gpt2-64", "why"),
+         ("random-qwen3", "stable"), ("random-gemma3", "stable")]
 
 STATE = """() => {
   const card = document.querySelector('[data-testid=tour]');
@@ -62,7 +65,7 @@ def problems(s: dict, phone: bool) -> list[str]:
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LiveServer]]:
-    from tests.conftest import make_hf_gpt2
+    from tests.conftest import make_hf_gpt2, make_hf_llama_family
     from transformer_explainer import load_model
     from transformer_explainer.server import create_app
 
@@ -70,10 +73,10 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Live
     models = {"explainer-small": load_model("explainer-small", allow_download=False),
               "explainer-llama": load_model("explainer-llama", allow_download=False),
               "random-gpt2-64": load_model(str(folder), allow_download=False)}
-    with LiveServer(create_app({"explainer-small": models["explainer-small"]})) as small, \
-            LiveServer(create_app({"explainer-llama": models["explainer-llama"]})) as llama, \
-            LiveServer(create_app({"random-gpt2-64": models["random-gpt2-64"]})) as rnd:
-        yield {"explainer-small": small, "explainer-llama": llama, "random-gpt2-64": rnd}
+    for name, arch in (("random-qwen3", "qwen3"), ("random-gemma3", "gemma3_text")):
+        models[name] = load_model(str(make_hf_llama_family(tmp_path_factory.mktemp(name), arch)), allow_download=False)
+    with ExitStack() as stack:
+        yield {name: stack.enter_context(LiveServer(create_app({name: m}))) for name, m in models.items()}
 
 
 def open_lesson(page, lesson: str) -> None:
@@ -86,6 +89,8 @@ def open_lesson(page, lesson: str) -> None:
                                "'[data-testid=token-chip]')", timeout=30_000)
         if lesson == "experiments":
             page.dispatch_event("[data-testid=nav-experiments]", "click")
+        elif lesson == "why":
+            page.dispatch_event("[data-testid=nav-attribution]", "click")
     page.dispatch_event("[data-testid=tour-open]", "click")
     page.wait_for_selector(f"[data-testid=tour][data-lesson={lesson}]", timeout=30_000)
 

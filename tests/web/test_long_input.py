@@ -23,7 +23,9 @@ def test_over_long_text_offers_truncation_and_clears_stale_views(page, tiny_mode
     assert len(ids) == ctx
     page.fill("[data-testid=text]", text)
     page.wait_for_selector("[data-testid=error]", timeout=30_000)
-    assert "truncation" in page.locator("[data-testid=error]").inner_text()
+    n = len(tiny_model.tokenizer.encode(text))
+    assert (f"The text is {n} tokens long, more than the {ctx} that fit: shorten it, or keep only its last {ctx} "
+            "tokens.") in page.locator("[data-testid=error]").inner_text()  # the code's sentence, with its params
     # the old tokens and views are gone, not left under the error
     assert page.locator("[data-testid=token-chip]").count() == 0
     assert page.locator("section.view").count() == 0

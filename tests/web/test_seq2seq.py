@@ -69,7 +69,7 @@ def test_cross_attention_map_shows_the_apis_values(page, live_server):
     for r, c in ((2, 2), (3, 1), (0, 4)):
         text = hover_cell(page, "s2s-cross", r, c, rows, S)
         out_tok, src_tok = ref["tokens"][r], ref["src_tokens"][c]
-        assert f"output token “{out_tok}” (step {r}) attends to source token “{src_tok}” ({c})" in text, text
+        assert f"output token “{out_tok}” (step {r + 1}) attends to source token “{src_tok}” ({c})" in text, text
         assert number(text.split(":")[-1]) == pytest.approx(ref["steps"][r]["cross_attn"][1][2][c], abs=6e-5)
     # the masked self-attention: row 3 sees positions 0..3, never a later one
     text = hover_cell(page, "s2s-self", 3, 1, rows, rows)
@@ -122,24 +122,40 @@ def test_encoder_and_positional_encoding_show_the_apis_values(page, live_server)
 
 def test_beam_search_and_exposure_bias(page, live_server):
     open_page(page, "number_words", "90017")
+    page.click("[data-testid=s2s-tab-decoder]")  # the beam size is set where decoding is shown
     page.select_option("[data-testid=s2s-beam-size]", "3")
-    page.click("[data-testid=s2s-tab-decoder]")
     page.wait_for_selector("[data-testid=s2s-beam]")
     ref = api(live_server, "seq2seq/decode", task="number_words", text="90017", beam=3, top_k=5)
     assert page.locator("[data-testid=s2s-output]").inner_text() == ref["output"] == "ninety thousand seventeen"
+    # greedy and beams 2-4 side by side: here they agree
+    assert "Greedy and beams 2–4 all write “ninety thousand seventeen”" in page.locator(
+        "[data-testid=s2s-beams]").inner_text()
     shot(page, "s2s-06-beam")
+    # a source unlike any it was trained on (a leading zero): the wider beams write something else, and say so
+    page.fill("[data-testid=s2s-text]", "010")
+    alts = api(live_server, "seq2seq/decode", task="number_words", text="010", beam=3, top_k=5,
+               compare_beams=[1, 2, 3, 4])["alternatives"]
+    assert alts[0]["output"] != alts[1]["output"]
+    page.wait_for_function("() => document.querySelector('[data-testid=s2s-beams]').textContent.includes('differ')",
+                           timeout=30_000)
+    line = page.locator("[data-testid=s2s-beams]").inner_text()
+    for a in alts:
+        assert f"{a['output'] or '∅'} ({a['score']:.4f})".replace("-", "−") in line, line
+    page.fill("[data-testid=s2s-text]", "90017")
+    page.wait_for_function("() => document.querySelector('[data-testid=s2s-output]').textContent === "
+                           "'ninety thousand seventeen'", timeout=30_000)
 
     page.click("[data-testid=s2s-tab-compare]")
     page.wait_for_selector("[data-testid=s2s-compare-table]")
-    assert "Free running: “ninety thousand seventeen”, correct" in page.locator(
+    assert "Free running: “ninety thousand seventeen”, the reference itself" in page.locator(
         "[data-testid=s2s-compare-summary]").inner_text()
     # a reference the model would not write: teacher forcing feeds it anyway
     page.fill("[data-testid=s2s-target]", "ninety thousand seven")
     page.click("[data-testid=s2s-compare-run]")
     page.wait_for_function("() => document.querySelector('[data-testid=s2s-compare-summary]').textContent"
-                           ".includes('leaves the reference at step 2')", timeout=30_000)
+                           ".includes('leaves the reference at step 3')", timeout=30_000)
     cmp = api(live_server, "seq2seq/compare", task="number_words", text="90017", target="ninety thousand seven")
-    assert cmp["first_divergence"] == 2
+    assert cmp["first_divergence"] == 2  # step 3, counted from 1 as the table and the decoder view do
     rows = page.locator("[data-testid=s2s-compare-table] tbody tr")
     assert rows.count() == len(cmp["steps"])
     shot(page, "s2s-07-compare")
@@ -160,7 +176,7 @@ def test_input_outside_the_vocabulary_gets_the_apis_message(page):
 def test_language_switch(page):
     open_page(page)
     assert page.locator("[data-testid=s2s-tab-decoder]").inner_text() == "Decoding step by step"
-    page.click("[data-testid=lang]")
+    page.select_option("[data-testid=lang]", "zh")
     page.wait_for_function("() => document.querySelector('[data-testid=s2s-tab-decoder]').textContent === '逐步解码'")
     assert page.locator("[data-testid=mode-seq2seq]").inner_text() == "编码器-解码器（2017）"
     assert page.locator("[data-testid=s2s-tab-positions]").inner_text() == "位置编码"
@@ -168,14 +184,14 @@ def test_language_switch(page):
     page.wait_for_selector("[data-testid=s2s-cross] .pic")
     assert "第 1 步，共 6 步" == page.locator("[data-testid=s2s-step-count]").inner_text()
     text = hover_cell(page, "s2s-cross", 0, 4, 1, 5)
-    assert text.startswith("输出词元 “o”（第 0 步）关注源词元 “o”（4）：")
+    assert text.startswith("输出词元 “o”（第 1 步）关注源词元 “o”（4）：")
     shot(page, "s2s-09-chinese")
     for tab in ("encoder", "compare", "positions", "training"):
         page.click(f"[data-testid=s2s-tab-{tab}]")
         page.wait_for_selector(f"[data-testid=s2s-panel-{tab}] section.view")
         page.wait_for_timeout(300)  # its values arrive
         shot(page, f"s2s-09-chinese-{tab}")
-    page.click("[data-testid=lang]")
+    page.select_option("[data-testid=lang]", "en")
     page.wait_for_function("() => document.querySelector('[data-testid=s2s-tab-decoder]').textContent === "
                            "'Decoding step by step'")
     # and back to the GPT-2 page

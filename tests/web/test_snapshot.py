@@ -3,6 +3,7 @@ recorded: it needs none, and the values it shows are the trace's."""
 
 from __future__ import annotations
 
+import base64
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 import pytest
+from playwright.sync_api import expect
 
 from transformer_explainer.analysis.answers import ablate_json, lens_json
 from transformer_explainer.notebook import save_snapshot
@@ -20,6 +22,17 @@ from .test_app import hover_cell, number, visible
 pytestmark = pytest.mark.browser
 
 TEXT = "The quick brown fox jumps over the lazy dog"
+WEB = Path(__file__).resolve().parents[2] / "web"
+
+
+def inlined(font: Path) -> str:
+    """The base64 of a font file as a snapshot inlines it."""
+    return base64.b64encode(font.read_bytes()).decode()
+
+
+# the UI's CJK subset (only in snapshots that can show Chinese), and the few glyphs every page's stylesheet holds
+UI_FONT = WEB / "public" / "fonts" / "noto-sans-sc-subset.woff2"
+PAGE_FONT = WEB / "src" / "fonts" / "cjk-page.woff2"
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +196,7 @@ def test_notebook_widget_front_end_renders_the_snapshot_offline(browser, snapsho
 
 FAMILY_TEXT = "The quick brown fox jumps over the lazy dog"
 NAV = ["overview", "tokens", "embedding", "blocks", "layernorm-ln1", "qkv", "rope", "gqa", "attention", "heads",
-       "layernorm-ln2", "mlp", "residual", "layernorm-final", "output", "experiments"]
+       "layernorm-ln2", "mlp", "residual", "layernorm-final", "output", "experiments", "attribution"]
 LLAMA_ONLY = {"rope", "gqa"}
 SCREENS = {"desktop": {"viewport": {"width": 1280, "height": 900}},
            "phone": {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 3, "is_mobile": True,
@@ -262,8 +275,9 @@ def settle(page) -> None:
 
 
 def no_error(page, where: str) -> None:
-    banner = page.locator("[data-testid=error]")
-    assert banner.count() == 0, f"{where}: {banner.inner_text()}"
+    for testid in ("error", "attr-error"):  # the page's banner; the attribution panel's own
+        banner = page.locator(f"[data-testid={testid}]")
+        assert banner.count() == 0, f"{where}: {banner.inner_text()}"
 
 
 def api_values(trace, **spec) -> tuple[np.ndarray, int | None]:
@@ -467,7 +481,7 @@ def test_chinese_draws_with_the_inlined_font(browser, snaps):
     """In 中文, from file:// with nothing fetched, CJK characters are the inlined font's glyphs, not boxes."""
     s = snaps("explainer-small")
     html = s.file.read_text(encoding="utf-8")
-    assert html.count("data:font/woff2;base64,") == 1
+    assert html.count(inlined(UI_FONT)) == 1 and html.count(inlined(PAGE_FONT)) == 1
     with offline(browser, s.file, lang="zh") as page:
         page.wait_for_function("() => document.querySelector('h1').textContent === 'Transformer 图解'")
         assert page.evaluate("document.documentElement.dataset.cjkFont") == "loaded"
@@ -486,7 +500,8 @@ def test_an_english_only_snapshot(browser, tiny_model, tmp_path):
     """languages=("en",): no CJK font in the file, no language switch, English even for a Chinese browser
     asking for 中文; the read-only text box says what it is."""
     path = save_snapshot(tiny_model, TEXT, tmp_path / "en.html", languages=("en",), ablations=False)
-    assert "data:font/woff2" not in path.read_text(encoding="utf-8")
+    html = path.read_text(encoding="utf-8")
+    assert inlined(UI_FONT) not in html and inlined(PAGE_FONT) in html  # only the stylesheet's few glyphs
     with offline(browser, path, lang="zh") as page:
         assert page.evaluate("document.documentElement.lang") == "en"
         assert page.inner_text("h1") == "Transformer Explainer"
@@ -545,12 +560,157 @@ def test_widget_shows_every_view_of_a_llama_family_model(browser, snaps, tmp_pat
     for i, v in enumerate(NAV):
         frame.locator(f"[data-testid=nav-{v}]").click()
         frame.locator("div.view:not(.busy) section.view").wait_for()
+        if v == "attribution":  # the top prediction's attribution, as model.attribute answers it
+            ref = s.model.attribute(s.trace)
+            frame.locator("[data-testid=attr-result][data-stale='0']").wait_for(timeout=30_000)
+            frame.locator("[data-testid=attr-top]").select_option("0")  # every component
+            shows_attribution(frame, ref)
+            pic = frame.locator("[data-testid=attr-map] .pic")  # a head's cell, read off the map
+            pic.scroll_into_view_if_needed()
+            box, (L, H) = pic.bounding_box(), (s.model.config.n_layer, s.model.config.n_head)
+            page.mouse.move(box["x"] + 2.5 * box["width"] / H, box["y"] + 1.5 * box["height"] / L)
+            expect(frame.locator("[data-testid=attr-map-readout]")).to_contain_text(map_readout(ref, 1, 2))
+            note = frame.locator("[data-testid=attr-offline]").inner_text()  # the tokens the file carries, quoted
+            assert all(f"“{visible(s.model.tokenizer.token_text(i))}”（{i}）" in note
+                       for i in s.trace.next_token_logits().topk(10).indices.tolist()), note
         page.wait_for_timeout(400)
-        assert frame.locator("[data-testid=error]").count() == 0, (v, frame.locator("[data-testid=error]").inner_text())
+        for testid in ("error", "attr-error"):
+            banner = frame.locator(f"[data-testid={testid}]")
+            assert banner.count() == 0, (v, banner.inner_text())
         page.screenshot(path=str(ARTIFACTS / f"snapshot-widget-qwen2-zh-{i:02d}-{v}.png"))
     context.close()
     assert not outside, f"the widget loaded: {outside}"
     assert not errors, errors
+
+
+# -- Why this token, from the file alone ---------------------------------------------------------------------------
+
+
+def attr_fresh(page, metric: float) -> None:
+    """The attribution panel shows the answer asked for now, whose metric is `metric`."""
+    page.wait_for_function("v => { const m = document.querySelector('[data-testid=attr-metric]');"
+                           " return m && Math.abs(Number(m.dataset.value) - v) < 1e-9"
+                           " && document.querySelector('[data-testid=attr-result]')?.dataset.stale === '0'; }",
+                           arg=metric, timeout=30_000)
+
+
+def shows_attribution(root, a, *, exact: bool = True) -> None:
+    """The sum line and every ranked row (the panel set to show all) of the page or frame `root` are `a`'s
+    (model.attribute's) numbers: to the bit where the file stores them, to float64 rounding where the page
+    subtracts two of them."""
+    def same(got: str, want: float) -> None:
+        if exact:
+            assert float(got) == want
+        else:
+            assert float(got) == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+    same(root.locator("[data-testid=attr-metric]").get_attribute("data-value"), a.metric)
+    same(root.locator("[data-testid=attr-rest]").get_attribute("data-value"), a.rest)
+    rows = root.locator("[data-testid=attr-row]")
+    assert rows.count() == len(a.components)
+    want = sorted(a.components, key=lambda c: -abs(c.value))
+    got = [(r.get_attribute("data-kind"), r.get_attribute("data-layer"), r.get_attribute("data-head"),
+            r.get_attribute("data-value")) for r in rows.all()]
+    by_part = {(k, layer, head): v for k, layer, head, v in got}
+    for c in want:
+        same(by_part[(c.kind, "" if c.layer is None else str(c.layer), "" if c.head is None else str(c.head))], c.value)
+    assert [g[0] for g in got[:3]] == [c.kind for c in want[:3]]  # ranked by size
+    label = f"logit({visible(a.target_text)})" + (f" − logit({visible(a.versus_text)})" if a.versus_text else "")
+    assert label in root.locator("[data-testid=attr-sum]").inner_text()
+
+
+def map_readout(a, layer: int, head: int) -> str:
+    """How the layer x head map's readout writes head (layer, head) of `a` (float32, 4 decimals, a real minus)."""
+    return f"{float(a.heads[layer, head]):+.4f}".replace("-", "−")
+
+
+WHY_RUNS = [(n, screen, lang) for n in ("explainer-small", "explainer-llama")
+            for screen, lang in (("desktop", "en"), ("phone", "zh"), ("desktop", "zh"), ("phone", "en"))]
+WHY_WORDS = {"en": {"many": "likeliest tokens", "one": "the token that came next", "missing": "does not carry",
+                    "patch": "patching needs the live app"},
+             "zh": {"many": "概率最高的", "one": "实际的下一个词元", "missing": "没有保存这项归因",
+                    "patch": "修补需要在线应用"}}
+
+ID = {"en": " ({})", "zh": "（{}）"}  # a carried token's id, after its quoted text
+
+
+@pytest.mark.parametrize(("name", "screen", "lang"), WHY_RUNS)
+def test_why_this_token_offline(browser, snaps, name, screen, lang):
+    """The "Why this token" tab of a snapshot, from file:// with nothing fetched: the top prediction's attribution,
+    another of the likeliest tokens typed in the box, one against another, and an earlier position's next token,
+    each equal to model.attribute's; a token the file does not carry and the patching tab say, in the learner's
+    language, what needs the live app, with no error banner."""
+    import torch
+
+    s = snaps(name)
+    m, trace = s.model, s.trace
+    words = WHY_WORDS[lang]
+    tag = f"{name}-{screen}-{lang}"
+    with offline(browser, s.file, screen=screen, lang=lang) as page:
+        page.click("[data-testid=nav-attribution]")
+        top = m.attribute(trace)
+        attr_fresh(page, top.metric)
+        page.select_option("[data-testid=attr-top]", "0")  # every component
+        shows_attribution(page, top)
+        no_error(page, f"{tag} the top prediction")
+        note = page.inner_text("[data-testid=attr-offline]")
+        likeliest = torch.topk(trace.next_token_logits(), 10).indices.tolist()
+        listed = [f"“{visible(m.tokenizer.token_text(i))}”{ID[lang].format(i)}" for i in likeliest]
+        assert words["many"] in note and all(x in note for x in listed), note
+        if screen == "desktop":  # the map's cells are the heads' contributions (float32, as the server's map)
+            page.locator("[data-testid=attr-map]").scroll_into_view_if_needed()
+            readout = hover_cell(page, "attr-map", 1, 2, m.config.n_layer, m.config.n_head)
+            assert map_readout(top, 1, 2) in readout
+        page.locator("[data-testid=attr-sum]").scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"snapshot-why-{tag}-1-top.png"), full_page=False)
+
+        # the third likeliest token by its text, then rather than the top prediction
+        third, first = m.tokenizer.token_text(likeliest[2]), m.tokenizer.token_text(likeliest[0])
+        page.fill("[data-testid=attr-target]", third)
+        a = m.attribute(trace, likeliest[2])
+        attr_fresh(page, a.metric)
+        shows_attribution(page, a)
+        page.fill("[data-testid=attr-versus]", first)
+        diff = m.attribute(trace, likeliest[2], likeliest[0])
+        attr_fresh(page, diff.metric)
+        shows_attribution(page, diff, exact=False)
+        no_error(page, f"{tag} {third!r} rather than {first!r}")
+        page.locator("[data-testid=attr-sum]").scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"snapshot-why-{tag}-2-versus.png"), full_page=False)
+
+        # an earlier position: the token that came next
+        page.fill("[data-testid=attr-target]", "")
+        page.fill("[data-testid=attr-versus]", "")
+        page.locator("[data-testid=token-chip]").nth(3).click()
+        page.click("[data-testid=nav-attribution]")  # on a phone the chip may open another view
+        earlier = m.attribute(trace, position=3)
+        assert earlier.target == trace.token_ids[4]
+        attr_fresh(page, earlier.metric)
+        shows_attribution(page, earlier)
+        note = page.inner_text("[data-testid=attr-offline]")
+        assert words["one"] in note and f"“{visible(earlier.target_text)}”{ID[lang].format(earlier.target)}" in note
+        no_error(page, f"{tag} position 3")
+
+        # a token the file does not carry there: said in the learner's language, in the panel only
+        other = next(i for i in likeliest if i != trace.token_ids[4])
+        page.fill("[data-testid=attr-target]", str(other))
+        page.wait_for_selector("[data-testid=attr-error]", timeout=30_000)
+        assert words["missing"] in page.inner_text("[data-testid=attr-error]")
+        assert page.locator("[data-testid=error]").count() == 0
+        page.locator("[data-testid=attr-error]").scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"snapshot-why-{tag}-3-missing.png"), full_page=False)
+        page.fill("[data-testid=attr-target]", "")
+        attr_fresh(page, earlier.metric)
+
+        # patching runs the model: the tab says so, with no error anywhere
+        page.click("[data-testid=attr-tab-patch]")
+        page.wait_for_selector("[data-testid=patch-offline]")
+        assert words["patch"] in page.inner_text("[data-testid=patch-offline]")
+        assert page.locator("[data-testid=patch-run]").count() == 0
+        page.wait_for_timeout(300)
+        no_error(page, f"{tag} patching")
+        page.screenshot(path=str(ARTIFACTS / f"snapshot-why-{tag}-4-patch.png"), full_page=False)
+
 
 
 # -- Qwen3 and Gemma 3: their own views, and the stages the page derives by their rules ----------------------

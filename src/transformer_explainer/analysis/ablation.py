@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..config import DecoderConfig
+from ..devices import float64_device
 from ..engine import ExplainerModel
 from ..errors import InputError
 from ..models.recorder import Patch
@@ -61,9 +62,11 @@ def check_heads(config: DecoderConfig, heads: Iterable[Head]) -> list[Head]:
     out: list[Head] = []
     for layer, h in heads:
         if not 0 <= layer < config.n_layer:
-            raise InputError(f"layer {layer} is outside 0..{config.n_layer - 1}")
+            raise InputError(f"layer {layer} is outside 0..{config.n_layer - 1}", code="layer_out_of_range",
+                             layer=layer, max=config.n_layer - 1)
         if not 0 <= h < config.n_head:
-            raise InputError(f"head {h} is outside 0..{config.n_head - 1}")
+            raise InputError(f"head {h} is outside 0..{config.n_head - 1}", code="head_out_of_range", head=h,
+                             max=config.n_head - 1)
         if (layer, h) not in out:
             out.append((layer, h))
     return out
@@ -131,10 +134,10 @@ def head_means(model: ExplainerModel, texts: Iterable[str] = REFERENCE_TEXTS) ->
     total, count = None, 0
     for text in texts:
         trace = model.trace(text, truncate=True)
-        z = torch.stack([trace[block_name(i, "attn.z")] for i in range(L)])  # (L, H, T, Dh)
-        s = z.sum(dim=2)
+        # summed over positions where each block is, then side by side on the model's input device
+        s = torch.stack([trace[block_name(i, "attn.z")].sum(dim=1).to(model.device) for i in range(L)])  # (L, H, Dh)
         total = s if total is None else total + s
-        count += z.shape[2]
+        count += trace.n_tokens
     if total is None:
         raise InputError("mean ablation needs at least one reference text")
     return total / count
@@ -158,7 +161,7 @@ def ablation_patches(heads: Iterable[Head], mode: AblationMode = "zero",
         def patch(z: Tensor) -> Tensor:  # (B, H, T, Dh)
             z = z.clone()
             for h in hs:
-                z[:, h] = 0.0 if mode == "zero" else means[layer, h].to(z.dtype)
+                z[:, h] = 0.0 if mode == "zero" else means[layer, h].to(z.device, z.dtype)
             return z
 
         return patch
@@ -169,13 +172,15 @@ def ablation_patches(heads: Iterable[Head], mode: AblationMode = "zero",
 def text_loss(logits: Tensor, ids: Sequence[int]) -> float:
     """Mean cross-entropy (nats) of each next token of the text given the ones before it."""
     if len(ids) < 2:
-        raise InputError("a loss needs a text of at least two tokens (one to read, one to predict)")
-    return float(F.cross_entropy(logits[:-1].float(), torch.tensor(list(ids[1:]))))
+        raise InputError("a loss needs a text of at least two tokens (one to read, one to predict)",
+                         code="loss_needs_two_tokens")
+    return float(F.cross_entropy(logits[:-1].float(), torch.tensor(list(ids[1:]), device=logits.device)))
 
 
 def _kl(p_logits: Tensor, q_logits: Tensor) -> float:
     """KL(p || q) in nats between the softmax distributions of two (V,) logit vectors."""
-    lp, lq = F.log_softmax(p_logits.double(), -1), F.log_softmax(q_logits.double(), -1)  # tiny KLs need float64
+    here = float64_device(p_logits.device)  # tiny KLs need float64
+    lp, lq = F.log_softmax(p_logits.to(here, torch.float64), -1), F.log_softmax(q_logits.to(here, torch.float64), -1)
     return float((lp.exp() * (lp - lq)).sum())
 
 
@@ -303,7 +308,7 @@ def head_importance(model: ExplainerModel, text: str | Sequence[int], *, mode: A
     clean = _run(model, ids, [], mode, means, between_passes=between_passes)
     clean_loss = text_loss(clean.logits, ids)
     L, H = model.config.n_layer, model.config.n_head
-    dloss, kl = torch.zeros(L, H), torch.zeros(L, H)
+    dloss, kl = torch.zeros(L, H, device="cpu"), torch.zeros(L, H, device="cpu")  # the answer
     for layer, h in all_heads(model.config):
         ablated = _run(model, ids, [(layer, h)], mode, means, between_passes=between_passes)
         dloss[layer, h] = text_loss(ablated.logits, ids) - clean_loss
@@ -326,7 +331,7 @@ def ablate_each_head(model: ExplainerModel, text: str | Sequence[int], *, mode: 
         clean = _run(model, ids, [], mode, means, txt, between_passes)
     clean_loss = text_loss(clean.logits, ids)
     L, H = model.config.n_layer, model.config.n_head
-    dloss, kl = torch.zeros(L, H), torch.zeros(L, H)
+    dloss, kl = torch.zeros(L, H, device="cpu"), torch.zeros(L, H, device="cpu")  # the answer
     results: dict[Head, AblationResult] = {}
     for layer, h in all_heads(model.config):
         ablated = _run(model, ids, [(layer, h)], mode, means, txt, between_passes)

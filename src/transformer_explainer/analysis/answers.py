@@ -152,7 +152,8 @@ def ablation_heads(model: ExplainerModel, heads: Iterable[tuple[int, int]], laye
     out = [(int(layer), int(h)) for layer, h in heads]
     for layer in layers:
         if not 0 <= layer < c.n_layer:
-            raise InputError(f"layer {layer} is outside 0..{c.n_layer - 1}")
+            raise InputError(f"layer {layer} is outside 0..{c.n_layer - 1}", code="layer_out_of_range", layer=layer,
+                             max=c.n_layer - 1)
         out += [(layer, h) for h in range(c.n_head)]
     return out
 

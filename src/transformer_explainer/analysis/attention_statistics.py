@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..devices import float64_device
 from ..names import block_name
 from ..trace import Trace
 
@@ -36,22 +37,30 @@ def attention_stats(traces: Trace | Sequence[Trace]) -> AttentionStats:
     n = 0
     for trace in traces:
         L = trace.config.n_layer
-        p = torch.stack([trace[block_name(i, "attn.pattern")] for i in range(L)]).double()  # (L, H, T, S)
-        S = p.shape[-1]
-        q = torch.arange(trace.start, S)  # absolute query positions
-        rows = q >= 1
-        if not rows.any():
+        S = trace.start + trace.n_tokens
+        if S < 2:  # only the first query, which sees one key
             continue
-        p = p[..., rows, :]
-        q = q[rows]
-        plogp = torch.where(p > 0, p * p.clamp_min(1e-300).log(), torch.zeros((), dtype=p.dtype))
-        h = -plogp.sum(-1)  # (L, H, T')
-        visible = (q + 1).double()
-        d = (p * (q.unsqueeze(1) - torch.arange(S)).clamp_min(0).double()).sum(-1)
-        e, ne, di = h.sum(-1), (h / visible.log()).sum(-1), d.sum(-1)
+        per_layer = [_layer_stats(trace[block_name(i, "attn.pattern")], trace.start) for i in range(L)]
+        e, ne, di = (torch.stack([s[j] for s in per_layer]) for j in range(3))  # (L, H) each
         ent, norm, dist = (e, ne, di) if ent is None else (ent + e, norm + ne, dist + di)
-        n += int(rows.sum())
+        n += S - max(trace.start, 1)
     if ent is None:
-        nan = torch.full((traces[0].config.n_layer, traces[0].config.n_head), math.nan)
+        nan = torch.full((traces[0].config.n_layer, traces[0].config.n_head), math.nan, device="cpu")
         return AttentionStats(nan, nan.clone(), nan.clone(), 0)
     return AttentionStats((ent / n).float(), (norm / n).float(), (dist / n).float(), n)
+
+
+def _layer_stats(pattern: Tensor, start: int) -> tuple[Tensor, Tensor, Tensor]:
+    """One block's (H, T, S) pattern: the entropy, normalised entropy and distance summed over its queries that see at
+    least two keys, in float64 where the pattern is (on the CPU for a GPU without float64); (H,) each, on the CPU."""
+    here = float64_device(pattern.device)
+    S = pattern.shape[-1]
+    q = torch.arange(start, S, device=here)  # absolute query positions
+    rows = q >= 1
+    p = pattern.to(here, torch.float64)[:, rows, :]
+    q = q[rows]
+    plogp = torch.where(p > 0, p * p.clamp_min(1e-300).log(), torch.zeros((), dtype=p.dtype, device=here))
+    h = -plogp.sum(-1)  # (H, T')
+    visible = (q + 1).double()
+    d = (p * (q.unsqueeze(1) - torch.arange(S, device=here)).clamp_min(0).double()).sum(-1)
+    return h.sum(-1).cpu(), (h / visible.log()).sum(-1).cpu(), d.sum(-1).cpu()

@@ -82,9 +82,13 @@ class AnalysisCost:
         if fits >= 2:  # a loss needs two tokens
             options.append(f"a text of at most {fits:,} tokens")
         hint = f": ask for {_either(options)}" if options else ""
-        raise InputError(f"this analysis would run {self.passes:,} forward passes of {self.n_tokens:,} tokens "
-                         f"(about {self.gflop:,.0f} GFLOP), more than this server computes for one request "
-                         f"({max_gflop:,.0f} GFLOP){hint}")
+        message = (f"this analysis would run {self.passes:,} forward passes of {self.n_tokens:,} tokens "
+                   f"(about {self.gflop:,.0f} GFLOP), more than this server computes for one request "
+                   f"({max_gflop:,.0f} GFLOP){hint}")
+        if fits >= 2:
+            raise InputError(message, code="analysis_too_large_text", passes=self.passes, tokens=self.n_tokens,
+                             fits=fits)
+        raise InputError(message, code="analysis_too_large", passes=self.passes, tokens=self.n_tokens)
 
 
 def _either(options: list[str]) -> str:

@@ -40,7 +40,7 @@ class Neighbour:
 
 def _nearest(model: ExplainerModel, vector: Tensor, n: int, exclude: Iterable[int] = ()) -> list[Neighbour]:
     if n < 1:
-        raise InputError(f"n must be at least 1, got {n}")
+        raise InputError(f"n must be at least 1, got {n}", code="count_too_small", field="n", value=n)
     sims = F.cosine_similarity(vector.float().unsqueeze(0), embedding_matrix(model).float(), dim=-1)  # (V,)
     ex = list(exclude)
     if ex:
@@ -80,7 +80,7 @@ def analogy(model: ExplainerModel, positive: Sequence[TokenLike], negative: Sequ
     its nearest tokens. The inputs are left out of the answer by default, as word2vec does: the
     result vector usually stays closest to "king" itself."""
     if not positive:
-        raise InputError("an analogy needs at least one token to add")
+        raise InputError("an analogy needs at least one token to add", code="analogy_empty")
     pos = [token_id(model, t) for t in positive]
     neg = [token_id(model, t) for t in negative]
     W = embedding_matrix(model).float()
@@ -107,17 +107,17 @@ def project_2d(model: ExplainerModel, tokens: Sequence[TokenLike]) -> Projection
     so the picture is the same on every run; each axis's sign is fixed by its largest loading)."""
     ids = [token_id(model, t) for t in tokens]
     if len(ids) < 2:
-        raise InputError("a projection needs at least two tokens")
-    X = embedding_matrix(model)[ids].double()
+        raise InputError("a projection needs at least two tokens", code="projection_too_few")
+    X = embedding_matrix(model)[ids].to("cpu", torch.float64)  # the chosen rows: a small exact SVD on the CPU
     Xc = X - X.mean(0)
     U, S, Vh = torch.linalg.svd(Xc, full_matrices=False)
     k = min(2, S.shape[0])
     signs = torch.sign(Vh[:k].gather(1, Vh[:k].abs().argmax(1, keepdim=True))).squeeze(1)
     signs[signs == 0] = 1
-    coords = torch.zeros(len(ids), 2, dtype=torch.float64)
+    coords = torch.zeros(len(ids), 2, dtype=torch.float64, device="cpu")
     coords[:, :k] = U[:, :k] * S[:k] * signs
     var = S.square()
-    explained = torch.zeros(2, dtype=torch.float64)
+    explained = torch.zeros(2, dtype=torch.float64, device="cpu")
     if var.sum() > 0:
         explained[:k] = var[:k] / var.sum()
     return Projection(ids, [model.tokenizer.token_text(i) for i in ids], coords.float(), explained.float())

@@ -37,7 +37,8 @@ def _positions(trace: Trace, positions: Sequence[int] | None) -> list[int]:
     out = []
     for p in positions:
         if not -T <= p < T:
-            raise InputError(f"position {p} is outside the {T} traced tokens")
+            raise InputError(f"position {p} is outside the {T} traced tokens", code="position_out_of_range",
+                             position=p, tokens=T)
         out.append(p % T)
     return out
 
@@ -51,7 +52,8 @@ def lens_logits(model: ExplainerModel, trace: Trace, layer: int, positions: Sequ
     """
     L = model.config.n_layer
     if not 0 <= layer <= L:
-        raise InputError(f"lens layer {layer} is outside 0..{L} (0 = embeddings, {L} = the output)")
+        raise InputError(f"lens layer {layer} is outside 0..{L} (0 = embeddings, {L} = the output)",
+                         code="layer_out_of_range", layer=layer, max=L)
     x = trace[residual_names(L)[layer]]  # (T, D)
     if positions is not None:
         x = x[_positions(trace, positions)]
@@ -113,7 +115,7 @@ def logit_lens(model: ExplainerModel, trace: Trace, *, top: int = 5, positions: 
     """
     L, V = model.config.n_layer, model.config.vocab_size
     if top < 1:
-        raise InputError(f"top must be at least 1, got {top}")
+        raise InputError(f"top must be at least 1, got {top}", code="count_too_small", field="top", value=top)
     top = min(top, V)
     pos = _positions(trace, positions)
     per_layer = [lens_logits(model, trace, i, positions) for i in range(L + 1)]
@@ -125,8 +127,9 @@ def logit_lens(model: ExplainerModel, trace: Trace, *, top: int = 5, positions: 
             raise InputError(f"{len(target_ids)} target tokens for {len(pos)} positions")
         bad = [t for t in target_ids if not 0 <= t < V]
         if bad:
-            raise InputError(f"target token id {bad[0]} is outside the vocabulary (0..{V - 1})")
-        target = torch.tensor(list(target_ids))
+            raise InputError(f"target token id {bad[0]} is outside the vocabulary (0..{V - 1})",
+                             code="token_id_out_of_range", id=bad[0], max=V - 1)
+        target = torch.tensor(list(target_ids), device=logits.device)
     probs = torch.softmax(logits.float(), dim=-1)
     top_probs, top_ids = probs.topk(top, dim=-1)
     idx = target.view(1, -1, 1).expand(L + 1, -1, 1)

@@ -38,9 +38,9 @@ def repeated_random_tokens(vocab_size: int, length: int = 24, *, seed: int = 0, 
         raise InputError(f"the induction probe needs a sequence of at least 2 tokens, got {length}")
     high = min(high, vocab_size)
     low = min(low, max(high - 2 * length, 0))
-    pool = torch.tensor(sorted(set(range(low, high)) - set(exclude)))
+    pool = torch.tensor(sorted(set(range(low, high)) - set(exclude)), device="cpu")  # the same ids on every machine
     if len(pool) < 2:
         raise InputError(f"no ordinary token ids to draw the induction probe from in [{low}, {high})")
-    g = torch.Generator().manual_seed(seed)
-    r = pool[torch.randint(0, len(pool), (length,), generator=g)].tolist()
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    r = pool[torch.randint(0, len(pool), (length,), generator=g, device="cpu")].tolist()
     return ([bos] if bos is not None else []) + r + r

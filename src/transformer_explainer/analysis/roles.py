@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..devices import float64_device
 from ..engine import ExplainerModel
 from ..names import block_name
 from ..trace import Trace
@@ -30,22 +31,22 @@ from .reference import REFERENCE_TEXTS, repeated_random_tokens
 ROLES: tuple[str, ...] = ("previous_token", "first_token", "duplicate_token", "induction", "rare_token")
 
 
-def trace_ids_full(trace: Trace) -> Tensor:
+def trace_ids_full(trace: Trace, device: torch.device | str = "cpu") -> Tensor:
     """(S,) ids of every key position: the cached prefix, then the traced tokens."""
-    return torch.tensor(list(trace.prefix_ids) + list(trace.token_ids))
+    return torch.tensor(list(trace.prefix_ids) + list(trace.token_ids), device=device)
 
 
 def role_masks(ids: Tensor, start: int, rarity: Tensor | None = None) -> dict[str, Tensor]:
-    """Role -> (T, S) bool mask for queries at positions start.. of the key ids `ids` (S,)."""
-    S = ids.shape[0]
-    q = torch.arange(start, S).unsqueeze(1)  # (T, 1) absolute query positions
-    k = torch.arange(S).unsqueeze(0)  # (1, S)
+    """Role -> (T, S) bool mask for queries at positions start.. of the key ids `ids` (S,), on their device."""
+    S, device = ids.shape[0], ids.device
+    q = torch.arange(start, S, device=device).unsqueeze(1)  # (T, 1) absolute query positions
+    k = torch.arange(S, device=device).unsqueeze(0)  # (1, S)
     q_ids = ids[start:].unsqueeze(1)
     before = k < q
-    prev_ids = torch.cat([torch.tensor([-1]), ids[:-1]]).unsqueeze(0)  # id at key - 1; none for key 0
-    r = (rarity[ids] if rarity is not None else ids).to(torch.float64).unsqueeze(0)  # (1, S)
+    prev_ids = torch.cat([torch.full((1,), -1, device=device), ids[:-1]]).unsqueeze(0)  # id at key - 1; none for key 0
+    r = (rarity.to(device)[ids] if rarity is not None else ids).to(torch.float64).unsqueeze(0)  # (1, S)
     candidate = (k >= 1) & before  # earlier keys, not the first, not the query itself
-    r_cand = torch.where(candidate, r, torch.tensor(float("-inf"), dtype=torch.float64))
+    r_cand = r.masked_fill(~candidate, float("-inf"))
     rarest = r_cand.max(dim=-1, keepdim=True).values
     return {
         "previous_token": k == q - 1,
@@ -90,13 +91,22 @@ def _accumulate(traces: Iterable[Trace], rarity: Tensor | None) -> tuple[dict[st
     counts = dict.fromkeys(ROLES, 0)
     for trace in traces:
         L = trace.config.n_layer
-        masks = role_masks(trace_ids_full(trace), trace.start, rarity)
-        pattern = torch.stack([trace[block_name(i, "attn.pattern")] for i in range(L)]).double()  # (L, H, T, S)
-        for role, m in masks.items():
-            rows = m.any(dim=-1)  # (T,) queries where the role is defined
-            mass = (pattern * m).sum(dim=-1)[..., rows].sum(dim=-1)  # (L, H)
-            sums[role] = sums[role] + mass if role in sums else mass
-            counts[role] += int(rows.sum())
+        ids = trace_ids_full(trace)
+        masks: dict[torch.device, dict[str, Tensor]] = {}  # made once per device the blocks are on
+        mass: dict[str, list[Tensor]] = {r: [] for r in ROLES}
+        for i in range(L):  # each block's pattern where it was computed, in float64 (on the CPU where a GPU lacks it)
+            p = trace[block_name(i, "attn.pattern")]
+            here = float64_device(p.device)
+            if here not in masks:
+                masks[here] = role_masks(ids.to(here), trace.start, rarity)
+            pattern = p.to(here, torch.float64)  # (H, T, S)
+            for role, m in masks[here].items():
+                rows = m.any(dim=-1)  # (T,) queries where the role is defined
+                mass[role].append((pattern * m).sum(dim=-1)[..., rows].sum(dim=-1).cpu())  # (H,)
+        for role, m in masks[next(iter(masks))].items():
+            total = torch.stack(mass[role])  # (L, H)
+            sums[role] = sums[role] + total if role in sums else total
+            counts[role] += int(m.any(dim=-1).sum())
     if not sums:
         raise ValueError("head roles need at least one trace")
     return sums, counts

@@ -19,8 +19,11 @@ AblationMode = Literal["zero", "mean"]
 # a token id or a word; the id must be a JSON number (strict), so a too-long string of digits is refused,
 # not read as an id
 TokenArg = Annotated[int, PydStrict()] | Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS)]
-HeadIn = tuple[Annotated[int, Field(ge=0, le=1000)], Annotated[int, Field(ge=0, le=1000)]]
-ExpertIn = tuple[Annotated[int, Field(ge=0, le=1000)], Annotated[int, Field(ge=0, le=100_000)]]
+# a JSON array of two numbers: the tuple itself is lax (JSON has no tuples), its numbers strict like every request's
+HeadIn = Annotated[tuple[Annotated[int, Field(ge=0, le=1000)], Annotated[int, Field(ge=0, le=1000)]],
+                   PydStrict(False)]
+ExpertIn = Annotated[tuple[Annotated[int, Field(ge=0, le=1000)], Annotated[int, Field(ge=0, le=100_000)]],
+                     PydStrict(False)]
 Matrix = list[list[float | None]]  # (layers, heads)
 
 

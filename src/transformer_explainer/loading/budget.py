@@ -81,7 +81,7 @@ def model_bytes(model: nn.Module, dtype: torch.dtype) -> tuple[int, int]:
     """(parameters, bytes) of a model (on any device, meta included) once its floating-point tensors are
     in `dtype`; a tied matrix counts once."""
     params = sum(p.numel() for p in model.parameters())
-    size = torch.empty((), dtype=dtype).element_size()
+    size = dtype.itemsize
     total = sum(p.numel() * (size if p.is_floating_point() else p.element_size()) for p in model.parameters())
     total += sum(b.numel() * (size if b.is_floating_point() else b.element_size()) for b in model.buffers())
     return params, total

@@ -15,6 +15,7 @@ the weights must fit in memory; only then are they read, checked for NaN, and as
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import re
@@ -38,7 +39,7 @@ from .files import is_regular_file, read_json
 __all__ = ["WeightFiles", "atomic_write_bytes", "atomic_writer", "hf_state_dict", "load_decoder", "open_weights",
            "read_config", "read_json", "resolve_dtype", "save_decoder"]
 
-SUPPORTED_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+SUPPORTED_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # float16: GPU
 # weights we read: safetensors' names of the floating-point dtypes, and torch's
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "float64", "float32", "float16", "bfloat16"}
 
@@ -75,6 +76,32 @@ def _safetensors_info(path: Path) -> dict[str, TensorInfo]:
             return {k: TensorInfo(tuple(t.get_shape()), t.get_dtype()) for k, t in slices.items()}
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{path} is corrupt or truncated: {e}") from None
+
+
+# the safetensors header's names of the floating-point types a checkpoint may store its weights in
+_STORED_FLOATS = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
+
+
+def stored_dtype(folder: Path) -> str | None:
+    """The type the checkpoint's file stores most of its weights in ("float16", "bfloat16", "float32"), read from
+    the safetensors header (of the first shard when sharded) without loading a tensor; None for a pickle
+    checkpoint, which tells its types only once unpickled, or a file that cannot be read."""
+    st = folder / "model.safetensors"
+    if not st.is_file():
+        shards = sorted(folder.glob("model-*-of-*.safetensors"))
+        if not shards:
+            return None
+        st = shards[0]
+    try:
+        info = _safetensors_info(st)
+    except CheckpointError:
+        return None
+    numbers: dict[str, int] = {}
+    for t in info.values():
+        name = _STORED_FLOATS.get(t.dtype)
+        if name:
+            numbers[name] = numbers.get(name, 0) + math.prod(t.shape)
+    return max(numbers, key=lambda k: numbers[k]) if numbers else None
 
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -149,7 +176,7 @@ def read_config(folder: Path) -> DecoderConfig:
 
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
-    """float32 (the default) or bfloat16, given as a name or a torch dtype."""
+    """float32 (the default), bfloat16 or float16 (on a GPU: `devices.check_dtype`), as a name or a torch dtype."""
     if dtype is None:
         return torch.float32
     if isinstance(dtype, torch.dtype) and dtype in SUPPORTED_DTYPES.values():

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ..errors import ExplainerError, ModelNotFoundError
-from .resolve import HUB_FILES, KNOWN_HUB_MODELS
+from ..errors import ExplainerError, ModelNotFoundError, ParamValue, coded
+from .hub import HUB_FILES, KNOWN_HUB_MODELS
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,8 @@ COMMIT_HASH = re.compile(r"[0-9a-f]{40}")
 
 class DownloadBusy(ExplainerError):
     """Another download is running (one at a time)."""
+
+    code = "download_busy"
 
 
 class DownloadCancelled(Exception):
@@ -76,6 +78,8 @@ class DownloadJob:
     current_file: str | None = None
     failure: FailureKind | None = None
     error: str | None = None
+    error_code: str | None = None  # the error's code and params (errors.ERROR_CODES), for the UI's own words
+    error_params: dict[str, ParamValue] = field(default_factory=dict)
     folder: Path | None = None  # the snapshot folder, once done
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
@@ -202,7 +206,8 @@ def remote_files(repo: str, *, endpoint: str | None = None,
                              f"was downloaded")
     wanted = wanted_files([s.rfilename for s in info.siblings or []])
     if "config.json" not in wanted or not any(w.endswith((".safetensors", ".bin")) for w in wanted):
-        raise ExplainerError(f"the hub repo {repo!r} has no config.json and weights to download")
+        raise ExplainerError(f"the hub repo {repo!r} has no config.json and weights to download",
+                             code="download_no_files", repo=repo)
     out = []
     for name in wanted:
         meta = get_hf_file_metadata(hf_hub_url(repo, name, revision=commit, endpoint=endpoint), timeout=timeout_s)
@@ -248,7 +253,7 @@ def _fetch_blob(r: _RemoteFile, blobs: Path, job: DownloadJob | None) -> None:
             job.advance(-part.stat().st_size)
         part.unlink()
         raise ExplainerError(f"{r.name} arrived damaged (its hash does not match the hub's); it was deleted, "
-                             f"try again")
+                             f"try again", code="download_damaged", file=r.name)
     os.replace(part, blob)
 
 
@@ -343,11 +348,13 @@ class DownloadManager:
         """Start (or resume) downloading `model`, a short name from KNOWN_HUB_MODELS."""
         if model not in KNOWN_HUB_MODELS:
             raise ModelNotFoundError(f"{model!r} is not a model this server downloads; it offers "
-                                     f"{', '.join(KNOWN_HUB_MODELS)}")
+                                     f"{', '.join(KNOWN_HUB_MODELS)}", code="download_not_offered", model=model,
+                                     offered=", ".join(KNOWN_HUB_MODELS))
         with self._lock:
             running = next((j for j in self._jobs.values() if j.active), None)
             if running is not None:
-                raise DownloadBusy(f"{running.model} is downloading; one download at a time (cancel it first)")
+                raise DownloadBusy(f"{running.model} is downloading; one download at a time (cancel it first)",
+                                   model=running.model)
             self._count += 1
             job = DownloadJob(id=f"{model}-{self._count}", model=model, repo=KNOWN_HUB_MODELS[model][0])
             self._jobs[model] = job
@@ -362,7 +369,7 @@ class DownloadManager:
         reports progress (every 10 MiB), and a new job waits for that before it touches the files."""
         job = self.job(job_id)
         if job is None:
-            raise ModelNotFoundError(f"no download {job_id!r}")
+            raise ModelNotFoundError(f"no download {job_id!r}", code="download_not_found", id=job_id)
         with self._lock:
             job._cancel.set()
             if job.active:
@@ -391,7 +398,8 @@ class DownloadManager:
             if job._cancel.is_set():
                 job.state = "cancelled"
             else:
-                job.failure, job.error = self._explain(job, e)
+                job.failure, failure = self._explain(job, e)
+                job.error, job.error_code, job.error_params = str(failure), *(coded(failure) or ("error", {}))
                 job.state = "failed"
                 log.warning("download of %s failed: %s", job.repo, job.error)
         finally:
@@ -399,17 +407,22 @@ class DownloadManager:
             if job.finished is None:
                 job.finished = time.monotonic()
 
-    def _explain(self, job: DownloadJob, e: Exception) -> tuple[FailureKind, str]:
+    def _explain(self, job: DownloadJob, e: Exception) -> tuple[FailureKind, ExplainerError]:
+        """What kind of failure `e` is, and the error the job reports (its message, code and params)."""
         from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
         if isinstance(e, (RepositoryNotFoundError, GatedRepoError)):
-            return "error", f"the hub has no public repo {job.repo!r}"
+            return "error", ExplainerError(f"the hub has no public repo {job.repo!r}", code="download_no_repo",
+                                           repo=job.repo)
         if is_network_error(e):
             if job.bytes_total is None:
-                return "offline", (f"the Hugging Face hub cannot be reached ({type(e).__name__}); check the "
-                                   f"connection and try again")
-            return "interrupted", (f"the connection broke ({type(e).__name__}); {job.bytes_done:,} of "
-                                   f"{job.bytes_total:,} bytes are kept, and the next attempt resumes from there")
+                return "offline", ExplainerError(f"the Hugging Face hub cannot be reached ({type(e).__name__}); "
+                                                 f"check the connection and try again", code="download_offline")
+            return "interrupted", ExplainerError(
+                f"the connection broke ({type(e).__name__}); {job.bytes_done:,} of {job.bytes_total:,} bytes are "
+                f"kept, and the next attempt resumes from there", code="download_interrupted", done=job.bytes_done,
+                total=job.bytes_total)
         if isinstance(e, ExplainerError):
-            return "error", str(e)
-        return "error", f"{type(e).__name__}: {e}"
+            return "error", e
+        why = f"{type(e).__name__}: {e}"
+        return "error", ExplainerError(why, code="download_failed", reason=why)

@@ -16,28 +16,19 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ExplainerError, ModelNotFoundError
+from .hub import HUB_FILES, KNOWN_HUB_MODELS
 
 log = logging.getLogger(__name__)
 
 BUILTIN_DEFAULT = "explainer-small"
 
-# Short names of the public GPT-2 checkpoints -> (hub repo, parameters, model.safetensors bytes).
-KNOWN_HUB_MODELS: dict[str, tuple[str, str, int]] = {
-    "gpt2": ("openai-community/gpt2", "124M", 548_105_171),
-    "gpt2-medium": ("openai-community/gpt2-medium", "355M", 1_519_919_320),
-    "gpt2-large": ("openai-community/gpt2-large", "774M", 3_247_073_016),
-    "gpt2-xl": ("openai-community/gpt2-xl", "1.5B", 6_431_829_964),
-    "distilgpt2": ("distilbert/distilgpt2", "82M", 352_824_413),
-}
-HUB_FILES = ["config.json", "model.safetensors", "tokenizer.json", "vocab.json", "merges.txt",
-             # Llama-family checkpoints: sharded weights, BOS/EOS settings
-             "model.safetensors.index.json", "model-*-of-*.safetensors", "tokenizer_config.json",
-             "generation_config.json"]
 
 
 def has_weights(folder: Path) -> bool:
     return any((folder / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json",
                                                  "pytorch_model.bin"))
+
+
 MODEL_FOLDER_FILES = ("config.json, model.safetensors (or sharded model-*.safetensors with their index, or "
                       "pytorch_model.bin) and tokenizer.json (or vocab.json + merges.txt)")
 

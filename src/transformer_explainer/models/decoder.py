@@ -66,6 +66,20 @@ class Block(nn.Module):
         return record(rec, "resid_post", x + record(rec, "mlp_out", mlp_out)), present
 
 
+def device_of(module: nn.Module) -> torch.device:
+    """The device of a module's weights (each part of a placed model has all of its own on one: `placement.py`)."""
+    return next(module.parameters()).device
+
+
+def _moved(x: Tensor, ropes: dict[torch.device, dict[str, Rotation]], device: torch.device
+           ) -> tuple[Tensor, dict[str, Rotation]]:
+    """The residual stream and the rotations on `device` (a block's): moved there once per device and call."""
+    if device not in ropes:
+        first = next(iter(ropes.values()))
+        ropes[device] = {kind: (cos.to(device), sin.to(device)) for kind, (cos, sin) in first.items()}
+    return x.to(device), ropes[device]
+
+
 class Decoder(nn.Module):
     """Token embedding, the blocks, the final norm and the unembedding."""
 
@@ -152,8 +166,8 @@ class Decoder(nn.Module):
         if self.pos_embed is not None:
             pos = self.pos_embed(torch.arange(start, start + idx.shape[1], device=idx.device))  # (T, D)
             x = x + (pos if rec is None else rec("embed.position", pos.expand_as(x)))
-        if self.config.arch.embed_scale:  # Gemma: as transformers does, the factor in the weights' dtype
-            x = x * torch.tensor(self.config.n_embd**0.5, dtype=x.dtype)
+        if self.config.arch.embed_scale:  # Gemma: as transformers does, the factor in the weights' dtype (a CPU
+            x = x * torch.tensor(self.config.n_embd**0.5, dtype=x.dtype, device="cpu")  # scalar: any device reads it)
         return self.drop(x) if self.training else x
 
     def rotations(self, B: int, start: int, T: int, dtype: torch.dtype, device: torch.device,
@@ -183,6 +197,7 @@ class Decoder(nn.Module):
         `start_layer` with `resid` (B, T, D): run from block `start_layer` on, with `resid` as the residual
         stream entering it (activation patching starts at the patched block: the blocks before it would
         give the same values every time).
+        Each part computes where its weights are (`placement.py`): the residual stream moves to each block's device.
         """
         B, T = idx.shape
         c = self.config
@@ -197,13 +212,16 @@ class Decoder(nn.Module):
             if not 0 <= start_layer < c.n_layer or resid.shape != (B, T, c.n_embd):
                 raise ValueError(f"a start at block {start_layer} needs a residual stream of shape {(B, T, c.n_embd)}")
             x = resid
-        rope = self.rotations(B, start, T, x.dtype, idx.device, rec)
+        ropes = {idx.device: self.rotations(B, start, T, x.dtype, idx.device, rec)}  # per device the blocks are on
         for i in range(start_layer, c.n_layer):
-            x, _ = self.blocks[i](x, rope.get(c.layer_type(i)), scope(rec, f"blocks.{i}"),
-                                  None if cache is None else cache.slot(i))
+            block = self.blocks[i]
+            x, rope = _moved(x, ropes, device_of(block))
+            x, _ = block(x, rope.get(c.layer_type(i)), scope(rec, f"blocks.{i}"),
+                         None if cache is None else cache.slot(i))
         if logits_for == "last" and rec is None:
             x = x[:, -1:, :]
-        x = self.ln_final(x, scope(rec, "ln_final"))
+        x = self.ln_final(x.to(device_of(self.ln_final)), scope(rec, "ln_final"))
+        x = x.to(device_of(self.unembed))
         if rec is None:
             return self.unembed(x)
         if logits_for == "last" and not rec.wants("logits"):

@@ -107,7 +107,8 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None = Non
     (transformers' `_compute_llama3_parameters`) or a linear one where the config has it."""
     # on the default device: built under `torch.device("meta")` (loading), it costs nothing until
     # `finish_loading_` computes it for a config whose shapes the weight files have confirmed
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32) / head_dim
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=torch.get_default_device()).to(torch.float32)
+    exponents = exponents / head_dim
     inv_freq = 1.0 / (theta**exponents)
     s = scaling
     if s is None:

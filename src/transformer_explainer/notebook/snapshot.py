@@ -5,9 +5,10 @@ The data are what the app would ask the server for: the overview (tokens, next-t
 attention thumbnails), the full activation tensors the views slice (float16, as the API sends them),
 the layer-norm weights, and the analyses (logit lens at every position, head roles and attention
 statistics, the head-importance map with each head's ablation, embedding neighbours of the text's
-tokens). To stay small, the largest tensors are left out first when they would not fit in
-`max_mb`; the views that need them then say so. Stages the trace derives (scaled scores, the
-concatenated heads, ...) are not stored: the page derives them by the same rules (names.DERIVATIONS).
+tokens), and the direct logit attribution at each position (snapshot_attribution.py). To stay small,
+the largest tensors are left out first when they would not fit in `max_mb`, then the attributions at
+the earliest positions; the views that need them then say so. Stages the trace derives (scaled scores,
+the concatenated heads, ...) are not stored: the page derives them by the same rules (names.DERIVATIONS).
 
 Where the page can show Chinese (it offers 中文, the default, or its text holds CJK characters), it
 carries the app's CJK font subset as a data: URL, so 中文 needs no system font and no fetch; an
@@ -48,11 +49,12 @@ from ..overview import config_out, trace_overview
 from ..schemas import ModelInfo, ModelList, SamplingIn
 from ..trace import Trace
 from ..web_bundle import package_static_dir
+from .snapshot_attribution import SnapshotAttribution
 
 log = logging.getLogger(__name__)
 
 FORMAT = "transformer-explainer-snapshot"
-VERSION = 2  # 2: aliases, languages and the inlined CJK font; derived stages by names.DERIVATIONS
+VERSION = 3  # 2: aliases, languages and the inlined CJK font; derived stages by names.DERIVATIONS; 3: attribution
 LANGUAGES = ("en", "zh")  # the app's languages: a snapshot offers both unless told otherwise
 CJK_FONT = "fonts/noto-sans-sc-subset.woff2"  # in the web bundle (web/public/fonts/, scripts/build_cjk_font.py)
 CJK_FONT_RECORD = "fonts/noto-sans-sc-subset.json"  # its record: the unicode-range the subset covers
@@ -209,6 +211,8 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
         "weights": weights, "omitted": [], "languages": languages, "cjk_font": cjk_font,
         "analysis": snapshot_analyses(model, trace, ablations=ablations),
     }
+    attribution = SnapshotAttribution(model, trace)  # the last position's now; the earlier ones last, as room allows
+    data["attribution"] = attribution.record
     used = bundle_bytes + len(json.dumps(data, ensure_ascii=False)) + 2048
     budget = int(max_mb * 1e6) - used
 
@@ -233,6 +237,8 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
         for n, v in zip(names, values, strict=True):
             target[n] = _stored(v, describe(n, family)[0])
         kept.append(label)
+    budget -= attribution.fill(budget)
+    omitted += attribution.omitted()
     data["omitted"] = omitted
     if omitted:
         log.info("snapshot: left out %s to stay under %.1f MB", ", ".join(omitted), max_mb)
@@ -251,12 +257,6 @@ def _asset(root: Path, rel: str) -> str:
     if root.resolve() not in path.parents:
         raise InputError(f"the web bundle refers to {rel!r} outside its folder")
     return path.read_text(encoding="utf-8")
-
-
-def _script_safe(js: str) -> str:
-    """JS that cannot end or re-open the inline <script> element it sits in (the escapes mean the
-    same characters inside JS strings, templates and regexes, where these sequences occur)."""
-    return re.sub(r"<(/?script|!--)", r"\\x3C\1", js, flags=re.IGNORECASE)
 
 
 def _json_safe(data: dict[str, Any]) -> str:
@@ -289,6 +289,27 @@ def cjk_font_url(text: str, languages: Sequence[str], root: Path) -> str | None:
     return "data:font/woff2;base64," + base64.b64encode(font.read_bytes()).decode("ascii")
 
 
+CHUNK_SCHEME = "te-snapshot:"  # what a chunk is named by in the page (its import map maps it to the chunk's text)
+# the characters of a script that a data: URL's body cannot hold as they are (the URL parser drops tabs and
+# newlines, "#" starts a fragment, "?" a query, "%" an escape): percent-escaped, as the data: URL decodes them
+_DATA_URL_ESCAPES = str.maketrans({c: f"%{ord(c):02X}" for c in "%#?\t\n\r"})
+
+
+def _import_map(root: Path) -> dict[str, str]:
+    """The bundle's scripts (the page's and the chunks it loads, statically or on first use, web/vite.config.ts)
+    as data: URLs, by the names the page imports them by (CHUNK_SCHEME + file name), so that the page fetches
+    nothing. A data: URL, unlike the page, has no folder that a script's "./other.js" could be resolved against:
+    each such reference is renamed (the scripts' hashed file names occur in them only where they are imported).
+    Each script is one module of the page, whoever imports it: the page's own script too, which its chunks
+    import from."""
+    names = sorted(p.name for p in (root / "assets").glob("*.js"))
+    ref = re.compile(r"""(["'`])\./(""" + "|".join(map(re.escape, names)) + r")\1")
+    return {f"{CHUNK_SCHEME}{n}": "data:text/javascript;charset=utf-8,"
+            + ref.sub(lambda m: f"{m[1]}{CHUNK_SCHEME}{m[2]}{m[1]}", _asset(root, f"assets/{n}"))
+            .translate(_DATA_URL_ESCAPES)
+            for n in names}
+
+
 def page_html(data: dict[str, Any], static_dir: Path | None = None) -> str:
     """The app's index.html with its scripts and styles inlined and `data` embedded."""
     root = static_dir or _bundle_dir()
@@ -305,13 +326,18 @@ def page_html(data: dict[str, Any], static_dir: Path | None = None) -> str:
     if re.search(r'\b(src|href)="\./', html):
         raise InputError("the web bundle's index.html loads a file this snapshot does not inline")
     css = "".join(_asset(root, s) for s in styles).replace("</style", "<\\/style")
-    js = "\n".join(_script_safe(_asset(root, s)) for s in scripts)
+    imports = _import_map(root)
+    entries = [CHUNK_SCHEME + s.removeprefix("assets/") for s in scripts]
+    if any(e not in imports for e in entries):
+        raise InputError(f"{index} loads a script that is not in its assets/ folder")
+    js = "".join(f'import "{e}";' for e in entries)
     title = f"{data['trace']['text'][:60]} · Transformer Explainer snapshot"
     head = (f'<meta name="generator" content="transformer-explainer snapshot v{VERSION}">\n'
             f"<style>{css}</style>\n"
             # the snapshot holds one text: the text box is read-only and the examples are hidden
             f"<style>.examples{{display:none!important}}{BANNER_CSS}</style>\n"
             f'<script type="application/json" id="te-snapshot">{_json_safe(data)}</script>\n'
+            f'<script type="importmap">{_json_safe({"imports": imports})}</script>\n'
             f'<script type="module">{js}</script>\n')
     html = html.replace('<div id="app"></div>', _banner(data.get("languages", LANGUAGES)) + '<div id="app"></div>', 1)
     html = re.sub(r"<title>.*?</title>", lambda _: f"<title>{_escape(title)}</title>", html, count=1)
@@ -343,7 +369,9 @@ def snapshot_html(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: 
     if trace.config != model.config:
         raise InputError(f"the trace was made by {trace.model_name}, not by {model.name}")
     root = static_dir or _bundle_dir()
-    bundle = sum(p.stat().st_size for p in (root / "assets").glob("*")) if (root / "assets").is_dir() else 0
+    # what the page inlines: the scripts and styles, not the copies the build compressed for the server (*.gz)
+    bundle = sum(p.stat().st_size for p in (root / "assets").glob("*") if p.suffix != ".gz") \
+        if (root / "assets").is_dir() else 0
     data, _ = snapshot_data(model, trace, max_mb=max_mb, ablations=ablations, bundle_bytes=bundle,
                             languages=languages, cjk_font=cjk_font_url(trace.text, languages, root))
     return page_html(data, root)

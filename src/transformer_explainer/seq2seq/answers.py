@@ -6,6 +6,7 @@ plenty for drawing, a third of the bytes."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import torch
 
 from ..errors import InputError
 from .checkpoint import builtin_checkpoints
-from .decoding import DecodeResult, beam_search, greedy_decode, teacher_forced_vs_free_running
+from .decoding import DecodeResult, beam_search, greedy_decode, teacher_forced_vs_free_running, translate
 from .engine import Seq2SeqModel
 from .live_training import MAX_STEPS
 from .model import positional_encoding
@@ -85,19 +86,28 @@ def decode_json(m: Seq2SeqModel, r: DecodeResult) -> dict[str, Any]:
                "embed_sum": rounded(first["encoder.embed_sum"])} if first is not None else None)
     return {"src_tokens": r.src_tokens, "src_ids": r.src_ids, "output": r.text, "tokens": r.tokens,
             "finished": r.finished, "score": rounded(r.score), "beam": r.beam_size, "d_model": c.d_model,
-            "embed_scale": rounded(c.d_model ** 0.5), "max_src_len": m.max_src_len,
+            "d_ff": c.d_ff, "n_params": m.net.num_params(), "src_vocab_size": c.src_vocab_size,
+            "tgt_vocab_size": c.tgt_vocab_size, "embed_scale": rounded(c.d_model ** 0.5), "max_src_len": m.max_src_len,
+            "max_output_len": m.max_decode_len,
             "n_encoder_layers": c.n_encoder_layers, "n_decoder_layers": c.n_decoder_layers, "n_heads": c.n_head,
             "source": source, "encoder_attn": encoder_attn, "steps": steps, "beams": beams}
 
 
-def decode_text(m: Seq2SeqModel, text: str, beam: int, top_k: int) -> dict[str, Any]:
-    """`text` decoded greedily (`beam` 1) or by beam search, every step traced."""
+def decode_text(m: Seq2SeqModel, text: str, beam: int, top_k: int,
+                compare_beams: Sequence[int] = ()) -> dict[str, Any]:
+    """`text` decoded greedily (`beam` 1) or by beam search, every step traced; and, untraced, with each
+    beam size of `compare_beams`, to show where a wider search writes something else or scores higher."""
     src = m.encode_source(text)
     if beam == 1:
         r = greedy_decode(m, src, record=True, top_k=top_k)
     else:
         r = beam_search(m, src, beam, record=True, top_k=top_k)
-    return {"input": text, **decode_json(m, r)}
+    alternatives = []
+    for b in compare_beams:
+        a = r if b == beam else translate(m, text, b)
+        alternatives.append({"beam": b, "output": a.text, "tokens": a.tokens, "score": rounded(a.score),
+                             "finished": a.finished})
+    return {"input": text, **decode_json(m, r), "alternatives": alternatives}
 
 
 def positional_json(n_positions: int, d_model: int, trained_length: int | None) -> dict[str, Any]:
@@ -114,10 +124,12 @@ def compare_json(m: Seq2SeqModel, text: str, target: str | None) -> dict[str, An
     if target is None:
         target = m.task.reference(text) if m.task is not None else None
         if target is None:
-            raise InputError("the task cannot work out the right output for this input: give a target")
+            raise InputError("the task cannot work out the right output for this input: give a target",
+                             code="s2s_no_reference")
     gold = m.encode_target(target)
     if len(gold) > m.max_decode_len:
-        raise InputError(f"the target is {len(gold)} tokens long; at most {m.max_decode_len}")
+        raise InputError(f"the target is {len(gold)} tokens long; at most {m.max_decode_len}",
+                         code="s2s_target_too_long", tokens=len(gold), limit=m.max_decode_len)
     c = teacher_forced_vs_free_running(m, src, gold)
     steps = [{k: rounded(v) for k, v in vars(s).items()} for s in c.steps]
     return {"input": text, "target": target, **{k: v for k, v in vars(c).items() if k != "steps"}, "steps": steps}

@@ -134,5 +134,6 @@ def load_builtin(task: str) -> Seq2SeqModel:
     found = builtin_checkpoints()
     if task not in found:
         have = ", ".join(found) or "none"
-        raise InputError(f"no shipped checkpoint for task {task!r}; available: {have}")
+        raise InputError(f"no shipped checkpoint for task {task!r}; available: {have}", code="s2s_unknown_task",
+                         task=task, tasks=have)
     return load_seq2seq(found[task])

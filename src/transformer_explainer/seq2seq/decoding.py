@@ -142,7 +142,8 @@ def beam_search(model: Seq2SeqModel, src_ids: list[int], beam_size: int, max_len
     when no growing prefix can beat the best finished one, or at the length limit. The steps of the
     result follow the winning hypothesis (traced if `record`); `beam_steps` show the search."""
     if not 1 <= beam_size <= MAX_BEAM:
-        raise InputError(f"the beam size must be between 1 and {MAX_BEAM}, got {beam_size}")
+        raise InputError(f"the beam size must be between 1 and {MAX_BEAM}, got {beam_size}", code="s2s_beam_size",
+                         value=beam_size, max=MAX_BEAM)
     max_len = max_len or model.max_decode_len
     alive = [Hypothesis((), 0.0, False)]
     finished: list[Hypothesis] = []

@@ -81,16 +81,17 @@ class Seq2SeqModel:
         if not isinstance(text, str):
             raise InputError(f"text must be a string, got {type(text).__name__}")
         if not text.strip():
-            raise InputError("the text is empty: type something to translate")
+            raise InputError("the text is empty: type something to translate", code="text_empty")
         ids = self.src_vocab.encode(text, "input")
         if len(ids) > self.max_src_len:
             raise InputError(f"the input is {len(ids)} tokens long, but the {self.task_name!r} model was "
-                             f"trained on at most {self.max_src_len}; shorten it")
+                             f"trained on at most {self.max_src_len}; shorten it", code="s2s_text_too_long",
+                             tokens=len(ids), limit=self.max_src_len)
         return ids
 
     def encode_target(self, text: str) -> list[int]:
         if not text.strip():
-            raise InputError("the target is empty")
+            raise InputError("the target is empty", code="s2s_target_empty")
         return self.tgt_vocab.encode(text, "target")
 
     # -- running -----------------------------------------------------------------------------------

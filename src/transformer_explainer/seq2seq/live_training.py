@@ -43,7 +43,11 @@ DIGITS = 5
 
 
 class TrainingBusy(Exception):
-    """Another run is still going on this server."""
+    """Another run is still going on this server. `code` and `params` as an ExplainerError's."""
+
+    def __init__(self, message: str, run: str) -> None:
+        super().__init__(message)
+        self.code, self.params = "training_busy", {"run": run}
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,11 @@ class LiveConfig:
 
     def __post_init__(self) -> None:
         if self.task not in BUILTIN_TASKS:
-            raise InputError(f"unknown task {self.task!r}; choose one of {', '.join(BUILTIN_TASKS)}")
+            raise InputError(f"unknown task {self.task!r}; choose one of {', '.join(BUILTIN_TASKS)}",
+                             code="s2s_unknown_task", task=self.task, tasks=", ".join(BUILTIN_TASKS))
         if not 1 <= self.steps <= MAX_STEPS:
-            raise InputError(f"steps must be between 1 and {MAX_STEPS}, got {self.steps}")
+            raise InputError(f"steps must be between 1 and {MAX_STEPS}, got {self.steps}", code="s2s_steps",
+                             value=self.steps, max=MAX_STEPS)
         if self.preset not in PRESETS:
             raise InputError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
 
@@ -82,11 +88,13 @@ class LiveRun:
         reference = self.task.reference(example)
         if reference is None:
             raise InputError(f"the {config.task!r} task cannot work out the answer to {example!r}; "
-                             "choose an input of the task's own kind as the example")
+                             "choose an input of the task's own kind as the example", code="s2s_example_unsolvable",
+                             example=example)
         self.src_ids = self.task.src_vocab.encode(example, "example")
         if len(self.src_ids) > self.task.max_src_len:
             raise InputError(f"the example is {len(self.src_ids)} tokens long; the task allows "
-                             f"{self.task.max_src_len}")
+                             f"{self.task.max_src_len}", code="s2s_example_too_long", tokens=len(self.src_ids),
+                             limit=self.task.max_src_len)
         self.example, self.reference = example, reference
         self.gold_ids = self.task.tgt_vocab.encode(reference, "reference")
         self.status = "starting"  # starting, running, stopping, finished, stopped, failed
@@ -247,7 +255,8 @@ class LiveTraining:
             if going is not None:
                 raise TrainingBusy(f"a training run is already going on this server (run {going.id}, "
                                    f"{going.config.task}, step {going.step} of {going.config.steps}); "
-                                   "watch it, or try again when it ends (whoever started it can stop it)")
+                                   "watch it, or try again when it ends (whoever started it can stop it)",
+                                   run=going.id)
             run = LiveRun(config, owner)  # InputError for a bad example
             for old in list(self.runs)[: max(0, len(self.runs) - self.keep + 1)]:
                 del self.runs[old]

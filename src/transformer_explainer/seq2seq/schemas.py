@@ -4,10 +4,12 @@ app's types are generated from these."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from ..errors import InputError
+from ..schemas import Strict
 from .decoding import MAX_BEAM
 from .live_training import MAX_STEPS
 
@@ -21,7 +23,7 @@ RunStatus = Literal["starting", "running", "stopping", "finished", "stopped", "f
 # -- requests --------------------------------------------------------------------------------------
 
 
-class TaskRequest(BaseModel):
+class TaskRequest(Strict):
     task: str = Field(min_length=1, max_length=64, description="a built-in task with a shipped checkpoint")
 
 
@@ -31,12 +33,15 @@ class DecodeRequest(TaskRequest):
     text: str = Field(min_length=1, max_length=MAX_TEXT)
     beam: int = Field(1, ge=1, le=MAX_BEAM, description="1 = greedy")
     top_k: int = Field(5, ge=1, le=20, description="candidates listed per step")
+    compare_beams: list[Annotated[int, Field(ge=1, le=MAX_BEAM)]] = Field(
+        default_factory=list, max_length=8,
+        description="also decode with these beam sizes (1 = greedy), untraced, to compare outputs and scores")
 
     @field_validator("text")
     @classmethod
     def not_blank(cls, v: str) -> str:
         if not v.strip():
-            raise ValueError("the text is blank")
+            raise InputError("the text is blank", code="text_empty")
         return v
 
 
@@ -45,7 +50,7 @@ class CompareRequest(DecodeRequest):
                                description="the reference output; default: the task's own answer")
 
 
-class PositionalRequest(BaseModel):
+class PositionalRequest(Strict):
     task: str | None = Field(None, max_length=64, description="take d_model and the trained length from this model")
     d_model: int | None = Field(None, ge=2, le=2048, description="when no task is given")
     n_positions: int = Field(64, ge=1, le=MAX_POSITIONS)
@@ -58,7 +63,7 @@ class PositionalRequest(BaseModel):
         return v
 
 
-class TrainRequest(BaseModel):
+class TrainRequest(Strict):
     task: str = Field(min_length=1, max_length=64, description="a built-in task")
     steps: int = Field(400, ge=10, le=MAX_STEPS, description="optimizer steps; the run ends by itself after them")
     example: str | None = Field(None, min_length=1, max_length=MAX_TEXT,
@@ -124,6 +129,16 @@ class BeamStep(BaseModel):
     finished: list[Hyp]
 
 
+class BeamAlternative(BaseModel):
+    """The same source decoded with another beam size (untraced): what it writes and how probable that is."""
+
+    beam: int
+    output: str
+    tokens: list[str]
+    score: float  # sum of the tokens' log-probabilities, end token included
+    finished: bool
+
+
 class SourceEmbedding(BaseModel):
     """The source on its way into the encoder: token embedding x sqrt(d_model), plus the sinusoid."""
 
@@ -144,8 +159,13 @@ class DecodeOut(BaseModel):
     score: float
     beam: int
     d_model: int
+    d_ff: int
+    n_params: int  # every weight of the model that decoded (embeddings, both stacks, output layer)
+    src_vocab_size: int  # tokens of each side's vocabulary, the specials included
+    tgt_vocab_size: int
     embed_scale: float
     max_src_len: int
+    max_output_len: int  # decoding stops here if the end token has not come
     n_encoder_layers: int
     n_decoder_layers: int
     n_heads: int
@@ -153,6 +173,7 @@ class DecodeOut(BaseModel):
     encoder_attn: list[list[list[list[float]]]]  # (layers, heads, source, source)
     steps: list[DecodeStep]
     beams: list[BeamStep]
+    alternatives: list[BeamAlternative]  # the request's compare_beams, in its order
 
 
 class PositionalOut(BaseModel):

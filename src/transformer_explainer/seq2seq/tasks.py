@@ -353,7 +353,8 @@ BUILTIN_TASKS = ("reverse", "number_words", "number_words_zh", "dates")
 
 def make_task(name: str, **options: Any) -> Seq2SeqTask:
     if name not in TASKS:
-        raise InputError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
+        raise InputError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}", code="s2s_unknown_task",
+                         task=name, tasks=", ".join(TASKS))
     if name == "tsv" and "path" not in options:
         raise InputError("the tsv task needs a file of source<TAB>target lines (--tsv FILE)")
     return TASKS[name](**options)

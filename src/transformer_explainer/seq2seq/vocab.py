@@ -55,7 +55,8 @@ class Vocab:
         if unknown:
             shown = ", ".join(repr(p) for p in unknown[:8]) + (" ..." if len(unknown) > 8 else "")
             kind = "characters" if self.level == "char" else "words"
-            raise InputError(f"the {what} contains {kind} outside this task's vocabulary: {shown}")
+            raise InputError(f"the {what} contains {kind} outside this task's vocabulary: {shown}",
+                             code="s2s_out_of_vocabulary", what=what, level=self.level, pieces=shown)
         return [self.index[p] for p in pieces]
 
     def decode(self, ids: Iterable[int]) -> str:

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,16 +20,26 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..engine import ExplainerModel
-from ..errors import CheckpointError, ExplainerError, InputError, ModelNotFoundError
+from ..errors import CheckpointError, ExplainerError, InputError, ModelNotFoundError, ParamValue, coded, error_answer
 from ..schemas import ErrorOut
 from ..web_bundle import package_static_dir
 from . import defaults
 from .context import ServerContext
 from .downloads import downloads_router
-from .pages import CSP, NOT_BUILT, BodyLimit, BodyTooLarge, SecurityHeaders, middleware, page_response, safe_static_path
+from .pages import (
+    CSP,
+    NOT_BUILT,
+    BodyLimit,
+    BodyTooLarge,
+    SecurityHeaders,
+    accepts_gzip,
+    middleware,
+    page_response,
+    safe_static_path,
+)
 from .pool import Busy, ModelPool
 from .registry import ModelRegistry
-from .routes import analysis, core, seq2seq
+from .routes import analysis, attribution, core, seq2seq
 from .security import AccessSettings
 from .service import Explainer
 
@@ -56,12 +66,65 @@ class ServerSettings:
 # -- errors ----------------------------------------------------------------------------------------
 
 
-def _error(status: int, detail: str, errors: list[dict] | None = None, headers: dict[str, str] | None = None
-           ) -> JSONResponse:
-    body: dict[str, Any] = {"detail": detail}
-    if errors is not None:
-        body["errors"] = errors
-    return JSONResponse(body, status_code=status, headers=headers)
+def _error(status: int, detail: str, code: str, params: Mapping[str, ParamValue] | None = None,
+           errors: list[dict] | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    """An error answer (ErrorOut): the English `detail`, and the `code` and `params` the UI words it with."""
+    extra = {"errors": errors} if errors is not None else {}
+    return JSONResponse(error_answer(detail, code, params, **extra), status_code=status, headers=headers)
+
+
+def _coded_error(status: int, exc: BaseException, **kwargs: Any) -> JSONResponse:
+    code, params = coded(exc) or ("error", {})
+    return _error(status, str(exc), code, params, **kwargs)
+
+
+# pydantic's error types -> (our code, the name of the bound in the error's ctx)
+FIELD_CODES: dict[str, tuple[str, str | None]] = {
+    "missing": ("field_missing", None),
+    "extra_forbidden": ("field_unknown", None),
+    "greater_than_equal": ("number_too_small", "ge"),
+    "greater_than": ("number_not_above", "gt"),
+    "less_than_equal": ("number_too_large", "le"),
+    "less_than": ("number_not_below", "lt"),
+    "finite_number": ("number_not_finite", None),
+    "string_too_long": ("field_too_long", "max_length"),
+    "too_long": ("field_too_long", "max_length"),
+    "string_too_short": ("field_too_short", "min_length"),
+    "too_short": ("field_too_short", "min_length"),
+    **{t: ("field_type", None) for t in ("int_type", "int_parsing", "int_from_float", "float_type", "float_parsing",
+                                         "string_type", "bool_type", "bool_parsing", "list_type", "dict_type",
+                                         "model_type", "model_attributes_type", "literal_error")},
+}
+
+
+def _validation_code(e: dict) -> tuple[str, dict[str, ParamValue]]:
+    """The code and params of one pydantic error: an InputError raised by a validator keeps its own."""
+    cause = e.get("ctx", {}).get("error")
+    if isinstance(cause, BaseException) and (c := coded(cause)) is not None:
+        return c
+    if e.get("type") == "json_invalid":
+        return "body_unreadable", {}
+    code, bound = FIELD_CODES.get(str(e.get("type")), ("request_invalid", None))
+    if code == "request_invalid":
+        return code, {}
+    params: dict[str, ParamValue] = {"field": _field(e, tags=False)}
+    if bound is not None:
+        value = e.get("ctx", {}).get(bound)
+        params["limit"] = value if isinstance(value, int | float) else str(value)
+    if code == "field_too_short" and params["field"] == "text" and params["limit"] == 1:
+        return "text_empty", {}  # the text of every request: a learner's empty text box
+    return code, params
+
+
+# the parts of a location that name a member of a union ("token.constrained-str"), not a field
+UNION_TAGS = frozenset({"int", "float", "str", "bool", "list", "dict", "none"})
+
+
+def _field(e: dict, *, tags: bool = True) -> str:
+    parts = [str(x) for x in e.get("loc", ()) if x != "body"]
+    if not tags:
+        parts = [x for x in parts if x not in UNION_TAGS and "-" not in x and "[" not in x]
+    return ".".join(parts)
 
 
 def _validation_message(errors: list[dict]) -> tuple[int, str]:
@@ -70,7 +133,7 @@ def _validation_message(errors: list[dict]) -> tuple[int, str]:
         return 400, f"the request body is not valid JSON ({ctx.get('error', 'parse error')})"
     parts = []
     for e in errors[:5]:
-        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+        loc = _field(e)
         msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}" if loc else msg)
     return 422, "; ".join(parts)
@@ -88,47 +151,65 @@ def body_error_message(cause: BaseException) -> str:
     return f"the request body could not be read as JSON ({type(cause).__name__})"
 
 
+# the code of an HTTPException raised without a coded error behind it (by a route, or by FastAPI: 405)
+HTTP_CODES = {403: "forbidden", 404: "model_not_found", 405: "request_invalid"}
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(req: Request, exc: StarletteHTTPException) -> Response:
         # FastAPI turns a body it cannot read into a bare 400: one over the limit (streamed, so BodyLimit
         # saw it only while FastAPI read it), or one it cannot decode (bad UTF-8, deep nesting, huge numbers)
         if exc.status_code == 400 and isinstance(exc.__cause__, BodyTooLarge):
-            return _error(413, str(exc.__cause__))
+            return _error(413, str(exc.__cause__), "body_too_large", {"limit": exc.__cause__.limit})
         if exc.status_code == 400 and exc.__cause__ is not None:
-            return _error(400, body_error_message(exc.__cause__))
-        return await http_exception_handler(req, exc)
+            return _error(400, body_error_message(exc.__cause__), "body_unreadable")
+        # a route that answers an error of ours with its own status (`raise HTTPException(...) from None`
+        # while handling it) keeps that error's code
+        behind = exc.__cause__ or exc.__context__
+        code, params = (coded(behind) if behind is not None else None) or (HTTP_CODES.get(exc.status_code, (
+            "input_invalid" if exc.status_code < 500 else "error")), {})
+        if exc.status_code < 400:
+            return await http_exception_handler(req, exc)
+        return _error(exc.status_code, str(exc.detail), code, params, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
-        errs = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
-        status, msg = _validation_message(list(exc.errors()))
-        return _error(status, msg, errs)
+        raw = list(exc.errors())
+        errs = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in raw]
+        status, msg = _validation_message(raw)
+        # the answer's code is the first error's; a value that fits no member of a union (a token as an id
+        # or a string) gets an error per member, and those of the members of another type say least
+        first = next((e for e in raw if e.get("type") == "json_invalid"), None) or next(
+            (e for e in raw if FIELD_CODES.get(str(e.get("type")), ("",))[0] != "field_type"), raw[0] if raw else {})
+        code, params = _validation_code(first)
+        return _error(status, msg, code, params, errs)
 
     @app.exception_handler(InputError)
     async def _input(_req: Request, exc: InputError) -> JSONResponse:
-        return _error(422, str(exc))
+        return _coded_error(422, exc)
 
     @app.exception_handler(ModelNotFoundError)
     async def _no_model(_req: Request, exc: ModelNotFoundError) -> JSONResponse:
-        return _error(404, str(exc))
+        return _coded_error(404, exc)
 
     @app.exception_handler(CheckpointError)
     async def _broken(_req: Request, exc: CheckpointError) -> JSONResponse:
-        return _error(503, f"the model could not be loaded: {exc}")
+        return _error(503, f"the model could not be loaded: {exc}", "model_unusable", {"reason": str(exc)})
 
     @app.exception_handler(ExplainerError)
     async def _other(_req: Request, exc: ExplainerError) -> JSONResponse:
-        return _error(400, str(exc))
+        return _coded_error(400, exc)
 
     @app.exception_handler(Busy)
     async def _busy(_req: Request, exc: Busy) -> JSONResponse:
-        return _error(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
+        return _coded_error(503, exc, headers={"Retry-After": str(exc.retry_after)})
 
     @app.exception_handler(Exception)
     async def _unexpected(_req: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error")
-        return _error(500, f"internal error ({type(exc).__name__}); the server logged the details")
+        return _error(500, f"internal error ({type(exc).__name__}); the server logged the details", "internal",
+                      {"kind": type(exc).__name__})
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -154,10 +235,11 @@ def static_routes(app: FastAPI, root: Path) -> None:
         return r
 
     @app.get("/{path:path}", include_in_schema=False)
-    async def static(path: str) -> Response:
+    async def static(path: str, request: Request) -> Response:
         if path.startswith("api/"):
-            return _error(404, f"no API endpoint /{path}")
-        return page_response(root, path) or _error(404, f"no file /{path}")
+            return _error(404, f"no API endpoint /{path}", "not_found", {"path": f"/{path}"})
+        found = page_response(root, path, gzip_ok=accepts_gzip(request.scope))
+        return found or _error(404, f"no file /{path}", "not_found", {"path": f"/{path}"})
 
 
 # -- factory ---------------------------------------------------------------------------------------
@@ -185,6 +267,7 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     install_error_handlers(app)
     app.include_router(core.router, prefix="/api", responses=ERRORS)
     app.include_router(analysis.router, prefix="/api/analysis", responses=ERRORS)
+    app.include_router(attribution.router, prefix="/api/attribution", responses=ERRORS)
     app.include_router(seq2seq.router, prefix="/api/seq2seq", responses=ERRORS)
     app.include_router(downloads_router(registry, settings.downloads), responses=ERRORS)
     static_routes(app, settings.static_dir or package_static_dir())

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli_args import dtype_arg, non_negative_float, non_negative_int, port_number, positive_float, positive_int
+from ..cli_args import (
+    device_args,
+    dtype_arg,
+    non_negative_float,
+    non_negative_int,
+    port_number,
+    positive_float,
+    positive_int,
+)
 from . import defaults
 
 TOKEN_ENV = "TRANSFORMER_EXPLAINER_TOKEN"
@@ -13,12 +21,14 @@ TOKEN_ENV = "TRANSFORMER_EXPLAINER_TOKEN"
 def cmd_serve(args: argparse.Namespace) -> int:
     import os
 
+    from ..cli_model import placement_of
     from ..errors import InputError
     from .run import ServeConfig, serve
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
     if token is not None and args.no_token:
         raise InputError(f"--no-token and a token (--token or ${TOKEN_ENV}) contradict each other; choose one")
+    device, device_map = placement_of(args)
     cfg = ServeConfig(models=args.model or [], host=args.host, port=args.port, workers=args.workers,
                       model_threads=args.model_threads, torch_threads=args.torch_threads,
                       max_queue=args.queue, request_timeout_s=args.timeout, trace_cache_mb=args.cache_mb,
@@ -28,7 +38,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       allow_download=not args.offline, api_downloads=args.api_downloads, discover=not args.only,
                       token=token, no_token=args.no_token, allow_hosts=args.allow_host or [],
                       client_calls=args.client_calls, client_rate=args.client_rate, client_burst=args.client_burst,
-                      dtype=args.dtype)
+                      dtype=args.dtype, device=device, device_map=device_map, max_memory=args.max_memory)
     serve(cfg, open_browser=args.open)
     return 0
 
@@ -78,6 +88,7 @@ def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction
                         "and offer the app's download panel on a server reachable from other machines (a server "
                         "bound to 127.0.0.1 offers the panel anyway); off by default")
     dtype_arg(p)
+    device_args(p)
     p.add_argument("--only", action="store_true", help="offer only the --model models, not the built-in/cached ones")
     g = p.add_argument_group("access (docs/deploy.md)")
     g.add_argument("--token", default=None,

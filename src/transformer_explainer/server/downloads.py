@@ -13,18 +13,18 @@ from typing import Annotated
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from ..errors import coded, error_answer
 from ..loading.download import DownloadBusy, DownloadJob, DownloadManager, FailureKind, JobState
 from ..loading.resolve import KNOWN_HUB_MODELS
-from ..schemas import ErrorOut
+from ..schemas import ErrorCode, ErrorOut, Strict
 from .registry import ModelRegistry
 
 
-class DownloadIn(BaseModel):
+class DownloadIn(Strict):
     """Start downloading a model, or resume its interrupted download."""
 
-    model_config = ConfigDict(extra="forbid")
     model: Annotated[str, Field(min_length=1, max_length=64, examples=["gpt2"])]
 
 
@@ -54,7 +54,9 @@ class DownloadJobOut(BaseModel):
     eta_s: float | None  # seconds left at that speed
     elapsed_s: float
     failure: FailureKind | None  # offline: the hub cannot be reached; interrupted: the connection broke
-    error: str | None
+    error: str | None  # why it failed, in English
+    error_code: ErrorCode | None  # the same as a code and params (errors.ERROR_CODES), for the UI's own words
+    error_params: dict[str, str | int | float]
 
 
 class DownloadsOut(BaseModel):
@@ -76,7 +78,8 @@ def job_out(job: DownloadJob) -> DownloadJobOut:
     return DownloadJobOut(id=job.id, model=job.model, repo=job.repo, state=job.state, files=list(job.files),
                           current_file=job.current_file, bytes_total=job.bytes_total, bytes_done=job.bytes_done,
                           bytes_resumed=job.bytes_resumed, speed_bps=job.speed(), eta_s=job.eta_s(),
-                          elapsed_s=end - job.started, failure=job.failure, error=job.error)
+                          elapsed_s=end - job.started, failure=job.failure, error=job.error,
+                          error_code=job.error_code, error_params=job.error_params)
 
 
 def downloads_router(registry: ModelRegistry, allowed: bool, manager: DownloadManager | None = None) -> APIRouter:
@@ -85,7 +88,7 @@ def downloads_router(registry: ModelRegistry, allowed: bool, manager: DownloadMa
     r = APIRouter(prefix="/api/downloads")
 
     def refused() -> JSONResponse:
-        return JSONResponse({"detail": NOT_ALLOWED}, status_code=403)
+        return JSONResponse(error_answer(NOT_ALLOWED, "downloads_off"), status_code=403)
 
     def state() -> DownloadsOut:
         offers = [DownloadOffer(model=name, repo=repo, params=params, approx_bytes=size,
@@ -106,7 +109,7 @@ def downloads_router(registry: ModelRegistry, allowed: bool, manager: DownloadMa
         try:
             job = manager.start(body.model)
         except DownloadBusy as e:
-            return JSONResponse({"detail": str(e)}, status_code=409)
+            return JSONResponse(error_answer(str(e), *(coded(e) or ("download_busy", {}))), status_code=409)
         return job_out(job)
 
     @r.post("/{job_id}/cancel", response_model=DownloadJobOut, responses=REFUSED)

@@ -39,11 +39,12 @@ BetweenPasses = Callable[[], None]
 
 
 class Busy(Exception):
-    """The queue is full, or a call ran past its time limit."""
+    """The queue is full, or a call ran past its time limit. `code` and `params` as an ExplainerError's."""
 
-    def __init__(self, message: str, retry_after: int) -> None:
+    def __init__(self, message: str, retry_after: int, *, code: str = "busy", **params: int | float) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.code, self.params = code, params
 
 
 class Abandoned(Exception):
@@ -130,7 +131,7 @@ class ModelPool:
             if lane.pending >= lane.workers + lane.max_queue:
                 what = "analyses" if lane is self._analysis else "requests"
                 raise Busy(f"the server is busy ({lane.pending} {what} ahead of this one); try again shortly",
-                           retry_after=lane.retry_after())
+                           retry_after=lane.retry_after(), ahead=lane.pending)
             lane.pending += 1
         stopped = threading.Event()  # set once nobody waits for the answer
         computes = lane is not self._light
@@ -158,7 +159,7 @@ class ModelPool:
             fut: Future[T] = lane.executor.submit(timed)
         except RuntimeError:  # shut down
             lane.finished(False)
-            raise Busy("the server is shutting down", retry_after=5) from None
+            raise Busy("the server is shutting down", retry_after=5, code="shutting_down") from None
         # a call dropped from the queue before it ran never reaches `timed`: count it out here
         fut.add_done_callback(lambda f: lane.finished(False) if f.cancelled() else None)
         try:
@@ -167,7 +168,8 @@ class ModelPool:
             stopped.set()
             fut.cancel()  # drops it if it is still queued; a running pass finishes, an analysis stops after it
             raise Busy(f"this request took longer than {self.timeout_s:g} s (a long text, or a model still loading); "
-                       f"try a shorter text, or again shortly", retry_after=5) from None
+                       f"try a shorter text, or again shortly", retry_after=5, code="timed_out",
+                       seconds=self.timeout_s) from None
         except asyncio.CancelledError:  # the client went away (CancelOnDisconnect), or the server stops
             stopped.set()
             fut.cancel()

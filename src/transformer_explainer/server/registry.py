@@ -32,7 +32,8 @@ class ModelRegistry:
     """Name -> model, loaded on first use; at most `max_loaded` unpinned models kept in memory."""
 
     def __init__(self, default: str, max_loaded: int = 2, *, api_downloads: bool = False,
-                 dtype: str = "float32") -> None:
+                 dtype: str = "float32", device: str | None = "cpu", device_map: str | None = None,
+                 max_memory: dict[str, str] | None = None) -> None:
         self._entries: dict[str, _Entry] = {}
         self._loaded: OrderedDict[str, ExplainerModel] = OrderedDict()
         self._lock = threading.Lock()
@@ -41,6 +42,7 @@ class ModelRegistry:
         self.max_loaded = max_loaded
         self.api_downloads = api_downloads  # may a request download a known hub model (off by default)
         self.dtype = dtype  # of every model it loads
+        self.device, self.device_map, self.max_memory = device, device_map, max_memory  # where each of them runs
 
     @classmethod
     def from_models(cls, models: dict[str, ExplainerModel], default: str | None = None) -> ModelRegistry:
@@ -118,7 +120,8 @@ class ModelRegistry:
             if name in KNOWN_HUB_MODELS and not self.api_downloads:
                 hint = (f" ({name} is not downloaded on this server, and downloads from the API are off: "
                         f"start the server with --model {name} or --api-downloads)")
-            raise ModelNotFoundError(f"unknown model {name!r}{hint}; this server offers: {', '.join(self._entries)}")
+            raise ModelNotFoundError(f"unknown model {name!r}{hint}; this server offers: {', '.join(self._entries)}",
+                                     code="model_unknown", model=str(name), offered=", ".join(self._entries))
         return name
 
     def lookup(self, name: str | None) -> tuple[str, ExplainerModel]:
@@ -136,8 +139,11 @@ class ModelRegistry:
                 return name, model
             assert entry.folder is not None
             log.info("loading model %s from %s", name, entry.folder)
-            model = ExplainerModel.from_resolved(ResolvedModel(name, entry.folder, "local"), self.dtype)
+            model = ExplainerModel.from_resolved(ResolvedModel(name, entry.folder, "local"), self.dtype,
+                                                 device=self.device, device_map=self.device_map,
+                                                 max_memory=self.max_memory)
             model.source = entry.source
+            log.info("model %s runs on %s", name, model.describe_devices())
             self._loaded[name] = model
             self._evict()
             return name, model

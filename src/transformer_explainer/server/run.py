@@ -54,7 +54,10 @@ class ServeConfig:
     allow_download: bool = False  # may `--model gpt2` download at startup
     api_downloads: bool = False  # may a request download a known GPT-2 hub model (never any other)
     discover: bool = True  # also offer the built-in and cached models
-    dtype: str = "float32"  # weights and activations of every model it loads: float32 or bfloat16
+    dtype: str = "float32"  # weights and activations of every model it loads: float32, bfloat16 or float16 (GPU)
+    device: str | None = "auto"  # where every model it loads runs (None: by `device_map`)
+    device_map: str | None = None  # "auto": each model placed by accelerate, whole blocks, GPUs first
+    max_memory: dict[str, str] | None = None  # with the map: bytes each device may give ({"0": "20GiB", "cpu": ...})
     token: str | None = None  # access token; None: generated when exposed (see `with_token`), none on loopback
     no_token: bool = False  # exposed without a token, on purpose
     allow_hosts: list[str] = field(default_factory=list)  # Host names answered besides the loopback ones
@@ -140,7 +143,8 @@ def build_registry(cfg: ServeConfig) -> ModelRegistry:
 
     specs = cfg.models or [default_spec()]
     resolved = [resolve(s, allow_download=cfg.allow_download) for s in specs]
-    reg = ModelRegistry(default=resolved[0].name, api_downloads=cfg.api_downloads, dtype=cfg.dtype)
+    reg = ModelRegistry(default=resolved[0].name, api_downloads=cfg.api_downloads, dtype=cfg.dtype, device=cfg.device,
+                        device_map=cfg.device_map, max_memory=cfg.max_memory)
     for r in resolved:
         reg.add_resolved(r, pinned=True)
     if cfg.discover:
@@ -208,6 +212,33 @@ def url_for(host: str, port: int, token: str | None = None) -> str:
     return f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
 
 
+def devices_words(cfg: ServeConfig) -> str:
+    """Where the models will run, said before they load: "cpu", "cuda:0 (NVIDIA H200, 139.7 GiB)", or the map's
+    rule. A device that is not here is refused now (InputError). torch is imported only to ask for a GPU: a
+    build of it for the CPU alone (no libtorch_cuda, not a Mac) answers "auto" with the CPU without it."""
+    if cfg.device_map is not None:
+        budget = ",".join(f"{k}={v}" for k, v in (cfg.max_memory or {}).items())
+        return f"a device map ({cfg.device_map}{f', within {budget}' if budget else ''}: whole blocks, GPUs first)"
+    if cfg.device in (None, "cpu") or (cfg.device == "auto" and _torch_is_cpu_only()):
+        return "cpu"
+    from ..devices import describe_device, resolve_device
+
+    return describe_device(resolve_device(cfg.device))
+
+
+def _torch_is_cpu_only() -> bool:
+    """Whether the installed torch can only be a CPU one (Linux, no libtorch_cuda beside libtorch_cpu), without
+    importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if sys.platform != "linux" or spec is None or not spec.submodule_search_locations:
+        return False
+    lib = os.path.join(next(iter(spec.submodule_search_locations)), "lib")
+    return os.path.exists(os.path.join(lib, "libtorch_cpu.so")) and not os.path.exists(
+        os.path.join(lib, "libtorch_cuda.so"))
+
+
 def model_line(cfg: ServeConfig) -> str:
     """Which model the app opens with, and why: e.g. "model: explainer-small (built in): no model
     named, and GPT-2 small is not in the Hugging Face cache; run ... to download it". Resolving
@@ -231,6 +262,27 @@ def starting_app(cfg: ServeConfig, build: Callable[[], ASGIApp] | None = None, *
     layers = middleware(access_settings(cfg), cfg.max_body_bytes)
     return StartingApp(build or (lambda: build_app(cfg)), static_dir=package_static_dir(),
                        wrap=lambda app: wrapped(app, layers), on_ready=on_ready, on_error=on_error)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host`:`port` and listening (port 0: a free one), for `serve` to hand uvicorn."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY only on connections accepted from a socket that
+    # says it is TCP. Without it each answer's body waited for the ACK of its headers (Nagle's algorithm and the
+    # client's delayed ACK): 40 ms more on every answer, the page's and the API's (measured on /api/health
+    # polled while the model loads: 43-55 ms each, 8-15 ms with it)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except socket.gaierror as e:
+        sock.close()
+        raise ExplainerError(f"cannot listen on {host}: {e.strerror}; check --host") from None
+    except OSError as e:
+        sock.close()
+        raise ExplainerError(f"cannot listen on {host}:{port}: {e.strerror}; pick another --port") from None
+    sock.listen(2048)
+    return sock
 
 
 def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> None:
@@ -259,17 +311,9 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
         if cfg.api_downloads:
             print("warning: --api-downloads is on: any client can make this server download and load GPT-2 "
                   "checkpoints (up to 6.4 GB for gpt2-xl).", file=sys.stderr)
-    family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((cfg.host, cfg.port))
-    except socket.gaierror as e:
-        raise ExplainerError(f"cannot listen on {cfg.host}: {e.strerror}; check --host") from None
-    except OSError as e:
-        raise ExplainerError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror}; pick another --port") from None
-    sock.listen(2048)
+    sock = listening_socket(cfg.host, cfg.port)
     about_model = model_line(cfg)
+    where = devices_words(cfg)
     port = sock.getsockname()[1]
     url = url_for(cfg.host, port, cfg.token)
     from .protocol import ServerConfig
@@ -281,8 +325,8 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
                               log_level="warning", **connections)
         from uvicorn.supervisors import Multiprocess
 
-        print(f"serving on {url} ({cfg.workers} processes; each loads the models before answering)\n{about_model}",
-              file=out, flush=True)
+        print(f"serving on {url} ({cfg.workers} processes; each loads the models onto {where} before answering)\n"
+              f"{about_model}", file=out, flush=True)
         Multiprocess(config, sockets=[sock]).run()
         return
     server: uvicorn.Server | None = None
@@ -302,7 +346,7 @@ def serve(cfg: ServeConfig, *, open_browser: bool = False, out=sys.stdout) -> No
     server = uvicorn.Server(config)
     if preload is not None:
         preload.join()
-    print(f"serving on {url}\n{about_model}", file=out, flush=True)
+    print(f"serving on {url} (models on {where})\n{about_model}", file=out, flush=True)
     log.info("loading the model; the page is served at once, API requests wait for the model, /api/health "
              "answers 503 {\"status\": \"loading\"} until then")
     server.run(sockets=[sock])

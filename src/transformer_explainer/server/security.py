@@ -35,6 +35,8 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..errors import ParamValue, error_answer
+
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9._~-]{8,512}")
@@ -127,8 +129,9 @@ async def _send(send: Send, status: int, body: bytes, content_type: str, headers
     await send({"type": "http.response.body", "body": body})
 
 
-async def _json(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] = ()) -> None:
-    await _send(send, status, json.dumps({"detail": detail}).encode(), "application/json", headers)
+async def _json(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] = (), *, code: str,
+                **params: ParamValue) -> None:
+    await _send(send, status, json.dumps(error_answer(detail, code, params)).encode(), "application/json", headers)
 
 
 def local_path(path: str) -> str:
@@ -175,7 +178,7 @@ class AccessGuard:
             names = ", ".join(sorted(self.allowed))
             return await _json(send, 403, f"this server answers only to the host names {names} (the request was "
                                           f"for {host!r}); a server behind a reverse proxy or reached by another name "
-                                          f"needs `serve --allow-host NAME`")
+                                          f"needs `serve --allow-host NAME`", code="host_refused")
         method = scope.get("method", "GET")
         if self.settings.check_origin and method not in SAFE_METHODS:
             origin = headers.get("origin")
@@ -183,7 +186,8 @@ class AccessGuard:
                 origin is None and headers.get("sec-fetch-site") == "cross-site")
             if cross:
                 return await _json(send, 403, f"a {method} request from another site ({origin or 'cross-site'}) is "
-                                              f"refused: only pages of this server may change anything here")
+                                              f"refused: only pages of this server may change anything here",
+                                   code="origin_refused")
         token = self.settings.token
         if token is None:
             return await self.app(scope, receive, send)
@@ -226,7 +230,8 @@ class AccessGuard:
         if _is_api(scope):
             return await _json(send, 401, f"{why} This server needs its access token: send it as "
                                           f"`Authorization: Bearer TOKEN`, or open the address `serve` printed "
-                                          f"(it ends in ?token=...) in the browser first.", challenge)
+                                          f"(it ends in ?token=...) in the browser first.", challenge,
+                               code="token_required")
         await _send(send, 401, LOGIN_PAGE.format(why=why).encode(), "text/html; charset=utf-8", challenge)
 
 
@@ -292,21 +297,22 @@ class FairShare:
         if wait > 0:
             return await _json(send, 429, f"too many requests from your address (more than "
                                           f"{self.settings.client_rate:g} a second); wait {math.ceil(wait)} s",
-                               [(b"retry-after", str(math.ceil(wait)).encode())])
+                               [(b"retry-after", str(math.ceil(wait)).encode())], code="rate_limited",
+                               rate=self.settings.client_rate, wait=math.ceil(wait))
         calls = self.settings.client_calls
         if c.slot is None or scope.get("method") in SAFE_METHODS:
             return await self.app(scope, receive, send)
         if c.active >= 2 * calls:
             return await _json(send, 429, f"your address already has {c.active} model calls running or waiting "
                                           f"(the share of one client is {calls} at once); wait for their answers",
-                               [(b"retry-after", b"1")])
+                               [(b"retry-after", b"1")], code="too_many_calls", active=c.active, share=calls)
         analysis = scope["path"] in ANALYSIS_PATHS
         most = self.settings.client_analyses
         if analysis and most is not None and c.analyses >= most:
             return await _json(send, 429, f"your address already has {c.analyses} head "
                                           f"{'analysis' if c.analyses == 1 else 'analyses'} running or waiting (the "
                                           f"share of one client is {most}); wait for its answer",
-                               [(b"retry-after", b"5")])
+                               [(b"retry-after", b"5")], code="too_many_analyses", active=c.analyses, share=most)
         c.active += 1
         c.analyses += analysis
         try:

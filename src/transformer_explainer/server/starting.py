@@ -27,7 +27,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from .pages import is_page, page_response
+from ..errors import error_answer
+from .pages import accepts_gzip, is_page, page_response
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,8 @@ class StartingApp:
             return await self.app(scope, receive, send)
         if scope["type"] == "http":
             reason = f"the server could not load its model: {self.error}" if self.error else "the server is starting"
-            return await _json(send, 503, {"detail": reason})
+            code, params = ("model_load_failed", {"reason": str(self.error)}) if self.error else ("server_starting", {})
+            return await _json(send, 503, error_answer(reason, code, params))
 
     async def _warm_up(self) -> None:
         """Answer the page once, to nobody, before the build starts: the first answer imports and starts
@@ -174,12 +176,12 @@ class StartingApp:
     async def _answer_early(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if path == HEALTH_PATH:
-            return await _json(send, 503, {"status": "loading", "detail": "the model is loading"},
-                               retry_after=True)
+            loading = error_answer("the model is loading", "model_loading")
+            return await _json(send, 503, {"status": "loading", **loading}, retry_after=True)
         assert self._static_dir is not None
-        response = page_response(self._static_dir, path[1:])
+        response = page_response(self._static_dir, path[1:], gzip_ok=accepts_gzip(scope))
         if response is None:  # the file went between the check and now
-            return await _json(send, 404, {"detail": f"no file {path}"})
+            return await _json(send, 404, error_answer(f"no file {path}", "not_found", {"path": path}))
         await response(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

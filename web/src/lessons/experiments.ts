@@ -1,23 +1,55 @@
-// The Experiments area's guided lesson: interventions on the GPT-2 model for the learner's own text
-// (head importance and roles, ablation, pruning, the logit lens, word arithmetic), each told with the
-// numbers the panels show: the same /api/analysis answers, kept in views/experiments/store.svelte.ts.
+// The Experiments area's guided lesson: interventions on the loaded decoder (GPT-2 or Llama family) told with
+// the numbers the panels show: head importance and roles, switching a head off, pruning, the logit lens and word
+// arithmetic. Each step fetches what it quotes through the panels' own loaders (views/experiments/store.svelte.ts),
+// so the panel and the card show one answer, and chooses its example from the data: the head experiments run on
+// the learner's text when the model predicts it (a loss under half of ln V, the loss of a uniform guess), else on
+// a text small models predict well, which the panel then shows; the head, the layer, the habit and the analogy
+// quoted are the ones the numbers single out. Every sentence that depends on the numbers is a claim (checked by
+// web/tests/lessons/claims.experiments.ts); the words are in the catalogue under lesson.experiments.*.
 import { tick } from "svelte";
-import { num, prob, visible } from "../lib/format";
-import { L, val, type InlineLesson as Lesson, type InlineStep as LessonStep, type Part } from "../lib/lesson";
+import { api } from "../lib/client";
+import type { AblateOut, AnalogyOut, HeadsOut, ImportanceOut, LensOut, PruneOut } from "../lib/generated/api";
+import { claim, either, say, type Lesson, type LessonStep, type Sentence, type Text, type Value } from "../lib/lesson";
+import { dec, int, pct, token, word } from "../lib/lessonFormat";
 import { app } from "../lib/state.svelte";
 import { analysis } from "../views/experiments/api";
-import { inputKey, xp, type XTab } from "../views/experiments/store.svelte";
+import {
+  ablateHead, ablationFor, headsInput, headsOf, importanceOf, inputKey, lensOf, loadAnalogy, loadHeads,
+  loadImportance, loadLens, loadPrune, xp, type Arithmetic, type Metric, type TextChoice, type XInput, type XTab,
+} from "../views/experiments/store.svelte";
 
-const n = (id: string, v: number) => val(id, String(v), v);
-const x4 = (id: string, v: number) => val(id, num(v), v);
-const pc = (id: string, v: number) => val(id, prob(v), v);
-const tok = (id: string, t: string) => val(id, visible(t), t);
-const head = (id: string, l: number, h: number) => val(id, `L${l}H${h}`, `${l},${h}`);
+/** A text small models predict well (counting), for the head experiments when the learner's text is not one. */
+export const EXAMPLE_TEXT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,";
+/** How the card shows it. */
+const EXAMPLE_SHORT = "1, 2, 3, …, 20,";
+/** A text is one the model predicts when its loss is under this share of ln V (a uniform guess's loss). */
+export const PREDICTED = 0.5;
+/** The rise of the loss (a share of the loss with all heads on) that the pruning step counts as the end of "safe". */
+export const PRUNE_RISE = 0.1;
+/** The role score at which the map names a head's habit (a letter in the cell; analysis/roles.py's threshold). */
+export const ROLE_THRESHOLD = 0.5;
+/** The pruning curve "falls" when its lowest point is this share of the clean loss below it (visible at 3 digits). */
+export const PRUNE_DIP = 0.005;
+/** The nearest answer of an analogy stands out when it leads the next by at least this much cosine similarity. */
+export const STANDS_OUT = 0.05;
+/** Heads whose single ablation changes the loss by less than this count as doing little for the text. */
+export const SMALL_CHANGE = 0.01;
 
-/** The key of the learner's current text (answers stored under another key are stale). */
-function key(): string {
-  return app.trace ? inputKey(app.trace.model, app.trace.token_ids) : "";
-}
+export const ROLES = ["previous_token", "first_token", "duplicate_token", "induction", "rare_token"] as const;
+type Role = (typeof ROLES)[number];
+
+/** Analogies the arithmetic step tries for its task, a − b + c = d, in order: single tokens in GPT-2-style
+ *  vocabularies (a leading space marks a word inside a sentence). The first one the model gets right is offered. */
+export const ANALOGIES: readonly [string, string, string, string][] = [
+  ["he", "him", "her", "she"], ["his", "he", "she", "her"], ["better", "good", "bad", "worse"],
+  ["went", "go", "come", "came"], ["brother", "boy", "girl", "sister"], ["father", "man", "woman", "mother"],
+];
+
+const learner = (): XInput | null => (app.trace ? { model: app.trace.model, ids: app.trace.token_ids } : null);
+const lnV = () => Math.log(app.trace?.config.vocab_size ?? 2);
+const headName = (l: number, h: number) => `L${l}H${h}`;
+const head = (id: string, l: number, h: number, at?: string): Value => ({ ...word(id, headName(l, h), at), raw: `${l},${h}` });
+const cell = (l: number, h: number) => `exp-cell-${l}-${h}`;
 
 async function open(tab: XTab): Promise<void> {
   app.view = "experiments";
@@ -25,198 +57,451 @@ async function open(tab: XTab): Promise<void> {
   await tick();
 }
 
-function importance() {
-  return xp.importance && xp.importanceKey === key() && xp.importance.mode === "zero" ? xp.importance : null;
+/** Scroll the box that holds the element named `name` (a wide head map) sideways so that the element shows; the
+ *  card scrolls the page itself. */
+async function reveal(name: string | null): Promise<void> {
+  await tick();
+  const el = name ? document.querySelector<HTMLElement>(`[data-tour="${name}"]`) : null;
+  for (let box = el?.parentElement; el && box; box = box.parentElement) {
+    if (box.scrollWidth > box.clientWidth && getComputedStyle(box).overflowX !== "visible") {
+      const e = el.getBoundingClientRect(), b = box.getBoundingClientRect();
+      if (e.left < b.left || e.right > b.right) box.scrollLeft += e.left - b.left - (b.width - e.width) / 2;
+      return;
+    }
+  }
 }
 
-/** The pruning curve for this text: the one the panel shows, or the same request made here. */
-async function ensurePrune(): Promise<void> {
-  const tr = app.trace;
-  if (!tr) return;
-  const k = key();
-  if (xp.prune && xp.pruneKey === k && xp.prune.mode === "zero") return;
-  const r = await analysis.prune({ model: tr.model, ids: tr.token_ids, mode: "zero", max_heads: null, recompute: false });
-  if (key() === k) { xp.prune = r; xp.pruneKey = k; }
+// -- the text the head experiments run on ------------------------------------------------------------
+
+let exampleIds: { model: string; ids: number[] } | null = null;
+
+/** Decide the text of the head experiments for the learner's current text (once per text): the learner's when
+ *  the model predicts it, else the example when the model predicts that; put it in the panels. */
+async function chooseText(): Promise<void> {
+  const own = learner();
+  if (!own) return;
+  const key = inputKey(own.model, own.ids);
+  if (xp.textChoice?.key !== key) {
+    // a single token has nothing to predict: no loss, no map (the example stands in for it)
+    const mine = own.ids.length >= 2 ? (await loadImportance(own, "zero")).clean_loss : NaN;
+    let example: XInput | null = null, exampleLoss: number | null = null;
+    if (!(mine <= PREDICTED * lnV())) {
+      try {
+        if (exampleIds?.model !== own.model) {
+          const tr = await api.trace({ model: own.model, text: EXAMPLE_TEXT, truncate: true, top_n: 1 });
+          exampleIds = { model: own.model, ids: tr.token_ids };
+        }
+        example = exampleIds;
+        exampleLoss = (await loadImportance(example, "zero")).clean_loss;
+      } catch {
+        example = null; // an offline snapshot answers only for the texts it was made with
+      }
+    }
+    const used = example && exampleLoss !== null && (exampleLoss <= PREDICTED * lnV() || Number.isNaN(mine)) ? "example" : "own";
+    if (inputKey(learner()?.model ?? "", learner()?.ids ?? []) !== key) return; // the text changed meanwhile
+    xp.textChoice = { key, own: mine, example, exampleLoss, used };
+  }
+  const c = xp.textChoice!;
+  xp.example = c.used === "example" && c.example
+    ? { ...c.example, text: EXAMPLE_TEXT, for: key, loss: c.exampleLoss ?? NaN, learnerLoss: c.own } : null;
 }
 
-const ROLE_NAMES: Record<string, { en: string; zh: string }> = {
-  previous_token: { en: "previous-token", zh: "前一词元头" },
-  first_token: { en: "first-token", zh: "首词元头" },
-  duplicate_token: { en: "duplicate-token", zh: "重复词元头" },
-  induction: { en: "induction", zh: "归纳头" },
-  rare_token: { en: "rare-token", zh: "罕见词元头" },
+/** The choice for the learner's current text, once made. */
+function current(): TextChoice | null {
+  const own = learner(), c = xp.textChoice;
+  return own && c?.key === inputKey(own.model, own.ids) ? c : null;
+}
+
+/** The input of the head experiments (the learner's or the example), once chosen. */
+const used = (): XInput | null => (current() ? headsInput(learner()) : null);
+const usesExample = () => current()?.used === "example";
+/** "your text" or "the numbers from 1 to 20", as a phrase of the catalogue. */
+const whichText = (): Sentence => say(usesExample() ? "lesson.experiments.text.example" : "lesson.experiments.text.own",
+  { example: word("exp-example-text", EXAMPLE_SHORT) });
+
+function imp(): ImportanceOut | null {
+  const inp = used();
+  return (inp && importanceOf(inp, "zero")) ?? null;
+}
+
+/** The head whose ablation raises the loss most (the map's first), as [layer, head]. */
+function topHead(m: ImportanceOut): [number, number] {
+  let best: [number, number] = [0, 0];
+  m.loss_change.forEach((row, l) => row.forEach((v, h) => { if (v > m.loss_change[best[0]][best[1]]) best = [l, h]; }));
+  return best;
+}
+
+// -- the steps -----------------------------------------------------------------------------------------
+
+function importanceText(): Text {
+  const c = current(), m = imp();
+  if (!c || !m) return [];
+  const V = app.trace!.config.vocab_size, half = PREDICTED * lnV();
+  const cf = app.trace!.config;
+  const out: Text = [say("lesson.experiments.importance.model", { name: word("exp-model", app.trace!.model),
+    layers: int("exp-n-layer", cf.n_layer), heads: int("exp-n-head", cf.n_head), total: int("exp-n-heads", cf.n_layer * cf.n_head) })];
+  out.push(say("lesson.experiments.importance.intro", { vocab: int("exp-vocab", V), lnV: dec("exp-lnv", lnV()) }));
+  const own = dec("exp-own-loss", c.own, c.used === "own" ? "exp-clean-loss" : "exp-example");
+  const example = word("exp-example-text", EXAMPLE_SHORT);
+  if (Number.isNaN(c.own)) {
+    out.push(claim("lesson.experiments.importance.single", { example,
+      exampleLoss: dec("exp-example-loss", c.exampleLoss!, "exp-example") }));
+    if (c.exampleLoss! > half) out.push(claim("lesson.experiments.importance.exampleNoise"));
+  } else if (c.used === "own" && c.own <= half) out.push(claim("lesson.experiments.importance.own", { loss: own }));
+  else if (c.used === "example") {
+    out.push(claim("lesson.experiments.importance.example", { loss: own,
+      exampleLoss: dec("exp-example-loss", c.exampleLoss!, "exp-example"), example: word("exp-example-text", EXAMPLE_SHORT) }));
+  } else if (c.exampleLoss === null) {
+    out.push(claim("lesson.experiments.importance.poor", { loss: own }));
+  } else {
+    out.push(claim("lesson.experiments.importance.neither", { loss: own,
+      exampleLoss: dec("exp-example-loss", c.exampleLoss ?? NaN), example: word("exp-example-text", EXAMPLE_SHORT) }));
+  }
+  const [l, h] = topHead(m), d = m.loss_change[l][h];
+  const flat = m.loss_change.flat();
+  const N = int("exp-n-heads", flat.length);
+  out.push(either(d > 0, "lesson.experiments.importance.top", "lesson.experiments.importance.noneHurts",
+    { head: head("exp-top-head", l, h, cell(l, h)), change: dec("exp-top-change", Math.abs(d), cell(l, h)) }));
+  const neg = flat.filter((v) => v < 0).length;
+  out.push(either(neg > 0, "lesson.experiments.importance.negative", "lesson.experiments.importance.noNegative",
+    { count: int("exp-negative-heads", neg), total: N }));
+  const small = flat.filter((v) => Math.abs(v) < SMALL_CHANGE).length;
+  out.push(claim("lesson.experiments.importance.small", { count: int("exp-small-heads", small), total: N,
+    threshold: dec("exp-small-threshold", SMALL_CHANGE) }));
+  out.push(say("lesson.experiments.importance.other"));
+  return out;
+}
+
+const ROLE_PHRASE: Record<Role, Sentence> = {
+  previous_token: say("lesson.experiments.role.previous_token"),
+  first_token: say("lesson.experiments.role.first_token"),
+  duplicate_token: say("lesson.experiments.role.duplicate_token"),
+  induction: say("lesson.experiments.role.induction"),
+  rare_token: say("lesson.experiments.role.rare_token"),
 };
+
+/** The role and head with the highest reference score (the strongest habit), and the score. */
+function strongest(H: HeadsOut): { role: Role; l: number; h: number; score: number } | null {
+  const src = H.reference ?? H.text;
+  let best: { role: Role; l: number; h: number; score: number } | null = null;
+  for (const role of ROLES) {
+    src.scores[role]?.forEach((row, l) => row.forEach((v, h) => {
+      if (v != null && Number.isFinite(v) && (!best || v > best.score)) best = { role, l, h, score: v };
+    }));
+  }
+  return best;
+}
+
+function rolesText(): Text {
+  const inp = used(), H = inp ? headsOf(inp) : undefined;
+  if (!H) return [];
+  const s = strongest(H);
+  const fromRef = !!H.reference;
+  const out: Text = [either(fromRef, "lesson.experiments.roles.reference", "lesson.experiments.roles.textOnly")];
+  out.push(say("lesson.experiments.roles.habits"));
+  if (s) {
+    out.push(claim("lesson.experiments.roles.strongest", { head: head("exp-role-head", s.l, s.h, cell(s.l, s.h)),
+      score: dec("exp-role-score", s.score, cell(s.l, s.h)), habit: ROLE_PHRASE[s.role], role: word("exp-role", s.role) }));
+  }
+  const roleOf = H.reference_role_of ?? H.text_role_of;
+  const named = roleOf.flat().filter(Boolean).length;
+  out.push(either(named > 0, "lesson.experiments.roles.named", "lesson.experiments.roles.noneNamed",
+    { count: int("exp-roles-named", named), total: int("exp-roles-heads", roleOf.flat().length),
+      threshold: dec("exp-role-threshold", ROLE_THRESHOLD) }));
+  out.push(say("lesson.experiments.roles.caveat"));
+  return out;
+}
+
+/** The head the ablation step switches off: the one the map ranks first on the text of the experiments. */
+function ablationTarget(): [number, number] | null {
+  const m = imp();
+  return m ? topHead(m) : null;
+}
+
+function ablationText(): Text {
+  const target = ablationTarget(), inp = used();
+  if (!target || !inp) return [];
+  const out: Text = [say("lesson.experiments.ablation.modes", { head: head("exp-abl-target", target[0], target[1],
+    cell(target[0], target[1])) })];
+  // the head the panel shows switched off: the lesson's, or the one the learner clicked since
+  const a: AblateOut | null = ablationFor(inp), h = xp.ablated;
+  if (!a || !h || a.loss_before == null || a.loss_after == null) return xp.ablationBusy ? [] : out;
+  const vars = { head: head("exp-abl-head", h[0], h[1], cell(h[0], h[1])),
+    mode: say(a.mode === "zero" ? "lesson.experiments.mode.zero" : "lesson.experiments.mode.mean"), modeName: word("exp-abl-mode", a.mode),
+    before: dec("exp-abl-before", a.loss_before, "exp-ablation-loss"),
+    after: dec("exp-abl-after", a.loss_after, "exp-ablation-loss"),
+    change: dec("exp-abl-change", Math.abs(a.loss_after - a.loss_before), "exp-ablation-loss") };
+  out.push(either(a.loss_after > a.loss_before, "lesson.experiments.ablation.rises", "lesson.experiments.ablation.falls", vars));
+  const top = a.changes[0]; // the rows come in the order of the probability before: the top guess first
+  if (top) {
+    out.push(claim("lesson.experiments.ablation.topGuess", { head: vars.head, modeName: vars.modeName,
+      token: token("exp-abl-token", top.token, top.id, "exp-ablation-top"),
+      before: pct("exp-abl-token-before", top.before, "exp-ablation-top"),
+      after: pct("exp-abl-token-after", top.after, "exp-ablation-top") }));
+  }
+  out.push(either(usesExample(), "lesson.experiments.ablation.onExample", "lesson.experiments.ablation.onOwn",
+    { example: word("exp-example-text", EXAMPLE_SHORT) }));
+  return out;
+}
+
+function pruneCurve(): PruneOut | null {
+  const inp = used();
+  return inp && xp.prune && xp.pruneKey === inputKey(inp.model, inp.ids) && xp.prune.mode === "zero"
+    && !xp.prune.recompute && xp.prune.steps.length === (app.trace?.config.n_layer ?? 0) * (app.trace?.config.n_head ?? 0)
+    ? xp.prune : null;
+}
+
+function pruningText(): Text {
+  const P = pruneCurve();
+  if (!P || !P.steps.length) return [];
+  const losses = P.steps.map((s) => s.loss ?? NaN);
+  const N = int("exp-prune-heads", P.steps.length), clean = dec("exp-prune-clean", P.clean_loss, "exp-prune");
+  const out: Text = [say("lesson.experiments.pruning.how", { which: whichText() })];
+  const knee = losses.findIndex((x) => x > P.clean_loss * (1 + PRUNE_RISE));
+  const end = dec("exp-prune-all-off", losses[losses.length - 1], "exp-prune");
+  const rise = int("exp-prune-rise", PRUNE_RISE * 100);
+  if (knee >= 0) {
+    out.push(claim("lesson.experiments.pruning.knee", { safe: int("exp-prune-safe", knee), total: N, clean, rise,
+      next: dec("exp-prune-knee-loss", losses[knee], "exp-prune") }));
+  } else out.push(claim("lesson.experiments.pruning.noKnee", { total: N, clean, rise, end }));
+  let low = 0;
+  losses.forEach((x, i) => { if (x < losses[low]) low = i; });
+  out.push(either(losses[low] < P.clean_loss * (1 - PRUNE_DIP), "lesson.experiments.pruning.dips",
+    "lesson.experiments.pruning.noDip", { off: int("exp-prune-low-at", low + 1), low: dec("exp-prune-low", losses[low], "exp-prune"),
+      clean, dip: dec("exp-prune-dip", PRUNE_DIP * 100) }));
+  const all = losses[losses.length - 1];
+  out.push(claim(all <= PREDICTED * lnV() ? "lesson.experiments.pruning.allOffPredicts" : all < lnV()
+    ? "lesson.experiments.pruning.allOffLittle" : "lesson.experiments.pruning.allOffChance", { end, lnV: dec("exp-lnv", lnV()) }));
+  out.push(say("lesson.experiments.pruning.studies"));
+  return out;
+}
+
+function lensText(): Text {
+  const inp = learner(), L: LensOut | undefined = lensOf(inp, app.pos);
+  const t = L?.targets[0];
+  if (!inp || !L || !t || !L.layers.length) return [];
+  const rows = L.layers.map((l) => l.positions[0]);
+  const last = rows.length - 1;
+  const out: Text = [say("lesson.experiments.lens.what")];
+  const at = token("exp-lens-token", L.position_tokens[0], inp.ids[app.pos]);
+  const pred = token("exp-lens-pred", t.token, t.id, `exp-lens-top-${last}`);
+  out.push(claim("lesson.experiments.lens.final", { token: at, pred,
+    prob: pct("exp-lens-final-prob", rows[last].target_prob, `exp-lens-prob-${last}`) }));
+  const top0 = rows[0].top[0];
+  const tied = app.trace!.config.tie_word_embeddings ?? true;
+  if (top0) {
+    const v = { top: token("exp-lens-top0", top0.token, top0.id, "exp-lens-top-0"),
+      prob: pct("exp-lens-top0-prob", top0.prob, "exp-lens-top-0") };
+    out.push(tied && top0.id === inp.ids[app.pos] ? claim("lesson.experiments.lens.selfTied", v)
+      : claim("lesson.experiments.lens.row0", v));
+  }
+  out.push(claim("lesson.experiments.lens.rank0", { pred, rank: int("exp-lens-rank0", rows[0].target_rank, "exp-lens-rank-0") }));
+  // the first row from which the final prediction stays the top guess
+  let from = last;
+  while (from > 0 && rows[from - 1].target_rank === 1) from--;
+  if (from === 0) out.push(claim("lesson.experiments.lens.firstFromStart", { pred }));
+  else if (from === last) out.push(claim("lesson.experiments.lens.firstAtEnd", { pred }));
+  else {
+    out.push(claim("lesson.experiments.lens.firstFrom", { pred,
+      block: int("exp-lens-first-block", from - 1, `exp-lens-rank-${from}`) }));
+  }
+  let peak = 0;
+  rows.forEach((r, i) => { if (r.target_prob > rows[peak].target_prob) peak = i; });
+  if (peak !== last) {
+    out.push(peak === 0
+      ? claim("lesson.experiments.lens.peakEmbeddings", { pred, peak: pct("exp-lens-peak-prob", rows[peak].target_prob, "exp-lens-prob-0"),
+        prob: pct("exp-lens-final-prob", rows[last].target_prob, `exp-lens-prob-${last}`) })
+      : claim("lesson.experiments.lens.peak", { pred, block: int("exp-lens-peak-block", peak - 1, `exp-lens-prob-${peak}`),
+        peak: pct("exp-lens-peak-prob", rows[peak].target_prob, `exp-lens-prob-${peak}`),
+        prob: pct("exp-lens-final-prob", rows[last].target_prob, `exp-lens-prob-${last}`) }));
+  }
+  out.push(say("lesson.experiments.lens.caveat"));
+  return out;
+}
+
+// -- word arithmetic ------------------------------------------------------------------------------------
+
+/** Whether `word` (with its leading space) is one token of the model's vocabulary, as the explorer takes it. */
+async function isOneToken(model: string, w: string): Promise<boolean> {
+  try {
+    await analysis.neighbours({ model, token: w, n: 1 });
+    return true;
+  } catch {
+    return false; // the explorer refuses a word of several tokens (or one it cannot read) with a clear error
+  }
+}
+
+async function loadArithmetic(): Promise<void> {
+  const model = app.trace?.model;
+  if (!model || xp.arithmetic?.model === model) return;
+  let famous: AnalogyOut | null = null;
+  const split: string[] = [];
+  try {
+    famous = await loadAnalogy(model, [" king", " woman"], [" man"]);
+  } catch {
+    for (const w of ["king", "man", "woman"]) if (!(await isOneToken(model, ` ${w}`))) split.push(w);
+  }
+  const queenIsToken = await isOneToken(model, " queen");
+  let task: Arithmetic["task"] = null, tried = 0;
+  for (const [a, b, c, d] of ANALOGIES) {
+    tried++;
+    let r: AnalogyOut;
+    try { r = await loadAnalogy(model, [` ${a}`, ` ${c}`], [` ${b}`]); } catch { continue; } // a word of several tokens here
+    if (r.neighbours[0]?.token.trim() === d) { task = { a, b, c, d }; break; }
+  }
+  if (app.trace?.model === model) xp.arithmetic = { model, famous, split, queenIsToken, task, tried };
+}
+
+const currentArithmetic = () => (xp.arithmetic && xp.arithmetic.model === app.trace?.model ? xp.arithmetic : null);
+
+function arithmeticText(): Text {
+  const A = currentArithmetic();
+  if (!A) return [];
+  const out: Text = [say("lesson.experiments.arithmetic.what")];
+  const nb = A.famous?.neighbours;
+  if (!nb?.length) {
+    out.push(claim("lesson.experiments.arithmetic.famousSplit", { words: word("exp-analogy-split", A.split.join(", ")) }));
+    out.push(say("lesson.experiments.arithmetic.mikolov"));
+    return out;
+  }
+  const best = token("exp-analogy-top", nb[0].token, nb[0].id, "exp-analogy-list");
+  const sim = dec("exp-analogy-sim", nb[0].similarity, "exp-analogy-list");
+  out.push(claim("lesson.experiments.arithmetic.famous", { best, sim }));
+  if (nb.length >= 3) {
+    out.push(either(nb[0].similarity - nb[1].similarity >= STANDS_OUT, "lesson.experiments.arithmetic.standsOut",
+      "lesson.experiments.arithmetic.crowded", { margin: dec("exp-analogy-margin", STANDS_OUT),
+      second: token("exp-analogy-second", nb[1].token, nb[1].id, "exp-analogy-list"),
+      secondSim: dec("exp-analogy-second-sim", nb[1].similarity, "exp-analogy-list"),
+      rank: int("exp-analogy-last-rank", nb.length),
+      last: token("exp-analogy-last", nb[nb.length - 1].token, nb[nb.length - 1].id, "exp-analogy-list"),
+      lastSim: dec("exp-analogy-last-sim", nb[nb.length - 1].similarity, "exp-analogy-list") }));
+  }
+  if (!A.queenIsToken) out.push(claim("lesson.experiments.arithmetic.queenSplit"));
+  else out.push(either(nb[0].token.trim() === "queen", "lesson.experiments.arithmetic.queenFound",
+    "lesson.experiments.arithmetic.queenNotNearest"));
+  out.push(say("lesson.experiments.arithmetic.mikolov"));
+  return out;
+}
+
+function arithmeticTask(): Text {
+  const A = currentArithmetic();
+  if (!A) return [];
+  if (!A.task) return [claim("lesson.experiments.arithmetic.taskNone", { tried: int("exp-analogy-tried", A.tried) })];
+  const { a, b, c, d } = A.task;
+  return [claim("lesson.experiments.arithmetic.task", { a: word("exp-task-a", a), b: word("exp-task-b", b),
+    c: word("exp-task-c", c), d: word("exp-task-d", d) })];
+}
+
+// -- the lesson ------------------------------------------------------------------------------------------
 
 const steps: LessonStep[] = [
   {
     id: "importance",
     target: "exp-head-map",
-    enter: () => open("heads"),
-    title: { en: "Which heads matter here", zh: "哪些头在这里起作用" },
-    body: (lang) => {
-      const imp = importance();
-      if (!imp || !imp.ranked.length) return [];
-      const [l, h] = imp.ranked[0];
-      const all = imp.loss_change.flat();
-      const small = all.filter((v) => Math.abs(v) < 0.01).length;
-      const clean = x4("exp-clean-loss", imp.clean_loss);
-      const top = head("exp-top-head", l, h);
-      const d = x4("exp-top-change", imp.loss_change[l][h]);
-      const s = n("exp-small-heads", small);
-      const N = n("exp-n-heads", all.length);
-      return lang === "en"
-        ? L`One way to ask what a head does: switch it off and see what breaks. Each cell is the rise in the loss on your text (now ${clean} nats per token) when that head alone is set to zero. The one that hurts most is ${top}, +${d}; ${s} of the ${N} heads change the loss by less than 0.01. A head that does not matter for this text may matter for another.`
-        : L`想知道一个头有什么用，一个办法是把它关掉，看哪里出了问题。每个格子是单独把那个头置零后，你这段文本上损失的上升量（现在是每个词元 ${clean} 奈特）。影响最大的是 ${top}，+${d}；${N} 个头里有 ${s} 个让损失变化不到 0.01。对这段文本无关紧要的头，换一段文本也许就很重要。`;
+    enter: async () => {
+      await open("heads");
+      xp.metric = "loss";
+      xp.mode = "zero";
+      await chooseText();
+      const m = imp();
+      if (m) await reveal(cell(...topHead(m)));
     },
+    title: "lesson.experiments.importance.title",
+    body: importanceText,
   },
   {
     id: "roles",
     target: "exp-head-map",
-    enter: () => open("heads"),
-    title: { en: "Heads have habits", zh: "注意力头各有习惯" },
-    body: (lang) => {
-      const H = xp.heads && xp.headsKey === key() ? xp.heads : null;
-      const roleOf = H?.reference_role_of ?? H?.text_role_of;
-      if (!H || !roleOf) return [];
-      const counts = new Map<string, number>();
-      for (const r of roleOf.flat()) if (r) counts.set(r, (counts.get(r) ?? 0) + 1);
-      const named = [...counts.values()].reduce((a, b) => a + b, 0);
-      const N = n("exp-roles-heads", roleOf.flat().length);
-      const k = n("exp-roles-named", named);
-      const list: Part[] = [];
-      [...counts.entries()].sort((a, b) => b[1] - a[1]).forEach(([r, c], i) => {
-        if (i) list.push(lang === "en" ? ", " : "、");
-        list.push(n(`exp-role-${r}`, c), lang === "en" ? ` ${ROLE_NAMES[r]?.en ?? r}` : ` 个${ROLE_NAMES[r]?.zh ?? r}`);
-      });
-      const where = H.reference ? (lang === "en" ? "a reference set of texts" : "一组参考文本") : (lang === "en" ? "your text" : "你的文本");
-      const en: Part[] = L`Looking at where each head puts its attention on ${where}, ${k} of the ${N} heads have one clear habit (a score of at least 0.5; the letter in the cell)`;
-      const zh: Part[] = L`看每个头在${where}上把注意力放在哪里，${N} 个头里有 ${k} 个有一个明显的习惯（得分至少 0.5，格子里的字母）`;
-      const tail = lang === "en"
-        ? L`. The habits: looking at the previous token, at the first token, at an earlier copy of the current token, at the token that followed that copy (induction, which lets a model continue a repeated pattern), or at a rare token. These names describe attention patterns; they do not prove what the head is for, and one head can do several things.`
-        : L`。这些习惯是：看前一个词元、看第一个词元、看当前词元先前出现过的那一次，看那次出现之后的词元（归纳头，模型靠它接着写出重复的模式），或者看罕见的词元。这些名字描述的是注意力的模式，并不能证明这个头的用途，一个头也可能兼做几件事。`;
-      const mid: Part[] = list.length ? [lang === "en" ? ": " : "：", ...list] : [];
-      return lang === "en" ? [...en, ...mid, ...tail] : [...zh, ...mid, ...tail];
+    enter: async () => {
+      await open("heads");
+      await chooseText();
+      const inp = used();
+      if (!inp) return;
+      const H = await loadHeads(inp);
+      const s = strongest(H);
+      xp.source = H.reference ? "reference" : "text";
+      xp.metric = (s?.role ?? "previous_token") as Metric;
+      if (s) await reveal(cell(s.l, s.h));
     },
+    title: "lesson.experiments.roles.title",
+    body: rolesText,
   },
   {
     id: "ablation",
     target: "exp-ablation",
-    enter: () => open("heads"),
-    title: { en: "Switch one head off", zh: "关掉一个头" },
-    body: (lang) => {
-      const imp = importance();
-      if (!imp) return [];
-      const [l, h] = imp.ranked[0];
-      const top = head("exp-abl-target", l, h);
-      const a = xp.ablation && xp.ablated && xp.ablation.mode === "zero" ? xp.ablation : null;
-      const intro = lang === "en"
-        ? L`Zero ablation replaces a head's output by zeros and runs the model again; mean ablation uses the head's average output instead, a gentler change. Try the most important head, ${top}.`
-        : L`置零消融把一个头的输出换成零，再把模型跑一遍；均值消融则换成这个头的平均输出，改动温和一些。试试最重要的那个头 ${top}。`;
-      if (!a || !xp.ablated || a.loss_before == null || a.loss_after == null || !a.before.length) return intro;
-      const who = head("exp-abl-head", xp.ablated[0], xp.ablated[1]);
-      const b = x4("exp-abl-before", a.loss_before), af = x4("exp-abl-after", a.loss_after);
-      const kl = x4("exp-abl-kl", a.kl);
-      const t = tok("exp-abl-top", a.before[0].token);
-      const p1 = pc("exp-abl-top-before", a.before[0].prob);
-      const p2 = pc("exp-abl-top-after", a.changes.find((c) => c.id === a.before[0].id)?.after ?? NaN);
-      const res = lang === "en"
-        ? L` With ${who} off the loss goes ${b} → ${af} nats per token; the next-token guess ${t} goes ${p1} → ${p2} (KL ${kl} nats).`
-        : L` 关掉 ${who} 后，损失从 ${b} 变成 ${af} 奈特/词元；对下一个词元的首选 ${t} 从 ${p1} 变成 ${p2}（KL 为 ${kl} 奈特）。`;
-      return [...intro, ...res];
+    controls: ["exp-mode"],
+    enter: async () => {
+      await open("heads");
+      xp.metric = "loss";
+      xp.mode = "zero";
+      await chooseText();
+      const inp = used(), h = ablationTarget();
+      if (inp && h) {
+        app.layer = h[0];
+        app.head = h[1];
+        if (!(ablationFor(inp) && xp.ablated?.[0] === h[0] && xp.ablated?.[1] === h[1] && xp.ablation?.mode === "zero")) {
+          await ablateHead(inp, h[0], h[1]);
+        }
+        await reveal(cell(h[0], h[1]));
+      }
     },
-    task: (lang) => {
-      const imp = importance();
-      const h = imp ? `L${imp.ranked[0][0]}H${imp.ranked[0][1]}` : "";
-      return lang === "en" ? L`Click ${h} in the map.` : L`在图中点击 ${h}。`;
-    },
+    title: "lesson.experiments.ablation.title",
+    body: ablationText,
+    task: () => (ablationTarget() ? [say("lesson.experiments.ablation.task")] : []),
     done: () => {
-      const imp = importance();
-      return !!imp && !!xp.ablated && xp.ablated[0] === imp.ranked[0][0] && xp.ablated[1] === imp.ranked[0][1];
+      const inp = used(), h = ablationTarget(), a = ablationFor(inp);
+      return !!a && !!h && a.mode === "mean" && xp.ablated?.[0] === h[0] && xp.ablated?.[1] === h[1];
     },
   },
   {
     id: "pruning",
     target: "exp-prune",
-    enter: async () => { await open("heads"); await ensurePrune(); },
-    title: { en: "Pruning: most heads can go", zh: "剪枝：多数头可以去掉" },
-    body: (lang) => {
-      const P = xp.prune && xp.pruneKey === key() ? xp.prune : null;
-      if (!P || !P.steps.length) return [];
-      const N = n("exp-prune-heads", P.steps.length);
-      const clean = x4("exp-prune-clean", P.clean_loss);
-      const knee = P.steps.findIndex((s) => s.loss != null && s.loss > P.clean_loss * 1.1);
-      const last = P.steps[P.steps.length - 1].loss;
-      const end = x4("exp-prune-all-off", last ?? NaN);
-      const lead = lang === "en"
-        ? L`Now switch heads off one after another, least important first, each on top of the ones already off. From ${clean} nats per token with all ${N} heads on, `
-        : L`现在把头一个接一个地关掉，从最不重要的开始，每次都在已关掉的基础上再关一个。所有 ${N} 个头都开着时损失是每个词元 ${clean} 奈特，`;
-      if (knee < 0) {
-        return [...lead, ...(lang === "en"
-          ? L`the loss never rises by 10%, even with every head off (${end}): this model's heads do little for this text.`
-          : L`即使全部关掉（${end}），损失也没有上升 10%：对这段文本来说，这个模型的头几乎不起作用。`)];
-      }
-      const safe = n("exp-prune-safe", knee);
-      const kneeLoss = x4("exp-prune-knee-loss", P.steps[knee].loss ?? NaN);
-      return [...lead, ...(lang === "en"
-        ? L`${safe} heads can go before the loss rises by 10%; the next one takes it to ${kneeLoss}, and with all heads off it is ${end}. Studies of bigger Transformers (Michel et al., 2019; Voita et al., 2019) found the same shape: most heads can be removed, a few cannot.`
-        : L`可以关掉 ${safe} 个头，损失才上升 10%；再关一个就到了 ${kneeLoss}，全部关掉时是 ${end}。对更大的 Transformer 的研究（Michel 等，2019；Voita 等，2019）也得到同样的形状：大多数头可以去掉，少数几个不行。`)];
+    enter: async () => {
+      await open("heads");
+      xp.mode = "zero";
+      await chooseText();
+      const inp = used();
+      if (inp) await loadPrune(inp, "zero");
     },
+    title: "lesson.experiments.pruning.title",
+    body: pruningText,
   },
   {
     id: "lens",
     target: "exp-lens-table",
-    enter: async () => { await open("lens"); xp.lessonPos = app.pos; },
-    title: { en: "The logit lens", zh: "逻辑透镜" },
-    body: (lang) => {
-      const lens = xp.lens;
-      const t = lens?.targets[0];
-      if (!lens || !t || lens.positions[0] !== app.pos || !lens.layers.length) return [];
-      const rows = lens.layers.map((l) => l.positions[0]);
-      const at = tok("exp-lens-token", lens.position_tokens[0]);
-      const pred = tok("exp-lens-pred", t.token);
-      const r0 = n("exp-lens-rank0", rows[0].target_rank);
-      const first = rows.findIndex((r) => r.target_rank === 1);
-      const pf = pc("exp-lens-final-prob", rows[rows.length - 1].target_prob);
-      const where: Part[] = first === rows.length - 1
-        ? (lang === "en" ? L`only at the very end` : L`直到最后才排到第一`)
-        : first === 0
-          ? (lang === "en" ? L`already straight from the embeddings` : L`直接从嵌入就已经排第一`)
-          : (lang === "en" ? L`from block ${n("exp-lens-first-block", first - 1)} on` : L`从第 ${n("exp-lens-first-block", first - 1)} 块之后开始排第一`);
-      return lang === "en"
-        ? [...L`What if the model stopped early? The logit lens sends the residual stream after each block through the final LayerNorm and unembedding, as if it were the last. After ${at} the model finally predicts ${pred} (${pf}). Read from the embeddings alone, ${pred} ranks ${r0}; it ranks first `, ...where, ...L`. A rough reading: the middle layers were never trained to be read this way.`]
-        : [...L`如果模型提前停下来会怎样？逻辑透镜把每个块之后的残差流直接送进最终的 LayerNorm 和反嵌入，当作最后一层来读。在 ${at} 之后，模型最终预测 ${pred}（${pf}）。只看嵌入时，${pred} 排第 ${r0} 名；它`, ...where, ...L`。这只是粗略的读法：中间层从来没有被训练成可以这样读。`];
+    enter: async () => {
+      await open("lens");
+      xp.lessonPos = app.pos;
+      const inp = learner();
+      if (inp) await loadLens(inp, app.pos);
     },
-    task: (lang) => lang === "en" ? L`Click another token of your text above.` : L`在上方点击文本中的另一个词元。`,
+    title: "lesson.experiments.lens.title",
+    controls: ["exp-lens-move"],
+    body: lensText,
+    task: () => [say("lesson.experiments.lens.task")],
     done: () => xp.lessonPos >= 0 && app.pos !== xp.lessonPos,
   },
   {
     id: "arithmetic",
     target: "exp-analogy",
-    enter: () => open("embed"),
-    title: { en: "Word arithmetic", zh: "词向量算术" },
-    body: (lang) => {
-      const a = xp.analogy;
-      if (!a || !a.neighbours.length) return [];
-      const w = (t: string) => t.trim();
-      const expr = [w(a.positive[0].token), ...a.negative.map((x) => `− ${w(x.token)}`),
-        ...a.positive.slice(1).map((x) => `+ ${w(x.token)}`)].join(" ");
-      const e = val("exp-analogy-expr", expr);
-      const best = tok("exp-analogy-top", a.neighbours[0].token);
-      const sim = x4("exp-analogy-sim", a.neighbours[0].similarity);
-      return lang === "en"
-        ? L`Embedding rows can be added and subtracted. Here ${e} lands nearest to ${best} (cosine ${sim}; the input words themselves are left out). The famous answer “queen” came from word2vec, vectors trained only to represent words, on billions of words. A small GPT's embeddings are a side product of predicting the next token: on the built-in explainer-small, king − man + woman gives “prince”, and “queen” is not even one of its 8192 tokens (it is split into “que” + “en”), so it cannot be the answer. Simpler analogies do work there: he − him + her gives “she”.`
-        : L`嵌入行可以相加相减。这里 ${e} 最接近 ${best}（余弦相似度 ${sim}；输入的词本身不参与排名）。著名的答案“queen”来自 word2vec：那种词向量只为表示词语而训练，用的是数十亿词的语料。小型 GPT 的嵌入只是预测下一个词元的副产品：在内置的 explainer-small 上，king − man + woman 得到的是“prince”，而“queen”甚至不在它的 8192 个词元里（会被切成“que”+“en”），所以根本不可能是答案。简单一些的类比倒能成立：he − him + her 得到“she”。`;
+    controls: ["exp-analogy-form"],
+    enter: async () => {
+      await open("embed");
+      await loadArithmetic();
     },
-    task: (lang) => lang === "en" ? L`Type he − him + her and press Compute.` : L`输入 he − him + her，再点“计算”。`,
+    title: "lesson.experiments.arithmetic.title",
+    body: arithmeticText,
+    task: arithmeticTask,
     done: () => {
-      const a = xp.analogy;
-      return !!a && a.positive.map((x) => x.token.trim()).join() === "he,her" && a.negative.map((x) => x.token.trim()).join() === "him";
+      const a = xp.analogy, task = currentArithmetic()?.task;
+      return !!a && !!task && a.positive.map((x) => x.token.trim()).join() === `${task.a},${task.c}`
+        && a.negative.map((x) => x.token.trim()).join() === task.b;
     },
   },
 ];
 
 export const experimentsLesson: Lesson = {
   id: "experiments",
-  title: { en: "Experiments on the model", zh: "对模型做实验" },
+  title: "lesson.experiments.title",
   steps,
 };

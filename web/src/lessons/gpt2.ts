@@ -1,47 +1,61 @@
-// The GPT-2 page's guided lesson: one idea per step, in the order of the computation, each with its
-// "why", told in the learner's own numbers. Every value is read from the same API answers the views
-// show (the trace, the tensors the views fetch, the next-token distribution), so the lesson follows
-// the text, the focus and the settings as they change. Where a sentence is a choice or an
-// interpretation rather than a fact, it says so.
-import { format } from "d3-format";
-import { num, prob, visible } from "../lib/format";
-import type { TensorSpec } from "../lib/generated/api";
-import { L, val, type InlineLesson as Lesson, type InlineStep as LessonStep, type Part, type Value } from "../lib/lesson";
+// The GPT-2 page's guided lesson: one idea per step, in the order of the computation, each with its "why", told
+// in the learner's own numbers. Its words are in the catalogues (src/locales/<lang>.json, "lesson.gpt2.*"). Every
+// value is read from the same API answers the views show (the trace, the tensors the views fetch, the next-token
+// distribution), so the text follows the text on screen, the focus and the settings as they change.
+//
+// A sentence whose truth depends on the numbers is a claim: the step's code says it only when the data shows it,
+// with another wording beside it for when it does not (web/tests/lessons/claims.gpt2.ts checks each one on many
+// texts and models). Where a step needs an example the data must supply (a head whose top key clearly wins, a
+// query whose best match is positive, a word split for its own sake), its `enter` looks for one in the learner's
+// data, moves the app's focus there so the views show what the text quotes, and the text says so.
+import { SvelteMap } from "svelte/reactivity";
+import { ApiError, call } from "../lib/client";
+import type { NeighboursOut, TensorSpec, TokenOut } from "../lib/generated/api";
+import { visible } from "../lib/format";
+import { claim, either, say, val, type Lesson, type LessonStep, type Text, type Value } from "../lib/lesson";
+import { dec, int, pct, term, token, word } from "../lib/lessonFormat";
 import { paramCounts } from "../lib/params";
 import { app, DEFAULT_SAMPLING } from "../lib/state.svelte";
 import { decodeTensor, row, type Tensor } from "../lib/tensor";
-import { specsFor, type LnWhich, type ViewId } from "../lib/views";
+import { specsFor, viewSpecs, type LnWhich, type ViewId } from "../lib/views";
 
+// -- the reference model ---------------------------------------------------------------------------------------
 
-// -- values -----------------------------------------------------------------------------------------
+/** GPT-2 small (Radford et al. 2019), as its released weights have it. Parameters: the embeddings 50,257 × 768 +
+ *  1,024 × 768 = 39,383,808, 12 blocks of 12d² + 13d = 7,087,872, the final norm 2d: 124,439,808 (the unembedding
+ *  is W_E itself). The lesson quotes these figures beside the running model's, never as its own. */
+const GPT2_SMALL = { n_layer: 12, n_head: 12, n_embd: 768, d_mlp: 3072, block_size: 1024, vocab_size: 50257 };
+const GPT2_SMALL_PARAMS = 124_439_808;
+
+// -- reading the trace -----------------------------------------------------------------------------------------
 
 const cfg = () => app.trace?.config;
 const nTok = () => app.trace?.token_ids.length ?? 0;
-/** A number as the views print it. */
-const n = (id: string, v: number): Value => val(id, num(v), v);
-/** A whole number (a count, an id, a size). */
-const int = (id: string, v: number): Value => val(id, String(v), v);
-/** A large count, with thousands separators. */
-const big = (id: string, v: number): Value => val(id, format(",")(v), v);
-/** A number that may be whole (√16 = 4). */
-const exact = (id: string, v: number): Value => val(id, Number.isInteger(v) ? String(v) : num(v), v);
-/** A probability. */
-const pr = (id: string, p: number): Value => val(id, prob(p), p);
-/** Token `i` of the text, with its spaces visible; `raw` is its id. */
-function tok(id: string, i: number): Value {
+const modelName = () => app.trace?.model ?? app.model ?? "";
+/** The running model's parameter count: /api/models's, else counted from its config. */
+function nParams(): number {
+  const c = cfg();
+  return app.models.find((m) => m.name === app.trace?.model)?.n_params ?? (c ? paramCounts(c).total : 0);
+}
+
+/** A token id as the token bar and the tables print it (no thousands separator: it is a name, not a count). */
+const idVal = (id: string, n: number, at?: string): Value => val(id, String(n), n, at);
+
+/** Token `i` of the text as a value (its spaces visible, `raw` its id). */
+function tokAt(id: string, i: number, at?: string): Value {
   const t = app.trace?.tokens[i];
-  return t ? val(id, visible(t.text), t.id) : val(id, "", -1);
+  return t ? token(id, t.text, t.id, at) : word(id, "");
 }
-/** The focus token, or null before the first trace. */
-const focusTok = (id = "focus-token") => (app.trace?.tokens[app.pos] ? tok(id, app.pos) : null);
+const focusTok = (id = "focus-token") => tokAt(id, app.pos);
 
-/** The tensors of a view for the current focus (the same specs, so the same cached answers). */
-function viewTensors(view: ViewId, ln?: LnWhich): (Tensor | undefined)[] {
+/** The tensors of a view for the current focus, by their names in `viewSpecs` (the same specs as the view's, so the
+ *  same cached answers). */
+function viewTensors(view: ViewId, ln?: LnWhich): Record<string, Tensor | undefined> {
   const f = app.focus();
-  return specsFor(view, ln ? { ...f, ln } : f).map((s) => app.tensor(s));
+  return Object.fromEntries(Object.entries(viewSpecs(view, ln ? { ...f, ln } : f)).map(([k, s]) => [k, app.tensor(s)]));
 }
 
-/** Index of the largest (or smallest) of `a[0..upto]`. */
+/** The first index of the largest (sign 1) or smallest (sign −1) of a[0..upto]: the keys a query sees. */
 function argBest(a: ArrayLike<number>, upto: number, sign = 1): number {
   let best = 0;
   for (let j = 1; j <= upto && j < a.length; j++) if (sign * a[j] > sign * a[best]) best = j;
@@ -54,13 +68,30 @@ function norm(a: ArrayLike<number>): number {
   return Math.sqrt(s);
 }
 
-// -- what the steps remember from when they opened (the task compares against it) -------------------
+/** The most tensors one /api/tensors request may ask for (the server's MAX_TENSORS_PER_REQUEST). */
+const PER_REQUEST = 16;
+function chunks<T>(a: T[], n: number): T[][] {
+  return Array.from({ length: Math.ceil(a.length / n) }, (_, i) => a.slice(i * n, (i + 1) * n));
+}
 
-const at = { pos: 0, head: 0, nTok: 0 };
-function mark() {
-  at.pos = app.pos;
-  at.head = app.head;
-  at.nTok = nTok();
+/** Fetch `specs` for the current trace, in requests the server accepts, waiting for those another caller has
+ *  already asked for. False when the trace changed or the server did not answer. */
+async function fetched(specs: TensorSpec[]): Promise<boolean> {
+  const tr = app.trace;
+  for (let k = 0; k < 100 && tr && app.trace === tr; k++) {
+    const missing = specs.filter((s) => !app.tensor(s));
+    if (!missing.length) return true;
+    await Promise.all(chunks(missing, PER_REQUEST).map((c) => app.ensure(c)));
+    if (specs.every((s) => app.tensor(s))) return true;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  return false;
+}
+/** Ask for `specs` without waiting (a text read while the learner moves the focus): the text follows once they
+ *  are here. */
+function request(specs: TensorSpec[]): void {
+  const missing = specs.filter((s) => !app.tensor(s));
+  if (missing.length) queueMicrotask(() => chunks(missing, PER_REQUEST).forEach((c) => void app.ensure(c)));
 }
 
 function show(view: ViewId, ln?: LnWhich) {
@@ -69,514 +100,822 @@ function show(view: ViewId, ln?: LnWhich) {
   mark();
 }
 
+// -- what the steps remember from when they opened (tasks compare against it; moves are reported) ----------------
+
+const at = { pos: 0, head: 0, nTok: 0 };
+function mark() {
+  at.pos = app.pos;
+  at.head = app.head;
+  at.nTok = nTok();
+}
+
+/** The focus a step's `enter` moved to, to say so while the focus is still there. */
+let moved: { step: string; layer: number; head: number; pos: number; trace: unknown } | null = null;
+function moveTo(step: string, layer: number, head: number) {
+  if (layer === app.layer && head === app.head) return;
+  moved = { step, layer, head, pos: app.pos, trace: app.trace };
+  app.layer = layer;
+  app.head = head;
+  at.head = head;
+}
+const movedHere = (step: string) => !!moved && moved.step === step && moved.layer === app.layer
+  && moved.head === app.head && moved.pos === app.pos && moved.trace === app.trace;
+
+// -- attention: one head's row for the focus token ------------------------------------------------------------------
+
+const scoreSpec = (l: number, h: number, p: number): TensorSpec => ({ name: `blocks.${l}.attn.scores`, head: h, position: p });
+const patternSpec = (l: number, h: number, p: number): TensorSpec => ({ name: `blocks.${l}.attn.pattern`, head: h, position: p });
+
+/** Every head's scores and weights for position `p` (rows: a few numbers each). */
+function headSpecs(p: number, layers?: number[]): TensorSpec[] {
+  const c = cfg();
+  if (!c) return [];
+  const out: TensorSpec[] = [];
+  for (const l of layers ?? [...Array(c.n_layer).keys()])
+    for (let h = 0; h < c.n_head; h++) out.push(scoreSpec(l, h, p), patternSpec(l, h, p));
+  return out;
+}
+
+/** What one head does for the query at `p`: its best and worst match among the `n` keys it sees, and its weights. */
+interface HeadRow {
+  n: number;
+  best: number;
+  bestScore: number;
+  low: number;
+  lowScore: number;
+  top: number;
+  w1: number;
+  w2: number;
+  /** The largest scaled score: negative when every visible score is. */
+  maxScaled: number;
+}
+function headRow(l: number, h: number, p: number): HeadRow | null {
+  const s = app.tensor(scoreSpec(l, h, p))?.data, w = app.tensor(patternSpec(l, h, p))?.data;
+  const c = cfg();
+  if (!s || !w || !c) return null;
+  const best = argBest(s, p), low = argBest(s, p, -1), top = argBest(w, p);
+  let w2 = 0;
+  for (let j = 0; j <= p; j++) if (j !== top) w2 = Math.max(w2, w[j]);
+  return { n: p + 1, best, bestScore: s[best], low, lowScore: s[low], top, w1: w[top], w2,
+    maxScaled: s[best] / Math.sqrt(c.head_dim) };
+}
+
+/** A key clearly wins: at least half the weight, and at least twice the next key's. */
+const CLEAR_SHARE = 0.5;
+const positive = (r: HeadRow) => r.n >= 2 && r.bestScore > 0;
+const clearWin = (r: HeadRow) => r.n >= 2 && r.w1 >= CLEAR_SHARE && r.w1 >= 2 * r.w2;
+/** The best match is another token's key, not the query's own (a clearer example of a search). */
+const notSelf = (r: HeadRow) => r.best !== r.n - 1;
+
+/** Put the focus on the first head (the current one first, then block by block) that `prefs[0]` accepts, else
+ *  `prefs[1]`, …; the focus stays where it is when none does. */
+async function pickHead(step: string, prefs: ((r: HeadRow) => boolean)[]): Promise<void> {
+  const c = cfg();
+  if (!c || !(await fetched(headSpecs(app.pos)))) return;
+  const order: [number, number][] = [[app.layer, app.head]];
+  for (let l = 0; l < c.n_layer; l++) for (let h = 0; h < c.n_head; h++) order.push([l, h]);
+  for (const want of prefs) {
+    for (const [l, h] of order) {
+      const r = headRow(l, h, app.pos);
+      if (r && want(r)) return moveTo(step, l, h);
+    }
+  }
+}
+
+/** The focus head's row, or null before its tensors are here. */
+const focusRow = () => headRow(app.layer, app.head, app.pos);
+const focusSpecs = () => [scoreSpec(app.layer, app.head, app.pos), patternSpec(app.layer, app.head, app.pos)];
+
+const layerVal = () => int("layer", app.layer);
+const headVal = () => int("head", app.head);
+
+// -- the residual stream: how long the vector is and how long each block's edits are ------------------------------
+
+const residSpecs = (l: number, p: number): TensorSpec[] =>
+  ["resid_pre", "attn_out", "mlp_out", "resid_post"].map((s) => ({ name: `blocks.${l}.${s}`, position: p }));
+function residAt(l: number, p: number): { pre: number; attn: number; mlp: number; post: number } | null {
+  const [a, b, c, d] = residSpecs(l, p).map((s) => app.tensor(s)?.data);
+  return a && b && c && d ? { pre: norm(a), attn: norm(b), mlp: norm(c), post: norm(d) } : null;
+}
+/** Both of the block's edits are shorter than the vector they are added to. */
+const smallEdits = (r: { pre: number; attn: number; mlp: number }) => r.attn < r.pre && r.mlp < r.pre;
+
+// -- tokenization: words split into pieces, and which strings are single vocabulary entries ----------------------
+
+/** Whether a string is one entry of a model's vocabulary: its id, null when it is not, "unknown" when the server
+ *  could not say (an offline snapshot). Asked of /api/analysis/neighbours, which resolves a string to one token or
+ *  refuses (422) one that is several. */
+const entries = new SvelteMap<string, number | null | "unknown">();
+const asking = new Set<string>();
+const entryKey = (s: string) => `${app.trace?.model}\u0000${s}`;
+function lookUp(s: string): void {
+  const model = app.trace?.model, key = entryKey(s);
+  if (!model || entries.has(key) || asking.has(key)) return;
+  asking.add(key);
+  (async () => {
+    try {
+      const out = await call<NeighboursOut>("analysis/neighbours", { model, token: s, n: 1 });
+      entries.set(key, out.token.id);
+    } catch (e) {
+      entries.set(key, e instanceof ApiError && (e.status === 422 || e.status === 400) ? null : "unknown");
+    } finally {
+      asking.delete(key);
+    }
+  })();
+}
+const entry = (s: string) => entries.get(entryKey(s));
+async function lookUpAll(strings: string[]): Promise<void> {
+  strings.forEach(lookUp);
+  for (let k = 0; k < 400 && strings.some((s) => entry(s) === undefined); k++) await new Promise((r) => setTimeout(r, 25));
+}
+
+/** A word of the text in Latin letters and the tokens that spell it (start..end-1). */
+interface Word { start: number; end: number; text: string; spaced: boolean }
+const LATIN = /^\p{Script=Latin}+$/u;
+const FIRST = /^ ?\p{Script=Latin}+$/u;
+function latinWords(tokens: TokenOut[]): Word[] {
+  const out: Word[] = [];
+  for (let i = 0; i < tokens.length; ) {
+    const t = tokens[i].text, prev = i ? tokens[i - 1].text : "";
+    // a word starts after a space or a non-word character: not in the middle of an identifier
+    if (!FIRST.test(t) || (!t.startsWith(" ") && /[\p{L}\p{N}_]$/u.test(prev))) { i++; continue; }
+    let j = i + 1;
+    while (j < tokens.length && LATIN.test(tokens[j].text)) j++;
+    const next = tokens[j]?.text ?? "";
+    if (!/^[\p{L}\p{N}_]/u.test(next)) out.push({ start: i, end: j, text: tokens.slice(i, j).map((x) => x.text).join("").trim(), spaced: t.startsWith(" ") });
+    i = j;
+  }
+  return out;
+}
+/** Tokens of the text that are a space and Latin letters (" capital"), longest first. */
+function spacedTokens(tokens: TokenOut[]): number[] {
+  return [...tokens.keys()].filter((i) => /^ \p{Script=Latin}{2,}$/u.test(tokens[i].text))
+    .sort((a, b) => tokens[b].text.length - tokens[a].text.length || a - b);
+}
+/** The strings the tokenization step asks about: each unspaced split word with a space before it, and the first
+ *  few spaced tokens without their space. */
+function bpeQuestions(): string[] {
+  const toks = app.trace?.tokens ?? [];
+  const unspaced = latinWords(toks).filter((w) => w.end - w.start > 1 && !w.spaced).map((w) => ` ${w.text}`);
+  return [...unspaced, ...spacedTokens(toks).slice(0, 4).map((i) => toks[i].text.slice(1))];
+}
+/** The tokens that spell a word, as the token bar shows them: "␣vis + ual + ization". */
+const pieces = (w: Word) => word("pieces", (app.trace?.tokens ?? []).slice(w.start, w.end).map((t) => visible(t.text)).join(" + "));
+
+/** GELU is close to max(x, 0) beyond ±2 (within 0.046 there): inside that it bends. */
+const GELU_FAR = 2;
+/** A top guess under this many times 1/V is close to an even spread. */
+const NEAR_EVEN = 20;
+
 /** The token the "tokens" step asks the learner to click: the one before the last. */
 const clickTarget = () => Math.max(0, nTok() - 2);
 
-/** A word split into two BPE pieces: the first token that continues a word. */
-function splitWord(): [number, number] | null {
-  const toks = app.trace?.tokens ?? [];
-  for (let i = 1; i < toks.length; i++) {
-    if (/^\p{L}/u.test(toks[i].text) && /\p{L}$/u.test(toks[i - 1].text)) return [i - 1, i];
-  }
-  return null;
-}
-
-const attnSpecs = (): TensorSpec[] => specsFor("attention", app.focus());
-
-// -- the steps ---------------------------------------------------------------------------------------
+// -- the steps -------------------------------------------------------------------------------------------------
 
 const steps: LessonStep[] = [
   {
     id: "text",
     target: "input",
-    title: { en: "Your text", zh: "你的文本" },
-    body: (lang) => {
-      const chars = val("n-chars", String([...app.text].length), [...app.text].length);
-      return lang === "en"
-        ? L`Everything starts here. Type any text or pick an example: the model reads it at once. Every number in this lesson is computed for the ${chars} characters in the box; change them at any step and the numbers follow.`
-        : L`一切从这里开始。随便输入一段文字，或者选一个示例，模型会立刻读入。这份讲解里的每个数字，都是针对框里这 ${chars} 个字符算出来的；任何一步改了文字，数字都会跟着变。`;
+    title: "lesson.gpt2.text.title",
+    body: () => {
+      const out: Text = [say("lesson.gpt2.text.body", { chars: int("n-chars", [...app.text].length) })];
+      const c = cfg();
+      if (!c) return out;
+      // the model that computes every number of the lesson, beside the one the lesson is named after
+      const N = nParams();
+      const same = c.n_layer === GPT2_SMALL.n_layer && c.n_head === GPT2_SMALL.n_head && c.n_embd === GPT2_SMALL.n_embd
+        && c.d_mlp === GPT2_SMALL.d_mlp && c.block_size === GPT2_SMALL.block_size && c.vocab_size === GPT2_SMALL.vocab_size;
+      const model = word("model", modelName());
+      out.push(say("lesson.gpt2.model.sizes", { model, layers: int("n-layer", c.n_layer), heads: int("n-head", c.n_head),
+        dHead: int("d-head", c.head_dim), d: int("d-model", c.n_embd), dMlp: int("d-mlp", c.d_mlp),
+        ctx: int("ctx", c.block_size), vocab: int("vocab", c.vocab_size), params: int("n-params", N) }));
+      out.push(say("lesson.gpt2.model.gpt2"));
+      if (same) out.push(claim("lesson.gpt2.model.same", { model }));
+      else if (N <= GPT2_SMALL_PARAMS) out.push(claim("lesson.gpt2.model.smaller", { model, ratio: dec("params-ratio", GPT2_SMALL_PARAMS / N) }));
+      else out.push(claim("lesson.gpt2.model.larger", { model, ratio: dec("params-ratio", N / GPT2_SMALL_PARAMS) }));
+      out.push(say("lesson.gpt2.model.why"));
+      return out;
     },
   },
   {
     id: "overview",
     target: "overview",
+    controls: ["play"],
     enter: () => show("overview"),
-    title: { en: "The whole journey", zh: "完整的旅程" },
-    body: (lang) => {
-      const c = cfg(), f = focusTok();
-      if (!c || !f) return [];
-      const nt = int("n-tokens", nTok()), nl = int("n-layer", c.n_layer);
-      return lang === "en"
-        ? L`Before the details, the map. Each of your ${nt} tokens is a row; it becomes a vector, passes through ${nl} blocks that each read the vector and add to it, and at the end the last position's vector becomes a score for every possible next token. The tokens travel side by side: only attention (the arcs) lets one read another. The lesson now walks this path stage by stage, for ${f}.`
-        : L`先看全局，再看细节。你的 ${nt} 个词元各占一行：每个词元先变成一个向量，依次经过 ${nl} 个块，每个块读取这个向量并在上面累加；最后，末位的向量变成对下一个词元的打分。各个词元并排前进，只有注意力（图中的弧线）让它们互相读取。接下来，这份讲解就以 ${f} 为例，沿着这条路一站一站地走。`;
+    title: "lesson.gpt2.overview.title",
+    body: () => {
+      const c = cfg();
+      if (!c || !app.trace?.tokens[app.pos]) return [];
+      return [say(nTok() > 1 ? "lesson.gpt2.overview.body" : "lesson.gpt2.overview.bodyOne",
+        { nTok: int("n-tokens", nTok()), nLayer: int("n-layer", c.n_layer) })];
     },
-    task: (lang) => lang === "en"
-      ? L`Press Play and follow the yellow dot: it is ${focusTok("focus-token-2") ?? ""}'s vector, with its real numbers below the picture.`
-      : L`按“播放”，跟着黄色圆点走：它就是 ${focusTok("focus-token-2") ?? ""} 的向量，图下方是它的真实数值。`,
+    task: () => [say("lesson.gpt2.overview.task", { focus: focusTok("focus-token-2"), button: say("ui.ovPlay") })],
   },
   {
     id: "tokens",
     target: "tokens",
     enter: () => show("tokens"),
-    title: { en: "Tokens", zh: "词元" },
-    body: (lang) => {
-      const c = cfg(), f = focusTok();
-      if (!c || !f) return [];
-      const nt = int("n-tokens", nTok()), V = big("vocab", c.vocab_size);
-      const id = int("focus-id", app.trace!.token_ids[app.pos]);
-      return lang === "en"
-        ? L`The model does not read letters. Your text became ${nt} tokens, each an entry of a fixed vocabulary of ${V}. The token in focus, ${f}, is entry ${id}. Why: the model computes with numbers, and a fixed table of pieces can spell any text.`
-        : L`模型并不直接读字母。你的文字被切成了 ${nt} 个词元，每个词元都是一张固定词表（共 ${V} 项）里的一项。当前焦点词元 ${f} 是第 ${id} 项。为什么这样做：模型只能拿数字来计算，而一张固定的片段表就能拼出任何文字。`;
+    title: "lesson.gpt2.tokens.title",
+    body: () => {
+      const c = cfg();
+      if (!c || !app.trace?.tokens[app.pos]) return [];
+      const vocab = int("vocab", c.vocab_size);
+      return [
+        say(nTok() > 1 ? "lesson.gpt2.tokens.body" : "lesson.gpt2.tokens.bodyOne", { nTok: int("n-tokens", nTok()), vocab, focus: focusTok(),
+          id: idVal("focus-id", app.trace.token_ids[app.pos]) }),
+        either(c.vocab_size === GPT2_SMALL.vocab_size, "lesson.gpt2.tokens.vocabSame", "lesson.gpt2.tokens.vocabOther", { vocab }),
+        say("lesson.gpt2.tokens.why"),
+      ];
     },
-    task: (lang) => {
+    task: () => {
       if (!app.trace) return [];
-      const t = tok("click-token", clickTarget());
-      return lang === "en"
-        ? L`Click (or tap) the token ${t} above: the focus moves to it, and every view shows its numbers.`
-        : L`点一下上面的词元 ${t}：焦点会移到它身上，各个视图随即显示它的数值。`;
+      const i = clickTarget();
+      return nTok() > 1 ? [say("lesson.gpt2.tokens.task", { tok: tokAt("click-token", i, `chip-${i}`) })]
+        : [say("lesson.gpt2.tokens.taskOne")];
     },
     done: () => app.pos === clickTarget(),
   },
   {
     id: "bpe",
     target: "token-table",
-    enter: () => show("tokens"),
-    title: { en: "Pieces of words, and the leading space", zh: "词的片段，以及词前的空格" },
-    body: (lang) => {
+    enter: async () => {
+      show("tokens");
+      await lookUpAll(bpeQuestions());
+    },
+    title: "lesson.gpt2.bpe.title",
+    body: () => {
       const toks = app.trace?.tokens;
       if (!toks) return [];
-      const sp = toks.findIndex((t) => t.text.startsWith(" "));
-      const split = splitWord();
-      const s = sp >= 0 ? tok("space-token", sp) : null;
-      const a = split ? tok("split-a", split[0]) : null, b = split ? tok("split-b", split[1]) : null;
-      const en: Part[] = [...L`GPT-2 cuts text with byte-level BPE: frequent words are one token, rarer ones are built from pieces that were merged because they often occur together. `,
-        ...(a && b ? L`Here ${a} and ${b} together make one word. ` : L`Every word of your text is a single token; type a rare word (say “tokenization”) to see one split. `),
-        ...(s ? L`A leading space belongs to the token (shown as ␣): ${s} is a different entry from the same letters without the space. ` : []),
-        ...L`Why pieces: any string, even a typo or an emoji, can be spelt from bytes, so nothing is ever unknown, while common words still cost one step.`];
-      const zh: Part[] = [...L`GPT-2 用字节级 BPE 切分文本：常见的词是一个词元，少见的词由几个片段拼成，这些片段是因为经常挨在一起出现而被合并出来的。`,
-        ...(a && b ? L`比如这里的 ${a} 和 ${b} 合起来才是一个词。` : L`你这段文字里每个词都正好是一个词元；输入一个生僻词（比如 “tokenization”）就能看到它被拆开。`),
-        ...(s ? L`词前的空格属于词元本身（显示为 ␣）：${s} 和不带空格的同样字母是词表里不同的两项。` : []),
-        ...L`为什么用片段：任何字符串，哪怕是错别字或表情符号，都能用字节拼出来，所以不存在“不认识的词”；常见的词仍然只占一步。`];
-      return lang === "en" ? en : zh;
+      const questions = bpeQuestions();
+      questions.forEach(lookUp);
+      if (questions.some((s) => entry(s) === undefined)) return []; // still asking the server
+      const out: Text = [say("lesson.gpt2.bpe.body")];
+      const words = latinWords(toks).filter((w) => w.end - w.start > 1);
+      // a word cut into pieces for its own sake: even with a space before it, it is not one entry
+      const own = words.filter((w) => w.spaced || entry(` ${w.text}`) === null)
+        .sort((a, b) => (b.end - b.start) - (a.end - a.start) || a.start - b.start)[0];
+      if (own) out.push(claim("lesson.gpt2.bpe.split", { word: word("split-word", own.text, `token-row-${own.start}`),
+        n: int("n-pieces", own.end - own.start), pieces: pieces(own) }));
+      else out.push(claim("lesson.gpt2.bpe.noSplit"));
+      // the leading space: a word cut only because no space comes before it, else a token with its space
+      const bySpace = words.find((w) => !w.spaced && typeof entry(` ${w.text}`) === "number");
+      const spaced = spacedTokens(toks);
+      let marked = -1;
+      if (bySpace) {
+        const id = entry(` ${bySpace.text}`) as number;
+        out.push(claim("lesson.gpt2.bpe.spaceSplit", { word: word("space-word", bySpace.text, `token-row-${bySpace.start}`),
+          pieces: pieces(bySpace), spaced: token("spaced", ` ${bySpace.text}`, id), id: idVal("spaced-id", id) }));
+      } else if (spaced.length) {
+        const asked = spaced.slice(0, 4);
+        const i = asked.find((k) => typeof entry(toks[k].text.slice(1)) === "number") ?? asked[0];
+        const bare = toks[i].text.slice(1), e = entry(bare);
+        const tok = tokAt("space-token", i, `token-row-${i}`), id = idVal("space-id", toks[i].id);
+        if (typeof e === "number") out.push(claim("lesson.gpt2.bpe.spaceTwo", { tok, id, bare: token("bare", bare, e), bareId: idVal("bare-id", e) }));
+        else if (e === null) out.push(claim("lesson.gpt2.bpe.spaceOnly", { tok, id, bare: word("bare", bare) }));
+        else out.push(claim("lesson.gpt2.bpe.space", { tok }));
+        marked = i;
+      } else {
+        const i = toks.findIndex((t) => t.text.startsWith(" "));
+        if (i >= 0) out.push(claim("lesson.gpt2.bpe.space", { tok: tokAt("space-token", i, `token-row-${i}`) }));
+        else out.push(claim("lesson.gpt2.bpe.noSpace"));
+        marked = i;
+      }
+      // the vocabulary file's own spelling of that space
+      if (marked < 0 && spaced.length) marked = spaced[0];
+      if (marked >= 0 && toks[marked].raw.startsWith("Ġ"))
+        out.push(claim("lesson.gpt2.bpe.marker", { tok: tokAt("marker-token", marked), raw: word("raw", toks[marked].raw, `vocab-${marked}`) }));
+      // characters spelt by several byte tokens
+      const g = app.trace?.char_groups[0];
+      if (g) out.push(claim("lesson.gpt2.bpe.bytes", { text: word("char-text", g.text, `char-group-${g.start}`),
+        n: int("n-bytes", g.end - g.start) }));
+      out.push(say("lesson.gpt2.bpe.why"));
+      return out;
     },
   },
   {
     id: "embed-token",
     target: "emb-token",
     enter: () => show("embedding"),
-    title: { en: "Token embedding", zh: "词元嵌入" },
-    body: (lang) => {
-      const c = cfg(), f = focusTok(), [we] = viewTensors("embedding");
-      if (!c || !f || !we) return [];
-      const id = int("focus-id", app.trace!.token_ids[app.pos]), V = big("vocab", c.vocab_size);
-      const d = int("d-model", c.n_embd), x0 = n("we-0", we.data[0]);
-      return lang === "en"
-        ? L`The id ${id} of ${f} picks row ${id} of the token embedding matrix W_E (${V} × ${d}): ${d} numbers, the first of them ${x0}. Why: an id is only a name (an id is no more like the next id than like any other), but vectors can be near or far. Training moves the rows so that tokens used in similar ways get similar vectors, and everything after this point computes with vectors.`
-        : L`${f} 的编号 ${id} 选出词元嵌入矩阵 W_E（${V} × ${d}）的第 ${id} 行：${d} 个数，第一个是 ${x0}。为什么：编号只是个名字（相邻的编号并不意味着意思相近），向量却有远近之分。训练会不断调整这些行，让用法相近的词元得到相近的向量；从这里往后，所有计算都在向量上进行。`;
+    title: "lesson.gpt2.embed-token.title",
+    body: () => {
+      const c = cfg(), { token: we } = viewTensors("embedding");
+      if (!c || !we || !app.trace?.tokens[app.pos]) return [];
+      const id = idVal("focus-id", app.trace.token_ids[app.pos]);
+      return [
+        say("lesson.gpt2.embed-token.body", { id, focus: focusTok(), vocab: int("vocab", c.vocab_size),
+          d: int("d-model", c.n_embd), x0: dec("we-0", we.data[0], "emb-token-0") }),
+        say("lesson.gpt2.embed-token.why"),
+        say("lesson.gpt2.embed-token.gpt2"),
+      ];
     },
   },
   {
     id: "embed-pos",
     target: "emb-pos",
     enter: () => show("embedding"),
-    title: { en: "Position embedding", zh: "位置嵌入" },
-    body: (lang) => {
-      const c = cfg(), f = focusTok(), [we, wp, sum] = viewTensors("embedding");
-      if (!c || !f || !we || !wp || !sum) return [];
-      const p = int("pos", app.pos), ctx = int("ctx", c.block_size);
-      const a = n("we-0", we.data[0]), b = n("wpos-0", wp.data[0]), s = n("sum-0", sum.data[0]);
-      return lang === "en"
-        ? L`${f} sits at position ${p}, and GPT-2 adds a learned vector for that position (one per position, up to ${ctx}). In the first dimension: ${a} + ${b} = ${s}. Why: attention, coming next, treats its inputs as an unordered set; without positions “dog bites man” and “man bites dog” would look the same.`
-        : L`${f} 位于第 ${p} 个位置，GPT-2 会给它加上这个位置专属的一个向量（每个位置一个，最多 ${ctx} 个，都是训练出来的）。看第一个维度：${a} + ${b} = ${s}。为什么：接下来的注意力机制把输入当作一个无序的集合；没有位置信息，“狗咬人”和“人咬狗”看起来就一模一样。`;
+    title: "lesson.gpt2.embed-pos.title",
+    body: () => {
+      const c = cfg(), { token: we, position: wp, sum } = viewTensors("embedding");
+      if (!c || !we || !wp || !sum || !app.trace?.tokens[app.pos]) return [];
+      const ctx = int("ctx", c.block_size);
+      return [
+        say("lesson.gpt2.embed-pos.body", { focus: focusTok(), pos: int("pos", app.pos), ctx }),
+        either(c.block_size === GPT2_SMALL.block_size, "lesson.gpt2.embed-pos.ctxSame", "lesson.gpt2.embed-pos.ctxOther", { ctx }),
+        say("lesson.gpt2.embed-pos.sum", { a: dec("we-0", we.data[0], "emb-token-0"), b: term("wpos-0", wp.data[0], "emb-pos-0"),
+          s: dec("sum-0", sum.data[0], "emb-sum-0") }),
+        say("lesson.gpt2.embed-pos.why"),
+      ];
     },
   },
   {
     id: "layernorm",
     target: "ln-stats",
     enter: () => show("layernorm", "ln1"),
-    title: { en: "Layer norm", zh: "层归一化" },
-    body: (lang) => {
-      const f = focusTok(), [, mean, variance] = viewTensors("layernorm", "ln1");
-      if (!f || !mean || !variance) return [];
-      const l = int("layer", app.layer), mu = n("ln-mean", mean.data[app.pos]), v = n("ln-var", variance.data[app.pos]);
-      return lang === "en"
-        ? L`Before attention, block ${l} normalises the vector of ${f}: its mean ${mu} is subtracted and it is divided by √(σ² + ε), with variance σ² = ${v}, so it leaves with mean 0 and variance 1; then a learned scale γ and shift β are applied. Why: the vectors grow and drift as blocks add to them; normalising hands every sub-layer inputs of the same scale, which keeps a deep stack stable to train. GPT-2 normalises before each sub-layer (“pre-LN”).`
-        : L`进入注意力之前，第 ${l} 块先把 ${f} 的向量归一化：减去均值 ${mu}，再除以 √(σ² + ε)（方差 σ² = ${v}），得到均值 0、方差 1 的向量，然后乘上可学习的缩放 γ、加上平移 β。为什么：向量在一层层累加中会越变越大、不断漂移；归一化让每个子层拿到的输入尺度一致，深层网络才训练得稳。GPT-2 在每个子层之前做归一化（称为 “pre-LN”）。`;
+    title: "lesson.gpt2.layernorm.title",
+    body: () => {
+      const { mean, variance } = viewTensors("layernorm", "ln1");
+      if (!mean || !variance || !app.trace?.tokens[app.pos]) return [];
+      return [
+        say("lesson.gpt2.layernorm.body", { layer: layerVal(), focus: focusTok(),
+          mean: dec("ln-mean", mean.data[app.pos], "ln-stats"), var: dec("ln-var", variance.data[app.pos], "ln-stats") }),
+        say("lesson.gpt2.layernorm.why"),
+      ];
     },
   },
   {
     id: "qkv",
     target: "qkv-mats",
-    enter: () => show("qkv"),
-    needs: attnSpecs,
-    title: { en: "Query, key, value: a search", zh: "查询、键、值：一次检索" },
-    body: (lang) => {
-      const c = cfg(), f = focusTok(), [scores] = viewTensors("attention");
-      if (!c || !f || !scores) return [];
-      const best = argBest(scores.data, app.pos);
-      const k = tok("best-key", best), s = n("best-score", scores.data[best]);
-      const dh = int("d-head", c.head_dim), h = int("head", app.head);
-      return lang === "en"
-        ? L`Attention is a soft search. From its normalised vector every token makes three vectors of ${dh} numbers per head: a query (what am I looking for?), a key (what do I offer?) and a value (what do I pass on if chosen?). The query of ${f} is matched against every key; in head ${h} the best match is the key of ${k}, with q·k = ${s}. The next steps turn such matches into weights and fetch the values.`
-        : L`注意力是一种“模糊检索”。每个词元用归一化后的向量，为每个头各算出三个 ${dh} 维的向量：查询（我在找什么？）、键（我能提供什么？）和值（被选中时我交出什么？）。${f} 的查询会和每个键去比；在第 ${h} 个头里，最匹配的是 ${k} 的键，q·k = ${s}。接下来几步把这些匹配程度变成权重，再按权重取回值。`;
+    enter: async () => {
+      show("qkv");
+      await pickHead("qkv", [(r) => positive(r) && clearWin(r) && notSelf(r), (r) => positive(r) && notSelf(r), positive]);
+    },
+    needs: () => focusSpecs(),
+    title: "lesson.gpt2.qkv.title",
+    body: () => {
+      const c = cfg(), r = focusRow();
+      if (!c || !r) return [];
+      const out: Text = [say("lesson.gpt2.qkv.body", { dHead: int("d-head", c.head_dim) })];
+      if (movedHere("qkv")) out.push(claim("lesson.gpt2.attn.movedPositive", { layer: layerVal(), head: headVal(), focus: focusTok() }));
+      const vars = { layer: layerVal(), head: headVal(), focus: focusTok(),
+        key: tokAt("best-key", r.best, "k-best"), score: dec("best-score", r.bestScore) };
+      if (r.n < 2) out.push(claim("lesson.gpt2.qkv.only", { focus: focusTok(), score: dec("best-score", r.bestScore) }));
+      else if (r.bestScore <= 0) out.push(claim("lesson.gpt2.qkv.bestNeg", vars));
+      else out.push(either(r.best === app.pos, "lesson.gpt2.qkv.bestSelf", "lesson.gpt2.qkv.best", vars));
+      return out;
     },
   },
   {
     id: "dot",
     target: "stage-scores",
-    enter: () => show("attention"),
-    title: { en: "The dot product as similarity", zh: "点积：衡量相似" },
-    body: (lang) => {
-      const f = focusTok(), [scores] = viewTensors("attention");
-      if (!f || !scores) return [];
-      const hi = argBest(scores.data, app.pos), lo = argBest(scores.data, app.pos, -1);
-      const k1 = tok("high-key", hi), s1 = n("high-score", scores.data[hi]);
-      const k2 = tok("low-key", lo), s2 = n("low-score", scores.data[lo]);
-      return lang === "en"
-        ? L`The match is a dot product q·k: multiply the two vectors number by number and add up. It is large when they point the same way, near 0 when they are unrelated, negative when they point apart: a similarity that a GPU computes for all pairs at once as Q·Kᵀ. For ${f} the highest score goes to ${k1} (${s1}) and the lowest to ${k2} (${s2}).`
-        : L`匹配程度就是点积 q·k：两个向量逐个数相乘再相加。方向一致时它很大，互不相关时接近 0，方向相反时为负：这就是一种相似度，而且 GPU 可以用一次矩阵乘法 Q·Kᵀ 把所有词元对一起算完。对 ${f} 来说，得分最高的是 ${k1}（${s1}），最低的是 ${k2}（${s2}）。`;
+    enter: async () => {
+      show("attention");
+      await pickHead("dot", [(r) => positive(r) && notSelf(r), positive]);
+    },
+    needs: () => focusSpecs(),
+    title: "lesson.gpt2.dot.title",
+    body: () => {
+      const r = focusRow();
+      if (!r) return [];
+      const out: Text = [say("lesson.gpt2.dot.body")];
+      if (movedHere("dot")) out.push(claim("lesson.gpt2.attn.movedPositive", { layer: layerVal(), head: headVal(), focus: focusTok() }));
+      if (r.n < 2) out.push(claim("lesson.gpt2.dot.only", { focus: focusTok(), score: dec("high-score", r.bestScore, "score-best") }));
+      else {
+        const vars = { layer: layerVal(), head: headVal(), focus: focusTok(),
+          high: tokAt("high-key", r.best), highScore: dec("high-score", r.bestScore, "score-best"),
+          low: tokAt("low-key", r.low), lowScore: dec("low-score", r.lowScore, "score-low") };
+        out.push(either(r.low === app.pos, "lesson.gpt2.dot.lowSelf", "lesson.gpt2.dot.range", vars));
+      }
+      return out;
     },
   },
   {
     id: "scale",
     target: "stage-scaled",
-    enter: () => show("attention"),
-    title: { en: "Scaling by √d_k", zh: "除以 √d_k" },
-    body: (lang) => {
-      const c = cfg(), [scores, scaled] = viewTensors("attention");
-      if (!c || !scores || !scaled) return [];
-      const best = argBest(scores.data, app.pos);
-      const dk = int("d-k", c.head_dim), r = exact("sqrt-dk", Math.sqrt(c.head_dim));
-      const s = n("best-score", scores.data[best]), s2 = n("scaled-score", scaled.data[best]);
-      return lang === "en"
-        ? L`Every score is divided by √d_k = √${dk} = ${r}: the best score ${s} becomes ${s2}. Why: a dot product of d_k numbers spreads more the longer the vectors are (for random vectors its spread grows like √d_k). Unscaled, the scores of wide heads get so large that the softmax saturates (nearly all the weight on one key) and its gradients vanish, so the model could no longer learn where to look.`
-        : L`每个得分都要除以 √d_k = √${dk} = ${r}：最高分 ${s} 变成 ${s2}。为什么：d_k 个数的点积，向量越长，数值的波动就越大（对随机向量来说，大约按 √d_k 增长）。如果不缩放，维度大的头得分会大到让 softmax 饱和（几乎所有权重都压在一个键上），梯度也随之消失，模型就再也学不会该看哪里。`;
+    enter: async () => {
+      show("attention");
+      await pickHead("scale", [(r) => positive(r) && notSelf(r), positive]);
+    },
+    needs: () => focusSpecs(),
+    title: "lesson.gpt2.scale.title",
+    body: () => {
+      const c = cfg(), r = focusRow(), { scores, scaled } = viewTensors("attention");
+      if (!c || !r || !scores || !scaled) return [];
+      const dk = int("d-k", c.head_dim);
+      const out: Text = [];
+      if (movedHere("scale")) out.push(claim("lesson.gpt2.attn.movedPositive", { layer: layerVal(), head: headVal(), focus: focusTok() }));
+      out.push(say("lesson.gpt2.scale.body", { dk, sqrt: dec("sqrt-dk", Math.sqrt(c.head_dim)),
+        score: dec("best-score", scores.data[r.best], "score-best"), scaled: dec("scaled-score", scaled.data[r.best], "scaled-best") }));
+      out.push(say("lesson.gpt2.scale.why", { dk }));
+      if (r.n >= 2) {
+        const sd = (a: ArrayLike<number>) => {
+          let m = 0, v = 0;
+          for (let j = 0; j < r.n; j++) m += a[j] / r.n;
+          for (let j = 0; j < r.n; j++) v += (a[j] - m) ** 2 / r.n;
+          return Math.sqrt(v);
+        };
+        out.push(say("lesson.gpt2.scale.spread", { focus: focusTok(), sd: dec("sd-scores", sd(scores.data)), sd2: dec("sd-scaled", sd(scaled.data)) }));
+      }
+      return out;
     },
   },
   {
     id: "mask",
     target: "attn-pattern",
+    controls: ["stages"],
     enter: () => show("attention"),
-    title: { en: "The causal mask", zh: "因果掩码" },
-    body: (lang) => {
-      const f = focusTok(), T = nTok();
-      if (!f || !T) return [];
-      const p = int("pos", app.pos), seen = int("n-visible", app.pos + 1), masked = int("n-masked", T - 1 - app.pos);
-      const last = app.pos === T - 1;
-      return lang === "en"
-        ? [...L`GPT-2 learns by predicting every next token of a text at once, so no token may see the tokens after it: they are the answers. Scores of later keys are set to −∞ before the softmax, which makes their weights exactly 0 (the empty upper-right triangle). ${f} at position ${p} sees ${seen} keys, itself included; ${masked} are masked.`,
-          ...(last ? L` It is the last token, so nothing is hidden from it; the rows above show the mask.` : [])]
-        : [...L`GPT-2 训练时一次性预测一段文字里每个位置的下一个词元，所以任何词元都不能看到它后面的词元，那些正是答案。排在后面的键，得分在 softmax 之前被设为 −∞，权重因此恰好是 0（也就是右上方那块空白三角）。位于第 ${p} 个位置的 ${f} 能看到 ${seen} 个键（包括它自己），有 ${masked} 个被遮住。`,
-          ...(last ? L`它是最后一个词元，所以什么都没被遮住；上面几行才看得出掩码。` : [])];
+    title: "lesson.gpt2.mask.title",
+    body: () => {
+      const T = nTok();
+      if (!T || !app.trace?.tokens[app.pos]) return [];
+      const out: Text = [say("lesson.gpt2.mask.body")];
+      const vars = { focus: focusTok(), pos: int("pos", app.pos), seen: int("n-visible", app.pos + 1), masked: int("n-masked", T - 1 - app.pos) };
+      if (T === 1) out.push(claim("lesson.gpt2.mask.single", vars));
+      else if (app.pos === 0) out.push(claim("lesson.gpt2.mask.first", vars));
+      else out.push(claim(app.pos === T - 1 ? "lesson.gpt2.mask.last" : "lesson.gpt2.mask.count", vars));
+      return out;
     },
-    task: (lang) => lang === "en"
-      ? L`Click (or tap) another row of the pattern: the focus moves to that token and its row of weights is read out above.`
-      : L`点一下注意力图里的另一行：焦点会移到那个词元，上方随即显示它那一行权重。`,
+    task: () => [say(nTok() > 1 ? "lesson.gpt2.mask.task" : "lesson.gpt2.mask.taskOne")],
     done: () => app.pos !== at.pos,
   },
   {
     id: "softmax",
     target: "stage-softmax",
-    enter: () => show("attention"),
-    title: { en: "Softmax: scores become weights", zh: "softmax：得分变成权重" },
-    body: (lang) => {
-      const f = focusTok(), [, , , pattern] = viewTensors("attention");
-      if (!f || !pattern) return [];
-      const w = row(pattern, app.pos), best = argBest(w, app.pos);
+    enter: async () => {
+      show("attention");
+      await pickHead("softmax", [(r) => clearWin(r) && r.top !== app.pos, clearWin]);
+    },
+    needs: () => focusSpecs(),
+    title: "lesson.gpt2.softmax.title",
+    body: () => {
+      const c = cfg(), r = focusRow(), { pattern } = viewTensors("attention");
+      if (!c || !r || !pattern) return [];
+      const out: Text = [say("lesson.gpt2.softmax.body")];
+      if (movedHere("softmax")) out.push(claim("lesson.gpt2.attn.movedClear", { layer: layerVal(), head: headVal(), focus: focusTok() }));
+      const vars = { layer: layerVal(), head: headVal(), focus: focusTok(), key: tokAt("top-key", r.top, "weight-best"),
+        weight: dec("top-weight", r.w1, "weight-best"), n: int("n-visible", r.n), even: dec("even-weight", 1 / r.n) };
+      if (r.n < 2) out.push(claim("lesson.gpt2.softmax.only", vars));
+      else {
+        out.push(either(clearWin(r), "lesson.gpt2.softmax.clear", "lesson.gpt2.softmax.lead", vars));
+        if (r.maxScaled < 0) out.push(claim("lesson.gpt2.softmax.negative", { focus: focusTok() }));
+        if (!clearWin(r)) {
+          // does any head give one key a clear win here?
+          let any = false, all = true;
+          for (let l = 0; l < c.n_layer; l++) for (let h = 0; h < c.n_head; h++) {
+            const x = headRow(l, h, app.pos);
+            if (!x) all = false;
+            else if (clearWin(x)) any = true;
+          }
+          if (all && !any) out.push(claim("lesson.gpt2.softmax.noHead", { focus: focusTok() }));
+        }
+      }
+      const w = row(pattern, app.pos);
       let sum = 0;
       for (let j = 0; j < w.length; j++) sum += w[j];
-      const k = tok("top-key", best), wk = n("top-weight", w[best]), s = val("row-sum", sum.toFixed(3), sum); // float16 weights: 3 decimals, not a spurious 1.0001
-      return lang === "en"
-        ? L`Softmax exponentiates each score (so all become positive) and divides by their sum (so they add up to 1). Exponentials widen the gaps, so the best matches win clearly, yet every visible key keeps some weight and the whole is smooth enough to train. ${f} gives its largest weight to ${k}: ${wk}; its row sums to ${s}.`
-        : L`softmax 先对每个得分取指数（全部变成正数），再除以它们的和（加起来等于 1）。取指数会拉大差距，最匹配的键明显胜出，但每个看得见的键都还保留一点权重，整个过程也足够平滑，可以训练。${f} 给 ${k} 的权重最大：${wk}；它这一行加起来是 ${s}。`;
+      out.push(say("lesson.gpt2.softmax.sum", { sum: dec("row-sum", sum) }));
+      return out;
     },
   },
   {
     id: "heads",
     target: "head-picker",
-    enter: () => show("attention"),
-    needs: () => {
-      const H = cfg()?.n_head ?? 0;
-      return Array.from({ length: H }, (_, h) => ({ name: `blocks.${app.layer}.attn.pattern`, head: h, position: app.pos }));
+    controls: ["head-picker"],
+    enter: async () => {
+      show("attention");
+      await fetched(headSpecs(app.pos, [app.layer]));
     },
-    title: { en: "Several heads", zh: "多个注意力头" },
-    body: (lang) => {
-      const c = cfg(), f = focusTok();
-      if (!c || !f) return [];
-      const rows = Array.from({ length: c.n_head }, (_, h) =>
-        app.tensor({ name: `blocks.${app.layer}.attn.pattern`, head: h, position: app.pos }));
-      if (rows.some((r) => !r)) return [];
-      const fav = rows.map((r) => argBest(r!.data, app.pos));
-      const h1 = app.head;
-      // another head, preferably one whose favourite key differs
-      const h2 = [...Array(c.n_head).keys()].find((h) => h !== h1 && fav[h] !== fav[h1])
-        ?? (h1 + 1) % c.n_head;
-      const H = int("n-head", c.n_head), l = int("layer", app.layer);
-      const a = int("head", h1), ka = tok("head-key", fav[h1]), wa = n("head-weight", rows[h1]!.data[fav[h1]]);
-      const b = int("head2", h2), kb = tok("head2-key", fav[h2]), wb = n("head2-weight", rows[h2]!.data[fav[h2]]);
-      return lang === "en"
-        ? L`One head computes one set of weights, so it can look for one kind of thing at a time. This model runs ${H} heads side by side, each with its own W_Q, W_K and W_V, so each can search for something different (the previous token, say, or an earlier mention of the same name). In layer ${l}, head ${a} sends ${f} mostly to ${ka} (${wa}), while head ${b} sends it to ${kb} (${wb}).`
-        : L`一个头只算出一组权重，一次只能找一类东西。这个模型并排运行 ${H} 个头，各有自己的 W_Q、W_K、W_V，于是每个头可以找不同的东西（比如前一个词元，或者前文里同一个名字）。在第 ${l} 层，第 ${a} 个头让 ${f} 主要看 ${ka}（${wa}），第 ${b} 个头则主要看 ${kb}（${wb}）。`;
+    needs: () => focusSpecs(),
+    title: "lesson.gpt2.heads.title",
+    body: () => {
+      const c = cfg();
+      if (!c || !app.trace?.tokens[app.pos]) return [];
+      const rows = Array.from({ length: c.n_head }, (_, h) => headRow(app.layer, h, app.pos));
+      if (rows.some((r) => !r)) {
+        request(headSpecs(app.pos, [app.layer]));
+        return [];
+      }
+      const fav = rows.map((r) => r!.top);
+      const out: Text = [say("lesson.gpt2.heads.body", { nHead: int("n-head", c.n_head) })];
+      const a = app.head, b = fav.findIndex((f, h) => h !== a && f !== fav[a]);
+      if (app.pos === 0) out.push(claim("lesson.gpt2.heads.only", { focus: focusTok() }));
+      else if (b < 0) out.push(claim("lesson.gpt2.heads.same", { layer: layerVal(), focus: focusTok(), key: tokAt("head-key", fav[a]),
+        kpos: int("head-key-pos", fav[a]) }));
+      else out.push(claim("lesson.gpt2.heads.differ", { layer: layerVal(), focus: focusTok(),
+        head: headVal(), key: tokAt("head-key", fav[a]), kpos: int("head-key-pos", fav[a]), weight: dec("head-weight", rows[a]!.w1),
+        head2: int("head2", b), key2: tokAt("head2-key", fav[b]), kpos2: int("head2-key-pos", fav[b]), weight2: dec("head2-weight", rows[b]!.w1) }));
+      return out;
     },
-    task: (lang) => lang === "en"
-      ? L`Pick another head with these buttons and watch the pattern change.`
-      : L`用这排按钮换一个头，看看注意力图怎么变。`,
+    task: () => [say("lesson.gpt2.heads.task")],
     done: () => app.head !== at.head,
   },
   {
     id: "concat",
     target: "heads-concat",
     enter: () => show("heads"),
-    title: { en: "Concatenation and W_O", zh: "拼接与 W_O" },
-    body: (lang) => {
+    title: "lesson.gpt2.concat.title",
+    body: () => {
       const c = cfg();
       if (!c) return [];
-      const dh = int("d-head", c.head_dim), H = int("n-head", c.n_head), w = int("concat-width", c.n_head * c.head_dim);
-      const d = int("d-model", c.n_embd);
-      return lang === "en"
-        ? L`Each head returns z = weights · V: a mix of the values it looked at, ${dh} numbers per token. The ${H} heads' outputs are laid side by side, ${H} × ${dh} = ${w} numbers, exactly the model width ${d}. Then W_O (${d} × ${d}) mixes them into one update, attn_out. Why: concatenating keeps each head's findings apart; W_O is where they are combined and written in the residual stream's own coordinates.`
-        : L`每个头输出 z = 权重 · V：它所关注的那些值按权重混合的结果，每个词元 ${dh} 个数。${H} 个头的输出并排拼在一起：${H} × ${dh} = ${w} 个数，正好是模型宽度 ${d}。随后 W_O（${d} × ${d}）把它们混合成一个更新量 attn_out。为什么：拼接让各个头的结果互不干扰；W_O 负责把它们合起来，并换算回残差流自己的坐标。`;
+      const width = c.n_head * c.head_dim;
+      // the widths the text quotes are those of the two strips: the concatenation (its head outlined) and attn_out
+      const vars = { nHead: int("n-head", c.n_head), dHead: int("d-head", c.head_dim), width: int("concat-width", width, "heads-concat"),
+        d: int("d-model", c.n_embd, "heads-out"), head: headVal() };
+      return [
+        say("lesson.gpt2.concat.body", vars),
+        either(width === c.n_embd, "lesson.gpt2.concat.fits", "lesson.gpt2.concat.other", vars),
+        say("lesson.gpt2.concat.wo", vars),
+      ];
     },
   },
   {
     id: "residual",
     target: "resid-attn",
-    enter: () => show("residual"),
-    title: { en: "The residual stream", zh: "残差流" },
-    body: (lang) => {
-      const f = focusTok(), [pre, attn, , mlp, post] = viewTensors("residual");
-      if (!f || !pre || !attn || !mlp || !post) return [];
-      const l = int("layer", app.layer);
-      const a = n("norm-pre", norm(pre.data)), b = n("norm-attn", norm(attn.data));
-      const c = n("norm-mlp", norm(mlp.data)), d = n("norm-post", norm(post.data));
-      return lang === "en"
-        ? L`A block never replaces the vector; it adds to it. Entering block ${l}, the vector of ${f} has length ${a}; attention adds a vector of length ${b}, the MLP one of ${c}, and ${d} leaves. This sum is the residual stream: every block reads it and writes its edit back into it. Why: the input always passes through unchanged, so gradients flow straight back through a deep stack, and a block with nothing to add can add almost nothing.`
-        : L`块从不替换向量，只往上加。进入第 ${l} 块时，${f} 的向量长度是 ${a}；注意力加上一个长度为 ${b} 的向量，MLP 再加上一个长度为 ${c} 的，出来时长度为 ${d}。这条不断累加的通道就是残差流：每个块都从中读取，再把自己的修改写回去。为什么：输入总能原样通过，梯度可以沿着这条加法通路直接传回很深的网络；某个块如果没什么可补充的，也可以几乎什么都不加。`;
+    enter: async () => {
+      show("residual");
+      const c = cfg();
+      if (!c) return;
+      const layers = [...Array(c.n_layer).keys()];
+      if (!(await fetched(layers.flatMap((l) => residSpecs(l, app.pos))))) return;
+      const here = residAt(app.layer, app.pos);
+      if (here && smallEdits(here)) return;
+      // the block whose edits are shortest beside the vector they are added to
+      const ratio = (l: number) => { const r = residAt(l, app.pos)!; return Math.max(r.attn, r.mlp) / r.pre; };
+      const best = layers.reduce((a, l) => (ratio(l) < ratio(a) ? l : a), 0);
+      if (smallEdits(residAt(best, app.pos)!)) moveTo("residual", best, app.head);
+    },
+    needs: () => [...residSpecs(0, app.pos), ...(app.layer ? residSpecs(app.layer, app.pos) : [])],
+    title: "lesson.gpt2.residual.title",
+    body: () => {
+      const r = residAt(app.layer, app.pos), r0 = residAt(0, app.pos);
+      if (!r || !r0 || !app.trace?.tokens[app.pos]) return [];
+      const out: Text = [say("lesson.gpt2.residual.body")];
+      if (movedHere("residual")) out.push(claim("lesson.gpt2.residual.moved", { layer: layerVal() }));
+      out.push(say("lesson.gpt2.residual.lengths", { layer: layerVal(), focus: focusTok(), pre: dec("norm-pre", r.pre, "resid-pre"),
+        attn: dec("norm-attn", r.attn, "resid-attn"), mlp: dec("norm-mlp", r.mlp, "resid-mlp"), post: dec("norm-post", r.post, "resid-post") }));
+      const sum = r.pre + r.attn + r.mlp;
+      if (r.post < sum) out.push(claim("lesson.gpt2.residual.notAdd", { post: dec("norm-post", r.post), sum: dec("norm-sum", sum) }));
+      const big = r.attn >= r.mlp ? { part: say("lesson.gpt2.residual.partAttn"), len: r.attn } : { part: say("lesson.gpt2.residual.partMlp"), len: r.mlp };
+      out.push(smallEdits(r) ? claim("lesson.gpt2.residual.small")
+        : claim("lesson.gpt2.residual.large", { part: big.part, ratio: dec("edit-ratio", big.len / r.pre) }));
+      if (app.layer !== 0 && r0.mlp > 3 * r0.pre)
+        out.push(claim("lesson.gpt2.residual.block0", { ratio: dec("block0-ratio", r0.mlp / r0.pre) }));
+      out.push(say("lesson.gpt2.residual.why"));
+      return out;
     },
   },
   {
     id: "dropout",
     target: "dropout",
     enter: () => show("residual"),
-    title: { en: "Dropout (off at inference)", zh: "Dropout（推理时关闭）" },
-    body: (lang) => lang === "en"
-      ? L`While training, dropout sets a random fraction of the values to 0 (GPT-2's configuration uses 10%) and scales up the rest, so the model cannot lean on any single path: a guard against learning the training text by heart. At inference, as here, it is switched off: nothing is dropped, and the same text always gives the same numbers.`
-      : L`Dropout（随机丢弃）只在训练时使用：随机把一部分数值置为 0（GPT-2 的配置里是 10%），并把其余的相应放大，让模型不能只依赖某一条通路，从而避免把训练文本死记硬背下来。推理时（比如这里）它是关闭的：什么都不丢弃，同一段文字总是得到同样的数字。`,
+    title: "lesson.gpt2.dropout.title",
+    body: () => [say("lesson.gpt2.dropout.body"), say("lesson.gpt2.dropout.off")],
   },
   {
     id: "mlp",
     target: "mlp-pre",
     enter: () => show("mlp"),
-    title: { en: "The MLP: widen, bend, narrow", zh: "MLP：展宽、弯折、收窄" },
-    body: (lang) => {
+    title: "lesson.gpt2.mlp.title",
+    body: () => {
       const c = cfg();
       if (!c) return [];
-      const d = int("d-model", c.n_embd), m = int("d-mlp", c.d_mlp), r = int("mlp-ratio", c.d_mlp / c.n_embd);
-      return lang === "en"
-        ? L`Attention moves information between positions; the MLP then works on each position alone. It widens the vector from ${d} to ${m} numbers (${r} ×), applies GELU, and projects back to ${d}. Why wider: more room to detect many patterns at once. A common interpretation (useful, not settled) is that the MLPs hold much of what the model knows, as learned key–value memories.`
-        : L`注意力在位置之间传递信息；之后 MLP 对每个位置单独加工：把向量从 ${d} 维展宽到 ${m} 维（${r} 倍），经过 GELU，再投影回 ${d} 维。为什么要展宽：空间更大，才能同时识别许多种模式。一种常见的解读（有用，但尚无定论）认为，模型学到的知识有很大一部分存在 MLP 里，像一张学出来的“键–值”记忆表。`;
+      return [
+        say("lesson.gpt2.mlp.body", { d: int("d-model", c.n_embd), m: int("d-mlp", c.d_mlp), ratio: dec("mlp-ratio", c.d_mlp / c.n_embd) }),
+        say("lesson.gpt2.mlp.why"),
+      ];
     },
   },
   {
     id: "gelu",
     target: "gelu",
     enter: () => show("mlp"),
-    title: { en: "GELU, the bend", zh: "GELU：那道弯" },
-    body: (lang) => {
-      const [, pre, post] = viewTensors("mlp");
-      if (!pre || !post) return [];
-      const i = argBest(pre.data, pre.data.length - 1, -1);
-      const u = int("unit", i), x = n("gelu-in", pre.data[i]), y = n("gelu-out", post.data[i]);
-      return lang === "en"
-        ? L`GELU lets positive inputs through almost unchanged and squashes negative ones towards 0. Here the most negative unit, ${u}, gets ${x} and comes out as ${y}. Why any bend at all: two linear maps in a row are just one linear map; the nonlinearity between them is what lets the MLP compute more than a weighted sum.`
-        : L`GELU 让正的输入几乎原样通过，把负的输入压向 0。这里最负的是第 ${u} 个单元：输入 ${x}，输出 ${y}。为什么非要有这道弯：两个线性变换连在一起，仍然只是一个线性变换；正是中间这一步非线性，让 MLP 能算出比加权求和更多的东西。`;
+    title: "lesson.gpt2.gelu.title",
+    body: () => {
+      const c = cfg(), { pre, post } = viewTensors("mlp");
+      if (!c || !pre || !post) return [];
+      const out: Text = [say("lesson.gpt2.gelu.body")];
+      const act = c.activation;
+      if (act === "gelu_new" || act === "gelu_pytorch_tanh" || act === "gelu_fast") out.push(claim("lesson.gpt2.gelu.tanh"));
+      else if (act === "gelu") out.push(claim("lesson.gpt2.gelu.exact"));
+      else out.push(claim("lesson.gpt2.gelu.other", { act: word("activation", act) }));
+      const lo = argBest(pre.data, pre.data.length - 1, -1), hi = argBest(pre.data, pre.data.length - 1);
+      const neg = { layer: layerVal(), unit: int("unit", lo), x: dec("gelu-in", pre.data[lo], "gelu-neg"), y: dec("gelu-out", post.data[lo], "gelu-neg") };
+      const pos = { unit: int("unit-pos", hi), x: dec("gelu-in-pos", pre.data[hi], "gelu-pos"), y: dec("gelu-out-pos", post.data[hi], "gelu-pos") };
+      if (pre.data[lo] < 0) {
+        // far below 0 the output is tiny, and in float32 it may be exactly 0
+        const far = pre.data[lo] <= -GELU_FAR;
+        out.push(claim(!far ? "lesson.gpt2.gelu.negBend" : post.data[lo] === 0 ? "lesson.gpt2.gelu.negZero" : "lesson.gpt2.gelu.negFlat", neg));
+      }
+      if (pre.data[hi] > 0) out.push(either(pre.data[hi] >= GELU_FAR, "lesson.gpt2.gelu.posPass", "lesson.gpt2.gelu.posBend", pos));
+      out.push(say("lesson.gpt2.gelu.why"));
+      return out;
     },
   },
   {
     id: "params",
     target: "",
     enter: () => show("mlp"),
-    title: { en: "Where the parameters are", zh: "参数都在哪里" },
-    body: (lang) => {
+    title: "lesson.gpt2.params.title",
+    body: () => {
       const c = cfg();
       if (!c) return [];
-      const p = paramCounts(c);
-      const a = big("mlp-params", p.mlp), b = big("block-params", p.block), f1 = pr("mlp-block-share", p.mlp / p.block);
-      const f2 = pr("mlp-model-share", p.mlpAll / p.total), N = big("total-params", p.total);
-      const e = pr("embed-share", p.embed / p.total), d = int("d-model", c.n_embd);
-      return lang === "en"
-        ? L`With d = ${d}, each block's MLP has 8d² + 5d = ${a} parameters of the block's 12d² + 13d = ${b}: ${f1}, two thirds. Of this model's ${N} parameters, counting every weight and bias, the MLPs hold ${f2} and the embeddings ${e}. (GPT-2 small, d = 768 with 12 blocks, gives 45.5% by the same sums: “most parameters are in the MLP” holds for a block, not for the whole model.)`
-        : L`d = ${d} 时，每个块的 MLP 有 8d² + 5d = ${a} 个参数，整个块有 12d² + 13d = ${b} 个：MLP 占 ${f1}，约三分之二。这个模型一共 ${N} 个参数（所有权重和偏置都算上），其中 MLP 占 ${f2}，嵌入占 ${e}。（GPT-2 small 的 d = 768、共 12 块，同样算下来 MLP 占 45.5%：“大部分参数都在 MLP 里”对单个块成立，对整个模型并不成立。）`;
+      const p = paramCounts(c), share = p.mlp / p.block, mlpShare = p.mlpAll / p.total;
+      const out: Text = [
+        claim("lesson.gpt2.params.block", { d: int("d-model", c.n_embd), mlp: int("mlp-params", p.mlp), block: int("block-params", p.block),
+          share: pct("mlp-block-share", share) }),
+        say("lesson.gpt2.params.model", { total: int("total-params", p.total), mlpShare: pct("mlp-model-share", mlpShare),
+          embShare: pct("embed-share", p.embed / p.total) }),
+        either(mlpShare < 0.5, "lesson.gpt2.params.notMost", "lesson.gpt2.params.most"),
+        say("lesson.gpt2.params.gpt2"),
+      ];
+      return out;
     },
   },
   {
     id: "blocks",
     target: "resid-norms",
     enter: () => show("blocks"),
-    title: { en: "The stack of blocks", zh: "块的堆叠" },
-    body: (lang) => {
-      const tr = app.trace, f = focusTok();
-      if (!tr || !f) return [];
-      const norms = decodeTensor(tr.resid_norms), T = norms.shape[1], Lr = norms.shape[0];
-      const nl = int("n-layer", tr.config.n_layer);
-      const a = n("norm-first", norms.data[app.pos]), b = n("norm-last", norms.data[(Lr - 1) * T + app.pos]);
-      return lang === "en"
-        ? L`All of that was one block. This model stacks ${nl} of them, the same in shape, each with its own weights. Each reads the stream the earlier ones wrote to, so later blocks can build on what earlier ones found; one block gets only one round of looking around. The vector of ${f} has length ${a} entering block 0 and ${b} at the end of the stack.`
-        : L`前面讲的都只是一个块。这个模型把 ${nl} 个这样的块叠在一起，结构相同，权重各异。每个块都读取前面各块写入的残差流，所以后面的块可以在前面的发现之上继续加工；只有一个块的话，就只能“环顾”一轮。${f} 的向量进入第 0 块时长度为 ${a}，到整个堆叠末尾时为 ${b}。`;
+    title: "lesson.gpt2.blocks.title",
+    body: () => {
+      const tr = app.trace;
+      if (!tr?.tokens[app.pos]) return [];
+      const norms = decodeTensor(tr.resid_norms), T = norms.shape[1], rows = norms.shape[0];
+      const first = norms.data[app.pos], last = norms.data[(rows - 1) * T + app.pos];
+      return [
+        say("lesson.gpt2.blocks.body", { nLayer: int("n-layer", tr.config.n_layer) }),
+        either(last > first, "lesson.gpt2.blocks.grows", "lesson.gpt2.blocks.shrinks", { focus: focusTok(),
+          first: dec("norm-first", first, "norm-first"), last: dec("norm-last", last, "norm-last") }),
+      ];
     },
   },
   {
     id: "final-ln",
     target: "ln-stats",
-    enter: () => { app.pos = Math.max(0, nTok() - 1); show("layernorm", "ln_final"); },
-    title: { en: "The final layer norm", zh: "最后的层归一化" },
-    body: (lang) => {
-      const f = focusTok(), [, mean, variance] = viewTensors("layernorm", "ln_final");
-      if (!f || !mean || !variance) return [];
-      const mu = n("ln-mean", mean.data[app.pos]), v = n("ln-var", variance.data[app.pos]);
-      return lang === "en"
-        ? L`After the last block comes one more layer norm. The next token is predicted from the last position, so the focus is now on ${f}: its vector arrives with mean ${mu} and variance ${v}, and leaves normalised. Why: the stream's scale changes through the stack (see the previous step), and the output layer should see a vector of steady scale.`
-        : L`最后一个块之后，还有一次层归一化。下一个词元是由最后一个位置预测的，所以焦点现在移到了 ${f}：它的向量进来时均值为 ${mu}、方差为 ${v}，出去时已经归一化。为什么：残差流的尺度在层层堆叠中不断变化（见上一步），输出层需要一个尺度稳定的向量。`;
+    enter: () => {
+      app.pos = Math.max(0, nTok() - 1);
+      show("layernorm", "ln_final");
+    },
+    title: "lesson.gpt2.final-ln.title",
+    body: () => {
+      const { mean, variance } = viewTensors("layernorm", "ln_final");
+      if (!mean || !variance || !app.trace?.tokens[app.pos]) return [];
+      const vars = { focus: focusTok(), mean: dec("ln-mean", mean.data[app.pos], "ln-stats"), var: dec("ln-var", variance.data[app.pos], "ln-stats") };
+      return [
+        say("lesson.gpt2.final-ln.body"),
+        either(app.pos === nTok() - 1, "lesson.gpt2.final-ln.last", "lesson.gpt2.final-ln.notLast", vars),
+        say("lesson.gpt2.final-ln.why"),
+      ];
     },
   },
   {
     id: "unembed",
     target: "logits",
     enter: () => show("output"),
-    title: { en: "Unembedding: a score per token", zh: "反嵌入：给每个词元打分" },
-    body: (lang) => {
+    title: "lesson.gpt2.unembed.title",
+    body: () => {
       const c = cfg(), top = app.next?.candidates[0];
       if (!c || !top) return [];
-      const V = big("vocab", c.vocab_size), t = val("top-token", visible(top.text), top.id), l = n("top-logit", top.logit);
-      return lang === "en"
-        ? L`To score the next token, the normalised vector is multiplied by W_Eᵀ: the same embedding matrix as at the start, transposed (GPT-2 ties the two and adds no bias). Each of the ${V} results is a logit, an unnormalised score: the dot product of the vector with that token's embedding, so similarity once more. The highest is ${t} at ${l}. Why tie them: it saves a whole V × d matrix, and “predict t” becomes “point towards t's embedding”.`
-        : L`为了给下一个词元打分，归一化后的向量要乘以 W_Eᵀ：就是开头那个嵌入矩阵的转置（GPT-2 让两者共用权重，而且不加偏置）。得到的 ${V} 个结果叫 logit（未归一化的分数）：向量与各个词元嵌入的点积，又一次在衡量相似度。最高的是 ${t}，为 ${l}。为什么共用：省下一整个 V × d 的矩阵，而且“预测 t”就变成了“让向量指向 t 的嵌入”。`;
+      const vars = { vocab: int("vocab", c.vocab_size), saved: int("saved", c.vocab_size * c.n_embd) };
+      return [
+        either(c.tie_word_embeddings !== false, "lesson.gpt2.unembed.tied", "lesson.gpt2.unembed.untied", vars),
+        say("lesson.gpt2.unembed.top", { top: token("top-token", top.text, top.id, "cand-0"), logit: dec("top-logit", top.logit, "cand-0") }),
+      ];
     },
   },
   {
     id: "probs",
     target: "candidates",
     enter: () => show("output"),
-    title: { en: "From logits to probabilities", zh: "从 logit 到概率" },
-    body: (lang) => {
-      const nx = app.next;
-      if (!nx || nx.candidates.length < 2) return [];
+    title: "lesson.gpt2.probs.title",
+    body: () => {
+      const nx = app.next, c = cfg();
+      if (!nx || !c || nx.candidates.length < 2) return [];
       const [c1, c2] = nx.candidates;
-      const t1 = val("top-token", visible(c1.text), c1.id), t2 = val("second-token", visible(c2.text), c2.id);
-      const p1 = pr("top-prob-nocut", c1.prob_no_cut), p2 = pr("second-prob-nocut", c2.prob_no_cut);
-      const g = n("logit-gap", c1.logit - c2.logit);
-      return lang === "en"
-        ? L`As in attention, a softmax over all logits turns them into probabilities, and only the differences between logits matter. Before any cut, ${t1} has probability ${p1} and ${t2} ${p2}: their logits differ by ${g}, and their ratio is e^(difference / T). The table lists the likeliest candidates, with probabilities after the cuts explained next; grey rows were cut.`
-        : L`和注意力里一样，对全部 logit 做 softmax 就得到概率，起作用的只是 logit 之间的差。在任何截断之前，${t1} 的概率是 ${p1}，${t2} 是 ${p2}：二者的 logit 相差 ${g}，概率之比就是 e^(差 / T)。表里列出最可能的候选词元，其中的概率是经过后面要讲的截断之后的；灰色的行已被截掉。`;
+      const t1 = token("top-token", c1.text, c1.id, "cand-0"), p1 = pct("top-prob-nocut", c1.prob_no_cut);
+      const out: Text = [say("lesson.gpt2.probs.body")];
+      if (nx.greedy) out.push(claim("lesson.gpt2.probs.greedy", { top: t1 }));
+      else {
+        const gap = c1.logit - c2.logit;
+        out.push(claim("lesson.gpt2.probs.pair", { top: t1, p1, second: token("second-token", c2.text, c2.id, "cand-1"),
+          p2: pct("second-prob-nocut", c2.prob_no_cut), gap: dec("logit-gap", gap), T: dec("temperature", nx.temperature),
+          ratio: dec("prob-ratio", c1.prob_no_cut / c2.prob_no_cut) }));
+        const even = 1 / c.vocab_size;
+        const vars = { top: t1, p1, vocab: int("vocab", c.vocab_size), even: pct("even-prob", even), times: dec("times-even", c1.prob_no_cut / even) };
+        out.push(either(c1.prob_no_cut >= NEAR_EVEN * even, "lesson.gpt2.probs.aboveEven", "lesson.gpt2.probs.nearEven", vars));
+      }
+      const cut = nx.candidates.find((x) => !x.kept);
+      out.push(cut ? claim("lesson.gpt2.probs.grey", { cut: token("first-cut", cut.text, cut.id, "cand-cut") }) : claim("lesson.gpt2.probs.noGrey"));
+      return out;
     },
   },
   {
     id: "temperature",
     target: "sampling",
+    controls: ["temperature"],
     enter: () => show("output"),
-    title: { en: "Temperature", zh: "温度" },
-    body: (lang) => {
-      const nx = app.next, top = nx?.candidates[0];
-      if (!nx || !top) return [];
-      const T = exact("temperature", nx.temperature), t = val("top-token", visible(top.text), top.id), p = pr("top-prob", top.prob);
-      return lang === "en"
-        ? L`Before the softmax every logit is divided by the temperature T, now ${T}. Below 1 it sharpens the distribution, above 1 it flattens it, and T = 0 means always take the top token (greedy). The top guess ${t} now gets ${p}.`
-        : L`做 softmax 之前，每个 logit 都要除以温度 T，现在是 ${T}。T 小于 1 会让分布更尖锐，大于 1 会让它更平坦；T = 0 表示总是选概率最高的词元（贪心）。现在首选的 ${t} 概率为 ${p}。`;
+    title: "lesson.gpt2.temperature.title",
+    body: () => {
+      const nx = app.next, c = cfg(), top = nx?.candidates[0];
+      if (!nx || !c || !top) return [];
+      const vars = { top: token("top-token", top.text, top.id, "cand-0"), p: pct("top-prob", top.prob, "cand-0"),
+        pNoCut: pct("top-prob-nocut", top.prob_no_cut), kept: int("n-kept", nx.n_kept) };
+      return [
+        say("lesson.gpt2.temperature.body", { T: dec("temperature", nx.temperature) }),
+        nx.greedy ? claim("lesson.gpt2.temperature.greedy", vars)
+          : either(nx.n_kept < c.vocab_size, "lesson.gpt2.temperature.cut", "lesson.gpt2.temperature.noCut", vars),
+      ];
     },
-    task: (lang) => lang === "en"
-      ? L`Drag the temperature to 2 and watch that probability fall.`
-      : L`把温度拖到 2，看这个概率怎么往下掉。`,
+    task: () => [say("lesson.gpt2.temperature.task")],
     done: () => (app.sampling.temperature ?? 1) >= 1.9,
   },
   {
     id: "top-k",
     target: "sampling",
+    controls: ["top-k"],
     enter: () => show("output"),
-    title: { en: "Top-k, and this page's default", zh: "Top-k，以及本页的默认设置" },
-    body: (lang) => {
+    title: "lesson.gpt2.top-k.title",
+    body: () => {
       const nx = app.next, c = cfg();
       if (!nx || !c) return [];
       const k = nx.top_k, kept = int("n-kept", nx.n_kept), d = int("default-k", DEFAULT_SAMPLING.top_k ?? 0);
-      // the probability the top-k cut removes, when all kept tokens are among the listed candidates
-      const listed = nx.candidates.filter((x) => x.kept);
-      const tail = k != null && listed.length === nx.n_kept ? 1 - listed.reduce((s, x) => s + x.prob_no_cut, 0) : null;
-      const kv = k != null ? int("top-k", k) : null;
-      const en: Part[] = [...(kv ? L`Top-k keeps only the ${kv} likeliest tokens and renormalises: ${kept} survive. ` : L`Top-k is off: all ${kept} tokens can be drawn. `),
-        ...(tail != null ? L`Together the tokens it cuts would have had ${pr("tail-mass", tail)}. ` : []),
-        ...L`This page starts with top-k, k = ${d}, at T = 1. That is our choice, not a rule: drawn from the whole vocabulary, the long tail of unlikely tokens (each tiny, but many) wins now and then, appending a token of well under 1%; greedy decoding avoids that but tends to repeat itself. With k = ${d}, every token that can be drawn is visible in the table.`];
-      const zh: Part[] = [...(kv ? L`Top-k 只保留最可能的 ${kv} 个词元，再重新归一化：现在剩下 ${kept} 个。` : L`Top-k 已关闭：全部 ${kept} 个词元都可能被抽中。`),
-        ...(tail != null ? L`被截掉的那些词元，原本加起来有 ${pr("tail-mass", tail)} 的概率。` : []),
-        ...L`本页默认用 top-k，k = ${d}，温度为 1。这是我们的选择，不是定规：如果从整个词表里抽，大量低概率词元（每个都很小，但数量极多）时不时会被抽中，追加上去的可能是一个概率远不到 1% 的词元；贪心解码没有这个问题，却容易来回重复。取 k = ${d}，可能被抽中的词元在表里都看得到。`];
-      return lang === "en" ? en : zh;
+      const out: Text = [];
+      if (k != null && !nx.greedy) {
+        out.push(claim("lesson.gpt2.top-k.on", { k: int("top-k", k), kept }));
+        // the probability the cut removes, when every token top-k keeps is among the listed candidates
+        const listed = nx.candidates.slice(0, k);
+        const next = nx.candidates[k];
+        if (k < nx.candidates.length && next) {
+          const tail = 1 - listed.reduce((s, x) => s + x.prob_no_cut, 0);
+          out.push(either(tail > 0.5, "lesson.gpt2.top-k.tailMost", "lesson.gpt2.top-k.tailLess", { tail: pct("tail-mass", tail),
+            k: int("top-k", k), next: token("next-token", next.text, next.id), pNext: pct("next-prob", next.prob_no_cut) }));
+        }
+      } else if (nx.greedy) out.push(claim("lesson.gpt2.top-k.greedy"));
+      else out.push(claim("lesson.gpt2.top-k.off", { kept }));
+      out.push(say("lesson.gpt2.top-k.default", { k: d }));
+      return out;
     },
-    task: (lang) => lang === "en"
-      ? L`Set k to 3 in its box: only three rows stay black.`
-      : L`在 Top-k 的输入框里填 3：表里只有前三行还是黑色，其余都变灰。`,
+    task: () => [say("lesson.gpt2.top-k.task")],
     done: () => app.sampling.top_k === 3,
   },
   {
     id: "top-p",
     target: "sampling",
+    controls: ["top-p"],
     enter: () => show("output"),
-    title: { en: "Top-p", zh: "Top-p" },
-    body: (lang) => {
+    title: "lesson.gpt2.top-p.title",
+    body: () => {
       const nx = app.next;
       if (!nx) return [];
       const kept = int("n-kept", nx.n_kept);
-      const p = nx.top_p != null ? n("top-p", nx.top_p) : null;
-      return lang === "en"
-        ? [...L`Top-p (nucleus sampling) keeps the smallest set of likeliest tokens whose probabilities together reach p: few tokens when the model is sure, many when it is not. Its cut adapts to the situation, where top-k's is fixed. `,
-          ...(p ? L`With p = ${p}, ${kept} tokens survive (after top-k, if that is on too).` : L`It is off now; ${kept} tokens survive.`)]
-        : [...L`Top-p（核采样）保留概率最高、且累计概率达到 p 的最小一组词元：模型有把握时只留几个，没把握时留很多。它的截断随情况而变，而 top-k 是固定的。`,
-          ...(p ? L`p = ${p} 时剩下 ${kept} 个词元（如果 top-k 也开着，就在它之后再截）。` : L`现在它是关闭的，剩下 ${kept} 个词元。`)];
+      return [
+        say("lesson.gpt2.top-p.body"),
+        nx.top_p != null && !nx.greedy ? claim("lesson.gpt2.top-p.on", { p: dec("top-p", nx.top_p), kept })
+          : claim("lesson.gpt2.top-p.off", { kept }),
+      ];
     },
-    task: (lang) => lang === "en"
-      ? L`Tick top-p and move its slider: watch how many tokens survive.`
-      : L`勾选 Top-p 并拖动滑块，看看还剩多少个词元。`,
+    task: () => [say("lesson.gpt2.top-p.task")],
     done: () => app.sampling.top_p != null,
   },
   {
     id: "sample",
     target: "generate",
     enter: () => show("output"),
-    title: { en: "Sampling", zh: "抽样" },
-    body: (lang) => {
-      const nx = app.next;
-      if (!nx) return [];
-      const t = val("sampled-token", visible(nx.sampled.text), nx.sampled.id), p = pr("sampled-prob", nx.sampled.prob);
-      const s = int("seed", nx.seed);
-      return lang === "en"
-        ? L`Finally one token is drawn at random, each with its probability after the cuts: ${t} (${p}), with seed ${s}. Why not always the top one: always taking the likeliest token gives text that loops and repeats; drawing keeps it varied. The seed makes a draw repeatable; it moves on by one after each append.`
-        : L`最后按截断后的概率随机抽一个词元：抽中的是 ${t}（${p}），随机种子为 ${s}。为什么不总是选最可能的那个：每次都选概率最高的词元，写出来的文字容易兜圈子、不断重复；随机抽取能让文字更多样。种子让同一次抽取可以复现；每追加一个词元，种子就加 1。`;
+    title: "lesson.gpt2.sample.title",
+    body: () => {
+      const nx = app.next, top = nx?.candidates[0];
+      if (!nx || !top) return [];
+      const vars = { tok: token("sampled-token", nx.sampled.text, nx.sampled.id, "generate"), p: pct("sampled-prob", nx.sampled.prob),
+        seed: int("seed", nx.seed), top: token("top-token", top.text, top.id), pTop: pct("top-prob", top.prob) };
+      const out: Text = [say("lesson.gpt2.sample.body", vars)];
+      if (nx.greedy) out.push(claim("lesson.gpt2.sample.greedy", vars));
+      else if (nx.n_kept === 1) out.push(claim("lesson.gpt2.sample.one", vars));
+      else out.push(either(nx.sampled.id === top.id, "lesson.gpt2.sample.top", "lesson.gpt2.sample.notTop", vars));
+      out.push(say("lesson.gpt2.sample.why"));
+      return out;
     },
   },
   {
     id: "kv-cache",
     target: "generate",
+    controls: ["append"],
     enter: () => show("output"),
-    title: { en: "Generation and the KV cache", zh: "生成与 KV 缓存" },
-    body: (lang) => {
+    title: "lesson.gpt2.kv-cache.title",
+    body: () => {
       const tr = app.trace;
       if (!tr) return [];
-      const T = int("n-tokens", tr.token_ids.length);
       const [a, b] = tr.computed_positions;
       const one = b - a === 1 && tr.token_ids.length > 1;
-      const p = int("computed-pos", a);
-      const en: Part[] = [...L`The text has ${T} tokens. Appending one runs the model again, but only the new position needs computing: earlier tokens cannot see later ones (the mask), so their keys and values never change. They are kept in a cache and reused, and the new query attends to them. `,
-        ...(one ? L`That is what just happened: only position ${p} was computed.` : L`Try it: the note under the button then says which position was computed.`)];
-      const zh: Part[] = [...L`现在文本有 ${T} 个词元。再追加一个，模型就要再跑一遍，但真正需要计算的只有新位置：前面的词元看不到后面的（因为掩码），它们的键和值从不改变，于是存进缓存直接复用，新位置的查询去和它们匹配。`,
-        ...(one ? L`刚才正是如此：只计算了第 ${p} 个位置。` : L`试试看：追加之后，按钮下方会注明计算了哪个位置。`)];
-      return lang === "en" ? en : zh;
+      return [
+        say(tr.token_ids.length > 1 ? "lesson.gpt2.kv-cache.body" : "lesson.gpt2.kv-cache.bodyOne", { T: int("n-tokens", tr.token_ids.length) }),
+        one ? claim("lesson.gpt2.kv-cache.just", { pos: int("computed-pos", a) }) : claim("lesson.gpt2.kv-cache.try"),
+        say("lesson.gpt2.kv-cache.ctx", { ctx: int("ctx", tr.config.block_size) }),
+      ];
     },
-    task: (lang) => lang === "en"
-      ? L`Press “Append the sampled token” (or click a candidate in the table).`
-      : L`点击“追加抽中的词元”（或者点表里的某个候选词元）。`,
+    task: () => [say("lesson.gpt2.kv-cache.task", { button: say("ui.appendSampled") })],
     done: () => nTok() > at.nTok,
   },
 ];
 
 export const gpt2Lesson: Lesson = {
   id: "gpt2",
-  title: { en: "How GPT-2 reads your text", zh: "GPT-2 如何读懂你的文本" },
+  title: "lesson.gpt2.title",
   steps,
 };

@@ -1,23 +1,19 @@
-// Every guided lesson, by id, and which one the lesson button opens on the page the learner is on.
-import type { InlineLesson, Lesson } from "../lib/lesson";
-import type { ViewId } from "../lib/views";
+// Every guided lesson, by id (loaded with the lesson card, components/LessonCard.svelte, a chunk of its own:
+// src/parts.ts). Which one the lesson button opens: lessons/choose.ts, which the page bundles.
+import type { Lesson } from "../lib/lesson";
+import type { LessonId } from "./choose";
 import { experimentsLesson } from "./experiments";
 import { gpt2Lesson } from "./gpt2";
 import { modernLesson } from "./modern";
 import { seq2seqLesson } from "./seq2seq";
+import { stableLesson } from "./stable";
+import { whyLesson } from "./why";
 
-export const LESSONS: Record<string, Lesson | InlineLesson> = {
-  [gpt2Lesson.id]: gpt2Lesson,
-  [seq2seqLesson.id]: seq2seqLesson,
-  [experimentsLesson.id]: experimentsLesson,
-  [modernLesson.id]: modernLesson,
+export const LESSONS: Record<LessonId, Lesson> = {
+  gpt2: gpt2Lesson,
+  seq2seq: seq2seqLesson,
+  experiments: experimentsLesson,
+  modern: modernLesson,
+  stable: stableLesson,
+  why: whyLesson,
 };
-
-/** The lesson of the page in view: the encoder-decoder page's, the Experiments area's, the chapter on
- *  today's models when the loaded model is of the Llama family (`family` from its config), or GPT-2's. */
-export function lessonFor(seq2seq: boolean, view: ViewId, family?: string): string {
-  if (seq2seq && LESSONS.seq2seq) return "seq2seq";
-  if (view === "experiments" && LESSONS.experiments) return "experiments";
-  if (family === "llama") return modernLesson.id;
-  return gpt2Lesson.id;
-}

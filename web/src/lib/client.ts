@@ -1,13 +1,16 @@
 // The JSON API, typed by the generated schema types. Every call goes to this page's own origin.
 import type {
-  ErrorOut, GenerateIn, GenerateOut, ModelInfo, ModelList, NextTokenIn, NextTokenOut, TensorSpec, TensorsIn,
+  ErrorCode, ErrorOut, GenerateIn, GenerateOut, ModelInfo, ModelList, NextTokenIn, NextTokenOut, TensorSpec, TensorsIn,
   TensorsOut, TraceIn, TraceOut, WeightIn,
 } from "./generated/api";
 import { snapshot, snapshotCall } from "../snapshot/static";
 import { BINARY_MEDIA_TYPE, unpackBinary } from "./tensor";
 
+/** An answer other than 2xx: its status, the server's English sentence (`message`, ErrorOut's detail), and its
+ *  code and params, which the page words in the learner's language (errorText.ts). */
 export class ApiError extends Error {
-  constructor(public status: number, message: string) {
+  constructor(public status: number, message: string, public code: ErrorCode | null = null,
+              public params: Record<string, string | number> = {}) {
     super(message);
   }
 }
@@ -43,7 +46,7 @@ const BINARY = typeof location === "undefined" || !new URLSearchParams(location.
 
 export async function call<T>(path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
   if (snapshot) { // an offline snapshot page: the answers come from the data it carries
-    try { return (await snapshotCall(path, body)) as T; } catch (e) { throw new ApiError(404, (e as Error).message); }
+    try { return (await snapshotCall(path, body)) as T; } catch (e) { throw new ApiError(404, (e as Error).message, "error"); }
   }
   const start = performance.now();
   // a POST asks for the binary answer (tensors as raw bytes after a JSON header, see tensor.ts); routes
@@ -57,13 +60,14 @@ export async function call<T>(path: string, body?: unknown, signal?: AbortSignal
   });
   const headers = performance.now();
   if (!res.ok) {
-    let msg = `${res.status} ${res.statusText}`;
+    let err = new ApiError(res.status, `${res.status} ${res.statusText}`);
     try {
-      msg = ((await res.json()) as ErrorOut).detail || msg;
+      const out = (await res.json()) as ErrorOut;
+      err = new ApiError(res.status, out.detail || err.message, out.code ?? null, out.params ?? {});
     } catch {
       /* not JSON: keep the status line */
     }
-    throw new ApiError(res.status, msg);
+    throw err;
   }
   const binary = (res.headers.get("content-type") ?? "").startsWith(BINARY_MEDIA_TYPE);
   let out: T, bytes: number, done: number;

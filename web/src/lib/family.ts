@@ -3,19 +3,28 @@
 // Views and lessons branch on a model's capabilities (its config's `capabilities`: the norm's kind, the position
 // scheme, QK-norm, sandwich norms, local layers, ...), never on the family's name.
 import type { CapabilitiesOut, ModelConfigOut } from "./generated/api";
-import { FAMILIES } from "./generated/names";
+import { FAMILIES, type FamilyDeclaration } from "./generated/names";
 
-/** A family's name, as FAMILIES has it ("gpt2", "llama", "qwen3", "gemma3"). */
+/** A family's name, as the server sends it ("gpt2", "llama", "qwen3", "gemma3", or one this page was built without). */
 export type Family = string;
 export type Capabilities = CapabilitiesOut;
 
-export function familyOf(cfg: Pick<ModelConfigOut, "family"> | null | undefined): Family {
-  return cfg?.family && cfg.family in FAMILIES ? cfg.family : "gpt2";
+/** The model's family's name, as its config says; null before a config is known. A family missing from FAMILIES (a
+ *  server newer than this page) keeps its own name: it is never taken for another family, and the views follow its
+ *  capabilities, which the config carries. */
+export function familyOf(cfg: Pick<ModelConfigOut, "family"> | null | undefined): Family | null {
+  return cfg?.family || null;
 }
 
-/** The family's name as people write it ("Gemma 3"). */
+/** The family's declaration (label, model types, parts), or null for a family this page does not know. */
+export function declarationOf(cfg: Pick<ModelConfigOut, "family"> | null | undefined): FamilyDeclaration | null {
+  const f = familyOf(cfg);
+  return f !== null && Object.hasOwn(FAMILIES, f) ? FAMILIES[f] : null;
+}
+
+/** The family's name as people write it ("Gemma 3"); a family this page does not know, by the name the server gives. */
 export function familyLabel(cfg: Pick<ModelConfigOut, "family"> | null | undefined): string {
-  return FAMILIES[familyOf(cfg)].label;
+  return declarationOf(cfg)?.label ?? familyOf(cfg) ?? "";
 }
 
 /** GPT-2's capabilities: what the page assumes before a model's config is known. */

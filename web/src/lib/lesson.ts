@@ -133,32 +133,3 @@ export function values(text: Text): Value[] {
   text.forEach(walk);
   return out;
 }
-
-// -- the lessons written before the catalogue (text inline, per language): removed once every lesson's words
-// are in src/locales/ -------------------------------------------------------------------------------------
-
-/** A lesson step whose words are inline template literals, one per language. */
-export interface InlineStep extends Omit<LessonStep, "title" | "body" | "task"> {
-  title: Record<"en" | "zh", string>;
-  body: (lang: Lang) => Part[];
-  task?: (lang: Lang) => Part[];
-}
-
-export interface InlineLesson {
-  id: string;
-  title: Record<"en" | "zh", string>;
-  steps: InlineStep[];
-}
-
-/** Tagged template for inline lesson text: `` L`the top guess is ${val("top", "4.8 %", 0.048)}` `` gives parts. */
-export function L(strings: TemplateStringsArray, ...vals: (Part | number)[]): Part[] {
-  const out: Part[] = [];
-  strings.forEach((s, i) => {
-    if (s) out.push(s);
-    if (i < vals.length) {
-      const v = vals[i];
-      out.push(typeof v === "number" ? String(v) : v);
-    }
-  });
-  return out;
-}

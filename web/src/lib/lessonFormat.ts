@@ -28,12 +28,12 @@ const SUP: Record<string, string> = { "-": "⁻", "0": "⁰", "1": "¹", "2": "�
   "7": "⁷", "8": "⁸", "9": "⁹" };
 const superscript = (e: number) => String(e).replace(/./g, (c) => SUP[c] ?? c);
 
-/** A probability as a percentage to 3 significant digits ("77.9%", "4.83%"); below 0.01% it says so. */
+/** A probability as a percentage to 3 significant digits ("77.9%", "4.83%"); below 0.01% and above 99.9% it says so. */
 export function percent(p: number): string {
   if (p === 0) return "0%";
   if (p === 1) return "100%";
   if (p < 1e-4) return "< 0.01%";
-  if (p > 1 - 1e-4) return "> 99.99%";
+  if (p >= 0.9995) return "> 99.9%"; // 3 significant digits would round it to "100%"
   return `${r3(p * 100)}%`;
 }
 

@@ -2,13 +2,16 @@
 // sampling settings, and the tensors fetched for the current trace.
 import { tick } from "svelte";
 import { APP_TOP_K, APP_TOP_N, DEFAULT_SEED } from "./generated/limits";
-import { api, ApiError, callTimings, specKey } from "./client";
+import { api, callTimings, specKey } from "./client";
+import { asError, errorText, overLong } from "./errorText";
 import type { ModelInfo, NextTokenOut, SamplingIn, TensorSpec, TraceOut } from "./generated/api";
 import { translate, type Lang, type MessageKey } from "./i18n";
 import { capsOf, familyOf, type Capabilities, type Family } from "./family";
 import { decodeTensor, type Tensor } from "./tensor";
 import { hasView, normsOf, specsFor, type LnWhich, type ViewId } from "./views";
 import { snapshot } from "../snapshot/static";
+import examples from "./examples.json";
+import type { LessonId } from "../lessons/choose";
 
 /** Tensors are asked for as float32: every value a readout shows (4 decimals) is the trace's own. With
  *  binary answers float32 costs 4 bytes a value, against 2.7 for float16 as base64. The map of tensors is
@@ -27,13 +30,9 @@ export interface RunTiming {
   call: import("./client").CallTiming | null;
 }
 
-export const EXAMPLES = [
-  "Data visualization empowers users to",
-  "The capital of France is Paris, and the capital of Germany is",
-  "Once upon a time, in a small village by the sea, there lived a",
-  "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
-  "人工智能正在改变世界",
-];
+/** The example texts under the text box (a file of their own: the page's inline CJK glyphs are built from them,
+ *  scripts/build_cjk_font.py). */
+export const EXAMPLES: readonly string[] = examples;
 
 /** How the next token is drawn when the page opens: top-k with k = 10 at temperature 1. A choice, not
  *  a rule (the output view and the lesson say why): from the whole vocabulary the long tail of
@@ -55,15 +54,16 @@ class AppState {
   ln = $state<LnWhich>("ln1");
   sampling = $state<SamplingIn>({ ...DEFAULT_SAMPLING });
   loading = $state(false);
-  /** The failure the page shows: the last trace's, the model list's, sampling's or generation's (set here),
-   *  else a view's fetch that failed, while the page still shows what it failed for: the view's error clears
-   *  once the view, layer, head, token or trace changes, or its tensors arrive after all. */
-  get error(): string | null {
+  /** The failure the page shows (worded in the current language by tError): the last trace's, the model
+   *  list's, sampling's or generation's (set here), else a view's fetch that failed, while the page still shows
+   *  what it failed for: the view's error clears once the view, layer, head, token or trace changes, or its
+   *  tensors arrive after all. */
+  get error(): Error | null {
     const v = this.#viewError;
-    return this.#runError ?? (v && v.trace === this.trace && v.at === this.#at() ? v.message : null);
+    return this.#runError ?? (v && v.trace === this.trace && v.at === this.#at() ? v.error : null);
   }
-  set error(message: string | null) {
-    this.#runError = message;
+  set error(error: Error | null) {
+    this.#runError = error;
   }
   /** The last error was an over-long input: the page offers to keep its last `fit` tokens (null: count unknown). */
   overLong = $state<{ fit: number | null } | null>(null);
@@ -73,7 +73,7 @@ class AppState {
   weightCache = $state.raw(new Map<string, Tensor>());
   generating = $state(false);
   /** The guided lesson that is open, if any (src/lessons/). */
-  lesson = $state<string | null>(null);
+  lesson = $state<LessonId | null>(null);
   lastUpdateMs = $state<number | null>(null);
   /** The server is still loading its model (it serves the page at once, the API once the model is in):
    *  the seconds since this page opened, for the notice; null when it is not (or no longer) loading. */
@@ -84,8 +84,8 @@ class AppState {
   #nextCtl: AbortController | null = null;
   #pending = new Set<string>();
   #seq = 0;
-  #runError = $state<string | null>(null);
-  #viewError = $state.raw<{ message: string; trace: TraceOut; at: string; keys: string[] } | null>(null);
+  #runError = $state.raw<Error | null>(null);
+  #viewError = $state.raw<{ error: Error; trace: TraceOut; at: string; keys: string[] } | null>(null);
 
   /** What a view's fetch is for, besides the trace: the view and its focus. */
   #at(): string {
@@ -93,8 +93,8 @@ class AppState {
   }
 
   /** A view's fetch of `keys` failed: the page says so while it shows that view of this trace. */
-  #viewFailed(message: string, trace: TraceOut, at: string, keys: string[]): void {
-    this.#viewError = { message, trace, at, keys };
+  #viewFailed(error: Error, trace: TraceOut, at: string, keys: string[]): void {
+    this.#viewError = { error, trace, at, keys };
   }
 
   /** Tensors arrived: a view error about them (and nothing else) is over. Its keys are the tensors' (`key`),
@@ -113,8 +113,8 @@ class AppState {
     return this.trace?.config.n_layer ?? 0;
   }
 
-  /** The traced model's family's name (families/): for labels; the views branch on `caps`. */
-  get family(): Family {
+  /** The traced model's family's name (families/), null before a trace: for labels; the views branch on `caps`. */
+  get family(): Family | null {
     return familyOf(this.trace?.config);
   }
 
@@ -136,7 +136,7 @@ class AppState {
       this.model ??= list.default;
       this.serverLoading = null;
     } catch (e) {
-      this.error = (e as Error).message;
+      this.error = asError(e);
     }
   }
 
@@ -215,7 +215,7 @@ class AppState {
       }
     } catch (e) {
       if ((e as Error).name === "AbortError") return;
-      if (seq === this.#seq) this.#fail((e as Error).message);
+      if (seq === this.#seq) this.#fail(asError(e));
     } finally {
       if (seq === this.#seq) this.loading = false;
     }
@@ -228,12 +228,12 @@ class AppState {
   }
 
   /** The text could not be traced: the old tokens and views no longer belong to it, so they go. */
-  #fail(message: string): void {
-    this.error = message;
+  #fail(error: Error): void {
+    this.error = error;
     this.trace = null;
     this.next = null;
     this.tensors = new Map();
-    this.overLong = overLongError(message);
+    this.overLong = overLong(error);
   }
 
   #apply(tr: TraceOut, keepLast: boolean): void {
@@ -274,7 +274,7 @@ class AppState {
       this.tensors = map;
       this.#arrived();
     } catch (e) {
-      if (this.trace === tr) this.#viewFailed((e as Error).message, tr, at, missing.map(key));
+      if (this.trace === tr) this.#viewFailed(asError(e), tr, at, missing.map(key));
     } finally {
       missing.forEach((s) => this.#pending.delete(key(s)));
     }
@@ -300,7 +300,7 @@ class AppState {
       this.weightCache = map;
       this.#arrived();
     } catch (e) {
-      this.#viewFailed((e as Error).message, tr, at, missing.map((s) => `w|${key(s)}`));
+      this.#viewFailed(asError(e), tr, at, missing.map((s) => `w|${key(s)}`));
     } finally {
       missing.forEach((s) => this.#pending.delete(`w|${model}|${key(s)}`));
     }
@@ -320,7 +320,7 @@ class AppState {
         this.error = null;
       }
     } catch (e) {
-      if ((e as Error).name !== "AbortError") this.error = (e as Error).message;
+      if ((e as Error).name !== "AbortError") this.error = asError(e);
     }
   }
 
@@ -343,20 +343,11 @@ class AppState {
       }
       await this.ensure(specsFor(this.view, this.focus()));
     } catch (e) {
-      this.error = e instanceof ApiError ? e.message : String(e);
+      this.error = asError(e);
     } finally {
       this.generating = false;
     }
   }
-}
-
-/** Whether an error message is the server's refusal of an over-long input (it then offers truncation), and
- * how many tokens would be kept, when the message says. */
-export function overLongError(message: string): { fit: number | null } | null {
-  if (!/ask for truncation/.test(message)) return null;
-  const m = /keep the last (\d+) tokens/.exec(message) ?? /limit of (\d+) tokens/.exec(message)
-    ?? /context of .*?\((\d+)\)/.exec(message);
-  return { fit: m ? Number(m[1]) : null };
 }
 
 export const app = new AppState();
@@ -364,4 +355,9 @@ export const app = new AppState();
 /** A UI string in the current language (reactive: components re-render when the language changes). */
 export function t(key: MessageKey, vars?: Record<string, string | number>): string {
   return translate(app.lang, key, vars);
+}
+
+/** An error in the current language (reactive, as t). */
+export function tError(e: unknown): string {
+  return errorText(app.lang, e);
 }

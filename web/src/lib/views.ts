@@ -8,7 +8,7 @@ import { isLocal, type Capabilities } from "./family";
 
 export const VIEWS = [
   "overview", "tokens", "embedding", "blocks", "layernorm", "qkv", "qknorm", "rope", "gqa", "attention", "window", "heads",
-  "residual", "mlp", "output", "experiments",
+  "residual", "mlp", "output", "experiments", "attribution",
 ] as const;
 export type ViewId = (typeof VIEWS)[number];
 
@@ -64,6 +64,7 @@ export function viewSpecs(view: ViewId, f: Focus): NamedSpecs {
     case "tokens":
     case "blocks":
     case "experiments": // asks /api/analysis itself
+    case "attribution": // asks /api/attribution itself
       return {};
     case "overview": {
       // the focus token's vector at every stop of its journey, and its attention in the focus block

@@ -3,7 +3,10 @@
 // it here instead of going to a server: the same shapes, cut from the stored full tensors by the server's
 // own rules (slicing.ts), derived stages computed by the trace's own rules (derive.ts), and the analyses
 // computed when the file was written. Anything else gets a message saying so.
-import type { EncodedTensor, ModelList, SamplingIn, TensorSpec, TraceOut } from "../lib/generated/api";
+import type {
+  AttributeOut, ComponentOut, EncodedTensor, ModelList, SamplingIn, TensorSpec, TokenIdText, TraceOut,
+} from "../lib/generated/api";
+import { visible } from "../lib/format";
 import { describeIn } from "../lib/generated/names";
 import { ABLATION_TOP } from "../lib/generated/limits";
 import { decodeTensor, encodedTensor, type Tensor } from "../lib/tensor";
@@ -13,6 +16,24 @@ import { SnapshotError, takeHead, takePosition, takeRow } from "./slicing";
 export { SnapshotError } from "./slicing";
 
 interface Stored { dims: string[]; shape: number[]; dtype: "float16" | "float32"; data: string }
+
+/** One direct logit attribution, as `model.attribute` answered it when the file was written. */
+interface StoredAttribution {
+  position: number;
+  target: TokenIdText;
+  metric: number;
+  rest: number;
+  scale: number;
+  values: (number | null)[]; // in the order of `parts`
+}
+
+/** The attributions the file carries (src/transformer_explainer/notebook/snapshot_attribution.py). */
+interface AttributionRecord {
+  parts: [ComponentOut["kind"], number | null, number | null][]; // (kind, layer, head) of every component
+  candidates: number; // the last position's likeliest tokens carried
+  entries: StoredAttribution[]; // a position's default target first
+  left_out: number[]; // positions without an attribution (the size budget)
+}
 
 export interface SnapshotData {
   format: "transformer-explainer-snapshot";
@@ -38,6 +59,7 @@ export interface SnapshotData {
       error: string | null } | null;
     projection: { request: unknown[]; out: Record<string, unknown> | null; error: string | null } | null;
   };
+  attribution: AttributionRecord;
 }
 
 function read(): SnapshotData | null {
@@ -197,6 +219,75 @@ function analysisCall(d: SnapshotData, what: string, b: Body): unknown {
   throw missing(`analysis/${what}`);
 }
 
+// -- direct logit attribution ------------------------------------------------------------------------
+
+/** The attributions carried at `position` (the default target first); empty where the file left it out. */
+function attributionsAt(d: SnapshotData, position: number): StoredAttribution[] {
+  return d.attribution.entries.filter((e) => e.position === position);
+}
+
+/** The tokens whose attribution the file carries at `position` (the default one first), for the page to say what
+ *  it can show offline; empty where the file left that position out. */
+export function snapshotAttributionTokens(position: number): TokenIdText[] {
+  return snapshot ? attributionsAt(snapshot, position).map((e) => e.target) : [];
+}
+
+/** The positions whose attribution the file carries, in order. */
+export function snapshotAttributionPositions(): number[] {
+  return snapshot ? [...new Set(snapshot.attribution.entries.map((e) => e.position))].sort((a, b) => a - b) : [];
+}
+
+/** Whether a token box's `token` (an id, or a text) names `target`: by id, or by its text exactly, as stored or as
+ *  the page shows it (␣ for a space: the note lists the tokens so). The page has no tokenizer to do more. */
+function names(target: TokenIdText, token: unknown): boolean {
+  return typeof token === "number" ? target.id === token : target.text === token || visible(target.text) === token;
+}
+
+/** Whether the file carries the attribution a token box names at `position` (null: the default target). */
+export function snapshotCarriesAttribution(position: number, token: string | number | null): boolean {
+  const here = snapshot ? attributionsAt(snapshot, position) : [];
+  return here.length > 0 && (token == null || here.some((x) => names(x.target, token)));
+}
+
+/** The entry a token box names at position `q` (see `names`). */
+function attributionOf(d: SnapshotData, q: number, token: unknown): StoredAttribution {
+  const here = attributionsAt(d, q);
+  if (!here.length) throw missing(`the attribution at position ${q} (left out to keep the file small)`);
+  if (token == null) return here[0];
+  const e = here.find((x) => names(x.target, token));
+  if (!e) throw missing(`the attribution of ${JSON.stringify(token)} at position ${q} (the file holds ` +
+    `${here.map((x) => JSON.stringify(x.target.text)).join(", ")} there)`);
+  return e;
+}
+
+/** What /api/attribution/attribute answers. "Rather than B" is the difference of the two tokens' attributions at
+ *  that position: every term is linear in the unembedding direction W_U[:, A] − W_U[:, B], with the same frozen
+ *  norm scale, as attribution.py computes it. The layer x head map is the head components in float32, as the
+ *  server's map is. */
+function attribute(d: SnapshotData, b: Body): AttributeOut {
+  sameInput(d, b);
+  const tr = d.trace, T = tr.token_ids.length, p = b.position as number | null | undefined;
+  if (p != null && (p < -T || p >= T)) throw new SnapshotError(`position ${p} is outside the ${T} traced tokens`);
+  const q = p == null ? T - 1 : p < 0 ? T + p : p;
+  const a = attributionOf(d, q, b.target);
+  const v = b.versus == null ? null : attributionOf(d, q, b.versus);
+  if (v && v.target.id === a.target.id)
+    throw new SnapshotError("the target and the token it is compared with are the same token: their difference is 0");
+  // a stored null is a value that was not finite (strict JSON has no NaN)
+  const minus = (x: number | null, y: number | null | undefined): number | null =>
+    v === null ? x : x === null || y == null ? null : x - y;
+  const values = a.values.map((x, i) => minus(x, v?.values[i]));
+  const { n_layer: L, n_head: H } = tr.config;
+  const heads: (number | null)[][] = Array.from({ length: L }, () => Array<number | null>(H).fill(null));
+  const components: ComponentOut[] = d.attribution.parts.map(([kind, layer, head], i) => {
+    if (kind === "head" && layer != null && head != null) heads[layer][head] = values[i] == null ? null : Math.fround(values[i]!);
+    return { kind, layer, head, value: values[i] ?? NaN };
+  });
+  return { model: tr.model, token_ids: tr.token_ids, tokens: tr.tokens.map((x) => x.text), position: q,
+    target: a.target, versus: v ? v.target : null, metric: minus(a.metric, v?.metric) ?? NaN,
+    rest: minus(a.rest, v?.rest) ?? NaN, scale: a.scale, components, heads };
+}
+
 /** Answer an API call from the snapshot (the same JSON a server would send). */
 export async function snapshotCall(path: string, body?: unknown): Promise<unknown> {
   const d = snapshot!;
@@ -227,6 +318,10 @@ export async function snapshotCall(path: string, body?: unknown): Promise<unknow
       return d.trace.next;
     case "generate":
       throw missing("generating more text");
+    case "attribution/attribute":
+      return attribute(d, b);
+    case "attribution/patch":
+      throw missing("activation patching (it runs the model on two prompts)");
   }
   throw missing(path);
 }

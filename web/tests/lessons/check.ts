@@ -6,12 +6,14 @@ import { plain, render, values, type Sentence, type Text, type Value } from "../
 import { significantDigits } from "../../src/lib/lessonFormat";
 import { CLAIMS, type ClaimContext } from "./claims";
 
-/** The values of a sentence by placeholder name (numbers and strings given directly count as values). */
+/** The values of a sentence by placeholder name (numbers and strings given directly count as values; a
+ *  sentence given as a value counts as one whose `raw` is its key, so that a check can tell which phrase it is). */
 function varsOf(s: Sentence): Record<string, Value> {
   const out: Record<string, Value> = {};
   for (const [k, v] of Object.entries(s.vars ?? {})) {
     if (typeof v === "object" && !("key" in v)) out[k] = v;
-    else if (typeof v !== "object") out[k] = { id: k, v: String(v), raw: v };
+    else if (typeof v === "object") out[k] = { id: k, v: v.key, raw: v.key };
+    else out[k] = { id: k, v: String(v), raw: v };
   }
   return out;
 }
@@ -47,6 +49,7 @@ export async function problems(text: Text, ctx: ClaimContext): Promise<string[]>
     }
   }
   for (const v of values(text)) {
+    if (typeof v.raw === "string") continue; // a text (a source, an output, a name), not a number of the prose
     const d = significantDigits(v.v);
     if (d !== null && d > 3) out.push(`value ${v.id} = "${v.v}" has ${d} significant digits`);
   }

@@ -2,7 +2,9 @@
 // `claim(...)`, a function here tells whether it holds for the values the sentence quotes and for the learner's
 // data, fetched independently (ctx.tensor asks the server again; ctx.trace and ctx.next are the API's answers).
 // A claim key without a check fails the test. The checks live in claims.<lesson>.ts, one file per lesson.
-import type { ModelInfo, NextTokenOut, TensorSpec, TraceOut } from "../../src/lib/generated/api";
+import type {
+  CompareOut, DecodeOut, ModelInfo, NextTokenOut, PositionalOut, TasksOut, TensorSpec, TraceOut,
+} from "../../src/lib/generated/api";
 import type { MessageKey } from "../../src/lib/i18n";
 import type { Value } from "../../src/lib/lesson";
 import type { Tensor } from "../../src/lib/tensor";
@@ -15,10 +17,27 @@ export interface ClaimContext {
   focus: { layer: number; head: number; pos: number };
   /** A tensor of the trace, fetched from the server here (float32). */
   tensor: (spec: TensorSpec) => Promise<Tensor>;
+  /** On the encoder-decoder page (its own API, no decoder-model trace): see Seq2SeqClaimContext. */
+  seq2seq?: Seq2SeqClaimContext;
+}
+
+/** What the encoder-decoder lesson's checks read: the page's state when the step's text was read, and the
+ *  page's API for the same task, source and model, asked again here (not the page's cached answers). */
+export interface Seq2SeqClaimContext {
+  task: string;
+  text: string;
+  run: string | null;
+  focus: { encLayer: number; encHead: number; decLayer: number; decHead: number; shown: number; nPos: number;
+    beam: number; reference: string };
+  decode: (beam: number, compareBeams?: number[]) => Promise<DecodeOut>;
+  compare: (target: string | null) => Promise<CompareOut>;
+  positions: (n: number) => Promise<PositionalOut>;
+  tasks: () => Promise<TasksOut>;
 }
 
 /** True when the claim holds; otherwise a sentence saying what the numbers show instead. `v` holds the
- *  values the sentence quotes, by placeholder name. */
+ *  values the sentence quotes, by placeholder name (a placeholder filled with a sentence of the catalogue gives
+ *  a value whose `raw` is that sentence's key). */
 export type Check = (v: Record<string, Value>, ctx: ClaimContext) => true | string | Promise<true | string>;
 
 const files = import.meta.glob<Partial<Record<MessageKey, Check>>>("./claims.*.ts", { eager: true, import: "CLAIMS" });

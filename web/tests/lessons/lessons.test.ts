@@ -18,7 +18,7 @@ const texts = process.env.TE_TEXTS ? (JSON.parse(process.env.TE_TEXTS) as string
 describe.skipIf(!SERVER || !LESSON_IDS.length)("lesson claims", () => {
   for (const id of LESSON_IDS) {
     it(`${id}: every step, on every text, says only what its numbers show`, async () => {
-      const lesson = LESSONS[id] as Lesson;
+      const lesson = (LESSONS as Record<string, Lesson>)[id];
       expect(lesson, `no lesson ${id}`).toBeTruthy();
       expect(typeof lesson.title, `${id} still has inline text`).toBe("string");
       const failures: string[] = [];

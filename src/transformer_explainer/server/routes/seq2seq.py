@@ -90,7 +90,8 @@ async def decode(req: DecodeRequest, load: Loader, runs: Runs, ctx: Context) -> 
     def work() -> dict[str, Any]:
         m = _chosen_model(load, runs, req)
         try:
-            return {"task": req.task, "run": req.run, **decode_text(m, req.text, req.beam, req.top_k)}
+            out = decode_text(m, req.text, req.beam, req.top_k, req.compare_beams)
+            return {"task": req.task, "run": req.run, **out}
         except InputError as e:
             raise HTTPException(400, str(e)) from None
 

@@ -1,6 +1,6 @@
 // State of the encoder-decoder page: which page is shown, the task and source text, the decode that
 // every view reads, and the model it comes from (the shipped checkpoint or a live training run's).
-import { ApiError } from "../../lib/client";
+import { asError } from "../../lib/errorText";
 import type { DecodeOut, TaskInfo } from "../../lib/generated/api";
 import { s2sApi } from "./api";
 
@@ -18,17 +18,23 @@ export function setMode(seq2seq: boolean): void {
   history.replaceState(null, "", u);
 }
 
+/** Beam sizes a decode is also run with (untraced) while the decoder tab is shown, so that the page shows where
+ *  a wider search writes something else: greedy up to the paper's 4. (Four more decodes: only where they show.) */
+export const COMPARE_BEAMS = [1, 2, 3, 4];
+
 class Seq2SeqState {
   tasks = $state.raw<TaskInfo[]>([]);
   maxTrainSteps = $state(1500);
   task = $state("reverse");
   text = $state("hello");
+  /** The reference output typed on the compare tab ("" = the task's own answer). */
+  reference = $state("");
   beam = $state(1);
   run = $state<string | null>(null); // decode with this live run's model instead of the shipped one
   tab = $state<Tab>("encoder");
   decoded = $state.raw<DecodeOut | null>(null);
   loading = $state(false);
-  error = $state<string | null>(null);
+  error = $state.raw<Error | null>(null);
   loaded = $state(false);
   // focus shared by the attention views
   encLayer = $state(0);
@@ -54,7 +60,7 @@ class Seq2SeqState {
       this.loaded = true;
       await this.decode();
     } catch (e) {
-      this.error = (e as Error).message;
+      this.error = asError(e);
     }
   }
 
@@ -62,6 +68,12 @@ class Seq2SeqState {
     this.task = name;
     this.run = null;
     this.text = this.info?.examples[0] ?? "";
+    this.reference = "";
+  }
+
+  /** The decode again with the beam comparisons, if the one shown was made without them (on another tab). */
+  async ensureAlternatives(): Promise<void> {
+    if (this.decoded && !this.error && !this.decoded.alternatives.length) await this.decode();
   }
 
   /** Decode the current text (greedy or beam); every view of the page reads the result. */
@@ -71,8 +83,8 @@ class Seq2SeqState {
     const ctl = (this.#ctl = new AbortController());
     this.loading = true;
     try {
-      const out = await s2sApi.decode({ task: this.task, text: this.text, beam: this.beam, top_k: 5, run: this.run },
-        ctl.signal);
+      const out = await s2sApi.decode({ task: this.task, text: this.text, beam: this.beam, top_k: 5, run: this.run,
+        compare_beams: this.tab === "decoder" ? COMPARE_BEAMS : [] }, ctl.signal);
       if (seq !== this.#seq) return;
       this.decoded = out;
       this.error = null;
@@ -83,7 +95,7 @@ class Seq2SeqState {
       if (this.encHead >= out.n_heads) this.encHead = 0;
     } catch (e) {
       if (seq !== this.#seq || (e as Error).name === "AbortError") return;
-      this.error = e instanceof ApiError ? e.message : String(e);
+      this.error = asError(e);
     } finally {
       if (seq === this.#seq) this.loading = false;
     }

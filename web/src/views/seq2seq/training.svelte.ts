@@ -2,6 +2,7 @@
 // streamed in (server-sent events) and kept for the charts. Lives outside the view so that switching
 // tabs keeps the run in sight.
 import { ApiError } from "../../lib/client";
+import { asError } from "../../lib/errorText";
 import type { DoneEvent, EvalEvent, RunSummary, SnapshotEvent, StartEvent } from "../../lib/generated/api";
 import { s2sApi, type RunStatus, type TrainEvent } from "./api";
 
@@ -14,9 +15,9 @@ class TrainingState {
   done = $state.raw<DoneEvent | null>(null);
   status = $state<RunStatus | null>(null);
   step = $state(0);
-  error = $state<string | null>(null); // why starting failed, or the stream was lost
+  error = $state.raw<Error | null>(null); // why starting failed, or the stream was lost
   lost = $state(false);
-  busy = $state<string | null>(null); // the server's 409: another run is going
+  busy = $state.raw<Error | null>(null); // the server's 409: another run is going
   starting = $state(false);
 
   #close: (() => void) | null = null;
@@ -87,8 +88,8 @@ class TrainingState {
     try {
       this.attach(await s2sApi.trainStart({ task, steps, example }));
     } catch (e) {
-      if (e instanceof ApiError && e.status === 409) this.busy = e.message;
-      else this.error = (e as Error).message;
+      if (e instanceof ApiError && e.status === 409) this.busy = e;
+      else this.error = asError(e);
     } finally {
       this.starting = false;
     }
@@ -100,7 +101,7 @@ class TrainingState {
       const s = await s2sApi.trainStop(this.summary.run);
       if (!this.done) this.status = s.status;
     } catch (e) {
-      this.error = (e as Error).message;
+      this.error = asError(e);
     }
   }
 
@@ -110,7 +111,7 @@ class TrainingState {
       const cur = (await s2sApi.trainCurrent()).run;
       if (cur && (!onlyGoing || !["finished", "stopped", "failed"].includes(cur.status))) this.attach(cur);
     } catch (e) {
-      this.error = (e as Error).message;
+      this.error = asError(e);
     }
   }
 }

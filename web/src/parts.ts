@@ -1,0 +1,12 @@
+// The parts of the page that are chunks of their own, loaded on first use (lib/part.svelte.ts): the first page
+// carries and runs only its shell (header, text box, the notice while the model loads) and what draws a trace.
+// The rest (the lesson card with every lesson, the encoder-decoder page, Experiments, Why this token) comes when
+// the learner opens it; other languages' catalogues when picked (lib/i18n.ts).
+import { Part } from "./lib/part.svelte";
+
+export const PARTS = {
+  lesson: new Part(() => import("./components/LessonCard.svelte")),
+  seq2seq: new Part(() => import("./views/seq2seq/Seq2SeqPage.svelte")),
+  experiments: new Part(() => import("./views/experiments/ExperimentsView.svelte")),
+  attribution: new Part(() => import("./views/attribution/AttributionView.svelte")),
+};

@@ -1,0 +1,28 @@
+// Opening the part of the model that a row or a cell of the "Why this token" views names: its own view of the
+// pipeline at that layer, head and position. A patching cell belongs to the clean prompt: when the page shows
+// another text, the clean prompt is traced first, so the view opens on the run the cell was taken from.
+import { tick } from "svelte";
+import { app } from "../../lib/state.svelte";
+import type { ViewId } from "../../lib/views";
+
+export type Part = "embed" | "pos_embed" | "head" | "attn_bias" | "mlp" | "resid_pre" | "attn_out" | "mlp_out";
+
+const VIEW_OF: Record<Part, ViewId> = {
+  embed: "embedding", pos_embed: "embedding", head: "attention", attn_bias: "heads", mlp: "mlp",
+  resid_pre: "residual", attn_out: "heads", mlp_out: "mlp",
+};
+
+/** Put the app's focus on `layer`, `head` and `pos` (those given) and open the view of `part`. */
+export async function openPart(part: Part, at: { layer?: number | null; head?: number | null; pos?: number | null },
+  text?: string): Promise<void> {
+  if (text !== undefined && text !== app.text) {
+    app.setText(text);
+    await app.run();
+  }
+  if (at.layer != null) app.layer = at.layer;
+  if (at.head != null) app.head = at.head;
+  if (at.pos != null) app.pos = at.pos;
+  app.view = VIEW_OF[part];
+  await tick();
+  document.querySelector(`[data-view="${app.view}"]`)?.scrollIntoView({ block: "start", behavior: "instant" as ScrollBehavior });
+}
