@@ -12,6 +12,7 @@ import time
 import torch
 from torch import Tensor
 
+from .analysis.cost import pass_gflop
 from .config import DecoderConfig
 from .encoding import encode_array, encode_u8, lower_triangle_u8, pooled_pattern
 from .engine import ExplainerModel
@@ -31,6 +32,7 @@ from .schemas import (
     NameEntry,
     NamesOut,
     NextTokenOut,
+    PassCostOut,
     SampledOut,
     SamplingIn,
     TensorSpec,
@@ -137,6 +139,13 @@ def choose_next(model: ExplainerModel, logits: Tensor, sp: SamplingIn, token_id:
 # -- the overview of a trace -----------------------------------------------------------------------
 
 
+def pass_cost(cfg: DecoderConfig, n_tokens: int) -> PassCostOut:
+    """The arithmetic of a forward pass over `n_tokens` tokens: with the experts the tokens were sent to, and
+    with every expert (the same for a dense model)."""
+    return PassCostOut(n_tokens=n_tokens, gflop=pass_gflop(cfg, n_tokens),
+                       gflop_all_experts=pass_gflop(cfg, n_tokens, experts_per_token=cfg.n_experts))
+
+
 def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated: bool, sampling: SamplingIn,
                    top_n: int, include: list[TensorSpec], computed: list[int], t0: float, t_traced: float
                    ) -> TraceOut:
@@ -174,5 +183,6 @@ def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated:
                                   data=encode_array(resid, "float32")),
         tensors=tensors,
         computed_positions=computed,
+        cost=pass_cost(cfg, trace.start + trace.n_tokens),
         timings_ms={"model": round((t_traced - t0) * 1e3, 2), "encode": round((t_done - t_traced) * 1e3, 2)},
     )

@@ -190,6 +190,8 @@ class ModelInfo(BaseModel):
     n_params: int | None = None
     # the parameters one token's forward pass uses: all but the experts it is not sent to (= n_params when dense)
     n_active_params: int | None = None
+    # the parameters of the experts, every block's together (0 for a dense model)
+    n_expert_params: int | None = None
 
 
 class ModelList(BaseModel):
@@ -273,6 +275,17 @@ class AttentionOverview(BaseModel):
     data: str  # base64, (n_layer, n_head, size*(size+1)/2)
 
 
+class PassCostOut(BaseModel):
+    """The arithmetic of the trace's forward pass over its tokens (analysis/cost.py pass_gflop: the weight
+    products, the attention scores and the unembedding, 2 FLOPs per multiply-add). In a mixture of experts
+    `gflop` counts the experts each token was sent to, `gflop_all_experts` what the pass would cost if every
+    token ran every expert (equal to `gflop` for a dense model)."""
+
+    n_tokens: int
+    gflop: float
+    gflop_all_experts: float
+
+
 class TraceOut(BaseModel):
     model: str
     text: str
@@ -289,6 +302,7 @@ class TraceOut(BaseModel):
     tensors: list[EncodedTensor]  # what `include` asked for, in order
     computed_positions: list[int]  # [first, last + 1) of the positions computed for this answer
     timings_ms: dict[str, float]
+    cost: PassCostOut | None = None  # the forward pass's arithmetic over the trace's tokens
 
 
 class TensorsOut(BaseModel):

@@ -177,3 +177,38 @@ def test_mixtures_of_experts_split_per_expert(moe_family_dir) -> None:
     d = a.to_dict()
     assert len(d["experts"]) == c.n_layer and len(d["experts"][0]) == c.n_experts
     assert any(x["kind"] == "expert" and x["expert"] is not None for x in d["components"])
+
+
+def test_mixtures_of_experts_over_http(moe_family_dir) -> None:
+    """/api/attribution/attribute on a mixture of experts: the answer carries each chosen expert as a part of
+    kind "expert" with its index (the trace's expert_indices at the position, in its order), the (L, E) map of
+    their values, and the parts plus the constant still sum to the metric in the JSON."""
+    from fastapi.testclient import TestClient
+
+    from transformer_explainer.server import create_app
+
+    model = load_model(str(moe_family_dir), allow_download=False)
+    c = model.config
+    tr = model.trace(TEXT)
+    with TestClient(create_app({"moe": model})) as client:
+        for position in (None, 2):
+            r = client.post("/api/attribution/attribute", json={"model": "moe", "text": TEXT, "position": position})
+            assert r.status_code == 200, r.text
+            out = r.json()
+            p = out["position"]
+            total = sum(x["value"] for x in out["components"]) + out["rest"]
+            assert _rel(total, out["metric"]) < 1e-5, (total, out["metric"])
+            experts = out["experts"]
+            assert len(experts) == c.n_layer and all(len(row) == c.n_experts for row in experts)
+            for layer in range(c.n_layer):
+                parts = [x for x in out["components"] if x["layer"] == layer and x["kind"] in ("expert", "mlp")]
+                if c.has_experts(layer):
+                    chosen = tr[f"blocks.{layer}.mlp.expert_indices"][p].tolist()
+                    assert [x["expert"] for x in parts] == chosen and all(x["kind"] == "expert" for x in parts)
+                    for x in parts:
+                        assert experts[layer][x["expert"]] == pytest.approx(x["value"], rel=1e-5, abs=1e-6)
+                    assert sum(v for e, v in enumerate(experts[layer]) if e not in chosen) == 0
+                else:
+                    assert [x["kind"] for x in parts] == ["mlp"] and parts[0]["expert"] is None
+                    assert not any(experts[layer])
+            assert all(x["expert"] is None for x in out["components"] if x["kind"] != "expert")

@@ -104,3 +104,32 @@ def test_a_mixture_of_experts_costs_its_chosen_experts():
     mixed = DecoderConfig(**shape, d_mlp=2 * 96, model_type="qwen3_moe", n_experts=8, top_k=2, d_expert=96,
                           dense_layers=(1, 2))
     assert pass_gflop(mixed, 10) == pytest.approx(pass_gflop(dense, 10) + router / 2, rel=1e-12)
+    # every expert run: a dense model of all the experts' width, plus the router (the experts view's comparison)
+    wide = DecoderConfig(**shape, d_mlp=8 * 96, model_type="llama")
+    assert pass_gflop(moe, 10, experts_per_token=8) == pytest.approx(pass_gflop(wide, 10) + router, rel=1e-12)
+    assert pass_gflop(dense, 10, experts_per_token=8) == pass_gflop(dense, 10)  # a dense model has no experts
+
+
+def test_the_trace_answer_carries_its_pass_cost(tmp_path):
+    """/api/trace says what its forward pass cost (the experts view's compute per token) by pass_gflop, and
+    /api/models the parameters: all, those a token uses, and the experts' (summed from the modules)."""
+    from fastapi.testclient import TestClient
+
+    from tests.conftest import make_hf_llama_family
+    from transformer_explainer.engine import load_model
+    from transformer_explainer.server import create_app
+
+    model = load_model(str(make_hf_llama_family(tmp_path, "mixtral")), allow_download=False)
+    with TestClient(create_app({"moe": model})) as client:
+        tr = client.post("/api/trace", json={"model": "moe", "text": TEXT}).json()
+        info = client.get("/api/models/moe").json()
+    T = len(tr["token_ids"])
+    assert tr["cost"] == {"n_tokens": T, "gflop": pytest.approx(pass_gflop(model.config, T), rel=1e-12),
+                          "gflop_all_experts": pytest.approx(pass_gflop(model.config, T, model.config.n_experts),
+                                                             rel=1e-12)}
+    assert tr["cost"]["gflop"] < tr["cost"]["gflop_all_experts"]
+    net = model.net
+    experts = sum(p.numel() for n, p in net.named_parameters() if ".experts." in n)
+    assert info["n_params"] == net.num_params() and info["n_expert_params"] == experts > 0
+    c = model.config
+    assert info["n_active_params"] == info["n_params"] - experts * (c.n_experts - c.top_k) // c.n_experts

@@ -17,9 +17,11 @@ from ..config import DecoderConfig
 from ..errors import InputError
 
 
-def pass_gflop(config: DecoderConfig, n_tokens: int) -> float:
+def pass_gflop(config: DecoderConfig, n_tokens: int, experts_per_token: int | None = None) -> float:
     """Billions of floating-point operations of one forward pass over `n_tokens` tokens. In a mixture of
-    experts a token costs the router (D x E) and its top_k experts' three matrices, not the others'."""
+    experts a token costs the router (D x E) and its top_k experts' three matrices, not the others';
+    `experts_per_token` counts that many experts instead (n_experts: what the pass would cost if every token
+    ran every expert, as a dense MLP of all the experts' width would)."""
     T, D, L, V, M = n_tokens, config.n_embd, config.n_layer, config.vocab_size, config.d_mlp
     q = config.n_head * config.head_dim  # query (and output) width
     kv = config.n_kv_heads * config.head_dim  # key and value width
@@ -29,7 +31,8 @@ def pass_gflop(config: DecoderConfig, n_tokens: int) -> float:
     experts = 0
     if with_experts:
         assert config.n_experts is not None and config.top_k is not None and config.d_expert is not None
-        experts = 2 * T * D * config.n_experts + config.top_k * 3 * 2 * T * D * config.d_expert
+        k = config.top_k if experts_per_token is None else experts_per_token
+        experts = 2 * T * D * config.n_experts + k * 3 * 2 * T * D * config.d_expert
     total = L * attention + with_experts * experts + (L - with_experts) * dense
     return (total + 2 * T * D * V) / 1e9
 

@@ -152,6 +152,11 @@ class Decoder(nn.Module):
                 unused += (len(block.mlp.experts) - block.mlp.top_k) * per_expert
         return self.num_params() - unused
 
+    def num_expert_params(self) -> int:
+        """The parameters of the experts of every block with experts (the router excluded); 0 for a dense model."""
+        return sum(p.numel() for block in self.blocks if isinstance(block.mlp, MoeMLP)
+                   for p in block.mlp.experts.parameters())
+
     @property
     def cached_keys(self) -> str:
         """The stage whose values the KV cache keeps as keys: as attention uses them (rotated, where it rotates)."""

@@ -197,7 +197,8 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     models = ModelList(default=model.name, models=[ModelInfo(name=model.name, source=model.source, loaded=True,
                                                              default=True, config=config_out(model),
                                                              n_params=model.net.num_params(),
-                                                             n_active_params=model.net.num_active_params())])
+                                                             n_active_params=model.net.num_active_params(),
+                                                             n_expert_params=model.net.num_expert_params())])
     L, family = model.config.n_layer, model.config.family
     has = set(model.weight_names())
     block_norms, final_norms = norm_weights(model.config.names)

@@ -85,6 +85,7 @@ export interface AttributeOut {
   scale: number;
   components: ComponentOut[];
   heads: ((number | null)[])[];
+  experts?: ((number | null)[])[] | null;
 }
 
 /** The same source decoded with another beam size (untraced): what it writes and how probable that is. */
@@ -201,11 +202,12 @@ export interface CompareStep {
   inputs_differ: boolean;
 }
 
-/** One part of the model that writes the residual stream, and its share of the metric. `layer` is null for the embeddings, `head` for everything but a head. */
+/** One part of the model that writes the residual stream, and its share of the metric. `layer` is null for the embeddings, `head` for everything but a head, `expert` for everything but an expert (a mixture of experts' block has one part per expert chosen at the position: its weight times its output). */
 export interface ComponentOut {
-  kind: "embed" | "pos_embed" | "head" | "attn_bias" | "mlp";
+  kind: "embed" | "pos_embed" | "head" | "attn_bias" | "mlp" | "expert";
   layer: number | null;
   head: number | null;
+  expert?: number | null;
   value: number;
 }
 
@@ -487,6 +489,7 @@ export interface ModelInfo {
   config?: ModelConfigOut | null;
   n_params?: number | null;
   n_active_params?: number | null;
+  n_expert_params?: number | null;
 }
 
 export interface ModelList {
@@ -555,6 +558,13 @@ export interface NextTokenOut {
   n_kept: number;
   sampled: SampledOut;
   logit_histogram: Histogram;
+}
+
+/** The arithmetic of the trace's forward pass over its tokens (analysis/cost.py pass_gflop: the weight products, the attention scores and the unembedding, 2 FLOPs per multiply-add). In a mixture of experts `gflop` counts the experts each token was sent to, `gflop_all_experts` what the pass would cost if every token ran every expert (equal to `gflop` for a dense model). */
+export interface PassCostOut {
+  n_tokens: number;
+  gflop: number;
+  gflop_all_experts: number;
 }
 
 /** A clean and a corrupted prompt of the same number of tokens, the answer token and the wrong one, and the grids to compute (each activation patched from the clean run into the corrupted one). */
@@ -851,6 +861,7 @@ export interface TraceOut {
   tensors: EncodedTensor[];
   computed_positions: number[];
   timings_ms: Record<string, number>;
+  cost?: PassCostOut | null;
 }
 
 export interface TrainRequest {
