@@ -14,7 +14,7 @@ import { dec, int, pct, token, word } from "../lib/lessonFormat";
 import { app } from "../lib/state.svelte";
 import type { Tensor } from "../lib/tensor";
 import { specsFor, type ViewId } from "../lib/views";
-import { ablateExpert, ablationKey, expertAblation } from "./moeAblation.svelte";
+import { ablateExpert, expertAblationFor, xp } from "../views/experiments/store.svelte";
 
 const cfg = (): ModelConfigOut | undefined => app.trace?.config;
 const caps = () => app.caps;
@@ -34,7 +34,7 @@ const tok = (id: string, i: number, at?: string): Value | null => {
 const focusTok = (id = "focus-token") => tok(id, app.pos);
 
 /** The experts view, where the model has it (the chapter opens only for models with experts). */
-const EXPERTS: ViewId = "experts";
+const EXPERTS = "experts" satisfies ViewId;
 /** `at` only while the experts view shows block `l` (the view follows the focus block). */
 const atIf = (l: number, name: string) => (app.view === EXPERTS && app.layer === l ? name : undefined);
 
@@ -383,36 +383,44 @@ function busiest(l: number): number | null {
   return idx ? argMax(counts(idx)) : null;
 }
 
+/** The text as the Experiments area's analyses take it. */
+const input = () => (app.trace ? { model: app.trace.model, ids: app.trace.token_ids } : null);
+
+/** Open the Experiments area's experts panel with the busiest expert of the focus block taken out (the panel and the
+ *  card show one answer, views/experiments/store.svelte.ts); an expert the learner took out since is kept. */
 async function enterAblate(): Promise<void> {
   toMoeBlock();
-  await show(EXPERTS);
-  const l = layer(), tr = app.trace;
-  if (l === null || !tr) return;
+  const l = layer(), inp = input();
+  if (l === null || !inp) return;
   await app.ensure([S.chosen(l)]);
+  xp.tab = "experts";
+  app.view = "experiments";
   const e = busiest(l);
-  if (e !== null) await ablateExpert(tr.model, tr.token_ids, l, e);
+  if (e !== null && !expertAblationFor(inp)) await ablateExpert(inp, l, e);
 }
 
 function ablate(): Text {
-  const l = layer(), tr = app.trace;
-  if (!tr || !cfg()) return [];
-  if (l === null) return dense(app.layer);
-  const e = busiest(l), r = expertAblation.result;
-  if (e === null || !r || expertAblation.key !== ablationKey(tr.model, tr.token_ids, l, e)) return [];
-  const idx = get(S.chosen(l))!, k = K();
+  const tr = app.trace, inp = input(), r = expertAblationFor(inp), x = xp.expertAblated;
+  if (!tr || !cfg() || !r || !x) return [];
+  const [l, e] = x, idx = get(S.chosen(l)), top = busiest(l);
+  if (!idx || top === null) return [];
+  const k = K();
   let n = 0;
   for (let t = 0; t < tr.token_ids.length; t++) if (Array.from(idx.data.slice(t * k, (t + 1) * k)).includes(e)) n++;
-  const at = atIf(l, "experts-load");
-  const out: Text = [claim("lesson.moe.ablate.what", { layer: int("layer", l), e: expert("removed", e, at), n: int("n-moved", n, at),
-    T: int("n-tokens", tr.token_ids.length) })];
+  const which = { layer: int("layer", l), e: expert("removed", e, "exp-experts") };
+  const out: Text = [
+    claim("lesson.moe.ablate.what", { ...which, n: int("n-moved", n, "exp-experts"), T: int("n-tokens", tr.token_ids.length) }),
+    e === top ? claim("lesson.moe.ablate.busiest", which) : claim("lesson.moe.ablate.notBusiest", { ...which, top: expert("busiest", top) }),
+  ];
+  const at = "exp-expert-ablation";
   if (r.loss_before !== null && r.loss_after !== null && r.loss_change !== null) {
-    out.push(either(r.loss_change > 0, "lesson.moe.ablate.worse", "lesson.moe.ablate.better", { before: dec("loss-before", r.loss_before),
-      after: dec("loss-after", r.loss_after), change: dec("loss-change", r.loss_change) }));
+    out.push(either(r.loss_change > 0, "lesson.moe.ablate.worse", "lesson.moe.ablate.better", { ...which,
+      before: dec("loss-before", r.loss_before, at), after: dec("loss-after", r.loss_after, at), change: dec("loss-change", r.loss_change, at) }));
   } else out.push(claim("lesson.moe.ablate.noLoss"));
   const b0 = r.before[0], a0 = r.after[0];
   if (b0 && a0) {
-    const vars = { before: token("top-before", b0.token, b0.id), pb: pct("top-before-p", b0.prob),
-      after: token("top-after", a0.token, a0.id), pa: pct("top-after-p", a0.prob) };
+    const vars = { ...which, before: token("top-before", b0.token, b0.id, at), pb: pct("top-before-p", b0.prob, at),
+      after: token("top-after", a0.token, a0.id, at), pa: pct("top-after-p", a0.prob, at) };
     out.push(b0.id === a0.id ? claim("lesson.moe.ablate.sameTop", vars) : claim("lesson.moe.ablate.newTop", vars));
   }
   out.push(say("lesson.moe.ablate.why"));
@@ -454,8 +462,9 @@ const STEPS: LessonStep[] = [
     controls: () => ["experts-layer"], task: () => [say("lesson.moe.layers.task")] }),
   step({ id: "params", target: "experts-params", title: "lesson.moe.params.title",
     enter: async () => { await ensureInfo(); toMoeBlock(); await show(EXPERTS); }, body: params }),
-  step({ id: "ablate", target: "experts-load", title: "lesson.moe.ablate.title", enter: enterAblate,
-    needs: () => blockSpecs(layer()), body: ablate }),
+  step({ id: "ablate", target: "exp-expert-ablation", title: "lesson.moe.ablate.title", enter: enterAblate,
+    needs: () => (xp.expertAblated ? [S.chosen(xp.expertAblated[0])] : []), body: ablate,
+    controls: () => ["exp-experts"], task: () => [say("lesson.moe.ablate.task")] }),
   step({ id: "summary", target: "", title: "lesson.moe.end.title",
     body: () => [say("lesson.moe.end.papers"), say("lesson.moe.end.body")] }),
 ];

@@ -300,16 +300,15 @@ async function cleanLoss(ctx: ClaimContext): Promise<number> {
   return s / (T - 1);
 }
 
-async function ablated(ctx: ClaimContext, e: number) {
-  return analysis.ablate({ model: ctx.trace.model, ids: ctx.trace.token_ids, experts: [[ctx.focus.layer, e]], top: 1 });
+/** The expert a sentence says is taken out: block {layer}, {e} (an "expert {e}" phrase). */
+const removed = (v: Record<string, Value>) => ({ l: num(v.layer), e: num(v["e.e"]) });
+async function ablated(ctx: ClaimContext, l: number, e: number) {
+  return analysis.ablate({ model: ctx.trace.model, ids: ctx.trace.token_ids, experts: [[l, e]], top: 1 });
 }
-/** The busiest expert of the focus block, counted here. */
-async function busiestHere(ctx: ClaimContext): Promise<number> {
-  return firstMax(loads(await recorded(ctx, ctx.focus.layer), await nExperts(ctx)));
-}
+const busiestOf = async (ctx: ClaimContext, l: number) => firstMax(loads(await recorded(ctx, l), await nExperts(ctx)));
 
 async function lossChange(v: Record<string, Value>, ctx: ClaimContext, worse: boolean): Promise<true | string> {
-  const r = await ablated(ctx, await busiestHere(ctx)), clean = await cleanLoss(ctx);
+  const { l, e } = removed(v), r = await ablated(ctx, l, e), clean = await cleanLoss(ctx);
   if (r.loss_before === null || r.loss_after === null) return "the ablation gives no loss";
   if (!near(r.loss_before, clean, 1e-3)) return `the clean loss is ${clean} from the logits, the ablation says ${r.loss_before}`;
   if (!near(num(v.before), clean) || !near(num(v.after), r.loss_after)) return `${clean} → ${r.loss_after}, not ${v.before.v} → ${v.after.v}`;
@@ -319,7 +318,7 @@ async function lossChange(v: Record<string, Value>, ctx: ClaimContext, worse: bo
 }
 
 async function topChange(v: Record<string, Value>, ctx: ClaimContext, same: boolean): Promise<true | string> {
-  const r = await ablated(ctx, await busiestHere(ctx));
+  const { l, e } = removed(v), r = await ablated(ctx, l, e);
   const logits = await ctx.tensor({ name: "logits", position: ctx.trace.token_ids.length - 1 }), P = softmax(logits.data);
   const best = firstMax(P);
   if (r.before[0].id !== best || num(v.before) !== best || !near(num(v.pb), P[best])) return `the top next token is #${best} with ${P[best]}`;
@@ -463,12 +462,19 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     return !(E === 8 && k === 2) && num(v.e) === E && num(v.k) === k ? true : `the model routes ${k} of ${E}`;
   },
   "lesson.moe.ablate.what": async (v, ctx) => {
-    const e = await busiestHere(ctx), chosen = await recorded(ctx, ctx.focus.layer);
-    if (!sameBlock(v, ctx) || num(v["e.e"]) !== e) return `expert ${e} of block ${ctx.focus.layer} is the busiest`;
+    const { l, e } = removed(v), chosen = await recorded(ctx, l);
     const n = chosen.filter((row) => row.includes(e)).length;
-    const r = await ablated(ctx, e);
-    if (JSON.stringify(r.experts) !== JSON.stringify([[ctx.focus.layer, e]])) return `the ablation took out ${JSON.stringify(r.experts)}`;
-    return num(v.n) === n && num(v.T) === chosen.length ? true : `${n} of ${chosen.length} tokens chose it`;
+    const r = await ablated(ctx, l, e);
+    if (JSON.stringify(r.experts) !== JSON.stringify([[l, e]])) return `the ablation took out ${JSON.stringify(r.experts)}`;
+    return num(v.n) === n && num(v.T) === chosen.length ? true : `${n} of ${chosen.length} tokens chose expert ${e} of block ${l}`;
+  },
+  "lesson.moe.ablate.busiest": async (v, ctx) => {
+    const { l, e } = removed(v), top = await busiestOf(ctx, l);
+    return e === top ? true : `expert ${top} of block ${l} is the busiest`;
+  },
+  "lesson.moe.ablate.notBusiest": async (v, ctx) => {
+    const { l, e } = removed(v), top = await busiestOf(ctx, l);
+    return e !== top && num(v["top.e"]) === top ? true : `expert ${top} of block ${l} is the busiest`;
   },
   "lesson.moe.ablate.worse": (v, ctx) => lossChange(v, ctx, true),
   "lesson.moe.ablate.better": (v, ctx) => lossChange(v, ctx, false),
