@@ -335,7 +335,7 @@ function layersStep(): Text {
   const sets = idx.map((t) => Array.from(t!.data.slice(app.pos * k, (app.pos + 1) * k)));
   const keys = new Set(sets.map((s) => [...s].sort((a, c) => a - c).join(",")));
   const path = semi(ml.map((l, i) => say("lesson.moe.layers.block", { layer: int(`path-layer-${i}`, l),
-    experts: list(sets[i].map((e, j) => int(`path-${i}-${j}`, e, atIf(l, "experts-path")))) })));
+    experts: list(sets[i].map((e, j) => int(`path-${i}-${j}`, e))) })));
   const e = E();
   let combos = 1;
   for (let j = 0; j < k; j++) combos = (combos * (e - j)) / (j + 1);
@@ -366,12 +366,16 @@ function params(): Text {
   const c = cfg(), m = info();
   if (!c || m?.n_params == null || m.n_active_params == null) return [];
   const N = m.n_params, A = m.n_active_params, at = app.view === EXPERTS ? "experts-params" : undefined;
-  const f = tokenFlops(c), fAll = tokenFlops(c, true);
+  const f = tokenFlops(c), fAll = tokenFlops(c, true), cost = app.trace?.cost;
   const same = E() === 8 && K() === 2;
   return [
     claim("lesson.moe.params.total", { name: word("model-name", app.trace!.model), total: int("n-params", N, at),
       active: int("n-active", A, at), share: pct("active-share", A / N), rest: int("n-rest", E() - K()), n: int("n-moe", moeLayers().length) }),
-    claim("lesson.moe.params.flops", { f: dec("token-flops", f, at), all: dec("token-flops-all", fAll), e: int("n-experts", E()) }),
+    cost && cost.n_tokens > 0
+      ? claim("lesson.moe.params.flopsPass", { t: int("n-tokens", cost.n_tokens), g: dec("pass-gflop", cost.gflop, at),
+        per: dec("pass-flops-per-token", (cost.gflop * 1e9) / cost.n_tokens, at), f: dec("token-flops", f),
+        all: dec("token-flops-all", fAll), e: int("n-experts", E()) })
+      : claim("lesson.moe.params.flops", { f: dec("token-flops", f, at), all: dec("token-flops-all", fAll), e: int("n-experts", E()) }),
     same ? claim("lesson.moe.params.mixtralSame", { share: pct("active-share", A / N) })
       : claim("lesson.moe.params.mixtralOther", { e: int("n-experts", E()), k: int("top-k", K()) }),
   ];
@@ -423,7 +427,6 @@ function ablate(): Text {
       after: token("top-after", a0.token, a0.id, at), pa: pct("top-after-p", a0.prob, at) };
     out.push(b0.id === a0.id ? claim("lesson.moe.ablate.sameTop", vars) : claim("lesson.moe.ablate.newTop", vars));
   }
-  out.push(say("lesson.moe.ablate.why"));
   return out;
 }
 
@@ -439,8 +442,7 @@ const STEPS: LessonStep[] = [
   step({ id: "cost", target: "experts-params", title: "lesson.moe.cost.title",
     enter: async () => { toMoeBlock(); await show(EXPERTS); }, body: cost }),
   step({ id: "router", target: "experts-path", title: "lesson.moe.router.title",
-    enter: async () => { app.layer = moeLayers()[0] ?? 0; await show(EXPERTS); }, needs: () => blockSpecs(layer()), body: router,
-    controls: () => ["experts-routing"], task: () => [say("lesson.moe.router.task")] }),
+    enter: async () => { app.layer = moeLayers()[0] ?? 0; await show(EXPERTS); }, needs: () => blockSpecs(layer()), body: router }),
   step({ id: "topk", target: "experts-path", title: "lesson.moe.topk.title",
     enter: async () => { toMoeBlock(); await show(EXPERTS); }, needs: () => blockSpecs(layer()), body: topk }),
   step({ id: "sum", target: "experts-path", title: "lesson.moe.sum.title",
@@ -456,10 +458,10 @@ const STEPS: LessonStep[] = [
       if (c) app.layer = c.layer; else toMoeBlock();
       await show(EXPERTS);
     },
-    needs: allChosen, body: special }),
-  step({ id: "layers", target: "experts-path", title: "lesson.moe.layers.title",
+    needs: allChosen, body: special, task: () => [say("lesson.moe.special.task")] }),
+  step({ id: "layers", target: "experts-layer", title: "lesson.moe.layers.title",
     enter: async () => { toMoeBlock(); await show(EXPERTS); }, needs: () => [...allChosen(), ...blockSpecs(layer())], body: layersStep,
-    controls: () => ["experts-layer"], task: () => [say("lesson.moe.layers.task")] }),
+    task: () => [say("lesson.moe.layers.task")] }),
   step({ id: "params", target: "experts-params", title: "lesson.moe.params.title",
     enter: async () => { await ensureInfo(); toMoeBlock(); await show(EXPERTS); }, body: params }),
   step({ id: "ablate", target: "exp-expert-ablation", title: "lesson.moe.ablate.title", enter: enterAblate,

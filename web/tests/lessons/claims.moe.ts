@@ -452,6 +452,16 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     const [f, all] = await Promise.all([flopsOf(ctx, "k"), flopsOf(ctx, "all")]);
     return near(num(v.f), f) && near(num(v.all), all) && num(v.e) === await nExperts(ctx) ? true : `${f} and ${all} FLOPs`;
   },
+  "lesson.moe.params.flopsPass": async (v, ctx) => {
+    const c = await config(ctx), T = ctx.trace.token_ids.length, cost = ctx.trace.cost;
+    if (!cost || num(v.t) !== T || cost.n_tokens !== T) return `the pass is over ${T} tokens`;
+    const [f, all] = await Promise.all([flopsOf(ctx, "k"), flopsOf(ctx, "all")]);
+    // the pass: each token's matrix products, and every layer's query-key scores and weighted values over T × T
+    const scores = c.n_layer * 2 * 2 * T * T * c.n_head * c.head_dim, pass = T * f + scores;
+    if (!near(cost.gflop * 1e9, pass, 1e-6)) return `the pass counts ${cost.gflop * 1e9} FLOPs, T × f + the scores make ${pass}`;
+    return near(num(v.g), pass / 1e9) && near(num(v.per), pass / T) && near(num(v.f), f) && near(num(v.all), all)
+      && num(v.e) === await nExperts(ctx) ? true : `${pass / 1e9} GFLOP, ${pass / T} a token, ${f} and ${all}`;
+  },
   "lesson.moe.params.mixtralSame": async (v, ctx) => {
     const m = await infos(ctx);
     return await nExperts(ctx) === 8 && await topK(ctx) === 2 && near(num(v.share), m.n_active_params! / m.n_params!) ? true
