@@ -47,4 +47,16 @@ describe("a model's family", () => {
     expect(lessonFor(false, "overview", GPT2_CAPABILITIES)).toBe("gpt2");
     expect(lessonFor(false, "overview", undefined)).toBe("gpt2"); // before any trace: the page's default lesson
   });
+
+  it("with experts opens the chapter on mixtures of experts, even with QK-norm (Qwen3-MoE) or a window (Mixtral's)", () => {
+    const moe: Capabilities = { ...rotary, mlp: "moe", n_experts: 8, top_k: 2, d_expert: 64, norm_topk_prob: true,
+      moe_layers: [0, 1] };
+    expect(lessonFor(false, "overview", moe)).toBe("moe");
+    expect(lessonFor(false, "experts", { ...moe, qk_norm: true })).toBe("moe");
+    expect(lessonFor(false, "overview", { ...moe, local_window: 16, layer_types: ["sliding_attention", "sliding_attention"] }))
+      .toBe("moe");
+    expect(lessonFor(false, "experiments", moe)).toBe("experiments"); // the Experiments area keeps its own lesson
+    expect(lessonFor(false, "attribution", moe)).toBe("why");
+    expect(lessonFor(true, "overview", moe)).toBe("seq2seq");
+  });
 });
