@@ -417,3 +417,59 @@ def test_the_snapshot_shows_the_experts_view(browser, models, tmp_path):
     ctx.close()
     assert not blocked, blocked
     assert not errors, errors
+
+
+def test_the_notebook_widget_shows_the_experts_view(browser, models):
+    """`show` on a mixture of experts: the anywidget front end, in a sandboxed iframe inside a notebook-like host,
+    opens the experts view with the trace's routing at the last block (expert_indices) and no error."""
+    from transformer_explainer.notebook import show, widget_class
+    from transformer_explainer.notebook.widget import widget_esm
+
+    if widget_class() is None:
+        pytest.skip("anywidget is not installed")
+    m = models["explainer-moe"]
+    trace = m.trace(TEXT)
+    w = show(trace, m)
+    host = "http://notebook.test/"
+    page_html = ('<!doctype html><meta charset="utf-8"><div id="out"></div><script type="module">'
+                 'import w from "./widget.js";'
+                 'const html = await (await fetch("./snapshot.html")).text();'
+                 'const model = { get: (k) => ({ html, height: 900 })[k], on: () => {}, off: () => {} };'
+                 'w.render({ model, el: document.getElementById("out") });'
+                 '</script>')
+    files = {host: ("text/html", page_html), host + "widget.js": ("text/javascript", widget_esm().read_text()),
+             host + "snapshot.html": ("text/html", w.html)}
+    ctx = browser.new_context(viewport={"width": 1300, "height": 1000})
+    outside: list[str] = []
+    errors: list[str] = []
+
+    def serve(route) -> None:
+        url = route.request.url
+        if url in files:
+            ctype, body = files[url]
+            route.fulfill(status=200, content_type=ctype, body=body)
+        elif urlparse(url).scheme in ("data", "blob"):
+            route.continue_()
+        else:
+            outside.append(url)
+            route.abort()
+
+    ctx.route("**/*", serve)
+    page = ctx.new_page()
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(host)
+    frame = page.frame_locator("iframe[sandbox='allow-scripts']")
+    frame.locator("body[data-ready='1']").wait_for(timeout=60_000)
+    frame.locator("[data-testid=nav-experts]").click()
+    last = m.config.n_layer - 1
+    frame.locator(f"[data-testid=experts-layer-{last}]").click()
+    frame.locator("[data-testid=route-row] td[data-chosen]").first.wait_for(timeout=30_000)
+    chosen = frame.locator("[data-testid=route-row]").evaluate_all(
+        "rows => rows.map(r => [...r.querySelectorAll('td[data-chosen]')].map(c => +c.dataset.expert))")
+    assert [sorted(c) for c in chosen] == [sorted(r) for r in trace[f"blocks.{last}.mlp.expert_indices"].tolist()]
+    assert frame.locator("[data-testid=error]").count() == 0
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "widget-en.png"))
+    ctx.close()
+    assert not outside, outside
+    assert not errors, errors
