@@ -1,5 +1,5 @@
 // A model's family is what its config says, never another family's: a family this page was built without (a newer
-// server's, here a mixture of experts) keeps its name and is drawn by the capabilities its config carries, so it is
+// server's, here a hybrid) keeps its name and is drawn by the capabilities its config carries, so it is
 // not shown as GPT-2 (which lib/family.ts did before the families were declarations). The views and the lesson
 // button choose by capabilities, for known and unknown families alike.
 import { describe, expect, it } from "vitest";
@@ -13,7 +13,7 @@ const rotary: Capabilities = {
   embed_scale: false, kv_groups: 4, local_window: null,
   layer_types: ["full_attention", "full_attention"], attn_scale: 0.125, rope_local_theta: null,
 };
-const unknown = { family: "olmoe", capabilities: { ...rotary, qk_norm: true } };
+const unknown = { family: "jamba", capabilities: { ...rotary, qk_norm: true } };
 
 describe("a model's family", () => {
   it("is the config's, with its own label, for every declared family", () => {
@@ -25,8 +25,8 @@ describe("a model's family", () => {
   });
 
   it("of a family this page does not know keeps its name, and no declaration is made up for it", () => {
-    expect(familyOf(unknown)).toBe("olmoe");
-    expect(familyLabel(unknown)).toBe("olmoe");
+    expect(familyOf(unknown)).toBe("jamba");
+    expect(familyLabel(unknown)).toBe("jamba");
     expect(declarationOf(unknown)).toBeNull();
     expect(declarationOf({ family: "constructor" })).toBeNull(); // not an inherited property either
     expect(familyOf(null)).toBeNull();
