@@ -1,12 +1,16 @@
 """Forward-pass and generation timings against the reference libraries, measured in one run.
 
-    .venv/bin/python benchmarks/bench_forward.py [--shape gpt2-small|smollm2-135m|qwen3-0.6b|gemma3-270m]
+    .venv/bin/python benchmarks/bench_forward.py [--shape gpt2-small|smollm2-135m|qwen3-0.6b|gemma3-270m|olmoe|
+                                                          qwen3-moe]
                                                  [--layers N] [--lengths 8 32 128 512] [--reps 7] [--threads 2]
 
 GPT-2 small's shape (default), SmolLM2-135M's (a Llama: RMSNorm, rotary positions, 9 query heads
 on 3 key/value heads, gated MLP), Qwen3-0.6B's (QK-norm, 16 query heads of width 128 on 8) or
-Gemma-3-270M's (sandwich norms, local and global layers); `--layers` builds fewer blocks where memory or
-time asks (the output says so). Random weights (saved in HF format with transformers, loaded by both).
+Gemma-3-270M's (sandwich norms, local and global layers), OLMoE-1B-7B's (64 experts, 8 per token) or
+Qwen3-30B-A3B's (128 experts, 8 per token); `--layers` builds fewer blocks where memory or time asks (the
+output says so; the mixtures default to one block: a block's experts alone are 1.6 and 2.4 GB, and the
+model is held three times, ours and transformers' twice; with --no-hf-outputs, twice). Random weights
+(saved in HF format with transformers, loaded by both).
 Contenders, interleaved round by round so drift hits all alike:
   ours fast      next-token logits, nothing recorded (what prediction and generation need)
   ours fast/all  all positions' logits, nothing recorded
@@ -36,9 +40,17 @@ import time
 from pathlib import Path
 
 import torch
-from fixtures import gemma3_270m_shape, gpt2_small_shape, qwen3_0_6b_shape, smollm2_135m_shape
+from fixtures import (
+    gemma3_270m_shape,
+    gpt2_small_shape,
+    olmoe_shape,
+    qwen3_0_6b_shape,
+    qwen3_moe_shape,
+    smollm2_135m_shape,
+)
 
 from transformer_explainer import SamplingParams, load_model
+from transformer_explainer.analysis.cost import pass_gflop
 
 
 def median_ms(samples: list[float]) -> float:
@@ -67,20 +79,25 @@ def bandwidth_gbs(mb: int = 512, reps: int = 5) -> float:
     return x.numel() * 4 / min(times) / 1e9
 
 
-def projection_shapes(cfg) -> list[tuple[int, int]]:
-    """(in, out) of one layer's weight products, and the unembedding's last row."""
+def projection_shapes(cfg, T: int) -> list[tuple[int, int, int]]:
+    """(rows, in, out) of one layer's weight products for T tokens. In a mixture of experts each of the top_k
+    experts a token goes to multiplies its own rows: T * top_k / n_experts of them per expert on average."""
     D, M = cfg.n_embd, cfg.d_mlp
     HDh, GDh = cfg.n_head * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    if cfg.arch.mlp == "moe":
+        rows, Me = max(1, T * cfg.top_k // cfg.n_experts), cfg.d_expert
+        experts = [(rows, D, Me), (rows, D, Me), (rows, Me, D)] * min(cfg.n_experts, T * cfg.top_k)
+        return [(T, D, HDh), (T, D, GDh), (T, D, GDh), (T, HDh, D), (T, D, cfg.n_experts), *experts]
     if cfg.arch.qkv == "split":  # the rotary families: q, k, v, o and a gated MLP
-        return [(D, HDh), (D, GDh), (D, GDh), (HDh, D), (D, M), (D, M), (M, D)]
-    return [(D, 3 * D), (D, D), (D, M), (M, D)]
+        return [(T, i, o) for i, o in [(D, HDh), (D, GDh), (D, GDh), (HDh, D), (D, M), (D, M), (M, D)]]
+    return [(T, i, o) for i, o in [(D, 3 * D), (D, D), (D, M), (M, D)]]
 
 
 def shape_gflops(cfg, T: int, reps: int = 5) -> float:
     """The GEMM rate one layer's weight products reach with T rows: what a forward of T tokens can
     get at best, where the square 1536 product gives the machine's peak."""
-    mats = [(torch.randn(T, i), torch.randn(o, i)) for i, o in projection_shapes(cfg)]
-    flops = sum(2 * T * w.shape[0] * w.shape[1] for _, w in mats)
+    mats = [(torch.randn(n, i), torch.randn(o, i)) for n, i, o in projection_shapes(cfg, T)]
+    flops = sum(2 * x.shape[0] * w.shape[0] * w.shape[1] for x, w in mats)
     for x, w in mats:
         torch.nn.functional.linear(x, w)
     best = float("inf")
@@ -93,11 +110,8 @@ def shape_gflops(cfg, T: int, reps: int = 5) -> float:
 
 
 def forward_flops(cfg, T: int) -> float:
-    D, L, V, M = cfg.n_embd, cfg.n_layer, cfg.vocab_size, cfg.d_mlp
-    HDh, GDh = cfg.n_head * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    mlp_matrices = 3 if cfg.arch.mlp == "gated" else 2  # gate, up, down
-    per_layer = 2 * T * D * (2 * HDh + 2 * GDh) + mlp_matrices * 2 * T * D * M + 2 * 2 * T * T * HDh
-    return L * per_layer + 2 * T * D * V
+    """The multiply-adds (x2) of a forward of T tokens, the experts a token is not sent to excluded (cost.py)."""
+    return pass_gflop(cfg, T) * 1e9
 
 
 def build_tl(folder: Path):
@@ -120,9 +134,12 @@ def build_tl(folder: Path):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", choices=("gpt2-small", "smollm2-135m", "qwen3-0.6b", "gemma3-270m"),
-                    default="gpt2-small")
-    ap.add_argument("--layers", type=int, default=None, help="fewer blocks than the shape has (qwen3, gemma3)")
+    ap.add_argument("--shape", choices=("gpt2-small", "smollm2-135m", "qwen3-0.6b", "gemma3-270m", "olmoe",
+                                        "qwen3-moe"), default="gpt2-small")
+    ap.add_argument("--layers", type=int, default=None,
+                    help="fewer blocks than the shape has (qwen3, gemma3; olmoe and qwen3-moe: default 1)")
+    ap.add_argument("--no-hf-outputs", action="store_true",
+                    help="skip transformers with output_attentions (eager attention): one model fewer in memory")
     ap.add_argument("--lengths", type=int, nargs="+", default=[8, 32, 128, 512])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
@@ -140,20 +157,32 @@ def main() -> None:
         folder = smollm2_135m_shape(tmp / "smollm2-135m-shape")
     elif args.shape == "qwen3-0.6b":
         folder = qwen3_0_6b_shape(tmp / "qwen3-0.6b-shape", args.layers or 28)
-    else:
+    elif args.shape == "gemma3-270m":
         folder = gemma3_270m_shape(tmp / "gemma3-270m-shape", args.layers or 18)
+    elif args.shape == "olmoe":
+        folder = olmoe_shape(tmp / "olmoe-shape", args.layers or 1)
+    else:
+        folder = qwen3_moe_shape(tmp / "qwen3-moe-shape", args.layers or 1)
     ours = load_model(str(folder), allow_download=False)
     hf_plain = AutoModelForCausalLM.from_pretrained(folder).eval()
-    hf_eager = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    hf_eager = None if args.no_hf_outputs else AutoModelForCausalLM.from_pretrained(
+        folder, attn_implementation="eager").eval()
     tl = None if args.no_tl or args.shape != "gpt2-small" else build_tl(folder)
     cfg = ours.config
-    full = {"qwen3-0.6b": 28, "gemma3-270m": 18}.get(args.shape)
+    full = {"qwen3-0.6b": 28, "gemma3-270m": 18, "olmoe": 16, "qwen3-moe": 48}.get(args.shape)
     fewer = f" ({cfg.n_layer} of its {full} layers)" if full and cfg.n_layer != full else ""
     print(f"{args.shape} shape{fewer}: {ours!r}")
+    if cfg.arch.mlp == "moe":
+        print(f"experts: {cfg.n_experts} per block of width {cfg.d_expert}, {cfg.top_k} per token; "
+              f"{ours.net.num_active_params() / 1e6:.0f} M of {ours.net.num_params() / 1e6:.0f} M parameters used per "
+              f"token; transformers' experts implementation: {hf_plain.config._experts_implementation}")
     peak, bw = gemm_gflops(), bandwidth_gbs()  # with --threads threads, as the contenders run
     weight_bytes = sum(p.numel() * p.element_size() for p in ours.net.parameters())
+    if cfg.arch.mlp == "moe":  # a generation step reads the experts its token goes to, not the others
+        weight_bytes = weight_bytes * ours.net.num_active_params() // ours.net.num_params()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; fp32 GEMM {peak:.0f} GFLOP/s, "
-          f"memory read {bw:.1f} GB/s; weights {weight_bytes / 1e6:.0f} MB -> streaming them takes "
+          f"memory read {bw:.1f} GB/s; weights{' a token uses' if cfg.arch.mlp == 'moe' else ''} "
+          f"{weight_bytes / 1e6:.0f} MB -> streaming them takes "
           f"{weight_bytes / bw / 1e6:.1f} ms")
 
     contenders = {
@@ -163,8 +192,9 @@ def main() -> None:
         # the trace's logits at every position are derived on access: this column pays for them too
         "ours trace+lg": lambda ids: ours.trace_ids(ids[0].tolist())["logits"],
         "hf plain": lambda ids: hf_plain(ids),
-        "hf outputs": lambda ids: hf_eager(ids, output_attentions=True, output_hidden_states=True),
     }
+    if hf_eager is not None:
+        contenders["hf outputs"] = lambda ids: hf_eager(ids, output_attentions=True, output_hidden_states=True)
     if tl is not None:
         contenders["tl cache"] = lambda ids: tl.run_with_cache(ids)
     header = f"{'tokens':>6} {'limit':>7} " + " ".join(f"{n:>13}" for n in contenders)

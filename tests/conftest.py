@@ -120,21 +120,37 @@ NEW_FAMILY_FIXTURES: dict[str, dict] = {
                                          "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0}},
                         add_bos=True, max_shard_size="200KB"),
 }
-DECODER_FIXTURES: dict[str, dict] = {**LLAMA_FAMILY_FIXTURES, **NEW_FAMILY_FIXTURES}
+# the mixtures of experts (issue 23): at least 4 layers, grouped-query attention, untied heads, more experts than top-k
+MOE_FIXTURES: dict[str, dict] = {
+    # 8 experts, top-2, renormalised; every layer local with a window of 16 (shorter than the longer texts)
+    "mixtral": dict(n_layer=4, tie_word_embeddings=False, num_key_value_heads=2, num_local_experts=8,
+                    num_experts_per_tok=2, sliding_window=16, rope_theta=1_000_000.0),
+    # QK-norm per head with a head width of its own; 6 experts of width 48, top-3 renormalised (norm_topk_prob);
+    # block 2 a dense MLP (mlp_only_layers); BOS added; sharded safetensors
+    "qwen3_moe": dict(n_layer=4, tie_word_embeddings=False, num_key_value_heads=2, head_dim=32, num_experts=6,
+                      num_experts_per_tok=3, moe_intermediate_size=48, norm_topk_prob=True, mlp_only_layers=[2],
+                      add_bos=True, max_shard_size="150KB"),
+    # QK-norm over the whole projection; 16 experts, top-4, not renormalised (OLMoE's default)
+    "olmoe": dict(n_layer=4, tie_word_embeddings=False, num_key_value_heads=2, num_experts=16,
+                  num_experts_per_tok=4, norm_topk_prob=False),
+}
+DECODER_FIXTURES: dict[str, dict] = {**LLAMA_FAMILY_FIXTURES, **NEW_FAMILY_FIXTURES, **MOE_FIXTURES}
 
 
-def make_hf_llama_family(folder: Path, arch: str = "llama", *, n_layer: int = 2, hidden: int = 64, n_head: int = 4,
-                         intermediate: int = 128, vocab_size: int = 384, max_positions: int = 128,
+def make_hf_llama_family(folder: Path, arch: str = "llama", *, n_layer: int | None = None, hidden: int = 64,
+                         n_head: int = 4, intermediate: int = 128, vocab_size: int = 384, max_positions: int = 128,
                          seed: int = 0, **overrides) -> Path:
     """Save a random LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM / Qwen3ForCausalLM /
-    Gemma3ForCausalLM in HF format with the options of `DECODER_FIXTURES[arch]` (overridable), norm scales
-    and biases randomised too, and a tokenizer.json trained here."""
+    Gemma3ForCausalLM / MixtralForCausalLM / Qwen3MoeForCausalLM / OlmoeForCausalLM in HF format with the
+    options of `DECODER_FIXTURES[arch]` (overridable), norm scales and biases randomised too, and a
+    tokenizer.json trained here."""
     import json
 
     from transformers import AutoConfig, AutoModelForCausalLM
 
     opts = {**DECODER_FIXTURES[arch], **overrides}
-    n_layer = opts.pop("n_layer", n_layer)
+    fixture_layers = opts.pop("n_layer", 2)
+    n_layer = fixture_layers if n_layer is None else n_layer  # an explicit count wins over the fixture's
     add_bos = opts.pop("add_bos", False)
     max_shard_size = opts.pop("max_shard_size", None)
     torch.manual_seed(seed)
@@ -172,7 +188,13 @@ def new_family_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     return make_hf_llama_family(tmp_path_factory.mktemp(f"tiny-{request.param}"), request.param)
 
 
+@pytest.fixture(scope="session", params=list(MOE_FIXTURES))
+def moe_family_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Mixtral, Qwen3-MoE and OLMoE."""
+    return make_hf_llama_family(tmp_path_factory.mktemp(f"tiny-{request.param}"), request.param)
+
+
 @pytest.fixture(scope="session", params=list(DECODER_FIXTURES))
 def decoder_family_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Every rotary family: Llama, Qwen2, Mistral, Qwen3, Gemma 3."""
+    """Every rotary family: Llama, Qwen2, Mistral, Qwen3, Gemma 3, Mixtral, Qwen3-MoE, OLMoE."""
     return make_hf_llama_family(tmp_path_factory.mktemp(f"tiny-any-{request.param}"), request.param)

@@ -3,11 +3,13 @@
 The residual stream at the last block's output is a sum: the token embedding, the position embedding
 (GPT-2), and for every block what each attention head wrote (its `z` times its rows of W_O), the output
 projection's bias, and what the MLP wrote (with sandwich norms, Gemma, each head's write goes through the
-norm after attention, whose scale is frozen the same way). The final norm is linear once its scale is fixed: with the
-scale the forward pass actually computed at that position (1 / sqrt(var + eps) for LayerNorm, 1 / rms for
-RMSNorm) frozen, each part's contribution to a logit is that part, centred where the norm centres, times
-the scale, times the norm's weight, dotted with the token's column of W_U. The contributions plus a
-constant (the norm's shift dotted with the same column) equal the logit exactly. For "why A rather than
+norm after attention, whose scale is frozen the same way); in a block with experts, what each expert chosen
+at that position wrote (its output times its weight: the MLP's output is their sum). The final norm is
+linear once its scale is fixed: with the scale the forward pass actually computed at that position
+(1 / sqrt(var + eps) for LayerNorm, 1 / rms for RMSNorm) frozen, each part's contribution to a logit is
+that part, centred where the norm centres, times the scale, times the norm's weight, dotted with the
+token's column of W_U. The contributions plus a constant (the norm's shift dotted with the same column)
+equal the logit exactly. For "why A rather than
 B", the column is W_U[:, A] - W_U[:, B] and the sum is the logit difference.
 
 Semantics as TransformerLens's `cache.stack_head_results` + `apply_ln_to_stack` + `logit_attrs`, so a
@@ -29,7 +31,7 @@ from .loading.tokenizer import TextTokenizer
 from .models.decoder import Decoder
 from .trace import Trace
 
-Kind = Literal["embed", "pos_embed", "head", "attn_bias", "mlp"]
+Kind = Literal["embed", "pos_embed", "head", "attn_bias", "mlp", "expert"]
 
 
 @dataclass(frozen=True)
@@ -40,17 +42,20 @@ class Component:
     layer: int | None
     head: int | None
     value: float
+    expert: int | None = None  # kind "expert": the expert's index in its block
 
     @property
     def label(self) -> str:
         if self.kind == "head":
             return f"L{self.layer}H{self.head}"
+        if self.kind == "expert":
+            return f"L{self.layer}E{self.expert}"
         if self.kind in ("attn_bias", "mlp"):
             return f"{'attn bias' if self.kind == 'attn_bias' else 'MLP'} {self.layer}"
         return {"embed": "token embedding", "pos_embed": "position embedding"}[self.kind]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "layer": self.layer, "head": self.head, "value": self.value}
+        return {"kind": self.kind, "layer": self.layer, "head": self.head, "expert": self.expert, "value": self.value}
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,9 @@ class Attribution:
     """The metric (a logit, or the difference of two) at one position as a sum of contributions.
 
     `components` lists every part, in the order of the computation; `sum(c.value) + rest == metric` to
-    float rounding (computed in float64). `heads` is the (L, H) map of the heads' contributions."""
+    float rounding (computed in float64). `heads` is the (L, H) map of the heads' contributions; `experts`, in a
+    mixture of experts, the (L, E) map of the experts' (0 where an expert was not chosen at the position, and
+    in blocks without experts)."""
 
     tokens: list[str]
     position: int  # index into the traced tokens of the prediction explained
@@ -71,6 +78,7 @@ class Attribution:
     scale: float  # the final norm's scale at `position`, from the forward pass (frozen)
     components: list[Component]
     heads: Tensor = field(repr=False)  # (L, H)
+    experts: Tensor | None = field(default=None, repr=False)  # (L, E) in a mixture of experts
 
     def ranked(self, n: int | None = None) -> list[Component]:
         """The components by the size of their contribution, largest first."""
@@ -89,6 +97,7 @@ class Attribution:
             "metric": self.metric, "rest": self.rest, "scale": self.scale,
             "components": [c.to_dict() for c in self.components],
             "heads": self.heads.tolist(),
+            "experts": None if self.experts is None else self.experts.tolist(),
         }
 
 
@@ -158,6 +167,7 @@ def direct_logit_attribution(net: Decoder, tokenizer: TextTokenizer, trace: Trac
         comps.append(Component("pos_embed", None, None, contribution(trace["embed.position"][p])))
     L, H = cfg.n_layer, cfg.n_head
     heads = torch.zeros(L, H, dtype=f64, device="cpu")  # the answer
+    experts = torch.zeros(L, cfg.n_experts, dtype=f64, device="cpu") if cfg.n_experts is not None else None
     for layer in range(L):
         W_O = net.weight(f"blocks.{layer}.attn.W_O")  # (H, Dh, D)
         there = float64_device(W_O.device)
@@ -172,11 +182,21 @@ def direct_logit_attribution(net: Decoder, tokenizer: TextTokenizer, trace: Trac
         comps += [Component("head", layer, h, float(heads[layer, h])) for h in range(H)]
         if f"blocks.{layer}.attn.b_O" in weights:
             comps.append(Component("attn_bias", layer, None, contribution(net.weight(f"blocks.{layer}.attn.b_O"))))
-        comps.append(Component("mlp", layer, None, contribution(trace[f"blocks.{layer}.mlp_out"][p])))
+        if experts is not None and cfg.has_experts(layer):  # each chosen expert's output times its weight
+            mlp = f"blocks.{layer}.mlp."
+            chosen = trace[mlp + "expert_indices"][p].tolist()
+            written = (trace[mlp + "expert_weights"][p].to(here, f64)[:, None]
+                       * trace[mlp + "expert_out"][p].to(here, f64))
+            for e, part in zip(chosen, (written @ along).tolist(), strict=True):
+                experts[layer, e] = part
+                comps.append(Component("expert", layer, None, float(part), expert=e))
+        else:
+            comps.append(Component("mlp", layer, None, contribution(trace[f"blocks.{layer}.mlp_out"][p])))
 
     logits = trace["logits"][p].to(here, f64)
     metric = float(logits[t] - (logits[v] if v is not None else 0))
     text = tokenizer.token_text
     return Attribution(tokens=trace.tokens, position=p, target=t, target_text=text(t), versus=v,
                        versus_text=None if v is None else text(v), metric=metric, rest=rest, scale=scale,
-                       components=comps, heads=heads.to(torch.float32))
+                       components=comps, heads=heads.to(torch.float32),
+                       experts=None if experts is None else experts.to(torch.float32))

@@ -127,7 +127,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def _architecture(folder) -> dict[str, str]:
     """What a model folder's config.json says it is (no weights read): the HF model_type, our family
-    ("gpt2"; "llama" for Llama, Qwen2 and Mistral; "qwen3"; "gemma3") and its shape in words."""
+    ("gpt2"; "llama" for Llama, Qwen2 and Mistral; "qwen3"; "gemma3"; "mixtral"; "qwen3_moe"; "olmoe") and its shape
+    in words."""
     from .config import DecoderConfig
     from .loading.checkpoint import read_json
 
@@ -136,8 +137,9 @@ def _architecture(folder) -> dict[str, str]:
     except (ExplainerError, KeyError, ValueError, TypeError) as e:
         return {"architecture": "unknown", "family": "unknown", "shape": f"unreadable config.json: {e}"}
     kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""
+    experts = f", {c.n_experts} experts ({c.top_k} per token)" if c.n_experts is not None else ""
     return {"architecture": c.model_type, "family": c.family,
-            "shape": f"{c.model_type}: {c.n_layer} layers, {c.n_head} heads{kv}, d_model {c.n_embd}"}
+            "shape": f"{c.model_type}: {c.n_layer} layers, {c.n_head} heads{kv}, d_model {c.n_embd}{experts}"}
 
 
 def cmd_train_lm(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
 """Model configurations: one frozen dataclass for every decoder family (GPT-2, the Llama family, Qwen3,
-Gemma 3: `families/`), plus the known GPT-2 presets. The family's declaration maps HF's config.json to
-these fields and back, and says which parts build the model."""
+Gemma 3, and the mixtures of experts Mixtral, Qwen3-MoE and OLMoE: `families/`), plus the known GPT-2
+presets. The family's declaration maps HF's config.json to these fields and back, and says which parts
+build the model."""
 
 from __future__ import annotations
 
@@ -81,6 +82,12 @@ class DecoderConfig:
     sliding_window: int | None = None  # the keys a local layer's query sees, itself included
     rope_local_theta: float | None = None  # rotary base of the local layers, where they have their own (Gemma 3)
     query_pre_attn_scalar: float | None = None  # scores are scaled by 1 / sqrt(this) (Gemma); None: head_dim
+    # mixtures of experts (families whose architecture's mlp is "moe"): each token goes to top_k of n_experts
+    n_experts: int | None = None  # experts per block with experts; None: a dense MLP
+    top_k: int | None = None  # experts each token is sent to (HF: num_experts_per_tok)
+    d_expert: int | None = None  # an expert's hidden width; None: d_mlp (Qwen3-MoE: moe_intermediate_size)
+    norm_topk_prob: bool = False  # the chosen experts' probabilities renormalised to sum to 1 (Mixtral: always)
+    dense_layers: tuple[int, ...] = ()  # blocks with a dense gated MLP of width d_mlp instead (Qwen3-MoE's options)
 
     def __post_init__(self) -> None:
         decl = family_of_model_type(self.model_type)  # a ValueError naming the supported ones
@@ -88,11 +95,13 @@ class DecoderConfig:
             object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
         if isinstance(self.layer_types, list):  # from `to_dict` via JSON
             object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        if isinstance(self.dense_layers, list):
+            object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
         # every number is checked before it is used: a zero head count would divide by zero below, a NaN
         # epsilon would load and then turn every forward pass into NaN
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             _check_whole(self._key(name), getattr(self, name))
-        for name in ("d_mlp", "n_kv_heads", "head_dim", "sliding_window"):
+        for name in ("d_mlp", "n_kv_heads", "head_dim", "sliding_window", "n_experts", "top_k", "d_expert"):
             if getattr(self, name) is not None:
                 _check_whole(self._key(name), getattr(self, name))
         if self.head_dim is None and self.n_embd % self.n_head != 0:
@@ -127,7 +136,31 @@ class DecoderConfig:
                 raise ValueError("local layers need a sliding_window")
         if decl.arch.positions == "rope" and self.head_dim % 2:
             raise ValueError(f"rotary embeddings need an even head width, got {self.head_dim}")
+        self._check_experts(decl.arch.mlp == "moe")
         decl.check(self)
+
+    def _check_experts(self, moe: bool) -> None:
+        """A mixture of experts names its experts and how many each token gets, at most all of them; a dense
+        model names none."""
+        if not moe:
+            if self.n_experts is not None or self.top_k is not None or self.d_expert is not None or self.dense_layers:
+                raise ValueError(f"the {self.declaration.label} family has no experts: its MLP is dense")
+            return
+        if self.n_experts is None or self.top_k is None:
+            raise ValueError(f"a mixture of experts needs {self._key('n_experts')} and {self._key('top_k')}")
+        if self.top_k > self.n_experts:
+            raise ValueError(f"{self._key('top_k')} ({self.top_k}) must be at most the number of experts, "
+                             f"{self._key('n_experts')} ({self.n_experts})")
+        if self.d_expert is None:
+            object.__setattr__(self, "d_expert", self.d_mlp)
+        if not isinstance(self.norm_topk_prob, bool):
+            raise ValueError(f"norm_topk_prob must be true or false, got {self.norm_topk_prob!r}")
+        if not isinstance(self.dense_layers, tuple) or any(
+                isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.n_layer for i in self.dense_layers):
+            raise ValueError(f"the blocks without experts must be block indices from 0 to {self.n_layer - 1}, "
+                             f"got {list(self.dense_layers)!r}")
+        if list(self.dense_layers) != sorted(set(self.dense_layers)):
+            object.__setattr__(self, "dense_layers", tuple(sorted(set(self.dense_layers))))
 
     def _key(self, name: str) -> str:
         """A field's name as the family's config.json spells it, for messages."""
@@ -142,7 +175,8 @@ class DecoderConfig:
 
     @property
     def family(self) -> str:
-        """The family's name: "gpt2", "llama" (Llama, Qwen2, Mistral), "qwen3" or "gemma3"."""
+        """The family's name: "gpt2", "llama" (Llama, Qwen2, Mistral), "qwen3", "gemma3", "mixtral", "qwen3_moe"
+        or "olmoe"."""
         return self.declaration.name
 
     @property
@@ -156,6 +190,15 @@ class DecoderConfig:
         return names_for(self.family)
 
     # -- per layer -------------------------------------------------------------------------------------
+
+    def has_experts(self, layer: int) -> bool:
+        """Whether block `layer`'s MLP is a mixture of experts (else a dense MLP)."""
+        return self.arch.mlp == "moe" and layer not in self.dense_layers
+
+    @property
+    def moe_layers(self) -> list[int]:
+        """The blocks whose MLP is a mixture of experts."""
+        return [i for i in range(self.n_layer) if self.has_experts(i)]
 
     def layer_type(self, layer: int) -> str:
         """"full_attention" or "sliding_attention" (a local window) for block `layer`."""

@@ -52,8 +52,8 @@ class GeneratedToken:
 
 
 class ExplainerModel:
-    """A model of any supported family (GPT-2, Llama, Qwen2, Mistral, Qwen3, Gemma 3) ready to explain:
-    `trace`, `next_token`, `generate`, `weight`. `net` is the network (a `models.decoder.Decoder`)."""
+    """A model of any supported family (GPT-2, Llama, Qwen2, Mistral, Qwen3, Gemma 3, Mixtral, Qwen3-MoE, OLMoE)
+    ready to explain: `trace`, `next_token`, `generate`, `weight`. `net` is the network (a `models.decoder.Decoder`)."""
 
     def __init__(self, net: Decoder, tokenizer: TextTokenizer, name: str, source: str = "local",
                  folder: Path | None = None, file_dtype: str | None = None) -> None:
@@ -152,8 +152,10 @@ class ExplainerModel:
     def __repr__(self) -> str:
         c = self.config
         kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""
+        experts = f", {c.n_experts} experts ({c.top_k} per token)" if c.n_experts is not None else ""
+        active = f" ({self.net.num_active_params() / 1e6:.1f}M per token)" if c.n_experts is not None else ""
         return (f"ExplainerModel({self.name!r}, {c.model_type}, {c.n_layer} layers, {c.n_head} heads{kv}, "
-                f"d_model {c.n_embd}, {self.net.num_params() / 1e6:.1f}M parameters, "
+                f"d_model {c.n_embd}{experts}, {self.net.num_params() / 1e6:.1f}M parameters{active}, "
                 f"{str(self.dtype).removeprefix('torch.')})")
 
     # -- input -------------------------------------------------------------------------------------

@@ -7,7 +7,10 @@ builds a name by hand.
 One table per model family (`FAMILY_NAMES`, the key its declaration in `families/` has): GPT-2 (the
 tables without a prefix), the Llama family (Llama, Qwen2, Mistral; `LLAMA_`: RMSNorm, rotary positions,
 grouped-query attention, the gated MLP), Qwen3 (`QWEN3_`: the Llama family's names and QK-norm's) and
-Gemma 3 (`GEMMA3_`: Qwen3's and the sandwich norms', the scaled embedding, the local layers' rotation).
+Gemma 3 (`GEMMA3_`: Qwen3's and the sandwich norms', the scaled embedding, the local layers' rotation), and
+the mixtures of experts: Mixtral (`MIXTRAL_`: the Llama family's attention, the router and the experts in
+place of the MLP), Qwen3-MoE (`QWEN3_MOE_`: Qwen3's, the router and the experts, and the dense MLP's names
+for its blocks without experts) and OLMoE (`OLMOE_`: Mixtral's, with QK-norm over all heads together).
 Stages the families share keep one name.
 """
 
@@ -17,7 +20,8 @@ from dataclasses import dataclass
 
 # Per-block activations: suffix -> (dims, what it is). Dims use: T query positions, S key positions
 # (S = T without a cache), H heads, G key/value heads, D d_model, Dh head dim, R = Dh/2 rotation
-# pairs, M MLP width, V vocabulary, P positions.
+# pairs, M MLP width (an expert's, in an expert's weights), V vocabulary, P positions, E experts, K the
+# experts chosen per token (top_k).
 BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "resid_pre": (("T", "D"), "residual stream entering the block"),
     "ln1.mean": (("T",), "mean of each position's vector, first LayerNorm"),
@@ -331,6 +335,74 @@ GEMMA3_DERIVATIONS: dict[str, Derivation] = {
 }
 
 
+# -- mixtures of experts: Mixtral (the Llama family's attention), Qwen3-MoE (Qwen3's), OLMoE -------------------
+
+MOE_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "mlp.router_logits": (("T", "E"), "ln2.out @ W_router: the router's score of each expert for each token"),
+    "mlp.router_probs": (("T", "E"), "softmax over all experts of the router logits, in float32: each token's "
+                                     "probability of each expert"),
+    "mlp.expert_indices": (("T", "K"), "the top_k experts each token is sent to, the most probable first"),
+    "mlp.expert_weights": (("T", "K"), "what each chosen expert's output is multiplied by: its probability, "
+                                       "renormalised over the chosen experts to sum to 1 where the model does so "
+                                       "(norm_topk_prob; Mixtral always)"),
+    "mlp.expert_out": (("T", "K", "D"), "each chosen expert's output before its weight: down(SiLU(gate(x)) * up(x)) "
+                                        "with that expert's matrices, x = ln2.out"),
+    "mlp.out": (("T", "D"), "the sum over the chosen experts of expert_weights * expert_out"),
+}
+MOE_STAGES = tuple(MOE_ACTIVATIONS)
+DENSE_MLP_STAGES = ("mlp.gate", "mlp.up", "mlp.act", "mlp.post")
+MOE_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "mlp.W_router": (("D", "E"), "the router: ln2.out @ W_router gives each expert's score (router_logits)"),
+    "mlp.experts.W_gate": (("E", "D", "M"), "each expert's gate projection (M: an expert's width)"),
+    "mlp.experts.W_in": (("E", "D", "M"), "each expert's up projection (the linear branch)"),
+    "mlp.experts.W_out": (("E", "M", "D"), "each expert's down projection back to d_model"),
+}
+MOE_MLP_OUT = (("T", "D"), "mlp.out: what the mixture of experts adds to the residual stream")
+ALL_MLP_WEIGHTS = ("mlp.W_gate", "mlp.b_gate", "mlp.W_in", "mlp.b_in", "mlp.W_out", "mlp.b_out")
+ATTN_BIASES = ("attn.b_Q", "attn.b_K", "attn.b_V", "attn.b_O")
+
+MIXTRAL_BLOCK_ACTIVATIONS = _with(_without(LLAMA_BLOCK_ACTIVATIONS, *DENSE_MLP_STAGES), after="ln2.out",
+                                  add=MOE_ACTIVATIONS, replace={"mlp_out": MOE_MLP_OUT})
+MIXTRAL_BLOCK_WEIGHTS = _with(_without(LLAMA_BLOCK_WEIGHTS, *ALL_MLP_WEIGHTS, *ATTN_BIASES), add=MOE_WEIGHTS)
+
+QWEN3_MOE_BLOCK_ACTIVATIONS = _with(QWEN3_BLOCK_ACTIVATIONS, after="mlp.post", add=MOE_ACTIVATIONS, replace={
+    "mlp.gate": (("T", "M"), "blocks without experts: ln2.out @ W_gate, the gate before its activation"),
+    "mlp.up": (("T", "M"), "blocks without experts: ln2.out @ W_in, the linear branch"),
+    "mlp.act": (("T", "M"), "blocks without experts: SiLU(gate) = gate * sigmoid(gate)"),
+    "mlp.post": (("T", "M"), "blocks without experts: act * up, the gated hidden layer"),
+    "mlp_out": (("T", "D"), "what the MLP adds to the residual stream: mlp.out in a block with experts, "
+                            "mlp.post @ W_out in one without"),
+})
+QWEN3_MOE_BLOCK_WEIGHTS = _with(QWEN3_BLOCK_WEIGHTS, add=MOE_WEIGHTS, replace={
+    "mlp.W_gate": (("D", "M"), "blocks without experts: the MLP's gate projection"),
+    "mlp.W_in": (("D", "M"), "blocks without experts: the MLP's up projection"),
+    "mlp.W_out": (("M", "D"), "blocks without experts: the MLP's down projection"),
+})
+
+# OLMoE's QK-norm is one RMSNorm over the whole query projection (all heads side by side), one over the keys'
+OLMOE_QK_NORM_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "attn.q_norm.rms": (("T",), "root mean square of all heads' queries together at each position, over the "
+                                "H*Dh values: what QK-norm divides them by"),
+    "attn.q_norm.normalized": (("T", "H*Dh"), "the queries / rms, the heads side by side"),
+    "attn.q_norm.out": (("T", "H*Dh"), "normalized * scale: every head's query brought to a fixed size together, "
+                                       "before the split into heads and the rotation"),
+    "attn.k_norm.rms": (("T",), "root mean square of all key/value heads' keys together at each new position"),
+    "attn.k_norm.normalized": (("T", "G*Dh"), "the keys / rms, the key/value heads side by side"),
+    "attn.k_norm.out": (("T", "G*Dh"), "normalized * scale: the keys brought to a fixed size together, before the "
+                                       "rotation"),
+}
+OLMOE_BLOCK_ACTIVATIONS = _with(MIXTRAL_BLOCK_ACTIVATIONS, after="attn.k", add=OLMOE_QK_NORM_ACTIVATIONS, replace={
+    "attn.q": QWEN3_BLOCK_ACTIVATIONS["attn.q"],
+    "attn.k": QWEN3_BLOCK_ACTIVATIONS["attn.k"],
+    "attn.rot_q": QWEN3_BLOCK_ACTIVATIONS["attn.rot_q"],
+    "attn.rot_k": QWEN3_BLOCK_ACTIVATIONS["attn.rot_k"],
+})
+OLMOE_BLOCK_WEIGHTS = _with(_without(QWEN3_BLOCK_WEIGHTS, *ALL_MLP_WEIGHTS), add=MOE_WEIGHTS, replace={
+    "attn.q_norm.w": (("H*Dh",), "QK-norm's scale of the queries, one per value of the whole projection"),
+    "attn.k_norm.w": (("G*Dh",), "QK-norm's scale of the keys, one per value of the whole projection"),
+})
+
+
 @dataclass(frozen=True)
 class NameTable:
     """The names one model family answers."""
@@ -341,6 +413,14 @@ class NameTable:
     global_weights: dict[str, tuple[tuple[str, ...], str]]
     derivations: dict[str, Derivation]  # stages computed from recorded ones
     globals_before_blocks: tuple[str, ...]  # the global activations computed before block 0
+    # a family whose blocks may have experts or a dense MLP (Qwen3-MoE): the stages only the one kind has
+    moe_stages: tuple[str, ...] = ()
+    dense_mlp_stages: tuple[str, ...] = ()
+
+    def block_stages(self, has_experts: bool) -> list[str]:
+        """The stages a block answers, in computation order: with experts, or with a dense MLP."""
+        skip = self.dense_mlp_stages if has_experts else self.moe_stages
+        return [s for s in self.block_activations if s not in skip]
 
     @property
     def derived(self) -> dict[str, str]:
@@ -358,6 +438,13 @@ FAMILY_NAMES: dict[str, NameTable] = {
     "gemma3": NameTable(GEMMA3_BLOCK_ACTIVATIONS, GEMMA3_GLOBAL_ACTIVATIONS, GEMMA3_BLOCK_WEIGHTS,
                         GEMMA3_GLOBAL_WEIGHTS, GEMMA3_DERIVATIONS,
                         ("embed.token", "rope.angles", "rope.local_angles", "embed.scaled")),
+    "mixtral": NameTable(MIXTRAL_BLOCK_ACTIVATIONS, LLAMA_GLOBAL_ACTIVATIONS, MIXTRAL_BLOCK_WEIGHTS,
+                         LLAMA_GLOBAL_WEIGHTS, LLAMA_DERIVATIONS, ("embed.token", "rope.angles"), MOE_STAGES),
+    "qwen3_moe": NameTable(QWEN3_MOE_BLOCK_ACTIVATIONS, QWEN3_GLOBAL_ACTIVATIONS, QWEN3_MOE_BLOCK_WEIGHTS,
+                           QWEN3_GLOBAL_WEIGHTS, QWEN3_DERIVATIONS, ("embed.token", "rope.angles"), MOE_STAGES,
+                           DENSE_MLP_STAGES),
+    "olmoe": NameTable(OLMOE_BLOCK_ACTIVATIONS, LLAMA_GLOBAL_ACTIVATIONS, OLMOE_BLOCK_WEIGHTS, LLAMA_GLOBAL_WEIGHTS,
+                       LLAMA_DERIVATIONS, ("embed.token", "rope.angles"), MOE_STAGES),
 }
 
 # How `head` (query head h of the model's H) slices a tensor: at the first of these dims the tensor
@@ -408,12 +495,13 @@ def parse_name(name: str, family: str = "gpt2") -> ParsedName:
     raise KeyError(f"unknown name {name!r}")
 
 
-def activation_names(n_layer: int, family: str = "gpt2") -> list[str]:
-    """All activation names of a model with `n_layer` blocks, in computation order."""
+def activation_names(n_layer: int, family: str = "gpt2", dense_layers: tuple[int, ...] = ()) -> list[str]:
+    """All activation names of a model with `n_layer` blocks, in computation order; in a mixture of experts,
+    the blocks `dense_layers` have a dense MLP's stages and the others the experts'."""
     t = names_for(family)
     out = list(t.globals_before_blocks)
     for i in range(n_layer):
-        out += [f"blocks.{i}.{s}" for s in t.block_activations]
+        out += [f"blocks.{i}.{s}" for s in t.block_stages(i not in dense_layers)]
     out += [n for n in t.global_activations if n not in t.globals_before_blocks]
     return out
 

@@ -13,6 +13,7 @@ import time
 import torch
 from torch import Tensor
 
+from .analysis.cost import pass_gflop
 from .config import DecoderConfig
 from .encoding import (
     encode_array,
@@ -40,6 +41,7 @@ from .schemas import (
     NameEntry,
     NamesOut,
     NextTokenOut,
+    PassCostOut,
     SampledOut,
     SamplingIn,
     TensorSpec,
@@ -89,7 +91,9 @@ def capabilities_out(c: DecoderConfig) -> CapabilitiesOut:
                            kv_groups=c.n_head // c.n_kv_heads,
                            local_window=c.sliding_window if SLIDING in (c.layer_types or ()) else None,
                            layer_types=[c.layer_type(i) for i in range(c.n_layer)], attn_scale=c.attn_scale,
-                           rope_local_theta=c.rope_local_theta)
+                           rope_local_theta=c.rope_local_theta, qk_norm_scope=a.qk_norm_scope,
+                           n_experts=c.n_experts, top_k=c.top_k, d_expert=c.d_expert,
+                           norm_topk_prob=c.norm_topk_prob if a.mlp == "moe" else False, moe_layers=c.moe_layers)
 
 
 def config_out(model: ExplainerModel) -> ModelConfigOut:
@@ -172,6 +176,13 @@ def choose_next(model: ExplainerModel, logits: Tensor, sp: SamplingIn, token_id:
 # -- the overview of a trace -----------------------------------------------------------------------
 
 
+def pass_cost(cfg: DecoderConfig, n_tokens: int) -> PassCostOut:
+    """The arithmetic of a forward pass over `n_tokens` tokens: with the experts the tokens were sent to, and
+    with every expert (the same for a dense model)."""
+    return PassCostOut(n_tokens=n_tokens, gflop=pass_gflop(cfg, n_tokens),
+                       gflop_all_experts=pass_gflop(cfg, n_tokens, experts_per_token=cfg.n_experts))
+
+
 def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated: bool, sampling: SamplingIn,
                    top_n: int, include: list[TensorSpec], computed: list[int], t0: float, t_traced: float
                    ) -> TraceOut:
@@ -207,5 +218,6 @@ def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated:
                                   data=encode_array(resid, "float32")),
         tensors=tensors,
         computed_positions=computed,
+        cost=pass_cost(cfg, trace.start + trace.n_tokens),
         timings_ms={"model": round((t_traced - t0) * 1e3, 2), "encode": round((t_done - t_traced) * 1e3, 2)},
     )

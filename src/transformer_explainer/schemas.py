@@ -136,8 +136,12 @@ class CapabilitiesOut(BaseModel):
     norm_offset: bool  # RMSNorm scales by 1 + weight (Gemma)
     positions: Literal["learned", "rope"]  # a position embedding table, or rotary positions inside attention
     qkv: Literal["fused", "split"]  # one input projection for q, k and v (GPT-2), or three
-    mlp: Literal["gelu", "gated"]  # up, GELU, down; or down(act(gate) * up)
-    qk_norm: bool  # an RMSNorm over each head's query and key before the rotation (Qwen3, Gemma 3)
+    # up, GELU, down; or down(act(gate) * up); or a mixture of experts: a router sends each token to top_k of
+    # n_experts gated MLPs and adds their outputs, weighted (Mixtral, Qwen3-MoE, OLMoE)
+    mlp: Literal["gelu", "gated", "moe"]
+    qk_norm: bool  # an RMSNorm over the queries and keys before the rotation (Qwen3, Gemma 3, OLMoE)
+    # QK-norm over each head's query and key ("head"), or over all heads' together as projected ("projection": OLMoE)
+    qk_norm_scope: Literal["head", "projection"] = "head"
     sandwich_norm: bool  # norms after attention and after the MLP too (Gemma)
     embed_scale: bool  # the token embedding times sqrt(d_model) (Gemma)
     kv_groups: int  # query heads per key/value head (1: each query head has its own)
@@ -145,6 +149,12 @@ class CapabilitiesOut(BaseModel):
     layer_types: list[Literal["full_attention", "sliding_attention"]]  # each block's attention
     attn_scale: float  # what the scores are multiplied by: 1 / sqrt(head_dim) or 1 / sqrt(query_pre_attn_scalar)
     rope_local_theta: float | None  # the local layers' own rotary base (Gemma 3)
+    # mixtures of experts (mlp "moe"); None / [] / false for a dense model
+    n_experts: int | None = None  # experts per block with experts
+    top_k: int | None = None  # experts each token is sent to
+    d_expert: int | None = None  # an expert's hidden width
+    norm_topk_prob: bool = False  # the chosen experts' weights renormalised to sum to 1 (Mixtral: always)
+    moe_layers: list[int] = []  # the blocks whose MLP is a mixture of experts (Qwen3-MoE may keep some dense)
 
 
 class ModelConfigOut(BaseModel):
@@ -178,6 +188,10 @@ class ModelInfo(BaseModel):
     default: bool
     config: ModelConfigOut | None = None  # known once loaded
     n_params: int | None = None
+    # the parameters one token's forward pass uses: all but the experts it is not sent to (= n_params when dense)
+    n_active_params: int | None = None
+    # the parameters of the experts, every block's together (0 for a dense model)
+    n_expert_params: int | None = None
 
 
 class ModelList(BaseModel):
@@ -206,7 +220,7 @@ class EncodedTensor(BaseModel):
     kv_head: int | None = None
     position: int | None = None
     row: int | None = None
-    # the dims left after slicing, from the name scheme (T, S, H, G, D, Dh, R, M, V, P)
+    # the dims left after slicing, from the name scheme (T, S, H, G, D, Dh, R, M, V, P, E, K, ...)
     dims: list[str]
     shape: list[int]
     dtype: TensorDtype
@@ -261,6 +275,17 @@ class AttentionOverview(BaseModel):
     data: str  # base64, (n_layer, n_head, size*(size+1)/2)
 
 
+class PassCostOut(BaseModel):
+    """The arithmetic of the trace's forward pass over its tokens (analysis/cost.py pass_gflop: the weight
+    products, the attention scores and the unembedding, 2 FLOPs per multiply-add). In a mixture of experts
+    `gflop` counts the experts each token was sent to, `gflop_all_experts` what the pass would cost if every
+    token ran every expert (equal to `gflop` for a dense model)."""
+
+    n_tokens: int
+    gflop: float
+    gflop_all_experts: float
+
+
 class TraceOut(BaseModel):
     model: str
     text: str
@@ -277,6 +302,7 @@ class TraceOut(BaseModel):
     tensors: list[EncodedTensor]  # what `include` asked for, in order
     computed_positions: list[int]  # [first, last + 1) of the positions computed for this answer
     timings_ms: dict[str, float]
+    cost: PassCostOut | None = None  # the forward pass's arithmetic over the trace's tokens
 
 
 class TensorsOut(BaseModel):

@@ -111,7 +111,8 @@ def check_activations_fit(config: DecoderConfig, n_tokens: int, specs: Sequence[
     much costs no pass. Sizes come from the names' dims and the model's shape."""
     sizes = {"T": n_tokens, "S": n_tokens, "D": config.n_embd, "Dh": config.head_dim, "H": config.n_head,
              "G": config.n_kv_heads, "M": config.d_mlp, "V": config.vocab_size, "R": config.head_dim // 2,
-             "H*Dh": config.n_head * config.head_dim}
+             "H*Dh": config.n_head * config.head_dim, "G*Dh": config.n_kv_heads * config.head_dim,
+             "E": config.n_experts or 1, "K": config.top_k or 1}
     out = []
     for spec in specs:
         _layer, suffix, dims = _parse(spec.name, config.family)
@@ -175,15 +176,23 @@ def _weight_slice(model: ExplainerModel, spec: TensorSpec) -> _Slice:
         raise InputError(f"{spec.name}: the model has {cfg.n_layer} blocks")
     if spec.position is not None:
         raise InputError("`position` applies to activations; for weights use `head` and `row`")
+    dims = list(dims_t)
+    one_expert = spec.row is not None and dims[:1] == ["E"]  # one expert's matrix: the others are not stacked
     try:
-        t = model.weight(spec.name)
+        if one_expert:
+            E = cfg.n_experts or 0
+            if not -E <= spec.row < E:
+                raise InputError(f"row {spec.row} is out of range for {spec.name} (0..{E - 1})")
+            t = model.net.expert_weight(spec.name, spec.row % E)
+            dims.pop(0)
+        else:
+            t = model.weight(spec.name)
     except KeyError as e:  # a name of the family this model lacks (a bias of a model without biases)
         raise InputError(f"{spec.name}: {model.name} has no such weight ({e.args[0]})") from None
-    dims = list(dims_t)
     kv_head = None
     if spec.head is not None:
         t, kv_head = _take_head(t, dims, spec.head, spec.name, cfg)
-    if spec.row is not None:
+    if spec.row is not None and not one_expert:
         if not dims:
             raise InputError(f"{spec.name} has no rows")
         t = _take(t, dims, dims[0], spec.row, "row", spec.name)

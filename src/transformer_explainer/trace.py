@@ -199,7 +199,7 @@ class Trace(TraceBase):
 
     def names(self) -> list[str]:
         """Every name this trace answers, in computation order."""
-        return activation_names(self.config.n_layer, self.config.family)
+        return activation_names(self.config.n_layer, self.config.family, self.config.dense_layers)
 
     def describe(self, name: str) -> str:
         dims, text = describe(name, self.config.family)

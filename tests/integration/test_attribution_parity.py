@@ -131,3 +131,84 @@ def test_new_families_components_sum_to_the_logit(new_family_dir) -> None:
     for layer in range(model.config.n_layer):
         wrote = tr[f"blocks.{layer}.attn_out"][-1].to(f64) @ along
         assert float(a.heads[layer].to(f64).sum()) == pytest.approx(float(wrote), rel=1e-4, abs=1e-5), layer
+
+
+def test_mixtures_of_experts_split_per_expert(moe_family_dir) -> None:
+    """Mixtral, Qwen3-MoE, OLMoE: a block with experts contributes one part per expert chosen at the position
+    (its output times its weight), kind "expert" with its layer and index; the parts still add up to the
+    logit, and each block's parts add up to what transformers' MLP wrote there (a forward hook on HF's mixture
+    block), through the final norm. Blocks without experts (Qwen3-MoE's dense one) keep one "mlp" part."""
+    from transformers import AutoModelForCausalLM
+
+    model = load_model(str(moe_family_dir), allow_download=False)
+    c = model.config
+    tr = model.trace(TEXT)
+    for position in (None, 2):
+        a = model.attribute(tr, position=position)
+        assert _rel(a.total(), a.metric) < 1e-5, (a.total(), a.metric)
+        p = tr.n_tokens - 1 if position is None else position
+        for layer in range(c.n_layer):
+            parts = [x for x in a.components if x.layer == layer and x.kind in ("expert", "mlp")]
+            if c.has_experts(layer):
+                chosen = tr[f"blocks.{layer}.mlp.expert_indices"][p].tolist()
+                assert [x.kind for x in parts] == ["expert"] * c.top_k and [x.expert for x in parts] == chosen
+                assert [x.label for x in parts] == [f"L{layer}E{e}" for e in chosen]
+                row = a.experts[layer]
+                assert set(row.nonzero().flatten().tolist()) <= set(chosen)
+                assert float(row.sum()) == pytest.approx(sum(x.value for x in parts), rel=1e-5, abs=1e-6)
+            else:
+                assert [x.kind for x in parts] == ["mlp"] and not a.experts[layer].any()
+    a = model.attribute(tr)
+    hf = AutoModelForCausalLM.from_pretrained(moe_family_dir, attn_implementation="eager").eval()
+    wrote: dict[int, torch.Tensor] = {}
+    hooks = [blk.mlp.register_forward_hook(lambda m, args, out, i=i: wrote.__setitem__(i, out.detach()))
+             for i, blk in enumerate(hf.model.layers)]
+    try:
+        with torch.no_grad():
+            hf(torch.tensor([tr.token_ids]))
+    finally:
+        for h in hooks:
+            h.remove()
+    f64 = torch.float64
+    along = (hf.model.norm.weight.to(f64) * hf.lm_head.weight[a.target].to(f64) * a.scale).detach()
+    for layer in c.moe_layers:
+        ours = sum(x.value for x in a.components if x.kind == "expert" and x.layer == layer)
+        assert ours == pytest.approx(float(wrote[layer][0, -1].to(f64) @ along), rel=1e-4, abs=1e-5), layer
+    d = a.to_dict()
+    assert len(d["experts"]) == c.n_layer and len(d["experts"][0]) == c.n_experts
+    assert any(x["kind"] == "expert" and x["expert"] is not None for x in d["components"])
+
+
+def test_mixtures_of_experts_over_http(moe_family_dir) -> None:
+    """/api/attribution/attribute on a mixture of experts: the answer carries each chosen expert as a part of
+    kind "expert" with its index (the trace's expert_indices at the position, in its order), the (L, E) map of
+    their values, and the parts plus the constant still sum to the metric in the JSON."""
+    from fastapi.testclient import TestClient
+
+    from transformer_explainer.server import create_app
+
+    model = load_model(str(moe_family_dir), allow_download=False)
+    c = model.config
+    tr = model.trace(TEXT)
+    with TestClient(create_app({"moe": model})) as client:
+        for position in (None, 2):
+            r = client.post("/api/attribution/attribute", json={"model": "moe", "text": TEXT, "position": position})
+            assert r.status_code == 200, r.text
+            out = r.json()
+            p = out["position"]
+            total = sum(x["value"] for x in out["components"]) + out["rest"]
+            assert _rel(total, out["metric"]) < 1e-5, (total, out["metric"])
+            experts = out["experts"]
+            assert len(experts) == c.n_layer and all(len(row) == c.n_experts for row in experts)
+            for layer in range(c.n_layer):
+                parts = [x for x in out["components"] if x["layer"] == layer and x["kind"] in ("expert", "mlp")]
+                if c.has_experts(layer):
+                    chosen = tr[f"blocks.{layer}.mlp.expert_indices"][p].tolist()
+                    assert [x["expert"] for x in parts] == chosen and all(x["kind"] == "expert" for x in parts)
+                    for x in parts:
+                        assert experts[layer][x["expert"]] == pytest.approx(x["value"], rel=1e-5, abs=1e-6)
+                    assert sum(v for e, v in enumerate(experts[layer]) if e not in chosen) == 0
+                else:
+                    assert [x["kind"] for x in parts] == ["mlp"] and parts[0]["expert"] is None
+                    assert not any(experts[layer])
+            assert all(x["expert"] is None for x in out["components"] if x["kind"] != "expert")

@@ -95,3 +95,30 @@ def test_explain_with_network_cut_off(tmp_path: Path):
     assert result["model"] == BUILTIN_DEFAULT
     assert result["tokens"] == ["The", " king", " said"]
     assert f"model: {BUILTIN_DEFAULT}" in out.stderr
+
+
+MOE = builtin_models().get("explainer-moe")
+
+
+@pytest.mark.skipif(MOE is None, reason="explainer-moe is not shipped in this checkout")
+def test_the_builtin_mixture_of_experts():
+    """explainer-moe: Mixtral's format, 8 experts of which each token gets 2, grouped-query attention, within
+    25 MB; trained: English continuations are likely, and on a text of 51 tokens every block sends its tokens to
+    at least 5 of its 8 experts (the router is not collapsed onto a few)."""
+    assert MOE is not None
+    size = sum(p.stat().st_size for p in MOE.iterdir())
+    assert size <= 25e6, f"explainer-moe is {size / 1e6:.1f} MB, over its 25 MB budget"
+    assert (MOE / "MODEL_CARD.md").is_file()
+    m = load_model("explainer-moe", allow_download=False)
+    c = m.config
+    assert c.family == "mixtral" and (c.n_experts, c.top_k) == (8, 2) and c.n_kv_heads < c.n_head
+    assert m.net.num_active_params() < m.net.num_params() / 2
+    text = ("It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of "
+            "foolishness. The king said that the people of the city were tired of the war, and the queen agreed.")
+    trace = m.trace(text)
+    assert trace.n_tokens == 51
+    loss = torch.nn.functional.cross_entropy(trace["logits"][:-1], torch.tensor(trace.token_ids[1:]))
+    assert loss < 6.0, f"loss {loss:.2f} nats/token: the shipped model looks untrained"
+    for layer in range(c.n_layer):
+        used = trace[f"blocks.{layer}.mlp.expert_indices"].flatten().bincount(minlength=8)
+        assert (used > 0).sum() >= 5, (layer, used)

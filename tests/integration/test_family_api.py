@@ -1,6 +1,7 @@
 """Every API endpoint, analysis, the notebook snapshot and the CLI on every rotary family (Llama, Qwen2,
-Mistral, Qwen3, Gemma 3: random weights saved by transformers, `decoder_family_dir`), with the values
-checked against the engine's own: nothing of the GPT-2 path is assumed."""
+Mistral, Qwen3, Gemma 3, and the mixtures of experts Mixtral, Qwen3-MoE, OLMoE: random weights saved by
+transformers, `decoder_family_dir`), with the values checked against the engine's own: nothing of the GPT-2
+path is assumed."""
 
 from __future__ import annotations
 
@@ -71,6 +72,15 @@ def group(model) -> int:
     return model.config.n_head // model.config.n_kv_heads
 
 
+def moe(model) -> bool:
+    return model.config.arch.mlp == "moe"
+
+
+def mlp_weight(model, layer: int = 0) -> str:
+    """A name of block `layer`'s MLP weights: the gate projection, every expert's in a block with experts."""
+    return f"blocks.{layer}.mlp.experts.W_gate" if model.config.has_experts(layer) else f"blocks.{layer}.mlp.W_gate"
+
+
 # -- the core API ----------------------------------------------------------------------------------
 
 
@@ -79,7 +89,12 @@ def test_model_info_and_trace_overview(client, model):
     assert info["config"]["family"] == model.config.family and info["config"]["n_kv_heads"] == model.config.n_kv_heads
     caps = info["config"]["capabilities"]
     assert caps["norm"] == "rms" and caps["positions"] == "rope" and caps["kv_groups"] == group(model)
-    assert caps["qk_norm"] == (model.config.family in ("qwen3", "gemma3"))
+    assert caps["qk_norm"] == (model.config.family in ("qwen3", "gemma3", "qwen3_moe", "olmoe"))
+    assert caps["qk_norm_scope"] == ("projection" if model.config.family == "olmoe" else "head")
+    c = model.config
+    assert caps["mlp"] == ("moe" if moe(model) else "gated")
+    assert (caps["n_experts"], caps["top_k"], caps["moe_layers"]) == (c.n_experts, c.top_k, c.moe_layers)
+    assert info["n_active_params"] == model.net.num_active_params() < info["n_params"] or not moe(model)
     assert caps["sandwich_norm"] == caps["embed_scale"] == (model.config.family == "gemma3")
     assert caps["layer_types"] == [model.config.layer_type(i) for i in range(model.config.n_layer)]
     d = post(client, "/api/trace", text=TEXT, include=[{"name": "rope.angles", "dtype": "float32"}])
@@ -143,20 +158,30 @@ def test_head_slices_of_key_value_tensors(client, model):
 
 def test_every_weight_by_name(client, model):
     names = model.weight_names()
-    assert "blocks.0.mlp.W_gate" in names and "embed.W_pos" not in names
+    assert mlp_weight(model) in names and "embed.W_pos" not in names
     assert ("blocks.0.attn.b_Q" in names) == model.config.qkv_bias  # Qwen2 has q/k/v biases, Llama not
     for i in range(0, len(names), 16):
         chunk = names[i:i + 16]
         d = post(client, "/api/weights", tensors=[{"name": n, "dtype": "float32"} for n in chunk])
         for n, t in zip(chunk, d["tensors"], strict=True):
             np.testing.assert_allclose(arr(t), model.weight(n).numpy(), err_msg=n)
-    if not model.config.qkv_bias:  # a bias of the family's names this model lacks; Gemma's names have none
-        why = "unknown tensor name" if model.config.family == "gemma3" else "no such weight"
+    if not model.config.qkv_bias:  # a bias of the family's names this model lacks; Gemma's and Mixtral's have none
+        why = "no such weight" if "attn.b_K" in names_for(model.config.family).block_weights else "unknown tensor name"
         assert why in refused(client, "/api/weights", tensors=[{"name": "blocks.0.attn.b_K"}])
     # GPT-2's names are not this family's
     assert "unknown tensor name" in refused(client, "/api/weights", tensors=[{"name": "embed.W_pos"}])
     assert "unknown tensor name" in refused(client, "/api/tensors", text=TEXT, tensors=[{"name": "blocks.0.ln1.mean"}])
-    assert "is a weight" in refused(client, "/api/tensors", text=TEXT, tensors=[{"name": "blocks.0.mlp.W_gate"}])
+    assert "is a weight" in refused(client, "/api/tensors", text=TEXT, tensors=[{"name": mlp_weight(model)}])
+    if moe(model):  # one expert's matrix by `row`, without the others
+        layer = model.config.moe_layers[0]
+        d = post(client, "/api/weights", tensors=[{"name": f"blocks.{layer}.mlp.experts.W_out", "row": 3,
+                                                 "dtype": "float32"}])
+        t = d["tensors"][0]
+        assert t["dims"] == ["M", "D"] and t["row"] == 3
+        np.testing.assert_allclose(arr(t), model.weight(f"blocks.{layer}.mlp.experts.W_out")[3].numpy())
+        E = model.config.n_experts
+        assert f"0..{E - 1}" in refused(client, "/api/weights", tensors=[
+            {"name": f"blocks.{layer}.mlp.experts.W_out", "row": E}])
 
 
 def test_next_token_and_generate(client, model):
@@ -304,7 +329,8 @@ def test_snapshot_builds_and_round_trips(model, tmp_path):
     d, info = snapshot_data(model, tr)
     assert not info.omitted
     assert d["models"]["models"][0]["config"]["family"] == model.config.family
-    for n in ("rope.angles", "ln_final.rms", "blocks.1.attn.rot_k", "blocks.0.mlp.gate", "blocks.1.attn.pattern"):
+    mlp = "blocks.0.mlp.router_probs" if moe(model) else "blocks.0.mlp.gate"
+    for n in ("rope.angles", "ln_final.rms", "blocks.1.attn.rot_k", mlp, "blocks.1.attn.pattern"):
         np.testing.assert_allclose(f16(d["tensors"][n]), tr[n].numpy(), rtol=1e-3, atol=1e-3, err_msg=n)
     assert d["tensors"]["blocks.1.attn.rot_k"]["dims"] == ["G", "S", "Dh"]
     assert "blocks.0.ln1.w" in d["weights"] and "blocks.0.ln1.b" not in d["weights"]  # RMSNorm: no shift

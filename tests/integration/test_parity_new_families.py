@@ -294,4 +294,4 @@ def test_bad_configs_are_refused_with_a_sentence(tmp_path: Path):
     msg = refused(model_type="gemma3")
     assert "supported: gpt2, llama, qwen2, mistral, qwen3, gemma3_text" in msg and "gemma-3-270m" in msg
     msg = refused(model_type="bert")
-    assert msg.endswith("(GPT-2, Llama, Qwen3, Gemma 3)"), msg
+    assert msg.endswith("(GPT-2, Llama, Qwen3, Gemma 3, Mixtral, Qwen3-MoE, OLMoE)"), msg

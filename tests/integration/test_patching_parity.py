@@ -176,3 +176,28 @@ def test_a_patched_run_from_its_block_equals_one_from_the_embedding(new_family_d
             whole = patched_metrics(model.net, x, layer, kind, cells, value, a, w)
             started = patched_metrics(model.net, x, layer, kind, cells, value, a, w, entering[layer])
             torch.testing.assert_close(started, whole, atol=1e-5, rtol=1e-5)
+
+
+def test_mixtures_of_experts_grids_equal_transformers_hooks(moe_family_dir) -> None:
+    """Mixtral, Qwen3-MoE, OLMoE: the grids equal patching transformers' modules (mlp_out: its mixture block's
+    output), and a patched run started at its block equals one from the embedding (the routing downstream of
+    a patch is recomputed: the patched runs batch many rows, each with its own experts)."""
+    from transformers import AutoModelForCausalLM
+
+    from transformer_explainer.patching import residuals_entering_blocks
+
+    model = load_model(str(moe_family_dir), allow_download=False)
+    hf = AutoModelForCausalLM.from_pretrained(moe_family_dir, attn_implementation="eager").eval()
+    cfg = hf.config
+    Dh = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    _check_against_hf(model, hf, hf.model.layers, lambda b: b.self_attn, lambda b: b.mlp,
+                      lambda b: b.self_attn.o_proj, cfg.num_attention_heads, Dh)
+    c, x, a, w = _pair(model)
+    clean = model.trace_ids(c)
+    entering = residuals_entering_blocks(model.net, x)
+    for layer in range(model.config.n_layer):
+        cells = [0, 1, len(c) - 1]
+        value = clean[f"blocks.{layer}.mlp_out"]
+        whole = patched_metrics(model.net, x, layer, "mlp_out", cells, value, a, w)
+        started = patched_metrics(model.net, x, layer, "mlp_out", cells, value, a, w, entering[layer])
+        torch.testing.assert_close(started, whole, atol=1e-5, rtol=1e-5)

@@ -1,6 +1,7 @@
-"""`transformer-explainer train lm` end to end on a small corpus written here: both families train (the
-loss falls), export an HF folder that transformers loads with the same logits as ours, and write a
-model card; the Llama family's options reach the exported config."""
+"""`transformer-explainer train lm` end to end on a small corpus written here: GPT-2, the Llama family and
+Mixtral (a mixture of experts) train (the loss falls), export an HF folder that transformers loads with the
+same logits as ours, and write a model card; the Llama family's and the experts' options reach the exported
+config; the load-balancing loss keeps every expert in use."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def train(tmp_path: Path, family_args: list[str], steps: int = 40) -> tuple[Path
 @pytest.mark.parametrize("family_args, arch", [
     ([], "GPT2LMHeadModel"),
     (["--family", "llama", "--n-kv-head", "2"], "LlamaForCausalLM"),
+    (["--family", "mixtral", "--n-kv-head", "2", "--n-experts", "4", "--top-k", "2", "--n-inner", "48"],
+     "MixtralForCausalLM"),
 ])
 def test_train_export_and_reload(tmp_path: Path, family_args: list[str], arch: str):
     from transformers import AutoModelForCausalLM
@@ -73,6 +76,16 @@ def test_train_export_and_reload(tmp_path: Path, family_args: list[str], arch: s
         assert cfg["eos_token_id"] == cfg["bos_token_id"] == ours.tokenizer.eos_id()
         assert "sharing 2 key/value heads" in card and "Llama-architecture" in card
         assert ours.config.family == "llama"
+    elif arch == "MixtralForCausalLM":
+        assert cfg["num_local_experts"] == 4 and cfg["num_experts_per_tok"] == 2 and cfg["intermediate_size"] == 48
+        assert "4 experts of width 48 (gated), 2 per token" in card and "mixture-of-experts" in card
+        c = ours.config
+        assert c.family == "mixtral" and f"{ours.net.num_active_params() / 1e6:.2f} M of them used per token" in card
+        # the router sends tokens to every expert: none is starved (the load-balancing loss's work)
+        trace = ours.trace(" ".join(SENTENCES), truncate=True)
+        for layer in range(c.n_layer):
+            used = trace[f"blocks.{layer}.mlp.expert_indices"].flatten().bincount(minlength=4)
+            assert (used > 0).all(), (layer, used)
     else:
         assert "GPT-2-architecture" in card
 

@@ -88,3 +88,48 @@ def test_a_refusal_names_settings_that_fit():
     tokens = int(str(e.value).split("a text of at most ")[1].split()[0].replace(",", ""))
     passes = importance_passes(gpt2)
     assert passes * pass_gflop(gpt2, tokens) <= budget < passes * pass_gflop(gpt2, tokens + 1)
+
+
+def test_a_mixture_of_experts_costs_its_chosen_experts():
+    """A token goes through the router and top_k experts: the pass costs what a dense model of top_k experts'
+    width would, plus the router; the other experts add nothing. A dense block (Qwen3-MoE's) costs its MLP."""
+    shape = dict(vocab_size=1000, n_layer=4, n_head=4, n_embd=64, n_kv_heads=2, activation="silu",
+                 layer_norm_epsilon=1e-5, qkv_bias=False, out_bias=False, mlp_bias=False, tie_word_embeddings=False)
+    moe = DecoderConfig(**shape, d_mlp=96, model_type="mixtral", n_experts=8, top_k=2, norm_topk_prob=True)
+    dense = DecoderConfig(**shape, d_mlp=2 * 96, model_type="llama")
+    router = 4 * 2 * 10 * 64 * 8 / 1e9
+    assert pass_gflop(moe, 10) == pytest.approx(pass_gflop(dense, 10) + router, rel=1e-12)
+    more = DecoderConfig(**{**shape, "d_mlp": 96}, model_type="mixtral", n_experts=64, top_k=2, norm_topk_prob=True)
+    assert pass_gflop(more, 10) - pass_gflop(moe, 10) == pytest.approx(4 * 2 * 10 * 64 * 56 / 1e9, rel=1e-9)
+    mixed = DecoderConfig(**shape, d_mlp=2 * 96, model_type="qwen3_moe", n_experts=8, top_k=2, d_expert=96,
+                          dense_layers=(1, 2))
+    assert pass_gflop(mixed, 10) == pytest.approx(pass_gflop(dense, 10) + router / 2, rel=1e-12)
+    # every expert run: a dense model of all the experts' width, plus the router (the experts view's comparison)
+    wide = DecoderConfig(**shape, d_mlp=8 * 96, model_type="llama")
+    assert pass_gflop(moe, 10, experts_per_token=8) == pytest.approx(pass_gflop(wide, 10) + router, rel=1e-12)
+    assert pass_gflop(dense, 10, experts_per_token=8) == pass_gflop(dense, 10)  # a dense model has no experts
+
+
+def test_the_trace_answer_carries_its_pass_cost(tmp_path):
+    """/api/trace says what its forward pass cost (the experts view's compute per token) by pass_gflop, and
+    /api/models the parameters: all, those a token uses, and the experts' (summed from the modules)."""
+    from fastapi.testclient import TestClient
+
+    from tests.conftest import make_hf_llama_family
+    from transformer_explainer.engine import load_model
+    from transformer_explainer.server import create_app
+
+    model = load_model(str(make_hf_llama_family(tmp_path, "mixtral")), allow_download=False)
+    with TestClient(create_app({"moe": model})) as client:
+        tr = client.post("/api/trace", json={"model": "moe", "text": TEXT}).json()
+        info = client.get("/api/models/moe").json()
+    T = len(tr["token_ids"])
+    assert tr["cost"] == {"n_tokens": T, "gflop": pytest.approx(pass_gflop(model.config, T), rel=1e-12),
+                          "gflop_all_experts": pytest.approx(pass_gflop(model.config, T, model.config.n_experts),
+                                                             rel=1e-12)}
+    assert tr["cost"]["gflop"] < tr["cost"]["gflop_all_experts"]
+    net = model.net
+    experts = sum(p.numel() for n, p in net.named_parameters() if ".experts." in n)
+    assert info["n_params"] == net.num_params() and info["n_expert_params"] == experts > 0
+    c = model.config
+    assert info["n_active_params"] == info["n_params"] - experts * (c.n_experts - c.top_k) // c.n_experts

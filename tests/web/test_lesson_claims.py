@@ -1,9 +1,11 @@
 """Every sentence of every lesson step that depends on the data holds for the numbers beside it, on the 20 texts
 of web/tests/lessons/texts.ts, on the models each lesson opens for: the two built-ins, a random-weight GPT-2
-checkpoint with another context length (64), and random-weight Qwen3 and Gemma 3 checkpoints (4 layers; Gemma
-with local layers whose window of 5 is shorter than most texts). The checks are TypeScript (vitest,
-web/tests/lessons/): they run the lessons' own code against a real server, here, and test each claim against
-numbers fetched independently."""
+checkpoint with another context length (64), random-weight Qwen3 and Gemma 3 checkpoints (4 layers; Gemma
+with local layers whose window of 5 is shorter than most texts), the built-in mixture of experts explainer-moe,
+random-weight Qwen3-MoE and OLMoE checkpoints (tests/conftest.py MOE_FIXTURES: 6 experts, top-3 renormalised,
+block 2 a dense MLP; 16 experts, top-4 not renormalised).
+The checks are TypeScript (vitest, web/tests/lessons/): they run the lessons' own code against a real server, here,
+and test each claim against numbers fetched independently."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ VITEST = WEB / "node_modules" / ".bin" / "vitest"
 # the lessons of each model's page (the encoder-decoder lesson has its own test beside it, on its own tasks)
 LESSONS = {"explainer-small": "gpt2,experiments,why", "explainer-llama": "modern,experiments,why",
            "random-gpt2-64": "gpt2,experiments,why", "random-qwen3": "stable,experiments,why",
-           "random-gemma3": "stable,experiments,why"}
+           "random-gemma3": "stable,experiments,why", "explainer-moe": "moe,experiments",
+           "random-qwen3-moe": "moe,experiments", "random-olmoe": "moe,experiments"}
 
 
 def vitest(*args: str, env: dict[str, str] | None = None, timeout: int = 1200) -> subprocess.CompletedProcess:
@@ -52,8 +55,9 @@ def model_server(request, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     if name == "random-gpt2-64":
         folder = make_hf_gpt2(tmp_path_factory.mktemp("gpt2-64"), n_layer=3, n_head=4, n_embd=64, n_positions=64)
         model = load_model(str(folder), allow_download=False)
-    elif name in ("random-qwen3", "random-gemma3"):
-        arch = "qwen3" if name == "random-qwen3" else "gemma3_text"
+    elif name in ("random-qwen3", "random-gemma3", "random-qwen3-moe", "random-olmoe"):
+        arch = {"random-qwen3": "qwen3", "random-gemma3": "gemma3_text", "random-qwen3-moe": "qwen3_moe",
+                "random-olmoe": "olmoe"}[name]
         model = load_model(str(make_hf_llama_family(tmp_path_factory.mktemp(name), arch)), allow_download=False)
     else:
         model = load_model(name, allow_download=False)

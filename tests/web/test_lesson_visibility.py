@@ -1,8 +1,9 @@
 """Every step of every lesson, in English and 中文, at 1280x900 and on a 390x844 phone, on the models its page
-runs (the two built-ins, a random-weight GPT-2 with a context of 64; the encoder-decoder's own model): the step's
-text loads, its target is on the page, what its text quotes and what its task uses (the card's data-guard names)
-is on the screen and not under the card, and on a desktop the card does not cover its target either (unless the
-target and the card cannot both fit). Each step is saved as a screenshot in test-artifacts/lessons/."""
+runs (the built-ins, the mixture of experts explainer-moe among them, a random-weight GPT-2 with a context of 64;
+the encoder-decoder's own model): the step's text loads, its target is on the page, what its text quotes and what
+its task uses (the card's data-guard names) is on the screen and not under the card, and on a desktop the card does
+not cover its target either (unless the target and the card cannot both fit). Each step is saved as a screenshot in
+test-artifacts/lessons/."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ VIEWPORTS = {"desktop": {"viewport": {"width": 1280, "height": 900}},
 CASES = [("explainer-small", "gpt2"), ("explainer-small", "experiments"), ("random-gpt2-64", "gpt2"),
          ("explainer-llama", "modern"), ("explainer-llama", "experiments"), ("explainer-small", "seq2seq"),
          ("explainer-small", "why"), ("explainer-llama", "why"), ("random-gpt2-64", "why"),
-         ("random-qwen3", "stable"), ("random-gemma3", "stable")]
+         ("random-qwen3", "stable"), ("random-gemma3", "stable"), ("explainer-moe", "moe")]
 
 STATE = """() => {
   const card = document.querySelector('[data-testid=tour]');
@@ -72,7 +73,8 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Live
     folder = make_hf_gpt2(tmp_path_factory.mktemp("gpt2-64"), n_layer=3, n_head=4, n_embd=64, n_positions=64)
     models = {"explainer-small": load_model("explainer-small", allow_download=False),
               "explainer-llama": load_model("explainer-llama", allow_download=False),
-              "random-gpt2-64": load_model(str(folder), allow_download=False)}
+              "random-gpt2-64": load_model(str(folder), allow_download=False),
+              "explainer-moe": load_model("explainer-moe", allow_download=False)}
     for name, arch in (("random-qwen3", "qwen3"), ("random-gemma3", "gemma3_text")):
         models[name] = load_model(str(make_hf_llama_family(tmp_path_factory.mktemp(name), arch)), allow_download=False)
     with ExitStack() as stack:

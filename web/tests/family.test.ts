@@ -1,5 +1,5 @@
 // A model's family is what its config says, never another family's: a family this page was built without (a newer
-// server's, here a mixture of experts) keeps its name and is drawn by the capabilities its config carries, so it is
+// server's, here a hybrid) keeps its name and is drawn by the capabilities its config carries, so it is
 // not shown as GPT-2 (which lib/family.ts did before the families were declarations). The views and the lesson
 // button choose by capabilities, for known and unknown families alike.
 import { describe, expect, it } from "vitest";
@@ -13,7 +13,7 @@ const rotary: Capabilities = {
   embed_scale: false, kv_groups: 4, local_window: null,
   layer_types: ["full_attention", "full_attention"], attn_scale: 0.125, rope_local_theta: null,
 };
-const unknown = { family: "olmoe", capabilities: { ...rotary, qk_norm: true } };
+const unknown = { family: "jamba", capabilities: { ...rotary, qk_norm: true } };
 
 describe("a model's family", () => {
   it("is the config's, with its own label, for every declared family", () => {
@@ -25,8 +25,8 @@ describe("a model's family", () => {
   });
 
   it("of a family this page does not know keeps its name, and no declaration is made up for it", () => {
-    expect(familyOf(unknown)).toBe("olmoe");
-    expect(familyLabel(unknown)).toBe("olmoe");
+    expect(familyOf(unknown)).toBe("jamba");
+    expect(familyLabel(unknown)).toBe("jamba");
     expect(declarationOf(unknown)).toBeNull();
     expect(declarationOf({ family: "constructor" })).toBeNull(); // not an inherited property either
     expect(familyOf(null)).toBeNull();
@@ -46,5 +46,17 @@ describe("a model's family", () => {
       .toBe("stable");
     expect(lessonFor(false, "overview", GPT2_CAPABILITIES)).toBe("gpt2");
     expect(lessonFor(false, "overview", undefined)).toBe("gpt2"); // before any trace: the page's default lesson
+  });
+
+  it("with experts opens the chapter on mixtures of experts, even with QK-norm (Qwen3-MoE) or a window (Mixtral's)", () => {
+    const moe: Capabilities = { ...rotary, mlp: "moe", n_experts: 8, top_k: 2, d_expert: 64, norm_topk_prob: true,
+      moe_layers: [0, 1] };
+    expect(lessonFor(false, "overview", moe)).toBe("moe");
+    expect(lessonFor(false, "experts", { ...moe, qk_norm: true })).toBe("moe");
+    expect(lessonFor(false, "overview", { ...moe, local_window: 16, layer_types: ["sliding_attention", "sliding_attention"] }))
+      .toBe("moe");
+    expect(lessonFor(false, "experiments", moe)).toBe("experiments"); // the Experiments area keeps its own lesson
+    expect(lessonFor(false, "attribution", moe)).toBe("why");
+    expect(lessonFor(true, "overview", moe)).toBe("seq2seq");
   });
 });

@@ -1,4 +1,5 @@
-"""Head ablation: switch heads off and measure what changes.
+"""Head and expert ablation: switch heads off, or take experts out of a mixture's routing, and measure
+what changes.
 
 A head is ablated by replacing its `attn.z` (its weighted sum of values, before the output
 projection) with zeros, or with its mean over a reference set of texts (mean ablation keeps the
@@ -9,6 +10,10 @@ With grouped-query attention (the Llama family) every query head still has its o
 switched off alone though it shares its keys and values with its group; switching off all the query
 heads of a group equals zeroing that key/value head's values.
 
+In a mixture of experts an expert is removed from the routing (`expert_removal_patches`): its router logit
+is -inf, so no token is sent to it, and each token that chose it goes to its next most probable expert
+instead. The `mode` concerns heads only.
+
 The analyses that run a pass per head (`head_importance`, `ablate_each_head`, `prune_heads`) take
 `between_passes`, called before each forward pass: a server stops an analysis nobody waits for any
 more by raising there (see `cost.py` for what one costs before it starts).
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -37,6 +42,7 @@ from .reference import REFERENCE_TEXTS
 log = logging.getLogger(__name__)
 
 Head = tuple[int, int]  # (layer, head)
+Expert = tuple[int, int]  # (layer, expert) in a block with experts
 BetweenPasses = Callable[[], None]  # called before each forward pass of a long analysis; may raise to stop it
 AblationMode = Literal["zero", "mean"]
 MODES: tuple[str, ...] = ("zero", "mean")
@@ -64,6 +70,57 @@ def check_heads(config: DecoderConfig, heads: Iterable[Head]) -> list[Head]:
         if (layer, h) not in out:
             out.append((layer, h))
     return out
+
+
+def check_experts(config: DecoderConfig, experts: Iterable[Expert]) -> list[Expert]:
+    """The (layer, expert) pairs, each once; an InputError for a block without experts, an expert outside the
+    block's, or a block left with fewer experts than each token is sent to."""
+    out: list[Expert] = []
+    for layer, e in experts:
+        if not 0 <= layer < config.n_layer:
+            raise InputError(f"layer {layer} is outside 0..{config.n_layer - 1}")
+        if not config.has_experts(layer):
+            raise InputError(f"block {layer} has no experts: its MLP is dense" if config.arch.mlp == "moe" else
+                             f"this {config.declaration.label} model has no experts: its MLPs are dense")
+        assert config.n_experts is not None and config.top_k is not None
+        if not 0 <= e < config.n_experts:
+            raise InputError(f"expert {e} is outside 0..{config.n_experts - 1}")
+        if (layer, e) not in out:
+            out.append((layer, e))
+    for layer in {layer for layer, _ in out}:
+        assert config.n_experts is not None and config.top_k is not None
+        left = config.n_experts - sum(1 for other, _ in out if other == layer)
+        if left < config.top_k:
+            raise InputError(f"removing {config.n_experts - left} of block {layer}'s {config.n_experts} experts "
+                             f"leaves {left}, fewer than the {config.top_k} each token is sent to")
+    return out
+
+
+def expert_removal_patches(experts: Iterable[Expert]) -> dict[str, Patch]:
+    """Recorder patches on `blocks.{l}.mlp.router_logits` that take the given experts out of the routing: their
+    logits become -inf, so their probability is 0 and the top-k never picks them.
+
+    The remaining weights are renormalised, by the model's own rule: the softmax runs over the experts that
+    remain, so each keeps the probability the router gives it among them (p_j / (1 - p_removed)), and the
+    top-k then takes the most probable of those, filling a removed expert's place with the token's next
+    choice; where the model renormalises the chosen experts' weights (Mixtral, norm_topk_prob) it does so
+    as always. That is the model as it would run had the expert never been trained: every token still gets
+    top_k experts with weights of the usual total, so the blocks after see the MLP output at its usual scale
+    and what changes is which experts wrote it. (Zeroing the expert's output instead would also shrink the
+    MLP's output wherever the expert was chosen, mixing that loss of scale into the effect.)"""
+    by_layer: dict[int, list[int]] = {}
+    for layer, e in experts:
+        by_layer.setdefault(layer, []).append(e)
+
+    def patch_for(es: list[int]) -> Patch:
+        def patch(logits: Tensor) -> Tensor:  # (B, T, E)
+            logits = logits.clone()
+            logits[..., es] = float("-inf")
+            return logits
+
+        return patch
+
+    return {block_name(layer, "mlp.router_logits"): patch_for(es) for layer, es in by_layer.items()}
 
 
 def _ids(model: ExplainerModel, text: str | Sequence[int]) -> list[int]:
@@ -136,6 +193,7 @@ class AblationResult:
     clean_loss: float | None  # None for a one-token text
     ablated_loss: float | None
     kl: float  # KL(clean || ablated) of the next-token distribution, nats
+    experts: list[Expert] = field(default_factory=list)  # taken out of the routing (mixtures of experts)
 
     @property
     def loss_change(self) -> float | None:
@@ -169,6 +227,7 @@ class AblationResult:
 
         return {
             "heads": [list(h) for h in self.heads],
+            "experts": [list(e) for e in self.experts],
             "mode": self.mode,
             "loss_before": self.clean_loss,
             "loss_after": self.ablated_loss,
@@ -182,25 +241,30 @@ class AblationResult:
 
 
 def _run(model: ExplainerModel, ids: list[int], heads: list[Head], mode: AblationMode,
-         means: Tensor | None, text: str | None = None, between_passes: BetweenPasses | None = None) -> Trace:
+         means: Tensor | None, text: str | None = None, between_passes: BetweenPasses | None = None,
+         experts: Sequence[Expert] = ()) -> Trace:
     if between_passes is not None:
         between_passes()
-    return model.trace_ids(ids, text=text, patches=ablation_patches(heads, mode, means) if heads else None)
+    patches = {**(ablation_patches(heads, mode, means) if heads else {}), **expert_removal_patches(experts)}
+    return model.trace_ids(ids, text=text, patches=patches or None)
 
 
-def ablate(model: ExplainerModel, text: str | Sequence[int], heads: Iterable[Head], *,
-           mode: AblationMode = "zero", means: Tensor | None = None) -> AblationResult:
-    """Run `text` with and without `heads`; compare the next-token distribution and the loss.
+def ablate(model: ExplainerModel, text: str | Sequence[int], heads: Iterable[Head] = (), *,
+           experts: Iterable[Expert] = (), mode: AblationMode = "zero", means: Tensor | None = None) -> AblationResult:
+    """Run `text` with and without `heads` and `experts` ((layer, expert) pairs of a mixture of experts, taken
+    out of the routing: see `expert_removal_patches`, which says how the remaining weights are renormalised
+    and why); compare the next-token distribution and the loss.
 
-    Mean ablation uses `means`, by default the heads' means over the built-in reference texts.
+    Mean ablation (of heads) uses `means`, by default the heads' means over the built-in reference texts.
     """
     heads = check_heads(model.config, heads)
+    removed = check_experts(model.config, experts)
     ids = _ids(model, text)
     txt = text if isinstance(text, str) else None
-    if mode == "mean" and means is None:
+    if mode == "mean" and means is None and heads:
         means = head_means(model)
     clean = model.trace_ids(ids, text=txt)
-    ablated = _run(model, ids, heads, mode, means, txt)
+    ablated = _run(model, ids, heads, mode, means, txt, experts=removed)
     has_loss = len(ids) >= 2
     return AblationResult(
         heads=heads,
@@ -210,6 +274,7 @@ def ablate(model: ExplainerModel, text: str | Sequence[int], heads: Iterable[Hea
         clean_loss=text_loss(clean.logits, ids) if has_loss else None,
         ablated_loss=text_loss(ablated.logits, ids) if has_loss else None,
         kl=_kl(clean.next_token_logits(), ablated.next_token_logits()),
+        experts=removed,
     )
 
 

@@ -56,8 +56,9 @@ def lens_json(model: ExplainerModel, trace: Trace, positions: list[int] | None, 
 
 
 def ablate_json(model: ExplainerModel, ids: list[int], heads: list[Head], mode: str, top: int,
-                means: Any = None) -> dict[str, Any]:
-    return ablation_dict(model, ablate(model, ids, heads, mode=mode, means=means), top)  # type: ignore[arg-type]
+                means: Any = None, experts: Iterable[tuple[int, int]] = ()) -> dict[str, Any]:
+    res = ablate(model, ids, heads, experts=experts, mode=mode, means=means)  # type: ignore[arg-type]
+    return ablation_dict(model, res, top)
 
 
 def importance_json(model: ExplainerModel, ids: list[int], mode: str, means: Any = None,

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..patching import Patching
 
 # what writes the residual stream (attribution.Kind)
-ComponentKind = Literal["embed", "pos_embed", "head", "attn_bias", "mlp"]
+ComponentKind = Literal["embed", "pos_embed", "head", "attn_bias", "mlp", "expert"]
 # the activations a patching grid replaces, with TransformerLens's names (patching.Kind)
 PatchKind = Literal["resid_pre", "attn_out", "mlp_out", "heads"]
 PATCH_KINDS: tuple[PatchKind, ...] = ("resid_pre", "attn_out", "mlp_out", "heads")
@@ -81,11 +81,13 @@ class TokenIdText(BaseModel):
 
 class ComponentOut(BaseModel):
     """One part of the model that writes the residual stream, and its share of the metric. `layer` is null for
-    the embeddings, `head` for everything but a head."""
+    the embeddings, `head` for everything but a head, `expert` for everything but an expert (a mixture of
+    experts' block has one part per expert chosen at the position: its weight times its output)."""
 
     kind: ComponentKind
     layer: int | None
     head: int | None
+    expert: int | None = None
     value: float
 
 
@@ -104,6 +106,9 @@ class AttributeOut(BaseModel):
     scale: float  # the final norm's scale at `position`, from the forward pass (frozen)
     components: list[ComponentOut]
     heads: Matrix  # (layers, heads): the heads' values again, as a map
+    # (layers, experts) in a mixture of experts: the experts' values as a map, 0 where an expert was not chosen at
+    # the position and in blocks without experts; null for a dense model
+    experts: Matrix | None = None
 
 
 class PatchOut(BaseModel):

@@ -55,20 +55,36 @@ def cmd_lens(args: argparse.Namespace) -> int:
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
-    from .ablation import ablate, check_heads, layer_heads
+    from .ablation import ablate, check_experts, check_heads, layer_heads
 
-    model = load_model_for(args, lambda m: check_heads(m.config, [(args.layer, h) for h in args.head or [0]]))
+    experts = [(args.layer, e) for e in args.expert]
+
+    def check(m) -> None:
+        check_heads(m.config, [(args.layer, h) for h in args.head or [0]])
+        check_experts(m.config, experts)
+
+    model = load_model_for(args, check)
     ids = model.encode(args.text, truncate=args.truncate)
-    heads = [(args.layer, h) for h in args.head] if args.head else layer_heads(model.config, args.layer)
-    res = ablate(model, ids, heads, mode=args.mode)
-    what = (f"layer {args.layer}, head{'s' if len(heads) > 1 else ''} {', '.join(str(h) for _, h in heads)}"
-            if args.head else f"all {len(heads)} heads of layer {args.layer}")
+    if args.head or experts:
+        heads = [(args.layer, h) for h in args.head]
+    else:
+        heads = layer_heads(model.config, args.layer)
+    res = ablate(model, ids, heads, experts=experts, mode=args.mode)
+    parts = []
+    if args.head:
+        parts.append(f"layer {args.layer}, head{'s' if len(heads) > 1 else ''} {', '.join(str(h) for _, h in heads)}")
+    elif not experts:
+        parts.append(f"all {len(heads)} heads of layer {args.layer}")
+    if experts:
+        parts.append(f"expert{'s' if len(experts) > 1 else ''} {', '.join(str(e) for _, e in experts)} of layer "
+                     f"{args.layer} taken out of the routing")
+    what = "; ".join(parts)
     if args.json:
         out = {"model": model.name, "tokens": res.clean.tokens, "token_ids": ids,
                **res.to_dict(model.tokenizer.token_text, args.top)}
         print(json.dumps(out, ensure_ascii=False))
         return 0
-    print(f"{args.mode} ablation of {what}\n")
+    print(f"{args.mode + ' ' if heads else ''}ablation of {what}\n")
     if res.clean_loss is not None:
         print(f"loss on the text: {res.clean_loss:.4f} -> {res.ablated_loss:.4f} ({res.loss_change:+.4f} nats/token)")
     print(f"KL(before || after), next token: {res.kl:.4f} nats\n")
@@ -295,7 +311,10 @@ def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction)
     text_args(p)
     p.add_argument("--layer", type=int_range(0), required=True, help="the layer of the heads to switch off (0 = first)")
     p.add_argument("--head", type=int_range(0), action="append", default=[],
-                   help="head to ablate; repeat for several; omit to ablate the whole layer")
+                   help="head to ablate; repeat for several; omit (and --expert) to ablate the whole layer")
+    p.add_argument("--expert", type=int_range(0), action="append", default=[],
+                   help="a mixture of experts: an expert of the layer to take out of the routing (its tokens go to "
+                        "their next choice); repeat for several")
     _mode_arg(p, "the heads'")
     p.add_argument("--top", type=int_range(1, 1000), default=10,
                    help="next tokens to list, the most likely before or after the ablation (1-1000, default 10)")

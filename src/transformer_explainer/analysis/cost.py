@@ -17,14 +17,24 @@ from ..config import DecoderConfig
 from ..errors import InputError
 
 
-def pass_gflop(config: DecoderConfig, n_tokens: int) -> float:
-    """Billions of floating-point operations of one forward pass over `n_tokens` tokens."""
+def pass_gflop(config: DecoderConfig, n_tokens: int, experts_per_token: int | None = None) -> float:
+    """Billions of floating-point operations of one forward pass over `n_tokens` tokens. In a mixture of
+    experts a token costs the router (D x E) and its top_k experts' three matrices, not the others';
+    `experts_per_token` counts that many experts instead (n_experts: what the pass would cost if every token
+    ran every expert, as a dense MLP of all the experts' width would)."""
     T, D, L, V, M = n_tokens, config.n_embd, config.n_layer, config.vocab_size, config.d_mlp
     q = config.n_head * config.head_dim  # query (and output) width
     kv = config.n_kv_heads * config.head_dim  # key and value width
-    mlp_matrices = 3 if config.arch.mlp == "gated" else 2  # gate, up, down / up, down
-    per_layer = 2 * T * D * (2 * q + 2 * kv) + mlp_matrices * 2 * T * D * M + 2 * 2 * T * T * q
-    return (L * per_layer + 2 * T * D * V) / 1e9
+    attention = 2 * T * D * (2 * q + 2 * kv) + 2 * 2 * T * T * q
+    dense = (2 if config.arch.mlp == "gelu" else 3) * 2 * T * D * M  # gate, up, down / up, down
+    with_experts = L - len(config.dense_layers) if config.arch.mlp == "moe" else 0
+    experts = 0
+    if with_experts:
+        assert config.n_experts is not None and config.top_k is not None and config.d_expert is not None
+        k = config.top_k if experts_per_token is None else experts_per_token
+        experts = 2 * T * D * config.n_experts + k * 3 * 2 * T * D * config.d_expert
+    total = L * attention + with_experts * experts + (L - with_experts) * dense
+    return (total + 2 * T * D * V) / 1e9
 
 
 def importance_passes(config: DecoderConfig) -> int:

@@ -22,6 +22,8 @@ TokenArg = Annotated[int, PydStrict()] | Annotated[str, Field(min_length=1, max_
 # a JSON array of two numbers: the tuple itself is lax (JSON has no tuples), its numbers strict like every request's
 HeadIn = Annotated[tuple[Annotated[int, Field(ge=0, le=1000)], Annotated[int, Field(ge=0, le=1000)]],
                    PydStrict(False)]
+ExpertIn = Annotated[tuple[Annotated[int, Field(ge=0, le=1000)], Annotated[int, Field(ge=0, le=100_000)]],
+                     PydStrict(False)]
 Matrix = list[list[float | None]]  # (layers, heads)
 
 
@@ -35,17 +37,20 @@ class LensIn(InputIn):
 
 
 class AblateIn(InputIn):
-    """Heads as [layer, head] pairs, and/or whole layers (every head of each)."""
+    """Heads as [layer, head] pairs, and/or whole layers (every head of each), and/or experts of a mixture of
+    experts as [layer, expert] pairs, taken out of the routing (their tokens go to their next choice, the
+    weights renormalised as the model does: `analysis.ablation.expert_removal_patches`). `mode`: the heads'."""
 
     heads: Annotated[list[HeadIn], Field(max_length=1024)] = []
     layers: Annotated[list[Annotated[int, Field(ge=0, le=1000)]], Field(max_length=1000)] = []
+    experts: Annotated[list[ExpertIn], Field(max_length=4096)] = []
     mode: AblationMode = "zero"
     top: Annotated[int, Field(ge=1, le=MAX_TOP_N)] = ABLATION_TOP
 
     @model_validator(mode="after")
     def _something(self) -> AblateIn:
-        if not self.heads and not self.layers:
-            raise ValueError("give at least one head ([layer, head]) or layer to ablate")
+        if not self.heads and not self.layers and not self.experts:
+            raise ValueError("give at least one head ([layer, head]), layer or expert ([layer, expert]) to ablate")
         return self
 
 
@@ -141,6 +146,7 @@ class LensOut(_Tokens):
 
 class AblateOut(_Tokens):
     heads: list[HeadOut]
+    experts: list[HeadOut] = []  # [layer, expert] pairs taken out of the routing
     mode: AblationMode
     loss_before: float | None
     loss_after: float | None

@@ -1,5 +1,5 @@
 """The model families this package runs, each declared once (see `declaration.py`): GPT-2, the Llama
-family (Llama, Qwen2, Mistral), Qwen3 and Gemma 3."""
+family (Llama, Qwen2, Mistral), Qwen3, Gemma 3, and the mixtures of experts Mixtral, Qwen3-MoE and OLMoE."""
 
 from __future__ import annotations
 
@@ -10,12 +10,15 @@ from .declaration import Architecture, Family
 from .gemma3 import GEMMA3
 from .gpt2 import GPT2
 from .llama import LLAMA
+from .mixtral import MIXTRAL
+from .olmoe import OLMOE
 from .qwen3 import QWEN3
+from .qwen3_moe import QWEN3_MOE
 
 __all__ = ["BY_MODEL_TYPE", "FAMILIES", "MODEL_TYPES", "Architecture", "Family", "family_for_hf", "family_named",
            "family_of_model_type"]
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (GPT2, LLAMA, QWEN3, GEMMA3)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (GPT2, LLAMA, QWEN3, GEMMA3, MIXTRAL, QWEN3_MOE, OLMOE)}
 BY_MODEL_TYPE: dict[str, Family] = {t: f for f in FAMILIES.values() for t in f.architectures}
 MODEL_TYPES: tuple[str, ...] = tuple(BY_MODEL_TYPE)
 

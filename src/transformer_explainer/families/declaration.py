@@ -19,7 +19,8 @@ from typing import Any, Literal
 Norm = Literal["layer", "rms"]
 Positions = Literal["learned", "rope"]
 Projection = Literal["fused", "split"]
-MlpKind = Literal["gelu", "gated"]
+MlpKind = Literal["gelu", "gated", "moe"]
+QkNormScope = Literal["head", "projection"]
 
 
 @dataclass(frozen=True)
@@ -30,23 +31,46 @@ class Architecture:
     norm: Norm  # "layer": LayerNorm (mean, variance, scale and shift); "rms": RMSNorm (root mean square, scale)
     positions: Positions  # "learned": a position embedding table; "rope": rotary positions inside attention
     qkv: Projection  # "fused": one input projection makes q, k and v (GPT-2's c_attn); "split": three
-    mlp: MlpKind  # "gelu": up, GELU, down; "gated": down(act(gate) * up)
+    # "gelu": up, GELU, down; "gated": down(act(gate) * up); "moe": a router sends each token to top_k of
+    # n_experts gated MLPs and adds their outputs, weighted (Mixtral, Qwen3-MoE, OLMoE)
+    mlp: MlpKind
     norm_offset: bool = False  # RMSNorm scales by 1 + weight, computed in float32 (Gemma)
-    qk_norm: bool = False  # an RMSNorm over each head's query and key, before the rotation (Qwen3, Gemma 3)
+    qk_norm: bool = False  # an RMSNorm over the queries and keys, before the rotation (Qwen3, Gemma 3, OLMoE)
+    # "head": over each head's query and key (Qwen3, Gemma 3); "projection": over all heads' queries together,
+    # and all keys together, as the projections make them (OLMoE)
+    qk_norm_scope: QkNormScope = "head"
     sandwich_norm: bool = False  # a norm after attention and after the MLP too, before each adds (Gemma)
     embed_scale: bool = False  # the token embedding is multiplied by sqrt(n_embd) (Gemma)
     softmax_in_float32: bool = False  # attention's softmax in float32 whatever the dtype (the rotary families)
+    # the chosen experts' weights stay float32 and multiply their outputs in float32, rounded to the model's
+    # dtype after the sum (Mixtral); else they are rounded to the model's dtype first (Qwen3-MoE, OLMoE)
+    expert_weights_in_float32: bool = False
 
     def __post_init__(self) -> None:
         for name, allowed in (("norm", ("layer", "rms")), ("positions", ("learned", "rope")),
-                              ("qkv", ("fused", "split")), ("mlp", ("gelu", "gated"))):
+                              ("qkv", ("fused", "split")), ("mlp", ("gelu", "gated", "moe")),
+                              ("qk_norm_scope", ("head", "projection"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"architecture {name} must be one of {allowed}, got {getattr(self, name)!r}")
         if (self.norm_offset or self.qk_norm) and self.norm != "rms":
             raise ValueError("norm_offset and qk_norm are RMSNorm options")
+        if self.expert_weights_in_float32 and self.mlp != "moe":
+            raise ValueError("expert_weights_in_float32 is an option of mixtures of experts")
 
 
-_BLOCK = "{i}"  # a block index in a key pattern
+# placeholders in a key pattern: "{i}" a block index, "{e}" an expert's index within its block
+_PLACEHOLDER = re.compile(r"\{([ie])\}")
+
+
+def _key_regex(pattern: str) -> re.Pattern[str]:
+    """A prefix pattern with placeholders -> a regex matching it at the start of a name, one group per placeholder."""
+    parts = _PLACEHOLDER.split(pattern)  # text, name, text, name, ..., text
+    body = "".join(re.escape(p) if n % 2 == 0 else rf"(?P<{p}>\d+)" for n, p in enumerate(parts))
+    return re.compile("^" + body)
+
+
+def _fill(pattern: str, m: re.Match[str]) -> str:
+    return _PLACEHOLDER.sub(lambda p: m.group(p.group(1)), pattern)
 
 
 @dataclass(frozen=True)
@@ -57,8 +81,8 @@ class Family:
     label: str  # how people write it ("Gemma 3")
     architectures: Mapping[str, str]  # HF model_type -> the CausalLM class its checkpoints name
     arch: Architecture
-    # our parameter name prefix <- the checkpoint's, "{i}" standing for a block index; within a part
-    # (attention, MLP, norm) the parameter names are the same on both sides
+    # our parameter name prefix <- the checkpoint's, "{i}" standing for a block index and "{e}" for an expert's;
+    # the first pair that matches a name maps it; past the prefix the parameter names are the same on both sides
     hf_keys: tuple[tuple[str, str], ...]
     # config.json -> our config's fields (a ValueError names what we do not run); and back
     read_hf: Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -73,11 +97,7 @@ class Family:
 
     @cached_property
     def _patterns(self) -> list[tuple[re.Pattern[str], str, re.Pattern[str], str]]:
-        out = []
-        for ours, theirs in self.hf_keys:
-            out.append((re.compile("^" + re.escape(ours).replace(re.escape(_BLOCK), r"(\d+)")), theirs,
-                        re.compile("^" + re.escape(theirs).replace(re.escape(_BLOCK), r"(\d+)")), ours))
-        return out
+        return [(_key_regex(ours), theirs, _key_regex(theirs), ours) for ours, theirs in self.hf_keys]
 
     def hf_key(self, ours: str) -> str:
         """The checkpoint's name of our parameter `ours` (`blocks.3.ln1.weight` -> `model.layers.3.input_layernorm
@@ -85,7 +105,7 @@ class Family:
         for pattern, theirs, _, _ in self._patterns:
             m = pattern.match(ours)
             if m:
-                return theirs.replace(_BLOCK, m.group(1) if m.groups() else "") + ours[m.end():]
+                return _fill(theirs, m) + ours[m.end():]
         raise KeyError(f"{self.name}: no checkpoint name for {ours!r}")
 
     def our_key(self, theirs: str) -> str | None:
@@ -95,7 +115,7 @@ class Family:
         for _, _, pattern, ours in self._patterns:
             m = pattern.match(theirs)
             if m:
-                return ours.replace(_BLOCK, m.group(1) if m.groups() else "") + theirs[m.end():]
+                return _fill(ours, m) + theirs[m.end():]
         return None
 
     def is_transposed(self, ours: str) -> bool:

@@ -45,6 +45,22 @@ def check_block_counts(make: Callable[[Any], nn.Module], config: Any, layer_fiel
                                       f"blocks of {per_block} tensors")
 
 
+def check_expert_counts(config: Any, *, file_tensors: int, config_path: os.PathLike[str] | str) -> None:
+    """Refuse a mixture of experts whose config names more experts than the weight files have tensors for:
+    every expert of every block with experts has three matrices of its own (gate, up, down), and a meta
+    build costs a module per expert."""
+    n = getattr(config, "n_experts", None)
+    if n is None or config.arch.mlp != "moe":
+        return
+    blocks = config.n_layer - len(config.dense_layers)  # counted, not listed: the config's numbers are not trusted
+    if not blocks or blocks * n * 3 <= file_tensors:
+        return
+    key = config.declaration.config_keys.get("n_experts", "n_experts")
+    raise CheckpointError(f"{config_path} says {key} is {n:,}, but the weight files hold {file_tensors:,} tensors, "
+                          f"enough for at most {file_tensors // (3 * blocks):,} experts in each of its {blocks} blocks "
+                          f"with experts")
+
+
 def available_memory() -> int | None:
     """Bytes this process could still allocate without swapping: MemAvailable on Linux, else the
     physical memory; None where neither is known."""

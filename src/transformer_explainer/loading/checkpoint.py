@@ -33,7 +33,7 @@ from safetensors.torch import load_file, save_file
 from ..config import DecoderConfig
 from ..errors import CheckpointError
 from ..models.decoder import Decoder
-from .budget import check_block_counts, check_memory
+from .budget import check_block_counts, check_expert_counts, check_memory
 from .files import is_regular_file, read_json
 
 __all__ = ["WeightFiles", "atomic_write_bytes", "atomic_writer", "hf_state_dict", "load_decoder", "open_weights",
@@ -203,6 +203,7 @@ def _finite(key: str, t: torch.Tensor, folder: Path) -> torch.Tensor:
 
 def _meta_model(config: DecoderConfig, files: WeightFiles) -> Decoder:
     """`Decoder(config)` on the meta device, once the files hold tensors enough for all its blocks."""
+    check_expert_counts(config, file_tensors=len(files.info), config_path=files.folder / "config.json")
     check_block_counts(Decoder, config, ("n_layer",), file_tensors=len(files.info),
                        config_path=files.folder / "config.json")
     with torch.device("meta"):

@@ -1,6 +1,7 @@
-"""The decoder: one composed block and one forward for every family (GPT-2, Llama, Qwen3, Gemma 3). Which
-parts a block has (the norm's kind and placement, the position scheme, the attention's options, the MLP's
-kind) the family's declaration says (`config.arch`, from `families/`); the parts are in `layers.py`.
+"""The decoder: one composed block and one forward for every family (GPT-2, Llama, Qwen3, Gemma 3, Mixtral,
+Qwen3-MoE, OLMoE). Which parts a block has (the norm's kind and placement, the position scheme, the attention's
+options, the MLP's kind: dense or a mixture of experts) the family's declaration says (`config.arch`, from
+`families/`); the parts are in `layers.py`.
 
 Our parameter names follow the trace's (`blocks.3.ln1.weight` is the norm that records
 `blocks.3.ln1.out`); each family's declaration maps them to its checkpoints' names, key for key.
@@ -19,7 +20,18 @@ from ..families.hf import FULL, SLIDING
 from ..names import is_weight, parse_name, weight_names
 from .kernels import Linear, inference_layout_
 from .kv_cache import KV, KVCache, KVSlot
-from .layers import Attention, LayerNorm, RMSNorm, Rotation, make_mlp, make_norm, record, rope_inv_freq, rotation
+from .layers import (
+    Attention,
+    LayerNorm,
+    MoeMLP,
+    RMSNorm,
+    Rotation,
+    make_mlp,
+    make_norm,
+    record,
+    rope_inv_freq,
+    rotation,
+)
 from .recorder import Recorder, scope
 
 __all__ = ["Block", "Decoder", "KVCache", "LogitsFor"]
@@ -38,7 +50,7 @@ class Block(nn.Module):
         self.attn = Attention(config, layer)
         self.ln1_post = make_norm(config) if sandwich else None
         self.ln2 = make_norm(config)
-        self.mlp = make_mlp(config)
+        self.mlp = make_mlp(config, layer)
         self.ln2_post = make_norm(config) if sandwich else None
 
     def forward(self, x: Tensor, rope: Rotation | None, rec: Recorder | None = None,
@@ -130,6 +142,21 @@ class Decoder(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def num_active_params(self) -> int:
+        """The parameters one token's forward pass uses: all of them but, in each block with experts, the experts
+        the token is not sent to (n_experts - top_k of them). Equal to `num_params` for a dense model."""
+        unused = 0
+        for block in self.blocks:
+            if isinstance(block.mlp, MoeMLP):
+                per_expert = sum(p.numel() for p in block.mlp.experts[0].parameters())
+                unused += (len(block.mlp.experts) - block.mlp.top_k) * per_expert
+        return self.num_params() - unused
+
+    def num_expert_params(self) -> int:
+        """The parameters of the experts of every block with experts (the router excluded); 0 for a dense model."""
+        return sum(p.numel() for block in self.blocks if isinstance(block.mlp, MoeMLP)
+                   for p in block.mlp.experts.parameters())
+
     @property
     def cached_keys(self) -> str:
         """The stage whose values the KV cache keeps as keys: as attention uses them (rotated, where it rotates)."""
@@ -220,8 +247,27 @@ class Decoder(nn.Module):
     # -- weights by name -----------------------------------------------------------------------------------
 
     def weight_names(self) -> list[str]:
-        """Every weight name this model has (biases only where it has them)."""
-        return [n for n in weight_names(self.config.n_layer, self.config.family) if self._parameter(n) is not None]
+        """Every weight name this model has (biases only where it has them; the experts' in blocks with experts)."""
+        return [n for n in weight_names(self.config.n_layer, self.config.family) if self._has(n)]
+
+    def _has(self, name: str) -> bool:
+        p = parse_name(name, self.config.family)
+        if p.suffix.startswith("mlp.experts."):  # without stacking every expert's matrix to find out
+            return isinstance(self.blocks[p.layer].mlp, MoeMLP)
+        return self._parameter(name) is not None
+
+    @torch.no_grad()
+    def expert_weight(self, name: str, expert: int) -> Tensor:
+        """One expert's matrix of a stacked expert weight (`blocks.3.mlp.experts.W_in`, expert 5 -> (D, M)): a view
+        of the live parameter, without stacking the others."""
+        p = parse_name(name, self.config.family)
+        mlp = self.blocks[p.layer].mlp if p.layer is not None and 0 <= p.layer < self.config.n_layer else None
+        if not p.suffix.startswith("mlp.experts.") or not isinstance(mlp, MoeMLP):
+            raise KeyError(f"{name!r} is not a weight of a block with experts")
+        if not 0 <= expert < len(mlp.experts):
+            raise KeyError(f"{name!r}: expert {expert} is outside 0..{len(mlp.experts) - 1}")
+        proj = {"W_gate": "gate_proj", "W_in": "up_proj", "W_out": "down_proj"}[p.suffix.rsplit(".", 1)[1]]
+        return getattr(mlp.experts[expert], proj).weight.T.detach()
 
     def weight(self, name: str) -> Tensor:
         """A parameter in TransformerLens layout, e.g. `blocks.3.attn.W_K` -> (G, D, Dh); views of the live
@@ -288,21 +334,29 @@ class Decoder(nn.Module):
             modules = {"ln1": b.ln1, "ln2": b.ln2, "ln1_post": b.ln1_post, "ln2_post": b.ln2_post,
                        "attn.q_norm": getattr(a, "q_norm", None), "attn.k_norm": getattr(a, "k_norm", None)}
             t = norm_of(modules[where], what)
+        elif s.startswith("mlp.experts."):  # every expert's matrix, stacked: (E, D, M) or (E, M, D)
+            if not isinstance(b.mlp, MoeMLP):
+                return None
+            t = torch.stack([self.expert_weight(name, e) for e in range(len(b.mlp.experts))])
         else:
             mlp = b.mlp
 
             def transposed(module: nn.Module | None) -> Tensor | None:
                 return None if module is None else module.weight.T
 
+            def part(attr: str) -> nn.Module | None:  # a dense MLP's projection; None in a mixture of experts
+                return getattr(mlp, attr, None) if not isinstance(mlp, MoeMLP) else None
+
             table = {
                 "attn.W_O": lambda: a.o_proj.weight.T.reshape(H, Dh, D),
                 "attn.b_O": lambda: a.o_proj.bias,
-                "mlp.W_in": lambda: transposed(mlp.up_proj),
-                "mlp.b_in": lambda: mlp.up_proj.bias,
-                "mlp.W_out": lambda: transposed(mlp.down_proj),
-                "mlp.b_out": lambda: mlp.down_proj.bias,
-                "mlp.W_gate": lambda: transposed(getattr(mlp, "gate_proj", None)),
-                "mlp.b_gate": lambda: getattr(getattr(mlp, "gate_proj", None), "bias", None),
+                "mlp.W_in": lambda: transposed(part("up_proj")),
+                "mlp.b_in": lambda: getattr(part("up_proj"), "bias", None),
+                "mlp.W_out": lambda: transposed(part("down_proj")),
+                "mlp.b_out": lambda: getattr(part("down_proj"), "bias", None),
+                "mlp.W_gate": lambda: transposed(part("gate_proj")),
+                "mlp.b_gate": lambda: getattr(part("gate_proj"), "bias", None),
+                "mlp.W_router": lambda: mlp.router.weight.T if isinstance(mlp, MoeMLP) else None,
             }
             t = table[s]()
         return None if t is None else t.detach()

@@ -1,6 +1,6 @@
 """The parts a decoder block is built from, one small module per concept: the two norms, rotary positions,
-attention, the two MLPs. Which of them a family uses, and with which options, its declaration says
-(`families/`); `decoder.py` composes them.
+attention, the two MLPs and the mixture of experts. Which of them a family uses, and with which options, its
+declaration says (`families/`); `decoder.py` composes them.
 
 Every module has one forward with an optional `rec`: with `rec=None` it takes the fast path (fused
 kernels, nothing kept); with a `Recorder` it computes each step explicitly and records it by name.
@@ -172,9 +172,11 @@ class Attention(nn.Module):
             self.q_proj = Linear(D, H * Dh, bias=config.qkv_bias)
             self.k_proj = Linear(D, G * Dh, bias=config.qkv_bias)
             self.v_proj = Linear(D, G * Dh, bias=config.qkv_bias)
-        if a.qk_norm:
-            self.q_norm = make_norm(config, Dh)
-            self.k_norm = make_norm(config, Dh)
+        if a.qk_norm:  # over each head's Dh values, or (OLMoE) over all heads' together
+            whole = a.qk_norm_scope == "projection"
+            self.q_norm = make_norm(config, H * Dh if whole else Dh)
+            self.k_norm = make_norm(config, G * Dh if whole else Dh)
+        self.qk_norm_over_heads = a.qk_norm and a.qk_norm_scope == "projection"
         self.o_proj = Linear(H * Dh, D, bias=config.out_bias)
         self.rotary = a.positions == "rope"
         self.window = config.window(layer)  # None: every earlier position
@@ -204,7 +206,10 @@ class Attention(nn.Module):
         q = record(rec, "q", q)
         if self.rotary:  # the keys of the new positions as projected (GPT-2 records them with the cached ones)
             k = record(rec, "k", k)
-        if hasattr(self, "q_norm"):  # QK-norm: each head's query and key to a fixed size
+        if self.qk_norm_over_heads:  # OLMoE: all heads' queries normed together, all keys together
+            q = _split_heads(self.q_norm(_join_heads(q), scope(rec, "q_norm")), self.n_head)
+            k = _split_heads(self.k_norm(_join_heads(k), scope(rec, "k_norm")), self.n_kv_heads)
+        elif hasattr(self, "q_norm"):  # QK-norm: each head's query and key to a fixed size
             q, k = self.q_norm(q, scope(rec, "q_norm")), self.k_norm(k, scope(rec, "k_norm"))
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
@@ -226,6 +231,18 @@ class Attention(nn.Module):
         if self.training and self.dropout:
             y = self.resid_dropout(y)
         return y, (k, v)
+
+
+def _join_heads(x: Tensor) -> Tensor:
+    """(B, heads, T, Dh) -> (B, T, heads * Dh): the heads side by side, as the projection made them."""
+    B, n, T, Dh = x.shape
+    return x.transpose(1, 2).reshape(B, T, n * Dh)
+
+
+def _split_heads(x: Tensor, n: int) -> Tensor:
+    """(B, T, n * Dh) -> (B, n, T, Dh)."""
+    B, T, _ = x.shape
+    return x.view(B, T, n, -1).transpose(1, 2)
 
 
 # -- MLPs ------------------------------------------------------------------------------------------------------
@@ -253,14 +270,16 @@ class GeluMLP(nn.Module):
 
 class GatedMLP(nn.Module):
     """down(act(gate(x)) * up(x)): the gate decides, per hidden unit, how much of `up` passes. act is SiLU
-    (SwiGLU: Llama, Qwen) or tanh-GELU (GeGLU: Gemma)."""
+    (SwiGLU: Llama, Qwen, and every expert of a mixture) or tanh-GELU (GeGLU: Gemma). `width`: the hidden
+    layer's (default the config's d_mlp)."""
 
-    def __init__(self, config: DecoderConfig) -> None:
+    def __init__(self, config: DecoderConfig, width: int | None = None) -> None:
         super().__init__()
-        assert config.d_mlp is not None
-        self.gate_proj = Linear(config.n_embd, config.d_mlp, bias=config.mlp_bias)
-        self.up_proj = Linear(config.n_embd, config.d_mlp, bias=config.mlp_bias)
-        self.down_proj = Linear(config.d_mlp, config.n_embd, bias=config.mlp_bias)
+        M = width or config.d_mlp
+        assert M is not None
+        self.gate_proj = Linear(config.n_embd, M, bias=config.mlp_bias)
+        self.up_proj = Linear(config.n_embd, M, bias=config.mlp_bias)
+        self.down_proj = Linear(M, config.n_embd, bias=config.mlp_bias)
         self.gelu = config.activation != "silu"
 
     def act(self, gate: Tensor) -> Tensor:
@@ -275,6 +294,63 @@ class GatedMLP(nn.Module):
         return self.down_proj(rec("post", act * up))
 
 
-def make_mlp(config: DecoderConfig) -> GeluMLP | GatedMLP:
-    """The family's MLP."""
-    return GeluMLP(config) if config.arch.mlp == "gelu" else GatedMLP(config)
+class MoeMLP(nn.Module):
+    """A mixture of experts (Mixtral, Qwen3-MoE, OLMoE): `n_experts` gated MLPs and a router. For each token
+    the router scores every expert (a linear map of the token's vector), a softmax over all experts turns the
+    scores into probabilities, and the token goes to the `top_k` most probable experts only. Their outputs
+    are added, each times its weight: its probability, renormalised over the chosen experts to sum to 1
+    where the model does so (`norm_topk_prob`; Mixtral always). The other experts do no work for that token.
+
+    Computed as transformers does, so the numbers agree: softmax in float32, top-k of the probabilities, the
+    weighted outputs summed over each token's chosen experts in the order top-k lists them (the model's
+    dtype for the weights, or float32 for Mixtral's). The tokens are gathered expert by expert, so each expert
+    multiplies the tokens sent to it in one product, and its outputs go back to their (token, choice) slot:
+    `expert_out`, (B, T, top_k, D)."""
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        assert config.n_experts is not None and config.top_k is not None
+        self.router = Linear(config.n_embd, config.n_experts, bias=False)
+        self.experts = nn.ModuleList([GatedMLP(config, config.d_expert) for _ in range(config.n_experts)])
+        self.top_k = config.top_k
+        self.renormalise = config.norm_topk_prob
+        self.weights_in_float32 = config.arch.expert_weights_in_float32
+
+    def route(self, x: Tensor, rec: Recorder | None = None) -> tuple[Tensor, Tensor]:
+        """The experts each token of x (B, T, D) goes to, (B, T, top_k), most probable first, and their weights."""
+        logits = record(rec, "router_logits", self.router(x))  # (B, T, E)
+        probs = record(rec, "router_probs", torch.softmax(logits.float(), dim=-1))
+        top, chosen = torch.topk(probs, self.top_k, dim=-1)
+        if self.renormalise:
+            top = top / top.sum(dim=-1, keepdim=True)
+        weights = top if self.weights_in_float32 else top.to(x.dtype)
+        return record(rec, "expert_indices", chosen), record(rec, "expert_weights", weights)
+
+    def expert_outputs(self, x: Tensor, chosen: Tensor) -> Tensor:
+        """Each (token, choice) pair's expert output, (N * top_k, D), for tokens x (N, D) and their experts
+        `chosen` (N * top_k,): the pairs grouped by expert, one product per expert on the tokens it got."""
+        order = torch.argsort(chosen, stable=True)
+        counts = torch.bincount(chosen, minlength=len(self.experts)).tolist()
+        out = x.new_empty(chosen.shape[0], x.shape[-1])
+        start = 0
+        for expert, n in zip(self.experts, counts, strict=True):
+            if n:
+                pairs = order[start:start + n]
+                out[pairs] = expert(x[pairs // self.top_k])
+                start += n
+        return out
+
+    def forward(self, x: Tensor, rec: Recorder | None = None) -> Tensor:
+        B, T, D = x.shape
+        chosen, weights = self.route(x, rec)
+        out = self.expert_outputs(x.reshape(B * T, D), chosen.reshape(-1)).view(B, T, self.top_k, D)
+        out = record(rec, "expert_out", out)
+        y = (out * weights.unsqueeze(-1)).sum(dim=2)  # each token's chosen experts, weighted
+        return record(rec, "out", y.to(x.dtype))
+
+
+def make_mlp(config: DecoderConfig, layer: int) -> GeluMLP | GatedMLP | MoeMLP:
+    """Block `layer`'s MLP: the family's kind (a mixture of experts where the config gives the block experts)."""
+    if config.arch.mlp == "gelu":
+        return GeluMLP(config)
+    return MoeMLP(config) if config.has_experts(layer) else GatedMLP(config)

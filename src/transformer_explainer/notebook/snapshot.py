@@ -197,7 +197,9 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
                               include=[], computed=[0, trace.n_tokens], t0=t0, t_traced=t0)
     models = ModelList(default=model.name, models=[ModelInfo(name=model.name, source=model.source, loaded=True,
                                                              default=True, config=config_out(model),
-                                                             n_params=model.net.num_params())])
+                                                             n_params=model.net.num_params(),
+                                                             n_active_params=model.net.num_active_params(),
+                                                             n_expert_params=model.net.num_expert_params())])
     L, family = model.config.n_layer, model.config.family
     has = set(model.weight_names())
     block_norms, final_norms = norm_weights(model.config.names)
@@ -218,12 +220,15 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
 
     global_first, block_order = ACTIVATION_ORDER[family]
     groups: list[tuple[str, list[str], bool]] = [(n, [n], False) for n in global_first]
-    groups += [(f"blocks.*.{s}", [block_name(i, s) for i in (range(L) if s != "resid_post" else [L - 1])], False)
-               for s in block_order]
+    answered = set(trace.names())  # a mixture's blocks answer their MLP's stages: experts' or a dense MLP's
+    groups += [(f"blocks.*.{s}", [n for i in (range(L) if s != "resid_post" else [L - 1])
+                                  if (n := block_name(i, s)) in answered], False) for s in block_order]
     groups += [(f"blocks.*.{s}", [block_name(i, s) for i in range(L)], True) for s in LARGE_WEIGHTS]
     kept: list[str] = []
     omitted: list[str] = []
     for label, names, is_weight in groups:
+        if not names:
+            continue
         values = [model.weight(n) if is_weight else trace[n] for n in names]
         size = sum(_b64_size(v.numel()) for v in values)
         if size > budget:

@@ -7,8 +7,10 @@ tokens, so that a learner can type any of them, or compare two of them ("A rathe
 the two, the attribution being linear in the unembedding direction, as `attribution.py` computes it).
 
 Every entry is `ExplainerModel.attribute`'s answer, stored with its values in float64 as the API sends them; the
-component list (kind, layer, head), the same at every position, is stored once as `parts`; the layer x head map
-is not stored (the page takes it from the head components, rounded to float32 as the API's map is). The last
+component list (kind, layer, head), the same at every position, is stored once as `parts`; in a mixture of experts
+each entry says which expert each "expert" part is (`experts`, in the parts' order: the routing differs by position,
+the number of parts per block does not). The layer x head map and the layer x expert map are not stored (the page
+takes them from the components, rounded to float32 as the API's maps are). The last
 position is always carried; the earlier ones go from the last backwards into what the size budget has left, and
 `left_out` lists those that did not fit. web/src/snapshot/static.ts answers the app's calls from this record.
 """
@@ -39,8 +41,11 @@ def _with_logits(trace: Trace) -> Trace:
 
 
 def _entry(a: Attribution) -> dict[str, Any]:
-    return finite({"position": a.position, "target": {"id": a.target, "text": a.target_text}, "metric": a.metric,
-                   "rest": a.rest, "scale": a.scale, "values": [c.value for c in a.components]})
+    out = {"position": a.position, "target": {"id": a.target, "text": a.target_text}, "metric": a.metric,
+           "rest": a.rest, "scale": a.scale, "values": [c.value for c in a.components]}
+    if a.experts is not None:  # which experts the "expert" parts are: the routing's choice at this position
+        out["experts"] = [c.expert for c in a.components if c.kind == "expert"]
+    return finite(out)
 
 
 def entry_bytes(entry: dict[str, Any]) -> int:

@@ -58,8 +58,8 @@ def _table(name: str, table: dict[str, tuple[tuple[str, ...], str]]) -> str:
 def names_ts() -> str:
     parts = [
         HEADER.format(src="src/transformer_explainer/names.py"),
-        "export type Dim = \"T\" | \"S\" | \"H\" | \"G\" | \"D\" | \"Dh\" | \"H*Dh\" | \"R\" | \"M\" | \"V\" "
-        "| \"P\";",
+        "export type Dim = \"T\" | \"S\" | \"H\" | \"G\" | \"D\" | \"Dh\" | \"H*Dh\" | \"G*Dh\" | \"R\" | \"M\" "
+        "| \"V\" | \"P\" | \"E\" | \"K\";",
         "export interface NameInfo { readonly dims: readonly Dim[]; readonly description: string }",
         "",
         _table("BLOCK_ACTIVATIONS", names.BLOCK_ACTIVATIONS),

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ..loading.tokenizer import TextTokenizer
 from ..models.decoder import Decoder
+from ..models.recorder import Recorder
 
 log = logging.getLogger(__name__)
 
@@ -125,3 +126,41 @@ class LMTask:
             e = evaluate_lm(model, ids, self.token_bytes, self.block_size, self.eval_tokens)
             out[f"{name}_loss"], out[f"{name}_bpb"] = e["loss"], e["bpb"]
         return out
+
+
+def load_balancing_loss(router_logits: list[Tensor], n_experts: int, top_k: int) -> Tensor:
+    """The Switch Transformer's auxiliary loss (Fedus et al., 2021, eq. 4-6), as transformers computes it for
+    Mixtral: over the tokens of every block with experts, n_experts * sum over experts e of f_e * P_e, where f_e
+    is the fraction of (token, choice) pairs sent to e (they sum to top_k) and P_e the mean probability the
+    router gives e. It is smallest, top_k, when tokens are spread evenly; its gradient flows through P_e, so
+    it pushes probability away from the experts that get more than their share."""
+    probs = torch.softmax(torch.cat([r.reshape(-1, n_experts) for r in router_logits]).float(), dim=-1)
+    chosen = torch.topk(probs, top_k, dim=-1).indices.reshape(-1)
+    sent = torch.zeros(n_experts, device=probs.device).index_add_(0, chosen, torch.ones_like(chosen,
+                                                                                          dtype=torch.float32))
+    return n_experts * (sent / probs.shape[0] * probs.mean(dim=0)).sum()
+
+
+@dataclass
+class MoeLMTask(LMTask):
+    """`LMTask` plus, for a mixture of experts, `aux_loss_coef` times the load-balancing loss of its routers
+    (their logits taken on the way through the forward pass, which otherwise records nothing)."""
+
+    aux_loss_coef: float = 0.0
+
+    def loss(self, model: Decoder, batch: tuple[Tensor, Tensor]) -> Tensor:
+        c = model.config
+        if not self.aux_loss_coef or not c.moe_layers:
+            return super().loss(model, batch)
+        assert c.n_experts is not None and c.top_k is not None
+        x, y = batch
+        kept: list[Tensor] = []
+
+        def keep(logits: Tensor) -> Tensor:
+            kept.append(logits)
+            return logits
+
+        rec = Recorder(patches={f"blocks.{i}.mlp.router_logits": keep for i in c.moe_layers}, store=False)
+        logits = model(x, rec=rec)
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        return ce + self.aux_loss_coef * load_balancing_loss(kept, c.n_experts, c.top_k)

@@ -17,13 +17,20 @@ def add_lm_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-size", type=int_range(257), default=8192,
                    help="when training a tokenizer: 256 byte tokens, the merges and <|endoftext|> (default 8192)")
     p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints and run.json; resumes if present")
-    p.add_argument("--family", choices=["gpt2", "llama"], default="gpt2",
+    p.add_argument("--family", choices=["gpt2", "llama", "mixtral"], default="gpt2",
                    help="gpt2: LayerNorm, learned positions, GELU MLP; llama: RMSNorm, RoPE, gated MLP, "
-                        "grouped-query attention, no biases (saved as HF LlamaForCausalLM)")
+                        "grouped-query attention, no biases (saved as HF LlamaForCausalLM); mixtral: llama's "
+                        "attention and a mixture of experts in place of the MLP (saved as HF MixtralForCausalLM)")
     p.add_argument("--n-kv-head", type=positive_int, default=None,
-                   help="llama: key/value heads (grouped-query attention); default one per query head")
+                   help="llama, mixtral: key/value heads (grouped-query attention); default one per query head")
     p.add_argument("--n-inner", type=positive_int, default=None,
-                   help="MLP hidden width; default 4 x n_embd (gpt2), 8/3 x n_embd rounded to 64 (llama)")
+                   help="MLP hidden width (mixtral: each expert's); default 4 x n_embd (gpt2), 8/3 x n_embd rounded "
+                        "to 64 (llama), n_embd (mixtral)")
+    p.add_argument("--n-experts", type=positive_int, default=8, help="mixtral: experts per block (default 8)")
+    p.add_argument("--top-k", type=positive_int, default=2, help="mixtral: experts each token is sent to (default 2)")
+    p.add_argument("--aux-loss-coef", type=non_negative_float, default=0.01,
+                   help="mixtral: weight of the load-balancing loss added to the training loss, which keeps the "
+                        "router from sending every token to the same few experts (default 0.01)")
     p.add_argument("--rope-theta", type=positive_float, default=10000.0, help="llama: base of the rotary frequencies")
     p.add_argument("--n-layer", type=positive_int, default=6, help="blocks (default 6)")
     p.add_argument("--n-head", type=positive_int, default=8, help="attention heads (default 8)")

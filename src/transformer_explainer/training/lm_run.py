@@ -18,7 +18,7 @@ from ..errors import InputError
 from ..loading.checkpoint import save_decoder
 from ..loading.tokenizer import TextTokenizer
 from ..models.decoder import Decoder
-from .lm import LMTask, token_byte_lengths, tokenize_file
+from .lm import MoeLMTask, token_byte_lengths, tokenize_file
 from .lm_args import add_lm_args  # noqa: F401  (re-exported: the CLI's arguments)
 from .trainer import TrainConfig, Trainer
 
@@ -37,20 +37,22 @@ def model_config(args: argparse.Namespace, vocab_size: int) -> DecoderConfig:
             return DecoderConfig(vocab_size=vocab_size, block_size=args.block_size, n_layer=args.n_layer,
                                  n_head=args.n_head, n_embd=args.n_embd, d_mlp=args.n_inner, dropout=args.dropout)
         if args.dropout:
-            raise InputError("--dropout is not supported with --family llama (the family has no dropout)")
-        d_mlp = args.n_inner or 64 * round(8 * args.n_embd / 3 / 64)
+            raise InputError(f"--dropout is not supported with --family {args.family} (the family has no dropout)")
+        moe = args.family == "mixtral"
+        d_mlp = args.n_inner or (args.n_embd if moe else 64 * round(8 * args.n_embd / 3 / 64))
+        experts = dict(n_experts=args.n_experts, top_k=args.top_k, norm_topk_prob=True) if moe else {}
         return DecoderConfig(vocab_size=vocab_size, block_size=args.block_size, n_layer=args.n_layer,
-                             n_head=args.n_head, n_embd=args.n_embd, d_mlp=d_mlp, model_type="llama",
+                             n_head=args.n_head, n_embd=args.n_embd, d_mlp=d_mlp, model_type=args.family,
                              n_kv_heads=args.n_kv_head,
                              layer_norm_epsilon=1e-5, activation="silu", rope_theta=args.rope_theta,
-                             tie_word_embeddings=True, qkv_bias=False, out_bias=False, mlp_bias=False)
+                             tie_word_embeddings=True, qkv_bias=False, out_bias=False, mlp_bias=False, **experts)
     except InputError:
         raise
     except ValueError as e:
         raise InputError(f"bad model shape: {e}") from None
 
 
-class _Autocast(LMTask):
+class _Autocast(MoeLMTask):
     def loss(self, model, batch):  # type: ignore[override]
         with torch.autocast("cpu", dtype=torch.bfloat16):
             return super().loss(model, batch)
@@ -92,9 +94,11 @@ def run_lm_training(args: argparse.Namespace) -> Path:
                        max_minutes=args.max_minutes, seed=args.seed)
     torch.manual_seed(args.seed)
     model = Decoder(config)  # with fresh weights (init_weights_)
-    task_cls = _Autocast if args.bf16 else LMTask
+    task_cls = _Autocast if args.bf16 else MoeLMTask
+    # the load-balancing loss applies to mixtures of experts only (a dense model has no router)
+    aux = getattr(args, "aux_loss_coef", 0.01) if config.arch.mlp == "moe" else 0.0
     task = task_cls(train_ids, valid_ids, token_byte_lengths(tok), config.block_size, args.batch_size,
-                    seed=args.seed, extra_evals=extra)
+                    seed=args.seed, extra_evals=extra, aux_loss_coef=aux)
     trainer = Trainer(model, task, tcfg, out / "checkpoints", progress=not args.no_progress)
     trainer.resume()
     t0 = time.time()
@@ -112,6 +116,12 @@ _GPT2_INTRO = [
     "offline. Same code path as GPT-2: HF GPT-2 format (`config.json`, `model.safetensors`,",
     "`tokenizer.json`), byte-level BPE tokenizer trained with `tokenizers` like GPT-2's.",
 ]
+_MIXTRAL_INTRO = [
+    "A small mixture-of-experts language model trained by this project so that routing can be explored",
+    "offline: Llama-style attention (RMSNorm, rotary positions, grouped-query attention) and, in place of",
+    "the MLP, a router that sends each token to 2 of 8 gated SiLU experts. Same code path as Mixtral",
+    "checkpoints: HF MixtralForCausalLM format (`config.json`, `model.safetensors`, `tokenizer.json`).",
+]
 _LLAMA_INTRO = [
     "A small Llama-architecture language model trained by this project so that today's decoder design",
     "can be explored offline: RMSNorm, rotary position embeddings, grouped-query attention and a gated",
@@ -122,7 +132,7 @@ _LLAMA_INTRO = [
 
 def export_builtin(model: Decoder, tokenizer_dir: Path, folder: Path, state, args: argparse.Namespace,
                    train_tokens: int) -> None:
-    """An HF folder (GPT2LMHeadModel or LlamaForCausalLM, as the model's family) + tokenizer + model
+    """An HF folder (GPT2LMHeadModel, LlamaForCausalLM or MixtralForCausalLM, as the model's family) + tokenizer + model
     card, then reload it through `load_model` to write the card's samples."""
     from ..engine import load_model
     from ..sampling import SamplingParams
@@ -147,17 +157,20 @@ def export_builtin(model: Decoder, tokenizer_dir: Path, folder: Path, state, arg
     lines = [
         f"# {folder.name}: the built-in model of transformer-explainer",
         "",
-        *(_LLAMA_INTRO if c.family == "llama" else _GPT2_INTRO),
+        *{"llama": _LLAMA_INTRO, "mixtral": _MIXTRAL_INTRO}.get(c.family, _GPT2_INTRO),
         "",
         "| | |",
         "|---|---|",
         f"| shape | {c.n_layer} layers, {c.n_head} heads"
         + (f" sharing {c.n_kv_heads} key/value heads" if c.n_kv_heads != c.n_head else "")
-        + f", d_model {c.n_embd}, MLP {c.d_mlp}{' (gated)' if c.family == 'llama' else ''}, "
-        f"context {c.block_size} |",
+        + f", d_model {c.n_embd}, "
+        + (f"{c.n_experts} experts of width {c.d_expert} (gated), {c.top_k} per token, "
+           if c.arch.mlp == "moe" else f"MLP {c.d_mlp}{' (gated)' if c.family == 'llama' else ''}, ")
+        + f"context {c.block_size} |",
         f"| vocabulary | {c.vocab_size} byte-level BPE tokens |",
-        f"| parameters | {model.num_params() / 1e6:.2f} M (weights stored as {args.export_dtype}, "
-        f"{size_mb:.1f} MB) |",
+        f"| parameters | {model.num_params() / 1e6:.2f} M"
+        + (f", {model.num_active_params() / 1e6:.2f} M of them used per token" if c.arch.mlp == "moe" else "")
+        + f" (weights stored as {args.export_dtype}, {size_mb:.1f} MB) |",
         f"| corpus | see `data/corpus/SOURCES.md` from `scripts/build_corpus.py`; "
         f"{train_tokens / 1e6:.1f} M train tokens |",
         f"| training | {state.step} steps x {args.batch_size} x {c.block_size} tokens = "

@@ -5,6 +5,7 @@ import type { LessonId } from "./choose";
 import { experimentsLesson } from "./experiments";
 import { gpt2Lesson } from "./gpt2";
 import { modernLesson } from "./modern";
+import { moeLesson } from "./moe";
 import { seq2seqLesson } from "./seq2seq";
 import { stableLesson } from "./stable";
 import { whyLesson } from "./why";
@@ -16,4 +17,5 @@ export const LESSONS: Record<LessonId, Lesson> = {
   modern: modernLesson,
   stable: stableLesson,
   why: whyLesson,
+  moe: moeLesson,
 };

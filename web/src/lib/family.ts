@@ -42,6 +42,11 @@ export function isLocal(caps: Capabilities, layer: number): boolean {
   return caps.layer_types[layer] === "sliding_attention";
 }
 
+/** Whether block `layer` routes its tokens to experts (a mixture of experts; Qwen3-MoE may keep dense blocks). */
+export function hasExperts(caps: Capabilities, layer: number): boolean {
+  return caps.mlp === "moe" && (caps.moe_layers ?? []).includes(layer);
+}
+
 /** Key/value heads (G): n_head for GPT-2, fewer under grouped-query attention. */
 export function kvHeads(cfg: Pick<ModelConfigOut, "n_head" | "n_kv_heads">): number {
   return cfg.n_kv_heads || cfg.n_head;

@@ -1,4 +1,4 @@
-import type { Capabilities } from "./family";
+import { hasExperts, type Capabilities } from "./family";
 
 // The formula beside each view, as plain HTML (no math library needed): math is the same in every language.
 const v = (s: string) => `<i>${s}</i>`;
@@ -74,8 +74,20 @@ function gemmaFormula(view: string, caps: Capabilities, activation: string): str
 
 const num = (x: number) => (Math.abs(x) >= 0.01 ? x.toPrecision(3) : x.toExponential(2));
 
-/** The formula of `view` for a model with these capabilities (and MLP activation, config.activation). */
-export function formulaFor(view: string, caps: Capabilities, activation = ""): string {
+/** A mixture of experts: the router's softmax, the top-k experts S, their weights (renormalised over S where the
+ *  model does so) and the weighted sum of their outputs, each expert a gated MLP. */
+function moeFormula(caps: Capabilities): string {
+  const w = caps.norm_topk_prob ? `${sub(v("w"), v("i"))} = ${sub(v("p"), v("i"))} / Σ<sub>${v("j")}∈S</sub> ${sub(v("p"), v("j"))}`
+    : `${sub(v("w"), v("i"))} = ${sub(v("p"), v("i"))}`;
+  return `${v("p")} = softmax(${v("x")} ${sub(v("W"), "router")}), &nbsp;S = top-${caps.top_k ?? v("k")}(${v("p")})<br>${w}<br>` +
+    `MoE(${v("x")}) = Σ<sub>${v("i")}∈S</sub> ${sub(v("w"), v("i"))} · ${sub(v("E"), v("i"))}(${v("x")}), &nbsp;` +
+    `${sub(v("E"), v("i"))}(${v("x")}) = (SiLU(${v("x")}${sub(v("W"), "gate," + v("i"))}) ⊙ ${v("x")}${sub(v("W"), "in," + v("i"))}) ${sub(v("W"), "out," + v("i"))}`;
+}
+
+/** The formula of `view` for a model with these capabilities (and MLP activation, config.activation); `layer`: the
+ *  block the view shows (a mixture of experts may keep dense blocks). */
+export function formulaFor(view: string, caps: Capabilities, activation = "", layer?: number): string {
+  if (view === "experts" || (view === "mlp" && layer !== undefined && hasExperts(caps, layer))) return moeFormula(caps);
   if (view === "qknorm") return QK_NORM;
   if (view === "window") return WINDOW;
   return gemmaFormula(view, caps, activation) ?? (caps.norm === "rms" ? LLAMA_FORMULAS[view] : undefined) ?? FORMULAS[view];

@@ -4,22 +4,23 @@
 // which tensors hold each stage follow its capabilities (family.ts), not its family's name.
 import { blockName } from "./generated/names";
 import type { TensorSpec } from "./generated/api";
-import { isLocal, type Capabilities } from "./family";
+import { hasExperts, isLocal, type Capabilities } from "./family";
 
 export const VIEWS = [
   "overview", "tokens", "embedding", "blocks", "layernorm", "qkv", "qknorm", "rope", "gqa", "attention", "window", "heads",
-  "residual", "mlp", "output", "experiments", "attribution",
+  "residual", "mlp", "experts", "output", "experiments", "attribution",
 ] as const;
 export type ViewId = (typeof VIEWS)[number];
 
 /** Whether a model with these capabilities has this view: rotary positions (RoPE), shared key/value heads
- *  (GQA), QK-norm, local layers (the sliding window). */
+ *  (GQA), QK-norm, local layers (the sliding window), a mixture of experts (the experts' routing). */
 export function hasView(view: ViewId, caps: Capabilities): boolean {
   switch (view) {
     case "rope": return caps.positions === "rope";
     case "gqa": return caps.positions === "rope";
     case "qknorm": return caps.qk_norm;
     case "window": return caps.local_window !== null;
+    case "experts": return caps.mlp === "moe";
     default: return true;
   }
 }
@@ -129,13 +130,27 @@ export function viewSpecs(view: ViewId, f: Focus): NamedSpecs {
         ...(c.sandwich_norm ? { mlpRaw: { name: b("mlp.out"), position: p } } : {}),
         mlp: { name: b("mlp_out"), position: p }, post: { name: b("resid_post"), position: p } };
     case "mlp":
-      // GELU: in, pre, post = GELU(pre), out; gated: in, gate, act = act(gate), up, post = act * up, out
-      return c.mlp === "gated"
+      // a block with experts: its input, the experts chosen at the focus token, their weights and outputs, and
+      // the weighted sum (the experts' hidden layers are not traced; the experts view shows the routing)
+      if (hasExperts(c, L))
+        return { input: { name: b("ln2.out"), position: p }, indices: { name: b("mlp.expert_indices"), position: p },
+          weights: { name: b("mlp.expert_weights"), position: p }, expertOut: { name: b("mlp.expert_out"), position: p },
+          out: { name: b("mlp_out"), position: p } };
+      // GELU: in, pre, post = GELU(pre), out; gated (and a mixture's blocks without experts): in, gate,
+      // act = act(gate), up, post = act * up, out
+      return c.mlp !== "gelu"
         ? { input: { name: b("ln2.out"), position: p }, gate: { name: b("mlp.gate"), position: p },
           act: { name: b("mlp.act"), position: p }, up: { name: b("mlp.up"), position: p },
           post: { name: b("mlp.post"), position: p }, out: { name: b(c.sandwich_norm ? "mlp.out" : "mlp_out"), position: p } }
         : { input: { name: b("ln2.out"), position: p }, pre: { name: b("mlp.pre"), position: p },
           post: { name: b("mlp.post"), position: p }, out: { name: b("mlp_out"), position: p } };
+    case "experts":
+      // the routing of every token in the focus block (router probabilities, the chosen experts and their weights),
+      // and the focus token's chosen experts' outputs and their weighted sum; nothing in a block without experts
+      if (!hasExperts(c, L)) return {};
+      return { probs: { name: b("mlp.router_probs") }, indices: { name: b("mlp.expert_indices") },
+        weights: { name: b("mlp.expert_weights") }, expertOut: { name: b("mlp.expert_out"), position: p },
+        out: { name: b("mlp_out"), position: p } };
     case "output":
       return { final: { name: "ln_final.out", position: f.pos < 0 ? -1 : f.nTokens - 1 } };
   }

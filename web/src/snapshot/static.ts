@@ -25,6 +25,7 @@ interface StoredAttribution {
   rest: number;
   scale: number;
   values: (number | null)[]; // in the order of `parts`
+  experts?: number[]; // a mixture of experts: the expert of each "expert" part, in the order of `parts`
 }
 
 /** The attributions the file carries (src/transformer_explainer/notebook/snapshot_attribution.py). */
@@ -187,6 +188,8 @@ function analysisCall(d: SnapshotData, what: string, b: Body): unknown {
       if (!a.importance || (b.mode ?? "zero") !== "zero") throw missing("this head-importance map");
       return a.importance;
     case "ablate": {
+      // an expert taken out of the routing: the file holds no such run (one per expert of every block)
+      if ((b.experts as unknown[] | undefined)?.length) throw missing("taking an expert out of the routing (it runs the model again)");
       const heads = (b.heads as number[][] | undefined) ?? [];
       const key = heads.length === 1 && !(b.layers as unknown[] | undefined)?.length ? heads[0].join(".") : "";
       const res = a.ablations[key];
@@ -278,14 +281,22 @@ function attribute(d: SnapshotData, b: Body): AttributeOut {
     v === null ? x : x === null || y == null ? null : x - y;
   const values = a.values.map((x, i) => minus(x, v?.values[i]));
   const { n_layer: L, n_head: H } = tr.config;
+  const E = tr.config.capabilities.n_experts ?? 0;
   const heads: (number | null)[][] = Array.from({ length: L }, () => Array<number | null>(H).fill(null));
+  // a mixture of experts: the (L, E) map, 0 where an expert was not chosen (as attribution.py's)
+  const experts: (number | null)[][] | null = a.experts ? Array.from({ length: L }, () => Array<number | null>(E).fill(0)) : null;
+  let k = 0; // the next "expert" part
   const components: ComponentOut[] = d.attribution.parts.map(([kind, layer, head], i) => {
-    if (kind === "head" && layer != null && head != null) heads[layer][head] = values[i] == null ? null : Math.fround(values[i]!);
-    return { kind, layer, head, value: values[i] ?? NaN };
+    const f32 = values[i] == null ? null : Math.fround(values[i]!);
+    if (kind === "head" && layer != null && head != null) heads[layer][head] = f32;
+    if (kind !== "expert") return { kind, layer, head, expert: null, value: values[i] ?? NaN };
+    const expert = a.experts?.[k++] ?? null;
+    if (experts && layer != null && expert != null) experts[layer][expert] = f32;
+    return { kind, layer, head, expert, value: values[i] ?? NaN };
   });
   return { model: tr.model, token_ids: tr.token_ids, tokens: tr.tokens.map((x) => x.text), position: q,
     target: a.target, versus: v ? v.target : null, metric: minus(a.metric, v?.metric) ?? NaN,
-    rest: minus(a.rest, v?.rest) ?? NaN, scale: a.scale, components, heads };
+    rest: minus(a.rest, v?.rest) ?? NaN, scale: a.scale, components, heads, experts };
 }
 
 /** Answer an API call from the snapshot (the same JSON a server would send). */

@@ -7,13 +7,17 @@ import { significantDigits } from "../../src/lib/lessonFormat";
 import { CLAIMS, type ClaimContext } from "./claims";
 
 /** The values of a sentence by placeholder name (numbers and strings given directly count as values; a
- *  sentence given as a value counts as one whose `raw` is its key, so that a check can tell which phrase it is). */
-function varsOf(s: Sentence): Record<string, Value> {
+ *  sentence given as a value counts as one whose `raw` is its key, so that a check can tell which phrase it is, and
+ *  its own values follow under "name.placeholder", in reading order: a list of values built of nested sentences
+ *  reaches the check whole). */
+function varsOf(s: Sentence, prefix = ""): Record<string, Value> {
   const out: Record<string, Value> = {};
   for (const [k, v] of Object.entries(s.vars ?? {})) {
-    if (typeof v === "object" && !("key" in v)) out[k] = v;
-    else if (typeof v === "object") out[k] = { id: k, v: v.key, raw: v.key };
-    else out[k] = { id: k, v: String(v), raw: v };
+    if (typeof v === "object" && !("key" in v)) out[prefix + k] = v;
+    else if (typeof v === "object") {
+      out[prefix + k] = { id: k, v: v.key, raw: v.key };
+      Object.assign(out, varsOf(v, `${prefix}${k}.`));
+    } else out[prefix + k] = { id: k, v: String(v), raw: v };
   }
   return out;
 }

@@ -96,12 +96,14 @@ async def lens(body: LensIn, ctx: Context) -> dict[str, Any]:
 
 @router.post("/ablate", response_model=AblateOut)
 async def ablate_heads(body: AblateIn, ctx: Context) -> dict[str, Any]:
-    """The next-token distribution and the loss with the given heads switched off."""
+    """The next-token distribution and the loss with the given heads switched off and experts taken out of the
+    routing."""
 
     def work() -> dict[str, Any]:
         name, m, ids = _input(ctx, body)
         heads = ablation_heads(m, body.heads, body.layers)
-        return {**ablate_json(m, ids, heads, body.mode, body.top, means_for(m, body.mode)), "model": name}
+        means = means_for(m, body.mode) if heads else None
+        return {**ablate_json(m, ids, heads, body.mode, body.top, means, body.experts), "model": name}
 
     return await _run(ctx, work)
 

@@ -107,7 +107,9 @@ def model_info(ctx: ServerContext, name: str) -> ModelInfo:
     m = ctx.registry.loaded_model(name)
     return ModelInfo(name=name, source=ctx.registry.source(name), loaded=m is not None,
                      default=name == ctx.registry.default, config=config_out(m) if m else None,
-                     n_params=m.net.num_params() if m else None)
+                     n_params=m.net.num_params() if m else None,
+                     n_active_params=m.net.num_active_params() if m else None,
+                     n_expert_params=m.net.num_expert_params() if m else None)
 
 
 @router.get("/health", response_model=HealthOut)

@@ -5,10 +5,10 @@ import { tick } from "svelte";
 import { app } from "../../lib/state.svelte";
 import type { ViewId } from "../../lib/views";
 
-export type Part = "embed" | "pos_embed" | "head" | "attn_bias" | "mlp" | "resid_pre" | "attn_out" | "mlp_out";
+export type Part = "embed" | "pos_embed" | "head" | "attn_bias" | "mlp" | "expert" | "resid_pre" | "attn_out" | "mlp_out";
 
 const VIEW_OF: Record<Part, ViewId> = {
-  embed: "embedding", pos_embed: "embedding", head: "attention", attn_bias: "heads", mlp: "mlp",
+  embed: "embedding", pos_embed: "embedding", head: "attention", attn_bias: "heads", mlp: "mlp", expert: "experts",
   resid_pre: "residual", attn_out: "heads", mlp_out: "mlp",
 };
 

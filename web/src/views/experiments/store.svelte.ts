@@ -7,7 +7,7 @@ import type { AblateOut, AnalogyOut, HeadsOut, ImportanceOut, LensOut, PruneOut 
 import { ABLATION_TOP, LENS_TOP, NEIGHBOURS } from "../../lib/generated/limits";
 import { analysis, type TokenArg } from "./api";
 
-export type XTab = "lens" | "heads" | "embed";
+export type XTab = "lens" | "heads" | "experts" | "embed";
 export type Metric = "loss" | "kl" | "previous_token" | "first_token" | "duplicate_token" | "induction" | "rare_token"
   | "entropy" | "distance";
 export type Mode = "zero" | "mean";
@@ -40,6 +40,12 @@ class ExperimentsStore {
   ablation = $state.raw<AblateOut | null>(null);
   ablationError = $state.raw<Error | null>(null);
   ablationBusy = $state(false);
+  /** The expert taken out of the routing ([layer, expert]), the input it was taken out on, and the answer (ExpertsPanel). */
+  expertAblated = $state.raw<[number, number] | null>(null);
+  expertKey = $state("");
+  expertAblation = $state.raw<AblateOut | null>(null);
+  expertError = $state.raw<Error | null>(null);
+  expertBusy = $state(false);
   /** The pruning curve for `pruneKey` (PrunePanel). */
   prune = $state.raw<PruneOut | null>(null);
   pruneKey = $state("");
@@ -152,5 +158,30 @@ export async function ablateHead(inp: XInput, l: number, h: number): Promise<voi
 export function ablationFor(inp: XInput | null): AblateOut | null {
   const a = xp.ablation, h = xp.ablated;
   return inp && a && h && xp.ablationKey === keyOf(inp) && a.heads[0]?.[0] === h[0] && a.heads[0]?.[1] === h[1]
+    ? a : null;
+}
+
+/** A mixture of experts: expert `e` of block `l` taken out of the routing on `inp` (its tokens go to their next
+ *  choice, the weights renormalised as the model does; analysis/ablation.py). The experts panel shows the answer. */
+export async function ablateExpert(inp: XInput, l: number, e: number): Promise<void> {
+  const k = keyOf(inp);
+  xp.expertAblated = [l, e];
+  xp.expertKey = k;
+  xp.expertBusy = true;
+  const current = () => xp.expertKey === k && xp.expertAblated?.[0] === l && xp.expertAblated?.[1] === e;
+  try {
+    const r = await analysis.ablate({ model: inp.model, ids: inp.ids, experts: [[l, e]], top: ABLATION_TOP });
+    if (current()) { xp.expertAblation = r; xp.expertError = null; }
+  } catch (err) {
+    if (current()) { xp.expertAblation = null; xp.expertError = asError(err); }
+  } finally {
+    if (current()) xp.expertBusy = false;
+  }
+}
+
+/** The expert ablation shown for `inp`, if the expert taken out was taken out on it. */
+export function expertAblationFor(inp: XInput | null): AblateOut | null {
+  const a = xp.expertAblation, x = xp.expertAblated;
+  return inp && a && x && xp.expertKey === keyOf(inp) && a.experts?.[0]?.[0] === x[0] && a.experts?.[0]?.[1] === x[1]
     ? a : null;
 }
