@@ -25,8 +25,8 @@ VITEST = WEB / "node_modules" / ".bin" / "vitest"
 # the lessons of each model's page (the encoder-decoder lesson has its own test beside it, on its own tasks)
 LESSONS = {"explainer-small": "gpt2,experiments,why", "explainer-llama": "modern,experiments,why",
            "random-gpt2-64": "gpt2,experiments,why", "random-qwen3": "stable,experiments,why",
-           "random-gemma3": "stable,experiments,why", "explainer-moe": "moe,experiments",
-           "random-qwen3-moe": "moe,experiments", "random-olmoe": "moe,experiments"}
+           "random-gemma3": "stable,experiments,why", "explainer-moe": "moe,experiments,why",
+           "random-qwen3-moe": "moe,experiments,why", "random-olmoe": "moe,experiments"}
 
 
 def vitest(*args: str, env: dict[str, str] | None = None, timeout: int = 1200) -> subprocess.CompletedProcess:

@@ -24,7 +24,8 @@ VIEWPORTS = {"desktop": {"viewport": {"width": 1280, "height": 900}},
 CASES = [("explainer-small", "gpt2"), ("explainer-small", "experiments"), ("random-gpt2-64", "gpt2"),
          ("explainer-llama", "modern"), ("explainer-llama", "experiments"), ("explainer-small", "seq2seq"),
          ("explainer-small", "why"), ("explainer-llama", "why"), ("random-gpt2-64", "why"),
-         ("random-qwen3", "stable"), ("random-gemma3", "stable"), ("explainer-moe", "moe")]
+         ("random-qwen3", "stable"), ("random-gemma3", "stable"), ("explainer-moe", "moe"),
+         ("explainer-moe", "why")]
 
 STATE = """() => {
   const card = document.querySelector('[data-testid=tour]');

@@ -72,8 +72,14 @@ async function metrics(model: string, v: V): Promise<{ clean: number; corrupted:
 
 /** The parts that write into the stream, counted from the config: the token embedding, the position embedding where
  *  positions are learned, and per block each head, the attention output's bias where there is one, the MLP. */
-const components = (c: ModelConfigOut) => 1 + (c.capabilities.positions === "learned" ? 1 : 0)
-  + c.n_layer * (c.n_head + (c.out_bias ? 1 : 0) + 1);
+// the embeddings, and per block its heads, its output bias, and its MLP: one part, or one per expert chosen at the
+// position where the block is a mixture of experts
+const components = (c: ModelConfigOut) => {
+  const cap = c.capabilities, moe = new Set(cap.mlp === "moe" ? cap.moe_layers ?? [] : []);
+  let n = 1 + (cap.positions === "learned" ? 1 : 0);
+  for (let l = 0; l < c.n_layer; l++) n += c.n_head + (c.out_bias ? 1 : 0) + (moe.has(l) ? cap.top_k ?? 1 : 1);
+  return n;
+};
 const headName = (l: number, h: number) => `L${l} H${h}`;
 function bestHead(a: AttributeOut): { l: number; h: number; v: number } | null {
   let best: { l: number; h: number; v: number } | null = null;
