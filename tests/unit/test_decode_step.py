@@ -1,6 +1,7 @@
 """The lean generation step (`models/decode.py`) computes what the decoder's forward computes for one new
 position after a KV cache, bit for bit: the same logits and the same cached keys and values, on every family
-(GPT-2, Llama, Qwen2, Mistral, Qwen3, Gemma 3 with local layers whose window the text outgrows), in float32
+(GPT-2, Llama, Qwen2, Mistral, Qwen3, Gemma 3 with local layers whose window the text outgrows, and the
+mixtures of experts Mixtral, Qwen3-MoE and OLMoE, whose QK-norm spans all heads), in float32
 and bfloat16."""
 
 from __future__ import annotations

@@ -36,8 +36,6 @@ class _BlockPlan:
     layer_type: str  # which rotation its attention uses
     ln1: nn.Module
     attn: Attention
-    q_norm: nn.Module | None
-    k_norm: nn.Module | None
     ln1_post: nn.Module | None
     ln2: nn.Module
     mlp: nn.Module
@@ -56,8 +54,7 @@ class DecodeStep:
         self.net, self.cache = net, cache
         c = net.config
         self.blocks = [
-            _BlockPlan(i, device_of(b), c.layer_type(i), b.ln1, b.attn, getattr(b.attn, "q_norm", None),
-                       getattr(b.attn, "k_norm", None), b.ln1_post, b.ln2, b.mlp, b.ln2_post)
+            _BlockPlan(i, device_of(b), c.layer_type(i), b.ln1, b.attn, b.ln1_post, b.ln2, b.mlp, b.ln2_post)
             for i, b in enumerate(net.blocks)
         ]
         self.embed_device = device_of(net.embed)
@@ -95,8 +92,7 @@ class DecodeStep:
         """`Attention.forward` without a recorder, for the one new position."""
         a = p.attn
         q, k, v = a.project(x)
-        if p.q_norm is not None:
-            q, k = p.q_norm(q), p.k_norm(k)
+        q, k = a.norm_qk(q, k)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         k, v = self.cache.extend(p.layer, k, v)

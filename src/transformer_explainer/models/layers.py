@@ -197,6 +197,15 @@ class Attention(nn.Module):
         return (q.view(B, T, H, Dh).transpose(1, 2), k.view(B, T, G, Dh).transpose(1, 2),
                 v.view(B, T, G, Dh).transpose(1, 2))
 
+    def norm_qk(self, q: Tensor, k: Tensor, rec: Recorder | None = None) -> tuple[Tensor, Tensor]:
+        """The queries and keys after the family's QK-norm (as they are without one)."""
+        if self.qk_norm_over_heads:  # OLMoE: all heads' queries normed together, all keys together
+            q = _split_heads(self.q_norm(_join_heads(q), scope(rec, "q_norm")), self.n_head)
+            k = _split_heads(self.k_norm(_join_heads(k), scope(rec, "k_norm")), self.n_kv_heads)
+        elif hasattr(self, "q_norm"):  # QK-norm: each head's query and key to a fixed size
+            q, k = self.q_norm(q, scope(rec, "q_norm")), self.k_norm(k, scope(rec, "k_norm"))
+        return q, k
+
     def forward(self, x: Tensor, rope: Rotation | None, rec: Recorder | None = None,
                 past: KVSlot | None = None) -> tuple[Tensor, KV]:
         """`rope`: cos and sin of this call's positions (rotary families); `past`: this block's place in a
@@ -206,11 +215,7 @@ class Attention(nn.Module):
         q = record(rec, "q", q)
         if self.rotary:  # the keys of the new positions as projected (GPT-2 records them with the cached ones)
             k = record(rec, "k", k)
-        if self.qk_norm_over_heads:  # OLMoE: all heads' queries normed together, all keys together
-            q = _split_heads(self.q_norm(_join_heads(q), scope(rec, "q_norm")), self.n_head)
-            k = _split_heads(self.k_norm(_join_heads(k), scope(rec, "k_norm")), self.n_kv_heads)
-        elif hasattr(self, "q_norm"):  # QK-norm: each head's query and key to a fixed size
-            q, k = self.q_norm(q, scope(rec, "q_norm")), self.k_norm(k, scope(rec, "k_norm"))
+        q, k = self.norm_qk(q, k, rec)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         if past is not None:
