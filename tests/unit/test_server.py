@@ -373,14 +373,16 @@ def test_trace_cache_drops_keys_and_values_before_traces(tiny_model):
     assert traces[-1].kv is not None and all(tr.kv is None for tr in traces[1:-1])
 
 
-def test_generating_from_a_trace_without_its_keys_and_values_computes_it_all(client, tiny_model):
+def test_generating_from_a_trace_without_its_keys_and_values_continues_it(client, tiny_model):
+    """The cache dropped the trace's keys and values: the generated token's pass reads them from the trace's blocks
+    run again as far as their values (cheaper than tracing the text whole), and the answer is the same."""
     first = post(client, "/api/trace", text=TEXT + " again").json()
     cached = client.app.state.explainer.cache.get(("tiny", tuple(first["token_ids"])))
     cached.drop_kv()  # as the cache does under pressure
     d = post(client, "/api/generate", ids=first["token_ids"], token_id=11,
              include=[{"name": "blocks.1.attn.pattern", "head": 0, "dtype": "float32"}]).json()
     n = len(first["token_ids"])
-    assert d["trace"]["computed_positions"] == [0, n + 1] and d["trace"]["token_ids"] == first["token_ids"] + [11]
+    assert d["trace"]["computed_positions"] == [n, n + 1] and d["trace"]["token_ids"] == first["token_ids"] + [11]
     full = tiny_model.trace_ids(first["token_ids"] + [11])
     np.testing.assert_allclose(arr(d["trace"]["tensors"][0]), full["blocks.1.attn.pattern"][0].numpy(), atol=1e-6)
 

@@ -314,10 +314,11 @@ def test_an_edited_end_continues_the_trace_of_the_shared_beginning(client, tiny_
     assert again["computed_positions"] == [len(first["token_ids"])] * 2
 
 
-def test_a_trace_continued_often_or_without_its_keys_and_values_is_traced_whole(client, tiny_model):
+def test_a_trace_continued_often_is_traced_whole_and_one_without_its_keys_and_values_is_continued(client,
+                                                                                                    tiny_model):
     """Each view of a continued trace runs each of its passes again: one made of MAX_PASSES passes is not continued
-    (a shorter cached beginning may be), and once the cache has dropped the beginnings' keys and values, the text
-    is traced whole in one pass."""
+    (a shorter cached beginning may be). Once the cache has dropped the beginnings' keys and values, a text is still
+    continued from them, each block of the beginning run as far as its values; the values equal the text's own trace."""
     from transformer_explainer.server.service import MAX_PASSES
 
     explainer = client.app.state.explainer
@@ -331,7 +332,12 @@ def test_a_trace_continued_often_or_without_its_keys_and_values_is_traced_whole(
     for t in cached:
         t.drop_kv()  # as the cache does under pressure
     d = client.post("/api/trace", json={"text": text + " now"}).json()
-    assert d["computed_positions"] == [0, len(d["token_ids"])]
+    n = len(d["token_ids"])
+    shortest = len(cached[0].token_ids)
+    assert d["computed_positions"][1] == n and shortest <= d["computed_positions"][0] < n  # continued, not whole
+    got = explainer.cache.get(("tiny", tuple(d["token_ids"])))
+    assert got.blocks.passes <= MAX_PASSES
+    assert_same_trace(got, tiny_model.trace_ids(d["token_ids"]), atol=1e-4)
 
 
 def test_health_reports_the_bounded_state(client):

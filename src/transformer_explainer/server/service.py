@@ -52,9 +52,11 @@ def shared_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 
 def continuable(trace: Trace) -> bool:
-    """Whether a trace can be continued computing only the new positions: its keys and values are kept, and it is
-    made of fewer than MAX_PASSES passes."""
-    return trace.kv is not None and trace.blocks is not None and trace.blocks.passes < MAX_PASSES
+    """Whether a trace is worth continuing rather than tracing its text whole: it is made of fewer than MAX_PASSES
+    passes. Its kept keys and values make the continuation cost the new positions only; without them (the cache
+    drops them first) each block of the beginning runs as far as its values, about a quarter of its products
+    (GPT-2-small shape, 126 + 2 tokens, one thread: 57 ms with them, 129 ms without, 361 ms traced whole)."""
+    return trace.blocks is not None and trace.blocks.passes < MAX_PASSES
 
 
 class TraceCache:
