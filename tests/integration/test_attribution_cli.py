@@ -39,7 +39,8 @@ def test_attribute_json_lists_every_component_and_sums_to_the_metric(run, tiny_m
     d = json.loads(out)
     L, H = tiny_model.config.n_layer, tiny_model.config.n_head
     for c in d["components"]:
-        assert set(c) == {"kind", "layer", "head", "value"}
+        assert set(c) == {"kind", "layer", "head", "expert", "value"}
+        assert (c["expert"] is None) == (c["kind"] != "expert")
         assert c["kind"] in {"embed", "pos_embed", "head", "attn_bias", "mlp", "expert"}
         assert (c["layer"] is None) == (c["kind"] in ("embed", "pos_embed"))
         assert (c["head"] is None) == (c["kind"] != "head")
