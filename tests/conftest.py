@@ -49,6 +49,19 @@ def make_hf_gpt2(folder: Path, *, n_layer: int = 2, n_head: int = 4, n_embd: int
     return folder
 
 
+
+def hf_reference(folder: Path, dtype: torch.dtype = torch.float32, attn: str = "eager"):
+    """transformers' model of a checkpoint folder, in eval mode: the reference of the parity tests (eager
+    attention, the only implementation that returns its patterns)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation=attn, dtype=dtype).eval()
+
+
+def random_ids(n: int, vocab: int, seed: int) -> list[int]:
+    """`n` token ids drawn from [2, vocab), the same for the same seed."""
+    return torch.randint(2, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
 @pytest.fixture(scope="session")
 def tiny_gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_hf_gpt2(tmp_path_factory.mktemp("tiny-gpt2"))

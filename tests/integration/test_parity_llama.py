@@ -14,22 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import make_hf_llama_family
+from tests.conftest import hf_reference, make_hf_llama_family, random_ids
 from transformer_explainer import SamplingParams, load_model
 from transformer_explainer.models.kv_cache import KVCache
 
 LENGTHS = (1, 7, 33, 128)  # 128: the recorded attention in two blocks of queries
 ATOL = 1e-5
-
-
-def _hf(folder: Path, dtype: torch.dtype = torch.float32, attn: str = "eager"):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation=attn, dtype=dtype).eval()
-
-
-def _ids(n: int, vocab: int, seed: int) -> list[int]:
-    return torch.randint(2, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 def _hf_intermediates(hf, ids: list[int]) -> tuple[object, dict[str, torch.Tensor]]:
@@ -108,8 +98,8 @@ def _max_diffs(model, hf, ids: list[int]) -> dict[str, float]:
 @pytest.mark.parametrize("T", LENGTHS)
 def test_every_intermediate_matches_transformers(llama_family_dir: Path, T: int):
     model = load_model(str(llama_family_dir), allow_download=False)
-    hf = _hf(llama_family_dir)
-    diffs = _max_diffs(model, hf, _ids(T, model.config.vocab_size, seed=T))
+    hf = hf_reference(llama_family_dir)
+    diffs = _max_diffs(model, hf, random_ids(T, model.config.vocab_size, seed=T))
     assert len(diffs) == 3 + 2 * 16, sorted(diffs)  # every name HF lets us compare
     worst = max(diffs, key=diffs.get)
     print(f"{model.config.model_type} T={T}: max abs diff {diffs[worst]:.2e} ({worst}); "
@@ -117,8 +107,8 @@ def test_every_intermediate_matches_transformers(llama_family_dir: Path, T: int)
     assert diffs[worst] <= ATOL, (worst, diffs[worst])
     # the fast path (fused attention, nothing recorded) gives the same logits
     with torch.no_grad():
-        fast = model.net(torch.tensor([_ids(T, model.config.vocab_size, seed=T)]))[0]
-        ref = hf(torch.tensor([_ids(T, model.config.vocab_size, seed=T)])).logits[0]
+        fast = model.net(torch.tensor([random_ids(T, model.config.vocab_size, seed=T)]))[0]
+        ref = hf(torch.tensor([random_ids(T, model.config.vocab_size, seed=T)])).logits[0]
     torch.testing.assert_close(fast, ref, atol=ATOL, rtol=0)
 
 
@@ -149,7 +139,7 @@ def test_text_encoding_follows_the_checkpoint(llama_family_dir: Path):
 
 def test_trace_names_are_the_familys(llama_family_dir: Path):
     model = load_model(str(llama_family_dir), allow_download=False)
-    trace = model.trace_ids(_ids(5, model.config.vocab_size, seed=1))
+    trace = model.trace_ids(random_ids(5, model.config.vocab_size, seed=1))
     names = trace.names()
     assert "blocks.0.attn.rot_q" in names and "rope.angles" in names and "blocks.1.mlp.gate" in names
     assert "embed.position" not in names and "blocks.0.ln1.mean" not in names
@@ -179,7 +169,7 @@ def test_trace_names_are_the_familys(llama_family_dir: Path):
 
 def test_greedy_generation_matches_transformers(llama_family_dir: Path):
     model = load_model(str(llama_family_dir), allow_download=False)
-    hf = _hf(llama_family_dir)
+    hf = hf_reference(llama_family_dir)
     ids = model.encode("The king said")
     ours = [t.id for t in model.generate_ids(ids, 24, SamplingParams(temperature=0))]
     with torch.no_grad():
@@ -191,7 +181,7 @@ def test_greedy_generation_matches_transformers(llama_family_dir: Path):
 
 def test_kv_cache_step_trace_equals_full_trace(llama_family_dir: Path):
     model = load_model(str(llama_family_dir), allow_download=False)
-    ids = _ids(12, model.config.vocab_size, seed=4)
+    ids = random_ids(12, model.config.vocab_size, seed=4)
     full = model.trace_ids(ids)
     cache = KVCache()
     model.trace_ids(ids[:-3], cache=cache)
@@ -216,9 +206,9 @@ def test_hub_style_rope_keys_load_the_same(tmp_path: Path):
     (folder / "config.json").write_text(json.dumps(cfg))
     old = load_model(str(folder), allow_download=False)
     assert old.config == new.config and old.config.rope_scaling.factor == 8.0
-    ids = _ids(40, 384, seed=2)
+    ids = random_ids(40, 384, seed=2)
     torch.testing.assert_close(old.trace_ids(ids)["logits"], new.trace_ids(ids)["logits"], atol=0, rtol=0)
-    hf = _hf(folder)  # transformers reads the old spelling too, and agrees
+    hf = hf_reference(folder)  # transformers reads the old spelling too, and agrees
     with torch.no_grad():
         torch.testing.assert_close(old.net(torch.tensor([ids]))[0], hf(torch.tensor([ids])).logits[0],
                                    atol=ATOL, rtol=0)
@@ -256,8 +246,8 @@ def test_bfloat16_matches_transformers_in_bfloat16(llama_family_dir: Path, T: in
     model = load_model(str(llama_family_dir), allow_download=False, dtype="bfloat16")
     assert model.dtype == torch.bfloat16 and "bfloat16" in repr(model)
     assert all(p.dtype == torch.bfloat16 for p in model.net.parameters())
-    hf = _hf(llama_family_dir, torch.bfloat16)
-    ids = _ids(T, model.config.vocab_size, seed=T)
+    hf = hf_reference(llama_family_dir, torch.bfloat16)
+    ids = random_ids(T, model.config.vocab_size, seed=T)
     trace = model.trace_ids(ids)
     assert trace["blocks.0.attn.pattern"].dtype == torch.bfloat16
     with torch.no_grad():
@@ -269,7 +259,7 @@ def test_bfloat16_matches_transformers_in_bfloat16(llama_family_dir: Path, T: in
     assert diff <= tol
     assert torch.equal(ours.argmax(-1), ref.argmax(-1))
     # the fast path (fused attention, softmax never rounded to bf16) against transformers' fused path
-    hf_sdpa = _hf(llama_family_dir, torch.bfloat16, attn="sdpa")
+    hf_sdpa = hf_reference(llama_family_dir, torch.bfloat16, attn="sdpa")
     with torch.no_grad():
         fast = model.net(torch.tensor([ids]))[0].float()
         ref_fast = hf_sdpa(torch.tensor([ids])).logits[0].float()
@@ -298,7 +288,7 @@ def test_patched_scores_flow_into_the_pattern(llama_family_dir: Path):
     """An experiment that edits the raw scores (here: all zero) sees its edit in the pattern: uniform
     over the visible keys."""
     model = load_model(str(llama_family_dir), allow_download=False)
-    ids = _ids(6, model.config.vocab_size, seed=5)
+    ids = random_ids(6, model.config.vocab_size, seed=5)
     trace = model.trace_ids(ids, patches={"blocks.0.attn.scores": torch.zeros_like})
     pattern = trace["blocks.0.attn.pattern"]
     want = torch.tril(torch.ones(6, 6)) / torch.arange(1, 7)[:, None]

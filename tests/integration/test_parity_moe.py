@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import make_hf_llama_family
+from tests.conftest import hf_reference, make_hf_llama_family, random_ids
 from transformer_explainer import SamplingParams, load_model
 from transformer_explainer.errors import CheckpointError
 from transformer_explainer.models.kv_cache import KVCache
@@ -28,16 +28,6 @@ from transformer_explainer.trace import truncate_trace
 
 LENGTHS = (1, 7, 33, 128)
 ATOL = 1e-5
-
-
-def _hf(folder: Path, dtype: torch.dtype = torch.float32, attn: str = "eager"):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation=attn, dtype=dtype).eval()
-
-
-def _ids(n: int, vocab: int, seed: int) -> list[int]:
-    return torch.randint(2, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 def _is_moe(layer) -> bool:
@@ -156,9 +146,9 @@ DENSE = {"mlp.gate", "mlp.up", "mlp.act", "mlp.post"}
 @pytest.mark.parametrize("T", LENGTHS)
 def test_every_intermediate_matches_transformers(moe_family_dir: Path, T: int):
     model = load_model(str(moe_family_dir), allow_download=False)
-    hf = _hf(moe_family_dir)
+    hf = hf_reference(moe_family_dir)
     c = model.config
-    ids = _ids(T, c.vocab_size, seed=T)
+    ids = random_ids(T, c.vocab_size, seed=T)
     trace = model.trace_ids(ids)
     ref, router_logits = _hf_intermediates(hf, ids)
     qk = {"attn.q_norm.out", "attn.k_norm.out"} if c.arch.qk_norm else set()
@@ -218,7 +208,7 @@ def test_routing_is_what_the_names_say(moe_family_dir: Path):
     weighted sum of the chosen experts' outputs and is what the block adds."""
     model = load_model(str(moe_family_dir), allow_download=False)
     c = model.config
-    trace = model.trace_ids(_ids(20, c.vocab_size, seed=9))
+    trace = model.trace_ids(random_ids(20, c.vocab_size, seed=9))
     for layer in c.moe_layers:
         p = f"blocks.{layer}.mlp."
         probs, chosen, w = trace[p + "router_probs"], trace[p + "expert_indices"], trace[p + "expert_weights"]
@@ -238,7 +228,7 @@ def test_routing_is_what_the_names_say(moe_family_dir: Path):
 
 def test_greedy_generation_matches_transformers(moe_family_dir: Path):
     model = load_model(str(moe_family_dir), allow_download=False)
-    hf = _hf(moe_family_dir, attn="sdpa")
+    hf = hf_reference(moe_family_dir, attn="sdpa")
     ids = model.encode("The king said")
     ours = [t.id for t in model.generate_ids(ids, 24, SamplingParams(temperature=0))]
     with torch.no_grad():
@@ -251,7 +241,7 @@ def test_greedy_generation_matches_transformers(moe_family_dir: Path):
 
 def test_kv_cache_steps_and_extended_traces_equal_the_full_trace(moe_family_dir: Path):
     model = load_model(str(moe_family_dir), allow_download=False)
-    ids = _ids(24, model.config.vocab_size, seed=4)  # past Mixtral's window of 16
+    ids = random_ids(24, model.config.vocab_size, seed=4)  # past Mixtral's window of 16
     full = model.trace_ids(ids)
     cache = KVCache()
     model.trace_ids(ids[:-3], cache=cache)
@@ -275,7 +265,7 @@ def test_blocks_answer_the_names_of_their_mlp(moe_family_dir: Path):
     block 2) the reverse; the weights follow."""
     model = load_model(str(moe_family_dir), allow_download=False)
     c = model.config
-    trace = model.trace_ids(_ids(5, c.vocab_size, seed=2))
+    trace = model.trace_ids(random_ids(5, c.vocab_size, seed=2))
     names, weights = set(trace.names()), set(model.weight_names())
     for layer in range(c.n_layer):
         moe = c.has_experts(layer)
@@ -308,8 +298,8 @@ BF16_ULPS = 4
 def test_bfloat16_matches_transformers_in_bfloat16(moe_family_dir: Path, T: int):
     model = load_model(str(moe_family_dir), allow_download=False, dtype="bfloat16")
     assert all(p.dtype == torch.bfloat16 for p in model.net.parameters())
-    hf = _hf(moe_family_dir, torch.bfloat16)
-    ids = _ids(T, model.config.vocab_size, seed=T)
+    hf = hf_reference(moe_family_dir, torch.bfloat16)
+    ids = random_ids(T, model.config.vocab_size, seed=T)
     trace = model.trace_ids(ids)
     layer = model.config.moe_layers[0]
     assert trace[f"blocks.{layer}.mlp.expert_out"].dtype == torch.bfloat16
@@ -319,7 +309,7 @@ def test_bfloat16_matches_transformers_in_bfloat16(moe_family_dir: Path, T: int)
     ours = trace["logits"].float()
     tol = BF16_ULPS * 2**-8 * ref.abs().max().item()
     diff = (ours - ref).abs().max().item()
-    hf_sdpa = _hf(moe_family_dir, torch.bfloat16, attn="sdpa")
+    hf_sdpa = hf_reference(moe_family_dir, torch.bfloat16, attn="sdpa")
     with torch.no_grad():
         fast = model.net(torch.tensor([ids]))[0].float()
         ref_fast = hf_sdpa(torch.tensor([ids])).logits[0].float()

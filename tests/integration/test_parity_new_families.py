@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import make_hf_llama_family
+from tests.conftest import hf_reference, make_hf_llama_family, random_ids
 from transformer_explainer import SamplingParams, load_model
 from transformer_explainer.errors import CheckpointError
 from transformer_explainer.models.kv_cache import KVCache
@@ -23,16 +23,6 @@ from transformer_explainer.trace import truncate_trace
 
 LENGTHS = (1, 7, 33, 128)  # 128: the recorded attention in two blocks of queries
 ATOL = 1e-5
-
-
-def _hf(folder: Path, dtype: torch.dtype = torch.float32, attn: str = "eager"):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation=attn, dtype=dtype).eval()
-
-
-def _ids(n: int, vocab: int, seed: int) -> list[int]:
-    return torch.randint(2, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 def _hf_intermediates(hf, ids: list[int]) -> dict[str, torch.Tensor]:
@@ -140,8 +130,8 @@ def _max_diffs(model, hf, ids: list[int]) -> dict[str, float]:
 @pytest.mark.parametrize("T", LENGTHS)
 def test_every_intermediate_matches_transformers(new_family_dir: Path, T: int):
     model = load_model(str(new_family_dir), allow_download=False)
-    hf = _hf(new_family_dir)
-    ids = _ids(T, model.config.vocab_size, seed=T)
+    hf = hf_reference(new_family_dir)
+    ids = random_ids(T, model.config.vocab_size, seed=T)
     diffs = _max_diffs(model, hf, ids)
     L = model.config.n_layer
     gemma = model.config.family == "gemma3"
@@ -184,7 +174,7 @@ def test_local_layers_see_only_their_window(new_family_dir: Path):
     model = load_model(str(new_family_dir), allow_download=False)
     c = model.config
     T = 20
-    trace = model.trace_ids(_ids(T, c.vocab_size, seed=3))
+    trace = model.trace_ids(random_ids(T, c.vocab_size, seed=3))
     q = torch.arange(T)[:, None]
     k = torch.arange(T)[None, :]
     for layer in range(c.n_layer):
@@ -202,7 +192,7 @@ def test_local_layers_see_only_their_window(new_family_dir: Path):
 
 def test_greedy_generation_matches_transformers(new_family_dir: Path):
     model = load_model(str(new_family_dir), allow_download=False)
-    hf = _hf(new_family_dir, attn="sdpa")
+    hf = hf_reference(new_family_dir, attn="sdpa")
     ids = model.encode("The king said")
     ours = [t.id for t in model.generate_ids(ids, 24, SamplingParams(temperature=0))]
     with torch.no_grad():
@@ -215,7 +205,7 @@ def test_greedy_generation_matches_transformers(new_family_dir: Path):
 
 def test_kv_cache_steps_and_extended_traces_equal_the_full_trace(new_family_dir: Path):
     model = load_model(str(new_family_dir), allow_download=False)
-    ids = _ids(12, model.config.vocab_size, seed=4)
+    ids = random_ids(12, model.config.vocab_size, seed=4)
     full = model.trace_ids(ids)
     cache = KVCache()
     model.trace_ids(ids[:-3], cache=cache)
@@ -235,7 +225,7 @@ def test_qk_norm_fixes_each_heads_query_size(new_family_dir: Path):
     """After QK-norm every head's query and key, at every position, has root mean square 1 before its
     scale: |q_norm.normalized| = sqrt(head_dim), whatever the size of the projected query."""
     model = load_model(str(new_family_dir), allow_download=False)
-    trace = model.trace_ids(_ids(9, model.config.vocab_size, seed=6))
+    trace = model.trace_ids(random_ids(9, model.config.vocab_size, seed=6))
     Dh = model.config.head_dim
     for name in ("attn.q_norm.normalized", "attn.k_norm.normalized"):
         norms = trace[f"blocks.1.{name}"].norm(dim=-1)
@@ -253,8 +243,8 @@ BF16_ULPS = 4
 def test_bfloat16_matches_transformers_in_bfloat16(new_family_dir: Path, T: int):
     model = load_model(str(new_family_dir), allow_download=False, dtype="bfloat16")
     assert all(p.dtype == torch.bfloat16 for p in model.net.parameters())
-    hf = _hf(new_family_dir, torch.bfloat16)
-    ids = _ids(T, model.config.vocab_size, seed=T)
+    hf = hf_reference(new_family_dir, torch.bfloat16)
+    ids = random_ids(T, model.config.vocab_size, seed=T)
     trace = model.trace_ids(ids)
     assert trace["blocks.0.attn.pattern"].dtype == torch.bfloat16
     with torch.no_grad():
@@ -262,7 +252,7 @@ def test_bfloat16_matches_transformers_in_bfloat16(new_family_dir: Path, T: int)
     ours = trace["logits"].float()
     tol = BF16_ULPS * 2**-8 * ref.abs().max().item()
     diff = (ours - ref).abs().max().item()
-    hf_sdpa = _hf(new_family_dir, torch.bfloat16, attn="sdpa")
+    hf_sdpa = hf_reference(new_family_dir, torch.bfloat16, attn="sdpa")
     with torch.no_grad():
         fast = model.net(torch.tensor([ids]))[0].float()
         ref_fast = hf_sdpa(torch.tensor([ids])).logits[0].float()
