@@ -34,7 +34,7 @@ from .models.placement import (
 )
 from .models.recorder import Patch, Recorder
 from .patching import KINDS, Kind, Patching, activation_patching, check_kinds
-from .recompute import KV_LAST, BlockCache, CachedKV, Past, PrefixCache, RecordedPass, kv_of, own_storage
+from .recompute import KV_LAST, BlockCache, CachedKV, Past, PrefixCache, RecordedPass, kv_of, packed
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
 from .trace import Summary, Trace, merge_traces
 
@@ -235,11 +235,14 @@ class ExplainerModel:
         values = {k: v[0] for k, v in rec.values.items()}  # drop the batch dimension
         handed = {} if eager else {i: {k: v for k, v in values.items() if k.startswith(f"blocks.{i}.")}
                                    for i in handing}
-        if not eager:  # what is kept, each in a storage of its own size
-            values = {k: own_storage(v) for k, v in values.items() if not k.startswith("blocks.") or k in kept}
         blocks = kv = None
         if keep_kv:
             kv = [(values[k], values[v]) if eager else (values.pop(k), values.pop(v)) for k, v in kv_names]
+        if not eager:  # what is kept, in one storage (the keys and values in one of their own, to be dropped alone)
+            values = packed({k: v for k, v in values.items() if not k.startswith("blocks.") or k in kept})
+            if kv is not None:
+                flat = packed({str(i): t for i, t in enumerate(t for pair in kv for t in pair)})
+                kv = [(flat[str(2 * i)], flat[str(2 * i + 1)]) for i in range(L)]
         if not eager:
             blocks = RecordedPass(self.net, tuple(values.pop(n) for n in inputs), start, patches or {}, past)
         prefix = list(prefix_ids or [])

@@ -200,7 +200,8 @@ class RecordedPass(BlockSource):
         values: dict[str, Tensor] = {}
         block = self.net.blocks[layer]
         device = next(block.parameters()).device
-        x = self.inputs[layer].to(device)[None]
+        # a copy: the block records its input, and a view of the trace's one storage would count all of it as the block's
+        x = self.inputs[layer].to(device, copy=True)[None]
         rec = Recorder(values, prefix, patches, observers=None if until is None else {prefix + until: _stop})
         with torch.inference_mode():
             slot = None if past is None else KVCache([(past[0].to(device)[None], past[1].to(device)[None])]).slot(0)
@@ -281,10 +282,25 @@ class PrefixCache(KVCache):
 # -- the cache of recomputed blocks --------------------------------------------------------------------------------
 
 
-def own_storage(t: Tensor) -> Tensor:
-    """`t` itself when it takes the whole of its storage, else a copy that does: a view of a larger result (the
-    keys of a fused query/key/value product) would keep all of it."""
-    return t if t.untyped_storage().nbytes() <= t.numel() * t.element_size() else t.clone()
+def packed(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """The tensors copied into one storage per device and dtype, each a view of it: what a trace keeps, allocated in
+    one piece after the pass, rather than in pieces scattered among the pass's freed working memory, which the
+    allocator can then reuse whole for the next pass (kept pieces in between would fragment it: measured, 1000
+    tokens on GPT-2 small's shape, 30 MB of resident memory per kept trace beyond the 50 MB its tensors hold)."""
+    groups: dict[tuple[torch.device, torch.dtype], list[str]] = {}
+    for name, t in tensors.items():
+        groups.setdefault((t.device, t.dtype), []).append(name)
+    out: dict[str, Tensor] = {}
+    for (device, dtype), names in groups.items():
+        arena = torch.empty(sum(tensors[n].numel() for n in names), device=device, dtype=dtype)
+        at = 0
+        for n in names:
+            t = tensors[n]
+            view = arena[at:at + t.numel()].view(t.shape)
+            view.copy_(t)
+            out[n] = view
+            at += t.numel()
+    return out
 
 
 def storage_nbytes(tensors: Iterator[Tensor] | list[Tensor]) -> int:
