@@ -291,11 +291,18 @@ def test_blocks_answer_the_names_of_their_mlp(moe_family_dir: Path):
     torch.testing.assert_close(trace[f"blocks.{layer}.mlp.expert_out"][0, 0], by_hand, atol=1e-6, rtol=1e-5)
 
 
-BF16_ULPS = 4
+BF16_ULPS = 4  # as in test_parity_llama.py: logits within four bf16 roundings at their scale
 
 
 @pytest.mark.parametrize("T", LENGTHS)
 def test_bfloat16_matches_transformers_in_bfloat16(moe_family_dir: Path, T: int):
+    """The recorded path rounds where transformers' eager path does, the router's choices included: its logits are
+    within four roundings of transformers' in bf16. The fast path (fused attention, another summation order) may
+    round a router logit the other way where two experts nearly tie, and a token then takes another expert: a jump
+    no rounding bound covers, which transformers' own two paths show too (eager against sdpa, 0.1 at 128 tokens
+    where the logits reach 2.6, transformers 5.24). So the fast path is held to transformers' accuracy instead:
+    against float32, no further off than transformers' bf16 paths are (plus four roundings); and the top token is
+    the same wherever float32's two best are further apart than bf16's error."""
     model = load_model(str(moe_family_dir), allow_download=False, dtype="bfloat16")
     assert all(p.dtype == torch.bfloat16 for p in model.net.parameters())
     hf = hf_reference(moe_family_dir, torch.bfloat16)
@@ -304,20 +311,26 @@ def test_bfloat16_matches_transformers_in_bfloat16(moe_family_dir: Path, T: int)
     layer = model.config.moe_layers[0]
     assert trace[f"blocks.{layer}.mlp.expert_out"].dtype == torch.bfloat16
     assert trace[f"blocks.{layer}.mlp.router_probs"].dtype == torch.float32  # the softmax is float32 always
+    x = torch.tensor([ids])
     with torch.no_grad():
-        ref = hf(torch.tensor([ids])).logits[0].float()
+        ref = hf(x).logits[0].float()
+        ref_fast = hf_reference(moe_family_dir, torch.bfloat16, attn="sdpa")(x).logits[0].float()
+        fp32 = hf_reference(moe_family_dir)(x).logits[0]
+        fast = model.net(x)[0].float()
     ours = trace["logits"].float()
     tol = BF16_ULPS * 2**-8 * ref.abs().max().item()
     diff = (ours - ref).abs().max().item()
-    hf_sdpa = hf_reference(moe_family_dir, torch.bfloat16, attn="sdpa")
-    with torch.no_grad():
-        fast = model.net(torch.tensor([ids]))[0].float()
-        ref_fast = hf_sdpa(torch.tensor([ids])).logits[0].float()
-    fast_diff = (fast - ref_fast).abs().max().item()
-    print(f"{model.config.model_type} bf16 T={T}: max abs logit diff {diff:.3e}, fast path {fast_diff:.3e} "
-          f"(tolerance {tol:.3e})")
-    assert diff <= tol and fast_diff <= tol
-    assert torch.equal(ours.argmax(-1), ref.argmax(-1))
+    hf_err = max((ref - fp32).abs().max().item(), (ref_fast - fp32).abs().max().item())
+    fast_err = (fast - fp32).abs().max().item()
+    print(f"{model.config.model_type} bf16 T={T}: recorded path against transformers' eager {diff:.3e} "
+          f"(tolerance {tol:.3e}); against float32: fast path {fast_err:.3e}, recorded {(ours - fp32).abs().max():.3e}, "
+          f"transformers' bf16 paths up to {hf_err:.3e}")
+    assert diff <= tol
+    assert fast_err <= hf_err + tol
+    top2 = fp32.topk(2, dim=-1).values
+    clear = (top2[:, 0] - top2[:, 1]) > 2 * max(hf_err, fast_err, diff)
+    for got in (ours, fast):
+        assert torch.equal(got.argmax(-1)[clear], fp32.argmax(-1)[clear])
 
 
 def _refuser(folder: Path):
