@@ -200,7 +200,7 @@ class RecordedPass(BlockSource):
         values: dict[str, Tensor] = {}
         block = self.net.blocks[layer]
         device = next(block.parameters()).device
-        # a copy: the block records its input, and a view of the trace's one storage would count all of it as the block's
+        # a copy: the block records its input, and a view of the trace's one storage would count all of it as its own
         x = self.inputs[layer].to(device, copy=True)[None]
         rec = Recorder(values, prefix, patches, observers=None if until is None else {prefix + until: _stop})
         with torch.inference_mode():

@@ -323,7 +323,8 @@ def test_bfloat16_matches_transformers_in_bfloat16(moe_family_dir: Path, T: int)
     hf_err = max((ref - fp32).abs().max().item(), (ref_fast - fp32).abs().max().item())
     fast_err = (fast - fp32).abs().max().item()
     print(f"{model.config.model_type} bf16 T={T}: recorded path against transformers' eager {diff:.3e} "
-          f"(tolerance {tol:.3e}); against float32: fast path {fast_err:.3e}, recorded {(ours - fp32).abs().max():.3e}, "
+          f"(tolerance {tol:.3e}); against float32: fast path {fast_err:.3e}, "
+          f"recorded {(ours - fp32).abs().max():.3e}, "
           f"transformers' bf16 paths up to {hf_err:.3e}")
     assert diff <= tol
     assert fast_err <= hf_err + tol
