@@ -36,7 +36,7 @@ from .models.recorder import Patch, Recorder
 from .patching import KINDS, Kind, Patching, activation_patching, check_kinds
 from .recompute import KV_LAST, BlockCache, CachedKV, Past, PrefixCache, RecordedPass, kv_of, packed
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
-from .trace import Summary, Trace, merge_traces
+from .trace import Observe, Trace, merge_traces
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class ExplainerModel:
     @torch.inference_mode()
     def trace_ids(self, ids: list[int], *, text: str | None = None, cache: KVCache | None = None,
                   prefix_ids: list[int] | None = None, patches: dict[str, Patch] | None = None,
-                  eager: bool = False, keep_kv: bool = False, observe: Mapping[str, Summary] | None = None,
+                  eager: bool = False, keep_kv: bool = False, observe: Observe | None = None,
                   block_cache: BlockCache | None = None, keep_blocks: Collection[int] = ()) -> Trace:
         """Trace token ids. With a `cache` holding `prefix_ids`, only the new positions are computed
         and traced (their attention still covers the whole prefix); the cache is extended.
@@ -200,11 +200,11 @@ class ExplainerModel:
         A patch must depend on its value alone: a block's internals are computed again, patches and all, when
         they are first read. `eager` keeps every intermediate instead (the reference for that recomputation,
         at the memory of every value). `keep_kv` keeps each block's keys and values, so that `extend_trace`
-        continues the trace without running its blocks again. `observe` (name -> function of that value) keeps
-        the function's result as the pass computes the value (`Trace.observation`), so that a small summary of a
-        block's value costs no recomputation. `block_cache`: where recomputed blocks are kept (default: two per
-        trace; a server shares one among its traces). `keep_blocks`: blocks whose values the pass hands to the
-        block cache as it records them (those a view is about to read).
+        continues the trace without running its blocks again. `observe` (name -> function of that value, or
+        several) keeps each function's result as the pass computes the value (`Trace.observation`), so that a small
+        summary of a block's value costs no recomputation. `block_cache`: where recomputed blocks are kept
+        (default: two per trace; a server shares one among its traces). `keep_blocks`: blocks whose values the
+        pass hands to the block cache as it records them (those a view is about to read).
         """
         past = None
         if cache is not None and cache.length:  # views of the cache's buffers, which later steps only extend
@@ -215,14 +215,16 @@ class ExplainerModel:
 
     def _trace(self, ids: list[int], *, text: str | None, cache: KVCache | None, prefix_ids: list[int] | None,
                patches: dict[str, Patch] | None, past: Past | None, eager: bool, keep_kv: bool,
-               observe: Mapping[str, Summary] | None, block_cache: BlockCache | None,
+               observe: Observe | None, block_cache: BlockCache | None,
                keep_blocks: Collection[int] = ()) -> Trace:
         self._check_ids(ids, cache)
         L = self.config.n_layer
         inputs = [f"blocks.{i}.resid_pre" for i in range(L)]
         kv_names = [(f"blocks.{i}.{self.net.cached_keys}", f"blocks.{i}.attn.v") for i in range(L)]
         kept = {*inputs, f"blocks.{L - 1}.resid_post", *(n for pair in kv_names if keep_kv for n in pair)}
-        observers = {n: (lambda v, f=f: f(v[0])) for n, f in (observe or {}).items()}  # the batch dimension dropped
+        wanted = {n: (f,) if callable(f) else tuple(f) for n, f in (observe or {}).items()}
+        # each name's functions of its value, the batch dimension dropped
+        observers = {n: (lambda v, fs=fs: tuple(f(v[0]) for f in fs)) for n, fs in wanted.items()}
         handing = sorted({i for i in keep_blocks if 0 <= i < L})
         whole = tuple(f"blocks.{i}." for i in handing)
 
@@ -260,7 +262,8 @@ class ExplainerModel:
             blocks=blocks,
             kv=kv,
             block_cache=BlockCache() if block_cache is None else block_cache,
-            observations={(n, f): rec.observed[n] for n, f in (observe or {}).items() if n in rec.observed},
+            observations={(n, f): out for n, fs in wanted.items() if n in rec.observed
+                          for f, out in zip(fs, rec.observed[n], strict=True)},
         )
         for i, block in handed.items():
             trace.keep_block(i, block)
@@ -444,7 +447,7 @@ class ExplainerModel:
 
     @torch.inference_mode()
     def extend_trace(self, prefix: Trace, new_ids: list[int], *, keep_kv: bool = False,
-                     block_cache: BlockCache | None = None, observe: Mapping[str, Summary] | None = None) -> Trace:
+                     block_cache: BlockCache | None = None, observe: Observe | None = None) -> Trace:
         """The trace of `prefix`'s tokens + `new_ids`, computing only the new positions: the prefix's
         keys and values are the KV cache (kept in the trace, or its blocks run again for them). Equal to
         tracing the whole sequence, to float rounding; `keep_kv`, `block_cache`, `observe` as for `trace_ids` (the new

@@ -67,18 +67,36 @@ def key_sums_at(g: int) -> RowSummary:
     return RowSummary(lambda pattern: key_group_sums(pattern, g), f"key sums per {g} positions")
 
 
-def overview_summaries(n_layer: int, n_tokens: int) -> dict[str, Summary]:
-    """What the overview reads of every block of a text of `n_tokens`, for a pass to compute as it goes
-    (`trace_ids(observe=...)`): a trace then keeps it, and the overview runs no block again."""
-    fn = key_sums_at(group_size(n_tokens, THUMBNAIL))
-    return {f"blocks.{i}.attn.pattern": fn for i in range(n_layer)}
+# a text is edited at its end by a few tokens at a time: a pass keeps the overview's rows for the texts up to this many
+# tokens shorter or longer too, where their cells hold another number of positions (128 tokens: 4 per cell, 129: 5),
+# so that the next edit's overview runs no block even where it crosses such a length
+EDIT_MARGIN = 4
+
+
+def grids_near(n_tokens: int) -> tuple[int, ...]:
+    """The positions per thumbnail cell of the texts within EDIT_MARGIN tokens of `n_tokens` (mostly one number)."""
+    return tuple(sorted({group_size(max(1, n), THUMBNAIL)
+                         for n in (n_tokens - EDIT_MARGIN, n_tokens, n_tokens + EDIT_MARGIN)}))
+
+
+def overview_summaries(n_layer: int, n_tokens: int) -> dict[str, tuple[Summary, ...]]:
+    """What the overview reads of every block of a text of `n_tokens`, and of the texts a few tokens shorter or longer
+    (`grids_near`), for a pass to compute as it goes (`trace_ids(observe=...)`): a trace then keeps it, and the
+    overview of the text, or of the text continued or cut a little, runs no block again."""
+    fns = tuple(key_sums_at(g) for g in grids_near(n_tokens))
+    return {f"blocks.{i}.attn.pattern": fns for i in range(n_layer)}
+
+
+def overview_summary(n_tokens: int) -> Summary:
+    """What the overview of a text of `n_tokens` reads of each block's pattern."""
+    return key_sums_at(group_size(n_tokens, THUMBNAIL))
 
 
 def overview_thumbnails(trace: Trace) -> Tensor:
     """(L, H, n, n) on the CPU: every block's pattern thumbnail, from what the pass kept of it (else its block run
     as far as the pattern), reduced where the block's values are, then copied."""
     g = group_size(trace.n_tokens, THUMBNAIL)
-    fn = key_sums_at(g)
+    fn = overview_summary(trace.n_tokens)
     return torch.stack([query_group_means(trace.observation(f"blocks.{i}.attn.pattern", fn), g).cpu()
                         for i in range(trace.config.n_layer)])
 

@@ -303,17 +303,23 @@ def packed(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
     return out
 
 
-def storage_nbytes(tensors: Iterator[Tensor] | list[Tensor]) -> int:
-    """The bytes the tensors' storages take, each storage counted once (views share theirs)."""
-    seen: dict[int, int] = {}
+def storage_sizes(tensors: Iterator[Tensor] | list[Tensor]) -> dict[Hashable, int]:
+    """The storages the tensors use and their bytes, each storage once (views share theirs), keyed by where they
+    are (device, address): traces that share a storage (a continued trace holds its beginning's) share its key."""
+    seen: dict[Hashable, int] = {}
     for t in tensors:
         s = t.untyped_storage()
         try:
-            key, size = s.data_ptr(), s.nbytes()
+            key, size = (t.device, s.data_ptr()), s.nbytes()
         except RuntimeError:  # a tensor subclass that wraps another (no storage of its own): its own bytes
             key, size = id(t), t.numel() * t.element_size()
         seen[key] = max(seen.get(key, 0), size)
-    return sum(seen.values())
+    return seen
+
+
+def storage_nbytes(tensors: Iterator[Tensor] | list[Tensor]) -> int:
+    """The bytes the tensors' storages take, each storage counted once (views share theirs)."""
+    return sum(storage_sizes(tensors).values())
 
 
 class BlockCache:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -22,11 +22,12 @@ from .recompute import (
     attention_scores,
     cut_values,
     merge_values,
-    storage_nbytes,
+    storage_sizes,
 )
 from .trace_base import TraceBase
 
 Summary = Callable[[Tensor], Tensor]  # a small function of one value (an overview's thumbnail of a pattern)
+Observe = Mapping[str, Summary | Sequence[Summary]]  # what a pass observes: per name, one function of it or several
 
 
 class RowSummary:
@@ -209,12 +210,17 @@ class Trace(TraceBase):
 
     def nbytes(self) -> int:
         """The bytes of the tensors the trace holds (each storage once), its recently run blocks aside."""
+        return sum(self.storages().values())
+
+    def storages(self) -> dict[Hashable, int]:
+        """The storages of the tensors the trace holds, with their bytes (`recompute.storage_sizes`): a trace continued
+        from another shares that one's."""
         tensors = [*self.values.values(), *(t for kv in self.kv or [] for t in kv), *self.observations.values()]
         if self.last_logits is not None:
             tensors.append(self.last_logits)
         if self.blocks is not None:
             tensors += list(self.blocks.tensors())
-        return storage_nbytes(tensors)
+        return storage_sizes(tensors)
 
     def drop_kv(self) -> None:
         """Forget the kept keys and values: continuing the trace then runs its blocks again for them."""

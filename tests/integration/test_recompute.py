@@ -189,14 +189,16 @@ def test_materialized_holds_every_value(model):
     assert any(f"blocks.0.{s}" in full.values for s in stages if s != "resid_pre")
 
 
-@pytest.mark.parametrize(("kept", "cut", "total"), [(100, None, 110), (100, 90, 97), (30, None, 40)])
+@pytest.mark.parametrize(("kept", "cut", "total"),
+                         [(100, None, 110), (100, 90, 97), (30, None, 40), (64, 62, 66), (60, None, 70)])
 def test_a_continued_trace_keeps_the_overview_rows_of_its_beginning(model, kept, cut, total):
     """The overview's summary of each pattern is made row by row (each query's mass per group of keys), so a trace
     continued from a kept (or cut) beginning joins the beginning's rows to those its pass observed, and runs no
-    block for its overview: the thumbnails equal those of the whole text traced at once. Where the thumbnail's
-    cells hold more positions at the longer length than at the beginning's (the last case: 1 per cell at 30
-    tokens, 2 at 40), no rows are joined, and the overview runs the blocks as far as their patterns."""
-    from transformer_explainer.overview import overview_summaries, overview_thumbnails
+    block for its overview: the thumbnails equal those of the whole text traced at once. A pass keeps the rows for
+    texts a few tokens longer or shorter too, where their cells hold another number of positions (30 tokens: 1 per
+    cell, 34: 2; 64: 2, 66: 3). Further off (60 tokens: 2 per cell, 70: 3), no rows are joined, and the overview
+    runs the blocks as far as their patterns."""
+    from transformer_explainer.overview import overview_summaries, overview_summary, overview_thumbnails
 
     L = model.config.n_layer
     ids = _ids(total, model.config.vocab_size, seed=11)
@@ -204,10 +206,10 @@ def test_a_continued_trace_keeps_the_overview_rows_of_its_beginning(model, kept,
     if cut is not None:
         beginning = truncate_trace(beginning, cut)
     start = cut or kept
-    wanted = overview_summaries(L, total)
-    merged = model.extend_trace(beginning, ids[start:], keep_kv=True, observe=wanted)
-    joined = all((n, f) in merged.observations for n, f in wanted.items())
-    assert joined == (overview_summaries(L, kept) == wanted)  # the beginning's grid: its rows are joined
+    merged = model.extend_trace(beginning, ids[start:], keep_kv=True, observe=overview_summaries(L, total))
+    fn = overview_summary(total)
+    joined = all((f"blocks.{i}.attn.pattern", fn) in merged.observations for i in range(L))
+    assert joined == ((kept, total) in {(100, 110), (100, 97), (30, 40), (64, 66)})
     whole = model.trace_ids(ids, eager=True)
     reference = torch.stack([pattern_thumbnail(whole[f"blocks.{i}.attn.pattern"]) for i in range(L)])
     got = overview_thumbnails(merged)

@@ -345,31 +345,66 @@ def test_queue_full_gives_503_with_retry_after(tiny_model):
 def test_trace_cache_is_bounded(tiny_model):
     from transformer_explainer.server.service import TraceCache, trace_nbytes
 
-    tr = tiny_model.trace(TEXT)
-    size = trace_nbytes(tr)
+    traces = [tiny_model.trace(TEXT) for _ in range(5)]
+    size = trace_nbytes(traces[0])
     cache = TraceCache(max_bytes=int(size * 2.5))
-    for i in range(5):
+    for i, tr in enumerate(traces):
         cache.put(("m", (i,)), tr)
     assert len(cache) == 2 and cache.nbytes <= cache.max_bytes
-    assert cache.get(("m", (4,))) is tr and cache.get(("m", (0,))) is None
+    assert cache.get(("m", (4,))) is traces[4] and cache.get(("m", (0,))) is None
     tiny = TraceCache(max_bytes=10)
-    tiny.put(("m", (1,)), tr)
+    tiny.put(("m", (1,)), traces[0])
     assert len(tiny) == 0  # too big to keep at all
 
 
-def test_trace_cache_drops_keys_and_values_before_traces(tiny_model):
-    """Over its budget the cache first forgets the older traces' keys and values (which only generating from them
-    needs), oldest first, and only then whole traces."""
+def test_trace_cache_counts_what_traces_share_once(tiny_model):
+    """A trace continued from a cached one holds that one's residual streams: the two together cost those once, and
+    so does one trace kept under two keys. Forgetting one of them frees only what it alone held."""
+    from transformer_explainer.recompute import storage_nbytes
     from transformer_explainer.server.service import TraceCache, trace_nbytes
+
+    ids = tiny_model.encode(TEXT)
+    first = tiny_model.trace_ids(ids[:-2])
+    longer = tiny_model.extend_trace(first, ids[-2:])
+    shared = storage_nbytes(list(first.blocks.tensors()))
+    assert shared > 0
+    cache = TraceCache(max_bytes=10 * trace_nbytes(longer))
+    cache.put(("m", (0,)), first)
+    cache.put(("m", (1,)), longer)
+    assert cache.nbytes == trace_nbytes(first) + trace_nbytes(longer) - shared
+    cache.put(("m", (2,)), longer)
+    assert len(cache) == 3 and cache.nbytes == trace_nbytes(first) + trace_nbytes(longer) - shared
+    # a budget for the longer trace and a little: the first goes, and with it only what it held alone
+    tight = TraceCache(max_bytes=trace_nbytes(longer) + 1)
+    tight.put(("m", (0,)), first)
+    tight.put(("m", (1,)), longer)
+    assert len(tight) == 1 and tight.get(("m", (1,))) is longer and tight.nbytes == trace_nbytes(longer)
+
+
+def test_trace_cache_keeps_the_newest_traces_keys_and_values(tiny_model):
+    """The newest traces keep their keys and values (what continuing them reads) while those take at most their share
+    of the budget (a quarter by default), the newest trace's always; older traces drop theirs; over the budget the
+    oldest traces go."""
+    from transformer_explainer.server.service import KV_SHARE, TraceCache, trace_nbytes
+
+    assert TraceCache(KV_SHARE * 1000).max_kv_bytes == 1000
 
     ids = tiny_model.encode(TEXT)
     traces = [tiny_model.trace_ids(ids, keep_kv=True) for _ in range(5)]
     with_kv, without = trace_nbytes(traces[0]), trace_nbytes(tiny_model.trace_ids(ids))
-    assert without < with_kv
-    cache = TraceCache(max_bytes=with_kv + 3 * without)  # four traces, if only the newest keeps them
+    kv = with_kv - without
+    assert kv > 0
+    roomy = TraceCache(max_bytes=5 * with_kv, max_kv_bytes=int(2.5 * kv))  # room for all five, kv for two
     for i, tr in enumerate(traces):
-        cache.put(("m", (i,)), tr)
-    assert len(cache) == 4 and cache.nbytes <= cache.max_bytes and cache.get(("m", (0,))) is None
+        roomy.put(("m", (i,)), tr)
+    assert len(roomy) == 5 and roomy.nbytes <= roomy.max_bytes
+    assert [tr.kv is not None for tr in traces] == [False, False, False, True, True]
+
+    traces = [tiny_model.trace_ids(ids, keep_kv=True) for _ in range(5)]
+    tight = TraceCache(max_bytes=with_kv + 3 * without, max_kv_bytes=0)  # no share: the newest keeps its own
+    for i, tr in enumerate(traces):
+        tight.put(("m", (i,)), tr)
+    assert len(tight) == 4 and tight.nbytes <= tight.max_bytes and tight.get(("m", (0,))) is None
     assert traces[-1].kv is not None and all(tr.kv is None for tr in traces[1:-1])
 
 

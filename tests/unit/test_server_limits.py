@@ -314,30 +314,41 @@ def test_an_edited_end_continues_the_trace_of_the_shared_beginning(client, tiny_
     assert again["computed_positions"] == [len(first["token_ids"])] * 2
 
 
-def test_a_trace_continued_often_is_traced_whole_and_one_without_its_keys_and_values_is_continued(client,
-                                                                                                    tiny_model):
-    """Each view of a continued trace runs each of its passes again: one made of MAX_PASSES passes is not continued
-    (a shorter cached beginning may be). Once the cache has dropped the beginnings' keys and values, a text is still
-    continued from them, each block of the beginning run as far as its values; the values equal the text's own trace."""
+def test_a_trace_continued_often_is_traced_whole_and_one_without_its_keys_and_values_is_continued(tiny_model):
+    """Each view of a continued trace runs each of its passes again: one made of MAX_PASSES passes is not continued.
+    Without its keys and values a beginning is continued where that costs less than tracing the text whole (each
+    block of the beginning run as far as its values, in each of its passes: `continuation_cost`): one of a single
+    pass is, one of many is not; either way the values equal the text's own trace."""
     from transformer_explainer.server.service import MAX_PASSES
 
-    explainer = client.app.state.explainer
-    text, cached = "A red", []
-    for word in (" apple", " fell", " from", " a", " tree"):
-        text += word
-        d = client.post("/api/trace", json={"text": text}).json()
-        cached.append(explainer.cache.get(("tiny", tuple(d["token_ids"]))))
-        assert cached[-1].blocks.passes <= MAX_PASSES
-    assert [t.blocks.passes for t in cached[:MAX_PASSES]] == list(range(1, MAX_PASSES + 1))
-    for t in cached:
-        t.drop_kv()  # as the cache does under pressure
-    d = client.post("/api/trace", json={"text": text + " now"}).json()
-    n = len(d["token_ids"])
-    shortest = len(cached[0].token_ids)
-    assert d["computed_positions"][1] == n and shortest <= d["computed_positions"][0] < n  # continued, not whole
-    got = explainer.cache.get(("tiny", tuple(d["token_ids"])))
-    assert got.blocks.passes <= MAX_PASSES
-    assert_same_trace(got, tiny_model.trace_ids(d["token_ids"]), atol=1e-4)
+    with TestClient(create_app({"tiny": tiny_model}, ServerSettings())) as client:  # no token limit: long texts
+        explainer = client.app.state.explainer
+        text, cached = "A red", []
+        words = " apple fell from a tree in the old garden of the house by the river".split(" ")[1:]
+        assert len(words) > MAX_PASSES
+        for word in (" " + w for w in words[: MAX_PASSES + 1]):
+            text += word
+            d = client.post("/api/trace", json={"text": text}).json()
+            assert "token_ids" in d, d
+            cached.append(explainer.cache.get(("tiny", tuple(d["token_ids"]))))
+            assert cached[-1].blocks.passes <= MAX_PASSES
+        assert [t.blocks.passes for t in cached[:MAX_PASSES]] == list(range(1, MAX_PASSES + 1))
+        for t in cached:
+            t.drop_kv()  # as the cache does under pressure
+        # many passes without keys and values: dearer than the whole text
+        d = client.post("/api/trace", json={"text": text + " now"}).json()
+        n = len(d["token_ids"])
+        assert d["computed_positions"] == [0, n]
+        whole = explainer.cache.get(("tiny", tuple(d["token_ids"])))
+        assert whole.blocks.passes == 1
+        whole.drop_kv()
+        # one pass without them: continued, each block of the beginning run as far as its values
+        d = client.post("/api/trace", json={"text": text + " now and then"}).json()
+        m = len(d["token_ids"])
+        assert d["computed_positions"] == [n, m] and m > n
+        got = explainer.cache.get(("tiny", tuple(d["token_ids"])))
+        assert got.blocks.passes == 2
+        assert_same_trace(got, tiny_model.trace_ids(d["token_ids"]), atol=1e-4)
 
 
 def test_health_reports_the_bounded_state(client):

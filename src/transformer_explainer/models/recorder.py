@@ -16,11 +16,12 @@ trace keeps each block's input and recomputes the block's internals when they ar
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from torch import Tensor
 
 Patch = Callable[[Tensor], Tensor]
-Observer = Callable[[Tensor], Tensor]
+Observer = Callable[[Tensor], Any]  # what it returns is kept as is (a tensor, or several)
 
 
 class Recorder:
@@ -29,14 +30,14 @@ class Recorder:
     def __init__(self, values: dict[str, Tensor] | None = None, prefix: str = "",
                  patches: Mapping[str, Patch] | None = None, *, store: bool = True,
                  keep: Callable[[str], bool] | None = None, observers: Mapping[str, Observer] | None = None,
-                 observed: dict[str, Tensor] | None = None) -> None:
+                 observed: dict[str, Any] | None = None) -> None:
         self.values: dict[str, Tensor] = {} if values is None else values
         self.patches: Mapping[str, Patch] = {} if patches is None else patches
         self.prefix = prefix
         self.store = store
         self.keep = keep  # which full names to store (None: every one)
         self.observers: Mapping[str, Observer] = {} if observers is None else observers
-        self.observed: dict[str, Tensor] = {} if observed is None else observed
+        self.observed: dict[str, Any] = {} if observed is None else observed
 
     def scope(self, name: str) -> Recorder:
         """A recorder that writes under `prefix + name + "."`."""

@@ -12,18 +12,28 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable
 from concurrent.futures import Future
 
 from ..engine import ExplainerModel
-from ..overview import overview_summaries
-from ..recompute import BlockCache
+from ..overview import overview_summaries, overview_summary
+from ..recompute import BlockCache, storage_nbytes
 from ..trace import Trace, truncate_trace
 
 BLOCKS_SHARE = 4  # one part in BLOCKS_SHARE of the budget keeps blocks run again, the rest keeps traces
 # a text typed on or a generated token continues a cached trace from its kept keys and values; a trace made of
-# that many passes is traced again whole instead, as each view of it runs every one of its passes again
-MAX_PASSES = 4
+# that many passes is not continued (a shorter cached beginning may be), as each view of it runs every one of its
+# passes again: a block's view of a 128-token text on GPT-2 small's shape, edited at its end again and again, costs
+# 36-40 ms of blocks run again made of 3 passes, 50-60 ms of 7 (what the text's next edit saves by continuing it
+# with its keys and values: 70 ms)
+MAX_PASSES = 8
+# the newest traces keep their keys and values while those take at most one part in KV_SHARE of the trace budget:
+# continuing a trace with them costs its new positions only (GPT-2 small's shape, 127 + 1 tokens: 43 ms, 107 ms
+# without); older traces keep their residual streams alone, and the rest of the budget holds more of them
+KV_SHARE = 4
+# continuing a trace without them runs about a quarter of its beginning's products again, per pass (see below); one
+# whose beginning is not worth it (its passes, the overview's rows it lacks) is traced whole (`continuation_cost`)
+NO_KV_COST = 4
 
 
 def trace_nbytes(trace: Trace) -> int:
@@ -59,13 +69,42 @@ def continuable(trace: Trace) -> bool:
     return trace.blocks is not None and trace.blocks.passes < MAX_PASSES
 
 
-class TraceCache:
-    """LRU of recent traces, bounded by the bytes their tensors hold. A trace larger than the whole
-    budget (a long GPT-2 input) is simply not kept."""
+def continuation_cost(trace: Trace, shared: int, n: int) -> float:
+    """What continuing `trace`'s first `shared` positions to a text of `n` costs, in positions run through every
+    block (a fresh trace of the text: n). The new positions; where the trace dropped its keys and values, each block
+    of the beginning run again as far as its values (one part in NO_KV_COST of a block), in each of the trace's
+    passes; where it kept no overview rows at the text's grid, each run again as far as its pattern (as much again)."""
+    passes = trace.blocks.passes if trace.blocks is not None else 1
+    again = 0.0 if trace.kv is not None else 1 / NO_KV_COST
+    if ("blocks.0.attn.pattern", overview_summary(n)) not in trace.observations:
+        again += 1 / NO_KV_COST
+    return n - shared + again * shared * passes
 
-    def __init__(self, max_bytes: int) -> None:
+
+def cheapest_beginning(candidates: list[tuple[Trace, int]], n: int) -> tuple[Trace, int] | None:
+    """The cached beginning (trace, shared positions) cheapest to continue to a text of `n` positions, if one costs
+    less than tracing the text whole and covers at least half of it (each view of a continuation runs each of its
+    passes); among equals, the first (the newest)."""
+    best, best_cost = None, float(n)
+    for trace, shared in candidates:
+        if 2 * shared < n:
+            continue
+        cost = continuation_cost(trace, shared, n)
+        if cost < best_cost:
+            best, best_cost = (trace, shared), cost
+    return best
+
+
+class TraceCache:
+    """LRU of recent traces, bounded by the bytes their tensors hold, each storage counted once: a trace continued
+    from a cached one holds that one's residual streams, and keeping both costs those once. A trace larger than the
+    whole budget (a long GPT-2 input) is simply not kept."""
+
+    def __init__(self, max_bytes: int, max_kv_bytes: int | None = None) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, tuple[int, ...]], tuple[Trace, int]] = OrderedDict()
+        self.max_kv_bytes = max_bytes // KV_SHARE if max_kv_bytes is None else max_kv_bytes
+        self._items: OrderedDict[tuple[str, tuple[int, ...]], tuple[Trace, dict[Hashable, int]]] = OrderedDict()
+        self._refs: dict[Hashable, list[int]] = {}  # storage -> [how many cached traces hold it, its bytes]
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -78,6 +117,26 @@ class TraceCache:
     def __len__(self) -> int:
         return len(self._items)
 
+    def _hold(self, storages: dict[Hashable, int]) -> None:
+        for key, size in storages.items():
+            ref = self._refs.get(key)
+            if ref is None:
+                self._refs[key] = [1, size]
+                self._bytes += size
+            else:
+                ref[0] += 1
+                if size > ref[1]:
+                    self._bytes += size - ref[1]
+                    ref[1] = size
+
+    def _release(self, storages: dict[Hashable, int]) -> None:
+        for key in storages:
+            ref = self._refs[key]
+            ref[0] -= 1
+            if not ref[0]:
+                del self._refs[key]
+                self._bytes -= ref[1]
+
     def get(self, key: tuple[str, tuple[int, ...]], *, count_miss: bool = True) -> Trace | None:
         with self._lock:
             hit = self._items.get(key)
@@ -88,53 +147,61 @@ class TraceCache:
             self._items.move_to_end(key)
             return hit[0]
 
-    def longest_shared_prefix(self, key: tuple[str, tuple[int, ...]], usable: Callable[[Trace], bool] = continuable
-                              ) -> tuple[Trace, int] | None:
-        """The cached trace (same model, `usable`) whose ids share the longest beginning with `key`'s, and how
-        many ids they share (fewer than `key` has), if any shares one: a text being typed grows or
-        changes at its end, so its previous trace usually covers most of it."""
+    def shared_prefixes(self, key: tuple[str, tuple[int, ...]], usable: Callable[[Trace], bool] = continuable
+                        ) -> list[tuple[Trace, int]]:
+        """The cached traces (same model, `usable`) that share a beginning with `key`'s ids, the newest first, each with
+        how many ids they share (fewer than `key` has): a text being typed grows or changes at its end, so its previous
+        trace usually covers most of it."""
         name, ids = key
+        out = []
         with self._lock:
-            best: tuple[Trace, int] | None = None
-            for (m, k), (trace, _) in self._items.items():
+            for (m, k), (trace, _) in reversed(self._items.items()):
                 if m != name or not usable(trace):
                     continue
                 shared = shared_length(k, ids)
                 if shared == len(ids):  # the same ids (a hit), or a longer text: keep only proper beginnings
                     shared -= 1
-                if shared > 0 and (best is None or shared > best[1]):
-                    best = (trace, shared)
-            return best
+                if shared > 0:
+                    out.append((trace, shared))
+        return out
 
     def stats(self) -> dict[str, int | float]:
         return {"traces": len(self._items), "mb": round(self._bytes / 2**20, 1), "max_mb": self.max_bytes // 2**20,
                 "hits": self.hits, "misses": self.misses}
 
     def put(self, key: tuple[str, tuple[int, ...]], trace: Trace) -> None:
-        """Keep `trace` as the most recent. Over the budget, the older traces' keys and values go first (oldest
-        first), then the oldest traces; a trace that alone exceeds the budget is not kept."""
-        size = trace_nbytes(trace)
-        if size > self.max_bytes and trace.kv is not None:
+        """Keep `trace` as the most recent. The newest traces keep their keys and values (what continuing them reads)
+        while those take at most `max_kv_bytes` (by default one part in KV_SHARE of the budget), the newest trace's
+        always; older traces drop
+        theirs. Over the budget, the oldest traces go. A trace that alone exceeds the budget is not kept."""
+        storages = trace.storages()
+        if sum(storages.values()) > self.max_bytes and trace.kv is not None:
             trace.drop_kv()
-            size = trace_nbytes(trace)
-        if size > self.max_bytes:
+            storages = trace.storages()
+        if sum(storages.values()) > self.max_bytes:
             return
         with self._lock:
-            if key in self._items:
-                self._bytes -= self._items.pop(key)[1]
-            self._items[key] = (trace, size)
-            self._bytes += size
-            for k, (t, n) in list(self._items.items())[:-1]:
-                if self._bytes <= self.max_bytes:
-                    break
-                if t.kv is not None:
-                    t.drop_kv()
-                    smaller = trace_nbytes(t)
-                    self._items[k] = (t, smaller)
-                    self._bytes += smaller - n
-            while self._bytes > self.max_bytes:
-                _, (_, n) = self._items.popitem(last=False)
-                self._bytes -= n
+            self._hold(storages)  # before the old entry's release: what the two share stays counted
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._release(old[1])
+            self._items[key] = (trace, storages)
+            kv_bytes = 0
+            for k, (t, held) in reversed(self._items.items()):
+                kv = t.kv
+                if kv is None:
+                    continue
+                kv_bytes += storage_nbytes([x for pair in kv for x in pair])
+                if k == key or kv_bytes <= self.max_kv_bytes:
+                    continue
+                t.drop_kv()
+                smaller = t.storages()
+                self._hold(smaller)
+                self._release(held)
+                self._items[k] = (t, smaller)
+            while self._bytes > self.max_bytes and len(self._items) > 1:
+                _, (_, held) = self._items.popitem(last=False)
+                self._release(held)
 
 
 class Explainer:
@@ -155,12 +222,15 @@ class Explainer:
 
     def _continued(self, model: ExplainerModel, prefix: Trace, new_ids: list[int]) -> Trace:
         """`prefix` continued by `new_ids` from its kept keys and values, with what the overview reads of every
-        block: the new positions' rows of each pattern, observed by the pass, after the beginning's kept rows. Where
-        the beginning kept none at this text's thumbnail grid (its cells held fewer positions), each block of the
-        beginning runs as far as its pattern."""
-        summaries = overview_summaries(model.config.n_layer, prefix.n_tokens + len(new_ids))
-        trace = model.extend_trace(prefix, new_ids, keep_kv=True, block_cache=self.blocks, observe=summaries)
-        for name, fn in summaries.items():
+        block: the new positions' rows of each pattern, observed by the pass, after the beginning's kept rows (kept for
+        texts a few tokens longer or shorter too, `overview_summaries`). Where the beginning kept none at this text's
+        thumbnail grid, each block of the beginning runs as far as its pattern."""
+        n = prefix.n_tokens + len(new_ids)
+        trace = model.extend_trace(prefix, new_ids, keep_kv=True, block_cache=self.blocks,
+                                   observe=overview_summaries(model.config.n_layer, n))
+        fn = overview_summary(n)
+        for i in range(model.config.n_layer):
+            name = f"blocks.{i}.attn.pattern"
             if (name, fn) not in trace.observations:
                 trace.observe(name, fn)
         return trace
@@ -183,10 +253,8 @@ class Explainer:
         if pending is not None:  # computed by another worker thread right now: it only has to finish
             return pending.result(), [n, n]
         try:
-            shared = self.cache.longest_shared_prefix(key)
-            # continuing a trace computes only the positions after the shared ones, then runs every block of the
-            # shared ones as far as its pattern for the overview: worth it when they are at least half the text
-            if shared is not None and 2 * shared[1] >= n:
+            shared = cheapest_beginning(self.cache.shared_prefixes(key), n)
+            if shared is not None:
                 prefix, p = shared
                 trace = self._continued(model, prefix if p == prefix.n_tokens else truncate_trace(prefix, p), ids[p:])
                 computed = [p, n]
