@@ -13,6 +13,7 @@ import torch
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
+from tests.conftest import random_ids  # noqa: E402
 from transformer_explainer.encoding import decode_array  # noqa: E402
 from transformer_explainer.server import ServerSettings, create_app  # noqa: E402
 from transformer_explainer.trace import merge_traces  # noqa: E402
@@ -480,3 +481,22 @@ def test_binary_answer_equals_json_answer(client, path):
         for d in (back, want):  # the second answer came from the cached trace
             d.pop("timings_ms"), d.pop("computed_positions")
     assert back == want
+
+
+def test_an_older_trace_sheds_what_only_continuing_it_reads(tiny_model):
+    """A pass keeps the overview's rows for texts a few tokens longer or shorter too where their cells hold another
+    number of positions (31 tokens: 1 per cell, 35: 2); an older trace forgets them with its keys and values, and
+    keeps its own overview's rows, so its overview still runs no block."""
+    from transformer_explainer.overview import key_sums_at, overview_summary, overview_thumbnails
+    from transformer_explainer.server.service import Explainer, shed_continuation
+
+    ids = random_ids(31, tiny_model.config.vocab_size, seed=5)
+    trace, _ = Explainer(2**30).trace("tiny", tiny_model, ids)
+    grids = {fn for _, fn in trace.observations}
+    assert grids == {key_sums_at(1), key_sums_at(2)} and trace.kv is not None
+    before, thumbs = trace.nbytes(), overview_thumbnails(trace)
+    shed_continuation(trace)
+    assert trace.kv is None and {fn for _, fn in trace.observations} == {overview_summary(31)} == {key_sums_at(1)}
+    assert trace.nbytes() < before
+    torch.testing.assert_close(overview_thumbnails(trace), thumbs, atol=0, rtol=0)
+    assert len(trace.block_cache) == 0  # no block ran for it

@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from ..engine import ExplainerModel
 from ..overview import overview_summaries, overview_summary
 from ..recompute import BlockCache, storage_nbytes
-from ..trace import Trace, truncate_trace
+from ..trace import RowSummary, Trace, truncate_trace
 
 BLOCKS_SHARE = 4  # one part in BLOCKS_SHARE of the budget keeps blocks run again, the rest keeps traces
 # a text typed on or a generated token continues a cached trace from its kept keys and values; a trace made of
@@ -95,14 +95,25 @@ def cheapest_beginning(candidates: list[tuple[Trace, int]], n: int) -> tuple[Tra
     return best
 
 
+def shed_continuation(trace: Trace) -> None:
+    """Forget what only continuing `trace` reads: its keys and values, and the overview's rows at the grids of texts
+    a little longer or shorter (`overview_summaries`); its own overview's rows stay."""
+    trace.drop_kv()
+    own = overview_summary(trace.n_tokens)
+    for key in [k for k in trace.observations if isinstance(k[1], RowSummary) and k[1] is not own]:
+        del trace.observations[key]
+
+
 class TraceCache:
     """LRU of recent traces, bounded by the bytes their tensors hold, each storage counted once: a trace continued
     from a cached one holds that one's residual streams, and keeping both costs those once. A trace larger than the
     whole budget (a long GPT-2 input) is simply not kept."""
 
-    def __init__(self, max_bytes: int, max_kv_bytes: int | None = None) -> None:
+    def __init__(self, max_bytes: int, max_kv_bytes: int | None = None,
+                 shed: Callable[[Trace], None] = Trace.drop_kv) -> None:
         self.max_bytes = max_bytes
         self.max_kv_bytes = max_bytes // KV_SHARE if max_kv_bytes is None else max_kv_bytes
+        self.shed = shed  # what an older trace forgets: its keys and values, and what else only continuing it reads
         self._items: OrderedDict[tuple[str, tuple[int, ...]], tuple[Trace, dict[Hashable, int]]] = OrderedDict()
         self._refs: dict[Hashable, list[int]] = {}  # storage -> [how many cached traces hold it, its bytes]
         self._bytes = 0
@@ -176,7 +187,7 @@ class TraceCache:
         theirs. Over the budget, the oldest traces go. A trace that alone exceeds the budget is not kept."""
         storages = trace.storages()
         if sum(storages.values()) > self.max_bytes and trace.kv is not None:
-            trace.drop_kv()
+            self.shed(trace)
             storages = trace.storages()
         if sum(storages.values()) > self.max_bytes:
             return
@@ -194,7 +205,7 @@ class TraceCache:
                 kv_bytes += storage_nbytes([x for pair in kv for x in pair])
                 if k == key or kv_bytes <= self.max_kv_bytes:
                     continue
-                t.drop_kv()
+                self.shed(t)
                 smaller = t.storages()
                 self._hold(smaller)
                 self._release(held)
@@ -209,7 +220,7 @@ class Explainer:
 
     def __init__(self, cache_bytes: int) -> None:
         blocks = cache_bytes // BLOCKS_SHARE
-        self.cache = TraceCache(cache_bytes - blocks)
+        self.cache = TraceCache(cache_bytes - blocks, shed=shed_continuation)
         self.blocks = BlockCache(max_blocks=None, max_bytes=blocks)
         self._inflight: dict[tuple[str, tuple[int, ...]], Future[Trace]] = {}
         self._lock = threading.Lock()
