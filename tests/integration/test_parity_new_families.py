@@ -123,7 +123,10 @@ def _max_diffs(model, hf, ids: list[int]) -> dict[str, float]:
     for name, want in ref.items():
         have = trace[name]
         assert have.shape == want.shape, (name, have.shape, want.shape)
-        diffs[name] = (have.float() - want.float()).abs().max().item()
+        # float32 rounds relative to a value's size: a difference at the scale of the value where it exceeds 1
+        # (Gemma's residual stream, its embeddings times sqrt(d_model), reaches tens)
+        scale = max(1.0, want.float().abs().max().item())
+        diffs[name] = (have.float() - want.float()).abs().max().item() / scale
     return diffs
 
 
@@ -142,7 +145,7 @@ def test_every_intermediate_matches_transformers(new_family_dir: Path, T: int):
     for name, d in diffs.items():
         stage = name.split(".", 2)[-1] if name.startswith("blocks.") else name
         by_stage[stage] = max(by_stage.get(stage, 0.0), d)
-    print(f"{model.config.model_type} T={T}: max abs diff {diffs[worst]:.2e} ({worst}); "
+    print(f"{model.config.model_type} T={T}: max diff {diffs[worst]:.2e} ({worst}, at the value's scale); "
           + ", ".join(f"{k} {v:.1e}" for k, v in by_stage.items()))
     assert diffs[worst] <= ATOL, (worst, diffs[worst])
     # the fast path (fused attention, nothing recorded) gives the same logits
@@ -235,7 +238,8 @@ def test_qk_norm_fixes_each_heads_query_size(new_family_dir: Path):
     torch.testing.assert_close(rms, want, atol=1e-6, rtol=1e-5)
 
 
-# bfloat16: as in test_parity_llama.py, the logits within four roundings at their scale and the same top token
+# bfloat16: as in test_parity_llama.py, the logits within four roundings at their scale and the same top token where
+# the reference's is clear
 BF16_ULPS = 4
 
 
@@ -260,7 +264,11 @@ def test_bfloat16_matches_transformers_in_bfloat16(new_family_dir: Path, T: int)
     print(f"{model.config.model_type} bf16 T={T}: max abs logit diff {diff:.3e}, fast path {fast_diff:.3e} "
           f"(tolerance {tol:.3e})")
     assert diff <= tol and fast_diff <= tol
-    assert torch.equal(ours.argmax(-1), ref.argmax(-1))
+    # the same top token wherever the reference's two best are further apart than two tolerances (a near tie may
+    # round either way)
+    top2 = ref.topk(2, dim=-1).values
+    clear = (top2[:, 0] - top2[:, 1]) > 2 * tol
+    assert torch.equal(ours.argmax(-1)[clear], ref.argmax(-1)[clear])
 
 
 def test_bad_configs_are_refused_with_a_sentence(tmp_path: Path):
