@@ -96,7 +96,7 @@ def overview_thumbnails(trace: Trace) -> Tensor:
     """(L, H, n, n) on the CPU: every block's pattern thumbnail, from what the pass kept of it (else its block run
     as far as the pattern), reduced where the block's values are, then copied."""
     g = group_size(trace.n_tokens, THUMBNAIL)
-    fn = overview_summary(trace.n_tokens)
+    fn = key_sums_at(g)  # overview_summary(trace.n_tokens)
     return torch.stack([query_group_means(trace.observation(f"blocks.{i}.attn.pattern", fn), g).cpu()
                         for i in range(trace.config.n_layer)])
 

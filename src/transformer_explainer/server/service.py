@@ -62,10 +62,10 @@ def shared_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 
 def continuable(trace: Trace) -> bool:
-    """Whether a trace is worth continuing rather than tracing its text whole: it is made of fewer than MAX_PASSES
-    passes. Its kept keys and values make the continuation cost the new positions only; without them (the cache
-    drops them first) each block of the beginning runs as far as its values, about a quarter of its products
-    (GPT-2-small shape, 126 + 2 tokens, one thread: 57 ms with them, 129 ms without, 361 ms traced whole)."""
+    """Whether a cached trace may be continued at all: it recomputes its blocks and is made of fewer than MAX_PASSES
+    passes. Whether it is worth it is `continuation_cost`'s (with its keys and values the continuation costs the new
+    positions only; without them each block of the beginning runs as far as its values: GPT-2-small shape, 126 + 2
+    tokens, one thread, one pass: 57 ms with them, 129 ms without, 361 ms traced whole)."""
     return trace.blocks is not None and trace.blocks.passes < MAX_PASSES
 
 
