@@ -34,9 +34,21 @@ from .models.placement import (
 )
 from .models.recorder import Patch, Recorder
 from .patching import KINDS, Kind, Patching, activation_patching, check_kinds
-from .recompute import KV_LAST, BlockCache, CachedKV, Past, PrefixCache, RecordedPass, kv_of, packed
+from .recompute import (
+    KV_LAST,
+    OUTSIDE,
+    BlockCache,
+    BlockSource,
+    CachedKV,
+    Past,
+    PrefixCache,
+    RecordedPass,
+    kv_of,
+    outside_part,
+    packed,
+)
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
-from .trace import Observe, Trace, merge_traces
+from .trace import Observe, Trace, keep_summary, merge_traces
 
 log = logging.getLogger(__name__)
 
@@ -224,15 +236,24 @@ class ExplainerModel:
         kept = {*inputs, f"blocks.{L - 1}.resid_post", *(n for pair in kv_names if keep_kv for n in pair)}
         wanted = {n: (f,) if callable(f) else tuple(f) for n, f in (observe or {}).items()}
         # each name's functions of its value, the batch dimension dropped
-        observers = {n: (lambda v, fs=fs: tuple(f(v[0]) for f in fs)) for n, fs in wanted.items()}
+        start = cache.length if cache is not None else 0
+        observers = {n: (lambda v, fs=fs: tuple(keep_summary(f, f(v[0]), start) for f in fs))
+                     for n, fs in wanted.items()}
         handing = sorted({i for i in keep_blocks if 0 <= i < L})
         whole = tuple(f"blocks.{i}." for i in handing)
 
+        # the stages outside the blocks are computed again on access (`recompute.outside_values`), unless a pass of
+        # the trace patched them (the beginning's, when it continues one whose stages are kept)
+        outside = {p for p in OUTSIDE if any(k.startswith(p + ".") for k in patches or {})
+                   or (isinstance(past, BlockSource) and past.patched_under(p + "."))}
+
         def keep(name: str) -> bool:
-            return not name.startswith("blocks.") or name in kept or name.startswith(whole)
+            if name.startswith("blocks."):
+                return name in kept or name.startswith(whole)
+            part = outside_part(name)
+            return part is None or part in outside
 
         rec = Recorder(patches=patches, observers=observers, keep=None if eager else keep)
-        start = cache.length if cache is not None else 0
         last = self.net(self._input(ids), cache=cache, rec=rec, logits_for="last")[0, -1]
         values = {k: v[0] for k, v in rec.values.items()}  # drop the batch dimension
         handed = {} if eager else {i: {k: v for k, v in values.items() if k.startswith(f"blocks.{i}.")}

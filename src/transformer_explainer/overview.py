@@ -64,7 +64,7 @@ def pattern_thumbnail(pattern: Tensor) -> Tensor:
 def key_sums_at(g: int) -> RowSummary:
     """What a pass keeps of a block's pattern for the overview of a text whose cells hold `g` positions: each
     query's mass per group of g keys, row by row, so that a trace cut or continued keeps its rows."""
-    return RowSummary(lambda pattern: key_group_sums(pattern, g), f"key sums per {g} positions")
+    return RowSummary(lambda pattern: key_group_sums(pattern, g), f"key sums per {g} positions", group=g)
 
 
 # a text is edited at its end by a few tokens at a time: a pass keeps the overview's rows for the texts up to this many

@@ -3,8 +3,9 @@ is first asked for, on the residual stream that entered it, by the recorded forw
 (`Decoder.forward_block`). The same code on the same inputs gives the pass's own numbers, bit for bit.
 
 A trace keeps what is small and shared by every view: the residual stream entering each block (L x T x D), the
-stages outside the blocks (embeddings, rotation angles, the final norm's), the last block's output and the last
-position's logits. A block's internals (queries, keys, patterns, MLP activations, and whatever else the block's
+last block's output and the last position's logits. The stages outside the blocks (the embeddings, the rotation
+angles, the final norm's) are computed again too, by the pass's own code (`outside_values`), unless a patch edited
+them. A block's internals (queries, keys, patterns, MLP activations, and whatever else the block's
 recorded forward records) come from a `BlockSource`, the recipe of the passes that made the trace:
 
 - `RecordedPass`: one forward pass. Block `layer` runs again on its recorded input (`resid_pre`, already patched),
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .models.decoder import Decoder
+from .models.decoder import Decoder, device_of
 from .models.kv_cache import KV, KVCache
 from .models.recorder import Patch, Recorder
 from .names import FAMILY_NAMES, describe, parse_name
@@ -116,6 +117,10 @@ class BlockSource:
         """Whether a pass of the recipe patched the value `name` (a derived stage is then recorded)."""
         raise NotImplementedError
 
+    def patched_under(self, prefix: str) -> bool:
+        """Whether a pass of the recipe patched a value whose name begins with `prefix` ("embed.")."""
+        raise NotImplementedError
+
     def output_is_next_input(self, layer: int) -> bool:
         """Whether block `layer`'s `resid_post` is the next block's `resid_pre` itself: no patch edits the latter, and
         both blocks are on one device (a device map moves the stream between them, so the next input is a copy)."""
@@ -181,6 +186,10 @@ class RecordedPass(BlockSource):
     def patched(self, name: str) -> bool:
         return name in self.patches
 
+    def patched_under(self, prefix: str) -> bool:
+        return any(k.startswith(prefix) for k in self.patches) or (
+            isinstance(self.past, BlockSource) and self.past.patched_under(prefix))
+
     def tensors(self) -> Iterator[Tensor]:
         yield from self.inputs
         if isinstance(self.past, CachedKV):
@@ -228,6 +237,9 @@ class Merged(BlockSource):
     def patched(self, name: str) -> bool:
         return self.prefix.patched(name) or self.new.patched(name)
 
+    def patched_under(self, prefix: str) -> bool:
+        return self.prefix.patched_under(prefix) or self.new.patched_under(prefix)
+
     def tensors(self) -> Iterator[Tensor]:
         yield from self.prefix.tensors()
         yield from self.new.tensors()
@@ -255,11 +267,46 @@ class Cut(BlockSource):
     def patched(self, name: str) -> bool:
         return self.source.patched(name)
 
+    def patched_under(self, prefix: str) -> bool:
+        return self.source.patched_under(prefix)
+
     def tensors(self) -> Iterator[Tensor]:
         return self.source.tensors()
 
     def block(self, layer: int, until: str | None = None) -> BlockValues:
         return cut_values(self.source.block(layer, until), self.n_tokens, self.net.config.family)
+
+
+# -- the stages outside the blocks -----------------------------------------------------------------------------------
+
+# the parts of the forward outside the blocks whose stages a trace computes again when asked (cheap: a lookup, the
+# angles, one norm), unless a pass patched them; GPT-2 small's shape, 1000 tokens: 12 MB of the 50 a trace holds
+OUTSIDE = ("embed", "rope", "ln_final")
+
+
+def outside_part(name: str) -> str | None:
+    """The part outside the blocks (OUTSIDE) that records `name` ("ln_final.out": "ln_final"), or None."""
+    head, dot, _ = name.partition(".")
+    return head if dot and head in OUTSIDE else None
+
+
+def outside_values(net: Decoder, part: str, ids: list[int], start: int, last_output: Tensor) -> BlockValues:
+    """The stages of `part` (OUTSIDE) for token ids at positions start..start+T-1, by the pass's own code, batch
+    dimension dropped: the embeddings of the ids, the rotation angles of the positions, the final norm of the last
+    block's output `last_output` (T, D). Unpatched: a trace keeps a part a pass patched."""
+    values: dict[str, Tensor] = {}
+    rec = Recorder(values)
+    with torch.inference_mode():
+        if part == "embed":
+            net.embed_tokens(torch.tensor([ids], device=device_of(net.embed)), start, rec)
+        elif part == "rope":
+            net.rotations(1, start, len(ids), last_output.dtype, device_of(net.embed), rec)
+        elif part == "ln_final":
+            # a copy, as a block's input: a view of the trace's one storage would count all of it as the norm's
+            net.ln_final(last_output.to(device_of(net.ln_final), copy=True)[None], rec.scope("ln_final"))
+        else:
+            raise KeyError(f"{part!r} is not a part outside the blocks ({', '.join(OUTSIDE)})")
+    return {k: v[0] for k, v in values.items()}
 
 
 class PrefixCache(KVCache):

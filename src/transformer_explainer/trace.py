@@ -13,6 +13,7 @@ from .models.kernels import hidden_keys, linear
 from .models.kv_cache import KV
 from .names import FAMILY_NAMES, Derivation, activation_names, describe, parse_name
 from .recompute import (
+    OUTSIDE,
     BlockCache,
     BlockSource,
     BlockValues,
@@ -22,6 +23,8 @@ from .recompute import (
     attention_scores,
     cut_values,
     merge_values,
+    outside_part,
+    outside_values,
     storage_sizes,
 )
 from .trace_base import TraceBase
@@ -31,13 +34,17 @@ Observe = Mapping[str, Summary | Sequence[Summary]]  # what a pass observes: per
 
 
 class RowSummary:
-    """A summary of a (..., T, S) value made row by row: row i of its result (..., T, m) depends on row i of the
-    value alone, and its m columns summarise groups of the S keys (0 past a causal row's own key). So a trace cut
-    to n positions keeps the first n rows, and a continued trace's are the beginning's and the new pass's, its
-    columns filled with zeros (`truncate_trace`, `merge_traces`): the overview of a continued text runs no block."""
+    """A summary of a causal (..., T, S) value made row by row over groups of `group` keys: row i of its result
+    (..., T, m) depends on row i of the value alone, and its m = ceil(S / group) columns summarise the groups of keys,
+    0 past the row's own group (a causal row has no key after its own position). A trace keeps of each row only its
+    columns up to its own group (`pack`: about half of them) and fills the rest with zeros when read (`unpack`); a
+    trace cut to n positions keeps its first n rows, and a continued trace's are the beginning's and the new pass's
+    (`truncate_trace`, `merge_traces`): the overview of a continued text runs no block."""
 
-    def __init__(self, fn: Summary, what: str) -> None:
-        self.fn, self.what = fn, what
+    def __init__(self, fn: Summary, what: str, *, group: int) -> None:
+        if group < 1:
+            raise ValueError("a group holds at least one key")
+        self.fn, self.what, self.group = fn, what, group
 
     def __call__(self, value: Tensor) -> Tensor:
         return self.fn(value)
@@ -45,20 +52,47 @@ class RowSummary:
     def __repr__(self) -> str:
         return f"RowSummary({self.what})"
 
+    def _kept(self, start: int, n: int, device: torch.device) -> Tensor:
+        """(n, m) bool: the columns kept of the rows of positions start..start+n-1 (up to each one's own group)."""
+        own = torch.div(torch.arange(start, start + n, device=device), self.group, rounding_mode="floor")
+        m = -(-(start + n) // self.group)
+        return torch.arange(m, device=device)[None, :] <= own[:, None]
+
+    def pack(self, rows: Tensor, start: int) -> Tensor:
+        """(..., n, m) rows of positions start.. -> (..., P): each row's columns up to its own group, row after row."""
+        return rows[..., self._kept(start, rows.shape[-2], rows.device)]
+
+    def unpack(self, packed: Tensor, start: int, n: int) -> Tensor:
+        """The rows (..., n, m) of positions start..start+n-1 from their packed columns, the others 0."""
+        kept = self._kept(start, n, packed.device)
+        rows = packed.new_zeros(*packed.shape[:-1], *kept.shape)
+        rows[..., kept] = packed
+        return rows
+
+    def first_rows(self, packed: Tensor, n: int) -> Tensor:
+        """The packed rows of positions 0..n-1 among those of a trace from position 0."""
+        g, (q, r) = self.group, divmod(n, self.group)
+        return packed[..., : n + g * q * (q - 1) // 2 + r * q]  # sum over a < n of (a // g + 1) columns
+
+
+def keep_summary(fn: Summary, value: Tensor, start: int) -> Tensor:
+    """What a trace keeps of `fn`'s result `value` for positions from `start`: a RowSummary's rows packed."""
+    return fn.pack(value, start) if isinstance(fn, RowSummary) else value
+
 
 def _rows_cut(observations: dict[tuple[str, Summary], Tensor], n: int) -> dict[tuple[str, Summary], Tensor]:
-    return {k: v[..., :n, :] for k, v in observations.items() if isinstance(k[1], RowSummary)}
+    return {k: k[1].first_rows(v, n) for k, v in observations.items() if isinstance(k[1], RowSummary)}
 
 
 def _rows_joined(before: dict[tuple[str, Summary], Tensor], after: dict[tuple[str, Summary], Tensor]
                  ) -> dict[tuple[str, Summary], Tensor]:
+    """The packed rows of a beginning's positions followed by the new pass's (RowSummary.pack)."""
     out = {}
     for k, new in after.items():
         old = before.get(k)
         if old is None or not isinstance(k[1], RowSummary):
             continue
-        old = torch.nn.functional.pad(old.to(new.device), (0, new.shape[-1] - old.shape[-1]))  # the new keys: 0
-        out[k] = torch.cat([old, new], dim=-2)
+        out[k] = torch.cat([old.to(new.device), new], dim=-1)
     return out
 
 
@@ -72,9 +106,10 @@ class Trace(TraceBase):
     position's (`last_logits`), which is all that next-token prediction needs. (Those two agree to
     float rounding: one row and many rows take different kernels.)
     A block's internals are computed again from the block's input when first asked for (`blocks`, see
-    `recompute.py`: the same numbers as the pass's, bit for bit), and the blocks recently asked for are kept
-    (`block_cache`); `values` holds what the trace keeps: the stages outside the blocks, the last block's
-    output, the logits a patch asked for. A trace recorded eagerly (`blocks` None) holds every value there.
+    `recompute.py`: the same numbers as the pass's, bit for bit), and so are the stages outside the blocks
+    (`outside`); the blocks recently asked for are kept (`block_cache`); `values` holds what the trace keeps:
+    the last block's output, the logits and the stages outside the blocks a patch edited. A trace recorded
+    eagerly (`blocks` None) holds every value there.
     `start` is the position of the first traced token: it is above 0 when the trace covers only the
     new positions of a generation step, whose keys and values came from a cache.
     """
@@ -94,7 +129,8 @@ class Trace(TraceBase):
     # the trace without running its blocks again (`ExplainerModel.extend_trace`); None when not kept
     kv: list[KV] | None = field(default=None, repr=False)
     block_cache: BlockCache = field(default_factory=BlockCache, repr=False, compare=False)
-    # small functions of values the pass computed as it went (`ExplainerModel.trace_ids(observe=...)`)
+    # small functions of values the pass computed as it went (`ExplainerModel.trace_ids(observe=...)`), a
+    # RowSummary's rows packed (`RowSummary.pack`: read them with `observation`)
     observations: dict[tuple[str, Summary], Tensor] = field(default_factory=dict, repr=False, compare=False)
     _key: object = field(default_factory=object, init=False, repr=False, compare=False)  # its blocks' cache key
 
@@ -112,6 +148,11 @@ class Trace(TraceBase):
         if name == "logits" and self.unembed is not None:  # the unembedding's own arithmetic (`lm_head`), where it is
             normed = self["ln_final.out"].unsqueeze(0).to(self.unembed.device)
             return linear(normed, self.unembed.T)[0]  # (T, V)
+        part = outside_part(name)
+        if part is not None and self.blocks is not None:  # a stage outside the blocks, computed again
+            value = self.outside(part).get(name)
+            if value is not None:
+                return value
         family = self.config.family
         p = parse_name(name, family)  # KeyError for names outside the family's scheme
         key = p.suffix
@@ -144,6 +185,16 @@ class Trace(TraceBase):
         blocks = self.blocks
         return self.block_cache.get((self._key, layer), lambda: blocks.block(layer))
 
+    def outside(self, part: str) -> BlockValues:
+        """The stages a part of the forward outside the blocks records (`recompute.OUTSIDE`: "embed", "rope",
+        "ln_final"), by full name: kept where a pass patched them, else computed again by the pass's code on the
+        token ids and the last block's output (the same numbers, bit for bit) and kept with the recent blocks."""
+        if self.blocks is None or any(outside_part(k) == part for k in self.values):
+            return {k: v for k, v in self.values.items() if outside_part(k) == part}
+        net, last = self.blocks.net, self.values[f"blocks.{self.config.n_layer - 1}.resid_post"]
+        return self.block_cache.get((self._key, part),
+                                    lambda: outside_values(net, part, self.token_ids, self.start, last))
+
     def block_until(self, layer: int, stage: str) -> BlockValues:
         """Block `layer`'s values recorded up to `stage` ("attn.pattern"), and maybe more: the block cache's when
         the block is there, else the block run only that far (not kept)."""
@@ -160,7 +211,8 @@ class Trace(TraceBase):
             value = self.block_until(p.layer, p.suffix)[name]
         else:
             value = self[name]
-        out = self.observations[(name, fn)] = fn(value)
+        out = fn(value)
+        self.observations[(name, fn)] = keep_summary(fn, out, self.start)
         return out
 
     def keep_block(self, layer: int, values: BlockValues) -> None:
@@ -196,7 +248,9 @@ class Trace(TraceBase):
     def observation(self, name: str, fn: Summary) -> Tensor:
         """`fn(self[name])`: as the pass computed it when it was asked to (`observe`), else computed now."""
         kept = self.observations.get((name, fn))
-        return kept if kept is not None else fn(self[name])
+        if kept is None:
+            return fn(self[name])
+        return fn.unpack(kept, self.start, self.n_tokens) if isinstance(fn, RowSummary) else kept
 
     def names(self) -> list[str]:
         """Every name this trace answers, in computation order."""
@@ -234,6 +288,8 @@ class Trace(TraceBase):
         values = dict(self.values)
         for i in range(self.config.n_layer):
             values.update(self.block(i))
+        for part in OUTSIDE:
+            values.update(self.outside(part))
         values.update(self.values)  # what the trace keeps wins (the same numbers)
         return Trace(model_name=self.model_name, config=self.config, text=self.text, token_ids=self.token_ids,
                      tokens=self.tokens, values=values, start=self.start, prefix_ids=self.prefix_ids,

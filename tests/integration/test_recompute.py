@@ -68,6 +68,8 @@ def test_a_recomputed_trace_equals_the_recorded_one(model, T):
     ids = _ids(T, model.config.vocab_size, seed=T)
     lazy, eager = model.trace_ids(ids), model.trace_ids(ids, eager=True)
     assert_same_bits(lazy, eager)
+    # the stages outside the blocks too are computed again: the trace keeps the last block's output alone
+    assert set(model.trace_ids(ids).values) == {f"blocks.{model.config.n_layer - 1}.resid_post"}
     # a block read again comes from the block cache: the same tensors, not another run
     name = "blocks.1.attn.pattern"
     assert lazy[name] is lazy[name]
@@ -132,7 +134,7 @@ def test_with_patches(model):
 
     patches = {"blocks.0.attn.z": half_head, "blocks.1.resid_pre": lambda x: x * 1.5,
                "blocks.1.attn.pattern": lambda p: p, "blocks.0.attn.scores": lambda s: s,
-               "ln_final.out": lambda x: x + 0.25}
+               "ln_final.out": lambda x: x + 0.25, "embed.token": lambda x: x * 1.25}
     ids = _ids(70, model.config.vocab_size, seed=3)
     lazy, eager = model.trace_ids(ids, patches=patches), model.trace_ids(ids, patches=patches, eager=True)
     assert_same_bits(lazy, eager)
@@ -141,8 +143,14 @@ def test_with_patches(model):
     assert not torch.equal(lazy["blocks.1.resid_pre"], plain["blocks.1.resid_pre"])
     assert not torch.equal(lazy["blocks.0.resid_post"], lazy["blocks.1.resid_pre"])  # the patch sits between them
     assert R >= 1 and "blocks.0.attn.scores" in lazy.block(0)
-    # a patched trace continued: the continuation has no patches, the prefix's blocks keep theirs
-    assert_same_bits(model.extend_trace(lazy, ids[:9]), model.extend_trace(eager, ids[:9]))
+    # the parts outside the blocks a patch edited are kept as the pass recorded them, the others computed again
+    assert "ln_final.out" in lazy.values and "embed.token" in lazy.values
+    assert not any(n.startswith("rope.") for n in lazy.values)
+    # a patched trace continued: the continuation has no patches, the prefix's blocks keep theirs (and its
+    # continuation keeps the stages outside the blocks the prefix kept, to be joined to them)
+    continued = model.extend_trace(lazy, ids[:9])
+    assert "embed.token" in continued.values and "ln_final.out" in continued.values
+    assert_same_bits(continued, model.extend_trace(eager, ids[:9]))
 
 
 def test_in_bfloat16(folder):

@@ -209,3 +209,26 @@ def test_a_truncated_trace_equals_the_trace_of_its_tokens(tiny_model):
         torch.testing.assert_close(continued[name], full[name], atol=1e-5, rtol=0, msg=name)
     with pytest.raises(ValueError):
         truncate_trace(full, 0)
+
+
+@pytest.mark.parametrize("g", [1, 2, 4, 5])
+def test_row_summaries_keep_each_rows_columns_up_to_its_own_group(g):
+    """A RowSummary's rows are packed in a trace (each row's columns up to its own group): read back, cut to the
+    first rows and joined to a continuation's, they are the rows themselves, bit for bit, in about half the bytes."""
+    from transformer_explainer.encoding import key_group_sums
+    from transformer_explainer.overview import key_sums_at
+
+    T, H = 41, 3
+    scores = torch.randn(H, T, T, generator=torch.Generator().manual_seed(g))
+    pattern = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+    fn = key_sums_at(g)
+    rows = fn(pattern)
+    assert torch.equal(rows, key_group_sums(pattern, g)) and rows.shape == (H, T, -(-T // g))
+    packed = fn.pack(rows, 0)
+    assert packed.shape[0] == H and packed.numel() < 0.6 * rows.numel() + H * T
+    assert torch.equal(fn.unpack(packed, 0, T), rows)
+    for n in (1, g, 17, T):
+        assert torch.equal(fn.unpack(fn.first_rows(packed, n), 0, n), rows[:, :n, : -(-n // g)])
+    for p in (1, 20, 40):  # a beginning's packed rows, then a continuation's (positions p.., keys 0..T-1)
+        joined = torch.cat([fn.pack(fn(pattern[:, :p, :p]), 0), fn.pack(rows[:, p:], p)], dim=-1)
+        assert torch.equal(joined, packed)
