@@ -46,6 +46,7 @@ from .recompute import (
     kv_of,
     outside_part,
     packed,
+    storage_sizes,
 )
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
 from .trace import Observe, Trace, keep_summary, merge_traces
@@ -263,8 +264,10 @@ class ExplainerModel:
             kv = [(values[k], values[v]) if eager else (values.pop(k), values.pop(v)) for k, v in kv_names]
         if not eager:  # what is kept, in one storage (the keys and values in one of their own, to be dropped alone)
             values = packed({k: v for k, v in values.items() if not k.startswith("blocks.") or k in kept})
-            if kv is not None:
-                flat = packed({str(i): t for i, t in enumerate(t for pair in kv for t in pair)})
+            flat_kv = [t for pair in kv or [] for t in pair]
+            # (a cache with room for the pass, `KVCache.with_room`, holds them in one piece already: kept as they are)
+            if kv is not None and len(storage_sizes(flat_kv)) > len({(t.device, t.dtype) for t in flat_kv}):
+                flat = packed({str(i): t for i, t in enumerate(flat_kv)})
                 kv = [(flat[str(2 * i)], flat[str(2 * i + 1)]) for i in range(L)]
         if not eager:
             blocks = RecordedPass(self.net, tuple(values.pop(n) for n in inputs), start, patches or {}, past)
@@ -475,7 +478,7 @@ class ExplainerModel:
         positions' values observed; a `RowSummary` the prefix kept too is joined to the prefix's rows)."""
         kept = prefix.kv  # read once: a server may drop it meanwhile
         if kept is not None:
-            cache: KVCache = KVCache([(k[None], v[None]) for k, v in kept])
+            cache: KVCache = KVCache.with_room([(k[None], v[None]) for k, v in kept], len(new_ids))
         else:  # each block run again as far as its keys and values
             cache = PrefixCache(prefix.n_tokens, lambda i: kv_of(prefix.block_until(i, KV_LAST), i, self.net))
         new = self._trace(new_ids, text=None, cache=cache, prefix_ids=prefix.token_ids, patches=None,

@@ -19,7 +19,9 @@ recorded forward records) come from a `BlockSource`, the recipe of the passes th
 What depends on the model's weights, mask, window and dtype is the block's own code, run where its weights are.
 Patches must be functions of the value they replace alone: a recomputed block calls them again.
 Recomputed blocks are kept in a `BlockCache` (the least recently used goes first), one per trace or one that a
-server shares among its traces.
+server shares among its traces, under their recipe's key: a `Merged` or `Cut` recipe reads the blocks of the
+recipes it is made of from there where they are kept whole (`kept_or_run`), so the block of a text edited at its
+end runs for the new positions only when the beginning's block was viewed before the edit.
 """
 
 from __future__ import annotations
@@ -103,15 +105,23 @@ class BlockSource:
     start: int  # the position of the first token covered
     n_tokens: int  # how many positions are covered
     passes: int  # how many forward passes the recipe runs for one block
+    key: object  # its blocks' key in a BlockCache: (key, layer)
 
     def entering(self, layer: int) -> Tensor:
         """(T, D): the residual stream entering block `layer` (its `resid_pre`), as the pass recorded it."""
         raise NotImplementedError
 
-    def block(self, layer: int, until: str | None = None) -> BlockValues:
+    def block(self, layer: int, until: str | None = None, cache: BlockCache | None = None) -> BlockValues:
         """Every value block `layer`'s recorded forward records, as the pass recorded them; with `until` (a stage,
-        "attn.pattern"), only those recorded up to that one, the block run no further."""
+        "attn.pattern"), only those recorded up to that one, the block run no further. `cache`: where the blocks of
+        the recipes this one is made of may be kept whole (a continued trace's beginning, viewed before it was
+        edited): those are read, not run again."""
         raise NotImplementedError
+
+    def kept_or_run(self, layer: int, until: str | None, cache: BlockCache | None) -> BlockValues:
+        """Block `layer` as `cache` keeps it whole for this recipe, else run (as far as `until`)."""
+        kept = None if cache is None else cache.peek((self.key, layer))
+        return kept if kept is not None else self.block(layer, until, cache)
 
     def patched(self, name: str) -> bool:
         """Whether a pass of the recipe patched the value `name` (a derived stage is then recorded)."""
@@ -131,10 +141,11 @@ class BlockSource:
         """The tensors the recipe holds (for the memory a trace takes)."""
         raise NotImplementedError
 
-    def kv(self, layer: int) -> KV:
+    def kv(self, layer: int, cache: BlockCache | None = None) -> KV:
         """Block `layer`'s keys (as attention uses them: rotated, where it rotates) and values (G, S, Dh), from the
-        block run again as far as its values: what a continuation of this trace reads from its KV cache."""
-        return kv_of(self.block(layer, until=KV_LAST), layer, self.net)
+        block run again as far as its values (or kept whole in `cache`): what a continuation of this trace reads
+        from its KV cache."""
+        return kv_of(self.kept_or_run(layer, KV_LAST, cache), layer, self.net)
 
 
 KV_LAST = "attn.v"  # attention records its keys, then its values, before it attends: a block run this far has both
@@ -160,7 +171,7 @@ class CachedKV:
 
     layers: tuple[KV, ...]
 
-    def kv(self, layer: int) -> KV:
+    def kv(self, layer: int, cache: BlockCache | None = None) -> KV:
         return self.layers[layer]
 
 
@@ -179,6 +190,7 @@ class RecordedPass(BlockSource):
         self.patches = dict(patches)
         self.n_tokens = inputs[0].shape[0]
         self.passes = 1
+        self.key = object()
 
     def entering(self, layer: int) -> Tensor:
         return self.inputs[layer]
@@ -198,14 +210,15 @@ class RecordedPass(BlockSource):
         elif self.past is not None:
             yield from self.past.tensors()
 
-    def block(self, layer: int, until: str | None = None, past: KV | None = None) -> BlockValues:
+    def block(self, layer: int, until: str | None = None, cache: BlockCache | None = None,
+              past: KV | None = None) -> BlockValues:
         """Block `layer` run again (as far as `until`); `past`: the keys and values before `start` when the caller
         has them at hand."""
         prefix = f"blocks.{layer}."
         # the input is recorded after its patch: applying that patch again would apply it twice
         patches = {k: p for k, p in self.patches.items() if k.startswith(prefix) and k != prefix + "resid_pre"}
         if past is None and self.past is not None:
-            past = self.past.kv(layer)
+            past = self.past.kv(layer, cache)
         values: dict[str, Tensor] = {}
         block = self.net.blocks[layer]
         device = next(block.parameters()).device
@@ -230,6 +243,7 @@ class Merged(BlockSource):
         self.prefix, self.new, self.net = prefix, new, prefix.net
         self.start, self.n_tokens = 0, prefix.n_tokens + new.n_tokens
         self.passes = prefix.passes + new.passes
+        self.key = object()
 
     def entering(self, layer: int) -> Tensor:
         return torch.cat([self.prefix.entering(layer), self.new.entering(layer)])
@@ -244,13 +258,13 @@ class Merged(BlockSource):
         yield from self.prefix.tensors()
         yield from self.new.tensors()
 
-    def block(self, layer: int, until: str | None = None) -> BlockValues:
-        before = self.prefix.block(layer, until)
+    def block(self, layer: int, until: str | None = None, cache: BlockCache | None = None) -> BlockValues:
+        before = self.prefix.kept_or_run(layer, until, cache)
         past = None
         if self.new.past is self.prefix:  # the continuation reads the prefix's keys and values: the block just run's
             k, v = f"blocks.{layer}.{self.net.cached_keys}", f"blocks.{layer}.attn.v"
-            past = (before[k], before[v]) if k in before and v in before else self.prefix.kv(layer)
-        return merge_values(before, self.new.block(layer, until, past), self.net.config.family)
+            past = (before[k], before[v]) if k in before and v in before else self.prefix.kv(layer, cache)
+        return merge_values(before, self.new.block(layer, until, cache, past), self.net.config.family)
 
 
 class Cut(BlockSource):
@@ -260,6 +274,7 @@ class Cut(BlockSource):
         if source.start != 0 or not 0 < n <= source.n_tokens:
             raise ValueError(f"cannot cut {source.n_tokens} positions from {source.start} to {n}")
         self.source, self.net, self.start, self.n_tokens, self.passes = source, source.net, 0, n, source.passes
+        self.key = object()
 
     def entering(self, layer: int) -> Tensor:
         return self.source.entering(layer)[: self.n_tokens]
@@ -273,8 +288,8 @@ class Cut(BlockSource):
     def tensors(self) -> Iterator[Tensor]:
         return self.source.tensors()
 
-    def block(self, layer: int, until: str | None = None) -> BlockValues:
-        return cut_values(self.source.block(layer, until), self.n_tokens, self.net.config.family)
+    def block(self, layer: int, until: str | None = None, cache: BlockCache | None = None) -> BlockValues:
+        return cut_values(self.source.kept_or_run(layer, until, cache), self.n_tokens, self.net.config.family)
 
 
 # -- the stages outside the blocks -----------------------------------------------------------------------------------

@@ -132,7 +132,8 @@ class Trace(TraceBase):
     # small functions of values the pass computed as it went (`ExplainerModel.trace_ids(observe=...)`), a
     # RowSummary's rows packed (`RowSummary.pack`: read them with `observation`)
     observations: dict[tuple[str, Summary], Tensor] = field(default_factory=dict, repr=False, compare=False)
-    _key: object = field(default_factory=object, init=False, repr=False, compare=False)  # its blocks' cache key
+    # its cache key for the stages outside the blocks (its blocks': `blocks.key`, shared by the traces that hold them)
+    _key: object = field(default_factory=object, init=False, repr=False, compare=False)
 
     describe_name = staticmethod(describe)
 
@@ -183,7 +184,7 @@ class Trace(TraceBase):
             prefix = f"blocks.{layer}."
             return {k: v for k, v in self.values.items() if k.startswith(prefix)}
         blocks = self.blocks
-        return self.block_cache.get((self._key, layer), lambda: blocks.block(layer))
+        return self.block_cache.get((blocks.key, layer), lambda: blocks.block(layer, cache=self.block_cache))
 
     def outside(self, part: str) -> BlockValues:
         """The stages a part of the forward outside the blocks records (`recompute.OUTSIDE`: "embed", "rope",
@@ -200,8 +201,7 @@ class Trace(TraceBase):
         the block is there, else the block run only that far (not kept)."""
         if self.blocks is None:
             return self.block(layer)
-        kept = self.block_cache.peek((self._key, layer))
-        return kept if kept is not None else self.blocks.block(layer, until=stage)
+        return self.blocks.kept_or_run(layer, stage, self.block_cache)
 
     def observe(self, name: str, fn: Summary) -> Tensor:
         """`fn(self[name])`, kept for `observation` as if the pass had observed it; a block's stage is read from the
@@ -218,7 +218,7 @@ class Trace(TraceBase):
     def keep_block(self, layer: int, values: BlockValues) -> None:
         """Hand block `layer`'s values, as the pass recorded them, to the block cache: its first view runs nothing."""
         if self.blocks is not None:
-            self.block_cache.put((self._key, layer), values)
+            self.block_cache.put((self.blocks.key, layer), values)
 
     def _derive(self, d: Derivation, layer: int | None) -> Tensor:
         """A derived stage of block `layer` (None: a global one), by its rule in names.DERIVATIONS.

@@ -16,6 +16,7 @@ from transformer_explainer import load_model
 from transformer_explainer.models.kv_cache import KVCache
 from transformer_explainer.names import FAMILY_NAMES
 from transformer_explainer.overview import pattern_thumbnail
+from transformer_explainer.recompute import BlockCache
 from transformer_explainer.trace import Trace, truncate_trace
 
 FAMILIES = ["gpt2", *DECODER_FIXTURES]
@@ -225,3 +226,56 @@ def test_a_continued_trace_keeps_the_overview_rows_of_its_beginning(model, kept,
     torch.testing.assert_close(got, reference, atol=1e-5, rtol=0)  # a continuation equals the whole to rounding
     if joined:
         assert len(merged.block_cache) == 0
+
+
+def test_a_continued_trace_reads_its_beginnings_blocks_kept_whole(model):
+    """A text edited at its end continues the trace of its beginning; a block of it that was viewed before the edit
+    (kept whole in the block cache they share) is read, cut and joined to the new positions' block, not run again:
+    the same numbers, bit for bit, with only the new positions run."""
+    ids = _ids(100, model.config.vocab_size, seed=12)
+    edited = ids[:92] + _ids(8, model.config.vocab_size, seed=13)
+    first = model.trace_ids(ids, keep_kv=True, block_cache=BlockCache(max_blocks=None))  # a server's: shared
+    first["blocks.1.attn.pattern"]  # viewed: block 1 kept whole
+    runs: list[int] = []
+    recorded = first.blocks.block
+
+    def counted(layer, until=None, cache=None, past=None):
+        runs.append(layer)
+        return recorded(layer, until, cache, past)
+
+    first.blocks.block = counted
+    second = model.extend_trace(truncate_trace(first, 92), edited[92:], keep_kv=True,
+                                block_cache=first.block_cache)
+    third = model.extend_trace(second, [5, 6], block_cache=first.block_cache)  # a token generated: twice continued
+    # the same recipe recorded eagerly (a continuation rounds as the whole text need not)
+    second_eager = model.extend_trace(truncate_trace(model.trace_ids(ids, eager=True), 92), edited[92:])
+    for layer in (1, 0):
+        for stage in ("attn.pattern", "mlp_out"):
+            name = f"blocks.{layer}.{stage}"
+            assert torch.equal(_bits(second[name]), _bits(second_eager[name])), name
+    assert runs == [0]  # block 1's beginning was read from the cache; block 0's had to run
+    assert_same_bits(third, model.extend_trace(second_eager, [5, 6]))
+    # the twice-continued trace read blocks 0 and 1 of its beginnings as kept for `second` and `first`; the others ran
+    assert runs.count(1) == 0 and runs.count(0) == 1 and len(runs) == model.config.n_layer - 1
+
+
+def test_a_continuation_keeps_its_keys_and_values_in_one_piece(model):
+    """A trace continued from one with its keys and values writes the new positions' into a cache made with room for
+    them (`KVCache.with_room`): every block's lies in one storage of exactly their size, kept without another copy,
+    the same numbers as the eagerly recorded continuation's."""
+    from transformer_explainer.models.kv_cache import KVCache
+    from transformer_explainer.recompute import storage_sizes
+
+    ids = _ids(60, model.config.vocab_size, seed=14)
+    head = model.trace_ids(ids[:50], keep_kv=True)
+    continued = model.extend_trace(head, ids[50:], keep_kv=True)
+    flat = [t for pair in continued.kv for t in pair]
+    sizes = storage_sizes(flat)
+    assert len(sizes) == 1 and sum(sizes.values()) == sum(t.numel() * t.element_size() for t in flat)
+    eager = model.extend_trace(model.trace_ids(ids[:50], eager=True, keep_kv=True), ids[50:], keep_kv=True)
+    for (k, v), (ek, ev) in zip(continued.kv, eager.kv, strict=True):
+        assert torch.equal(_bits(k), _bits(ek)) and torch.equal(_bits(v), _bits(ev)) and k.shape[1] == 60
+    # the cache itself: the beginning copied in, the room after it, one piece per device and dtype
+    cache = KVCache.with_room([(k[None], v[None]) for k, v in head.kv], 10)
+    assert cache.length == 50 and len(storage_sizes([t for pair in cache._buffers for t in pair])) == 1
+    assert all(torch.equal(k[0], hk) for (k, _), (hk, _) in zip(cache.layers, head.kv, strict=True))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 KV = tuple[Tensor, Tensor]  # (keys, values), each (B, heads, S, Dh)
@@ -23,6 +24,32 @@ class KVCache:
     layers: list[KV] = field(default_factory=list)
     capacity: int = 0
     _buffers: list[KV | None] = field(default_factory=list, init=False, repr=False)
+
+    @classmethod
+    def with_room(cls, past: list[KV], extra: int) -> KVCache:
+        """A cache holding `past` (per block, keys and values (B, heads, S, Dh)) with room for `extra` more positions,
+        every block's buffers in one storage per device and dtype: a pass over those positions writes its keys and
+        values in place, and what it records of them (every position's) already lies in one piece, to be kept as
+        it is (a trace continued from a kept one copies its beginning's keys and values once, not twice)."""
+        shapes = [(*t.shape[:2], t.shape[2] + extra, t.shape[3]) for pair in past for t in pair]
+        tensors = [t for pair in past for t in pair]
+        sizes: dict[tuple[torch.device, torch.dtype], int] = {}
+        for t, shape in zip(tensors, shapes, strict=True):
+            sizes[t.device, t.dtype] = sizes.get((t.device, t.dtype), 0) + shape[0] * shape[1] * shape[2] * shape[3]
+        arenas = {key: torch.empty(n, device=key[0], dtype=key[1]) for key, n in sizes.items()}
+        at = dict.fromkeys(sizes, 0)
+        buffers = []
+        for t, shape in zip(tensors, shapes, strict=True):
+            key, n = (t.device, t.dtype), shape[0] * shape[1] * shape[2] * shape[3]
+            buf = arenas[key][at[key]:at[key] + n].view(shape)
+            buf.narrow(2, 0, t.shape[2]).copy_(t)
+            buffers.append(buf)
+            at[key] += n
+        pairs = list(zip(buffers[::2], buffers[1::2], strict=True))
+        cache = cls([(k.narrow(2, 0, p[0].shape[2]), v.narrow(2, 0, p[0].shape[2])) for (k, v), p in zip(pairs, past,
+                                                                                                        strict=True)])
+        cache._buffers = list(pairs)
+        return cache
 
     @property
     def length(self) -> int:

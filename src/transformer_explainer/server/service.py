@@ -1,12 +1,13 @@
 """The server's memory of traces: a small LRU bounded in bytes, keyed by (model, token ids), and the
 `Explainer` that answers a trace through it. A trace keeps each block's input and runs a block again when a view
 first asks for its internals (`recompute.py`); the blocks recently run are shared by every trace in one cache of
-their own, a quarter of the budget. A view that asks for one more tensor of the same text reuses the forward pass,
-a text being typed or edited at its end continues the trace of its cached beginning and generating a token
-computes only its position (only the changed positions are computed, from the beginning's keys and values, kept
-with its trace while memory allows: under pressure they go before any trace does), a class sending the same text
-at once gets one pass, and nothing a client does can grow memory without bound. What the answers hold is the
-domain's (`overview`, `slicing`, `inputs`); this module only remembers."""
+their own, a quarter of the budget, and a trace continued from another reads that one's blocks kept there (a view
+of an edited text runs its block for the new positions only). A view that asks for one more tensor of the same
+text reuses the forward pass, a text being typed or edited at its end continues the trace of its cached beginning
+and generating a token computes only its position (only the changed positions are computed, from the beginning's
+keys and values, kept with its trace while memory allows: under pressure they go before any trace does), a class
+sending the same text at once gets one pass, and nothing a client does can grow memory without bound. What the
+answers hold is the domain's (`overview`, `slicing`, `inputs`); this module only remembers."""
 
 from __future__ import annotations
 
