@@ -147,6 +147,27 @@ def test_light_lane_is_not_held_up_by_model_calls():
     in_thread(scenario())
 
 
+def test_the_light_lane_runs_as_many_answers_at_once_as_the_model_lane_passes(monkeypatch):
+    """`serve` gives the light lane (answers from traces in memory) as many threads as the model lane: on two cores,
+    two views' blocks run again at once. Each light call here waits until the other has started: with one thread,
+    the second would wait behind the first until its time limit."""
+    from transformer_explainer.server.run import ServeConfig, server_settings
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1})
+    settings = server_settings(ServeConfig())
+    assert settings.model_threads == settings.light_threads == 2
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0})
+    assert server_settings(ServeConfig()).light_threads == 1
+
+    async def scenario() -> None:
+        pool = ModelPool(workers=1, light_workers=settings.light_threads, max_queue=4, timeout_s=10)
+        both = threading.Barrier(2, timeout=5)
+        assert await asyncio.gather(pool.run(both.wait, light=True), pool.run(both.wait, light=True)) is not None
+        pool.shutdown()
+
+    in_thread(scenario())
+
+
 def test_retry_after_follows_the_rate_calls_finish_at():
     async def scenario() -> None:
         pool = ModelPool(workers=1, max_queue=2, timeout_s=10)

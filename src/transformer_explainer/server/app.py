@@ -51,6 +51,8 @@ __all__ = ["CSP", "NOT_BUILT", "BodyLimit", "SecurityHeaders", "ServerSettings",
 @dataclass(frozen=True)
 class ServerSettings:
     model_threads: int = 1  # forward passes at once per process
+    light_threads: int = 1  # answers from traces in memory at once (the light lane; torch releases the lock in its
+    # products, so a second one runs beside the first on another core)
     thread_budget: int | None = None  # torch threads shared out among the running passes; None: torch's setting
     max_queue: int = defaults.QUEUE  # calls waiting beyond those (per lane); more get 503 + Retry-After
     request_timeout_s: float = defaults.TIMEOUT_S
@@ -251,7 +253,7 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     settings = settings or ServerSettings()
     registry = models if isinstance(models, ModelRegistry) else ModelRegistry.from_models(models, default)
     pool = ModelPool(settings.model_threads, settings.max_queue, settings.request_timeout_s,
-                     thread_budget=settings.thread_budget)
+                     light_workers=settings.light_threads, thread_budget=settings.thread_budget)
     explainer = Explainer(settings.trace_cache_mb * 2**20)
 
     @asynccontextmanager

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # imported where used: listening must not wait for the web fr
     from fastapi import FastAPI
     from starlette.types import ASGIApp
 
+    from .app import ServerSettings
     from .registry import ModelRegistry
     from .starting import StartingApp
 
@@ -69,7 +70,8 @@ class ServeConfig:
 def model_threads(cfg: ServeConfig) -> int:
     """Forward passes at once per process: the given number, else 2 where each process has two
     cores or more (two calls, one core each, keep up better under many users than one call on two
-    cores, and much better when another program is busy on one of them), else 1."""
+    cores, and much better when another program is busy on one of them), else 1. The light lane (answers
+    from traces in memory) gets as many threads: a view's block run again runs beside another's."""
     if cfg.model_threads is not None:
         return cfg.model_threads
     return min(2, max(1, len(os.sched_getaffinity(0)) // cfg.workers))
@@ -185,18 +187,26 @@ def preload_torch_libraries() -> None:
         log.debug("preloading torch's libraries failed; import torch loads them", exc_info=True)
 
 
+def server_settings(cfg: ServeConfig) -> ServerSettings:
+    """The app's settings for `cfg`: the threads of its lanes, its limits, downloads and access."""
+    from .app import ServerSettings
+
+    threads = model_threads(cfg)
+    return ServerSettings(model_threads=threads, light_threads=threads, thread_budget=thread_budget(cfg),
+                          max_queue=cfg.max_queue, request_timeout_s=cfg.request_timeout_s,
+                          trace_cache_mb=cfg.trace_cache_mb, max_body_bytes=cfg.max_body_bytes,
+                          max_tokens=cfg.max_tokens, max_analysis_gflop=analysis_gflop(cfg),
+                          downloads=downloads_allowed(cfg), access=access_settings(cfg))
+
+
 def build_app(cfg: ServeConfig) -> FastAPI:
     import torch
 
-    from .app import ServerSettings, create_app
+    from .app import create_app
 
-    budget = thread_budget(cfg)
-    torch.set_num_threads(cfg.torch_threads or budget or 1)  # this process serves; the setting is its own
-    settings = ServerSettings(model_threads=model_threads(cfg), thread_budget=budget, max_queue=cfg.max_queue,
-                              request_timeout_s=cfg.request_timeout_s, trace_cache_mb=cfg.trace_cache_mb,
-                              max_body_bytes=cfg.max_body_bytes, max_tokens=cfg.max_tokens,
-                              max_analysis_gflop=analysis_gflop(cfg), downloads=downloads_allowed(cfg),
-                              access=access_settings(cfg))
+    settings = server_settings(cfg)
+    # this process serves; the setting is its own
+    torch.set_num_threads(cfg.torch_threads or settings.thread_budget or 1)
     return create_app(build_registry(cfg), settings)
 
 
