@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 KV = tuple[Tensor, Tensor]  # (keys, values), each (B, heads, S, Dh)
+
+
+def empty_in_one_storage(specs: list[tuple[tuple[int, ...], torch.device, torch.dtype]]) -> list[Tensor]:
+    """Uninitialised tensors of the given (shape, device, dtype), each a view of one storage per device and dtype:
+    allocated in one piece (kept memory then neither fragments the allocator's free memory nor is dropped in parts)."""
+    sizes: dict[tuple[torch.device, torch.dtype], int] = {}
+    for shape, device, dtype in specs:
+        sizes[device, dtype] = sizes.get((device, dtype), 0) + math.prod(shape)
+    arenas = {key: torch.empty(n, device=key[0], dtype=key[1]) for key, n in sizes.items()}
+    at = dict.fromkeys(sizes, 0)
+    out = []
+    for shape, device, dtype in specs:
+        key, n = (device, dtype), math.prod(shape)
+        out.append(arenas[key][at[key]:at[key] + n].view(shape))
+        at[key] += n
+    return out
 
 
 @dataclass
@@ -31,23 +48,14 @@ class KVCache:
         every block's buffers in one storage per device and dtype: a pass over those positions writes its keys and
         values in place, and what it records of them (every position's) already lies in one piece, to be kept as
         it is (a trace continued from a kept one copies its beginning's keys and values once, not twice)."""
-        shapes = [(*t.shape[:2], t.shape[2] + extra, t.shape[3]) for pair in past for t in pair]
         tensors = [t for pair in past for t in pair]
-        sizes: dict[tuple[torch.device, torch.dtype], int] = {}
-        for t, shape in zip(tensors, shapes, strict=True):
-            sizes[t.device, t.dtype] = sizes.get((t.device, t.dtype), 0) + shape[0] * shape[1] * shape[2] * shape[3]
-        arenas = {key: torch.empty(n, device=key[0], dtype=key[1]) for key, n in sizes.items()}
-        at = dict.fromkeys(sizes, 0)
-        buffers = []
-        for t, shape in zip(tensors, shapes, strict=True):
-            key, n = (t.device, t.dtype), shape[0] * shape[1] * shape[2] * shape[3]
-            buf = arenas[key][at[key]:at[key] + n].view(shape)
+        buffers = empty_in_one_storage([((*t.shape[:2], t.shape[2] + extra, t.shape[3]), t.device, t.dtype)
+                                        for t in tensors])
+        for buf, t in zip(buffers, tensors, strict=True):
             buf.narrow(2, 0, t.shape[2]).copy_(t)
-            buffers.append(buf)
-            at[key] += n
         pairs = list(zip(buffers[::2], buffers[1::2], strict=True))
-        cache = cls([(k.narrow(2, 0, p[0].shape[2]), v.narrow(2, 0, p[0].shape[2])) for (k, v), p in zip(pairs, past,
-                                                                                                        strict=True)])
+        cache = cls([(k.narrow(2, 0, pk.shape[2]), v.narrow(2, 0, pk.shape[2])) for (k, v), (pk, _) in zip(pairs, past,
+                                                                                                          strict=True)])
         cache._buffers = list(pairs)
         return cache
 
