@@ -147,6 +147,34 @@ def test_light_lane_is_not_held_up_by_model_calls():
     in_thread(scenario())
 
 
+def test_the_light_lane_queues_light_queue_factor_times_as_many_calls_as_the_model_lane():
+    """A class's views come in bursts of calls of milliseconds: the light lane lets 4 x --queue of them wait (answered
+    sooner than a refusal's Retry-After of a second or more), and refuses the next; the model lane keeps --queue."""
+    from transformer_explainer.server import defaults
+
+    async def scenario() -> None:
+        gate = threading.Event()
+        pool = ModelPool(workers=1, max_queue=2, timeout_s=10)
+        n_light = 1 + 2 * defaults.LIGHT_QUEUE_FACTOR  # one running, the rest waiting
+        light = [asyncio.ensure_future(pool.run(gate.wait, light=True)) for _ in range(n_light)]
+        heavy = [asyncio.ensure_future(pool.run(gate.wait)) for _ in range(1 + 2)]
+        await asyncio.sleep(0.05)
+        assert pool.pending_light == n_light and pool.pending == 3
+        with pytest.raises(Busy):
+            await pool.run(lambda: 1, light=True)
+        with pytest.raises(Busy):
+            await pool.run(lambda: 1)
+        gate.set()
+        await asyncio.gather(*light, *heavy)
+        assert pool.pending_light == 0 and pool.pending == 0
+        pool.shutdown()
+
+    assert defaults.LIGHT_QUEUE_FACTOR > 1
+    in_thread(scenario())
+    with pytest.raises(ValueError):
+        ModelPool(light_queue_factor=0)
+
+
 def test_the_light_lane_runs_as_many_answers_at_once_as_the_model_lane_passes(monkeypatch):
     """`serve` gives the light lane (answers from traces in memory) as many threads as the model lane: on two cores,
     two views' blocks run again at once. Each light call here waits until the other has started: with one thread,

@@ -60,7 +60,8 @@ def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction
                    help="threads per forward pass, fixed (default: each pass gets the cores of its process shared "
                         "among the passes running, e.g. all of them for a lone user)")
     p.add_argument("--queue", type=non_negative_int, default=defaults.QUEUE,
-                   help=f"requests that may wait for the model (default {defaults.QUEUE}); more get 503")
+                   help=f"requests that may wait for the model (default {defaults.QUEUE}; answers from traces in "
+                        f"memory: {defaults.LIGHT_QUEUE_FACTOR} times as many); more get 503")
     p.add_argument("--timeout", type=positive_float, default=defaults.TIMEOUT_S,
                    help=f"seconds one model call may take (default {defaults.TIMEOUT_S:g}); then 503, and an analysis "
                         f"stops after its current forward pass")

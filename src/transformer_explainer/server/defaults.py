@@ -5,6 +5,9 @@ settings (app.ServerSettings) and the command line's flags and help (cli.py) rea
 from __future__ import annotations
 
 QUEUE = 16  # model calls that may wait (per lane); more get 503 + Retry-After
+# the light lane's queue is this many times as long: its answers take milliseconds, so LIGHT_QUEUE_FACTOR x QUEUE of
+# them wait less than the shortest Retry-After (1 s) a refusal would send
+LIGHT_QUEUE_FACTOR = 4
 TIMEOUT_S = 60.0  # seconds one call may take; then 503, and an analysis stops between its passes
 CACHE_MB = 256  # memory for recent traces per process
 MAX_BODY_BYTES = 1_000_000  # largest request body; larger ones get 413

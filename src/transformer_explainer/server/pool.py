@@ -7,7 +7,9 @@ Three lanes: model calls (a forward pass: hundreds of milliseconds for GPT-2 sma
 block again from its kept input: a pass's share of one block) and analyses (a forward pass per head, or more:
 seconds to minutes). Light calls have their own thread, so a student stepping through views of a
 text already traced does not wait behind other students' forward passes; analyses have theirs, so
-however many a client sends, the model lane's workers stay free for everyone's traces.
+however many a client sends, the model lane's workers stay free for everyone's traces. The light lane's
+queue is longer (LIGHT_QUEUE_FACTOR times): a class's views come in bursts, and a burst of calls of a few
+milliseconds each is answered sooner from the queue than after the Retry-After of a refusal.
 
 An analysis is stopped between its passes once nobody waits for its answer: when its request timed
 out (answered 503) or was abandoned (the client went away, and the coroutine awaiting it was
@@ -33,6 +35,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 import torch
+
+from . import defaults
 
 T = TypeVar("T")
 
@@ -79,20 +83,23 @@ class _Lane:
 
 class ModelPool:
     def __init__(self, workers: int = 1, max_queue: int = 16, timeout_s: float = 60.0, light_workers: int = 1,
-                 thread_budget: int | None = None, analysis_workers: int = 1) -> None:
-        """`workers` model calls run at once, `max_queue` more may wait; the light and the analysis
-        lanes alike, with `light_workers` and `analysis_workers`. `thread_budget`: torch threads
-        shared out among the running model calls and analyses; None leaves torch's thread setting alone."""
+                 thread_budget: int | None = None, analysis_workers: int = 1,
+                 light_queue_factor: int = defaults.LIGHT_QUEUE_FACTOR) -> None:
+        """`workers` model calls run at once, `max_queue` more may wait; the analysis lane alike, with
+        `analysis_workers`; the light lane with `light_workers` and a queue `light_queue_factor` times as long (its
+        calls take milliseconds: refusing one that would be answered well within a second, with a Retry-After of at
+        least one, only makes its client wait longer). `thread_budget`: torch threads shared out among the running
+        model calls and analyses; None leaves torch's thread setting alone."""
         if (workers < 1 or light_workers < 1 or analysis_workers < 1 or max_queue < 0 or timeout_s <= 0
-                or (thread_budget or 1) < 1):
-            raise ValueError("workers >= 1, light_workers >= 1, analysis_workers >= 1, max_queue >= 0, timeout_s > 0 "
-                             "and thread_budget >= 1 are required")
+                or (thread_budget or 1) < 1 or light_queue_factor < 1):
+            raise ValueError("workers >= 1, light_workers >= 1, analysis_workers >= 1, max_queue >= 0, timeout_s > 0, "
+                             "thread_budget >= 1 and light_queue_factor >= 1 are required")
         self.thread_budget = thread_budget
         self.workers = workers
         self.max_queue = max_queue
         self.timeout_s = timeout_s
         self._heavy = _Lane("model", workers, max_queue)
-        self._light = _Lane("light", light_workers, max_queue)
+        self._light = _Lane("light", light_workers, max_queue * light_queue_factor)
         self._analysis = _Lane("analysis", analysis_workers, max_queue)
         self._computing = 0  # model calls and analyses running now: they share the thread budget
         self._computing_lock = threading.Lock()
