@@ -135,8 +135,7 @@ class Decoder(nn.Module):
         return self
 
     def inference_layout_(self) -> Decoder:
-        """Projection matrices in the layout one-row products read fastest, for fast generation steps
-        (`kernels.inference_layout_`)."""
+        """Projection matrices input-major in memory, for fast generation steps (`kernels.inference_layout_`)."""
         inference_layout_(self)
         return self
 

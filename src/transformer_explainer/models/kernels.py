@@ -2,7 +2,7 @@
 as the plain maths, computed faster.
 
 - `linear` / `Linear`: a one-row product (a generation step) split over the cores where the BLAS would
-  run it on one, with the weights kept in the layout one-row products read fastest (`inference_layout_`);
+  run it on one, with the weights kept input-major in memory (`inference_layout_`);
 - `fused_attention`: attention through torch's fused kernel (nothing recorded);
 - `recorded_attention`: attention step by step, recording the pattern, in blocks of queries that each
   multiply only the keys they may see.
@@ -69,19 +69,14 @@ class Linear(nn.Linear):
 
 
 def inference_layout_(model: nn.Module) -> None:
-    """Keep each projection matrix with its longer dimension contiguous in memory: input-major ((in, out), as HF's
-    GPT-2 Conv1D stores it) where it has at least as many outputs as inputs, the unembedding included, else
-    output-major (nn.Linear's own layout: an MLP's down projection). The same values and shapes, but one-row
-    products, i.e. generation steps, run markedly faster on CPU BLAS. MKL, one thread, GPT-2 small's shapes,
-    one row by each of 24 weights of a shape in turn (beyond the cache), median: 768 -> 2304 input-major 0.41 ms
-    against 0.60 output-major, 768 -> 50257 6.8 ms against 14.2, but 3072 -> 768 0.57 ms output-major against
-    0.72 input-major (`benchmarks/profile_generation.py` shows each product in real steps). An embedding tied to
-    the unembedding reads the same tensor through a transposed view. In place."""
+    """Keep each projection matrix input-major in memory ((in, out), as HF's GPT-2 Conv1D stores it), the
+    unembedding included: the same values and shapes, but one-row products, i.e. generation steps, run
+    markedly faster on CPU BLAS and can be split over cores (see `linear`). An embedding tied to the
+    unembedding reads the same tensor through a transposed view. In place."""
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, nn.Linear):
-                w = module.weight.data
-                module.weight.data = w.t().contiguous().t() if w.shape[0] >= w.shape[1] else w.contiguous()
+                module.weight.data = module.weight.data.t().contiguous().t()
 
 
 def hidden_keys(t_query: int, t_key: int, window: int | None = None, device: torch.device | None = None) -> Tensor:
