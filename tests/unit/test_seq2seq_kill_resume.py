@@ -16,7 +16,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-STEPS = 40
+# about 16 steps/s here: three runs, each killed within 1.5 s of its first checkpoint, make at most ~75 of them,
+# which leaves room for a machine twice as fast (with 40 the run could finish before its third kill)
+STEPS = 200
 ARGS = ["--task", "reverse", "--preset", "tiny", "--dropout", "0.1", "--steps", str(STEPS), "--batch-size", "16",
         "--checkpoint-interval", "1", "--eval-interval", "15", "--eval-samples", "20", "--threads", "1",
         "--no-progress"]
