@@ -53,8 +53,10 @@ import json
 import math
 import os
 import random
+import re
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -266,10 +268,22 @@ async def watch_memory(pid: int, peak: dict[int, int], cpu: dict[int, float], st
 
 
 def start_server(folder: Path, extra: list[str]) -> tuple[subprocess.Popen, str]:
+    """The server, answering: /api/health 200 and, with --workers N, every worker's ready line on stderr
+    (the first worker answers health while the others still load the model on the same cores; a class
+    started then would measure the start-up, not the server). Its stderr is passed through."""
     cmd = [sys.executable, "-m", "transformer_explainer.cli", "serve", "--model", str(folder), "--only",
            "--port", "0", *extra]
     print("$ " + " ".join(cmd), file=sys.stderr)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=sys.stderr, text=True, cwd=ROOT)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    workers, ready = server_processes(extra), threading.Semaphore(0)
+
+    def pass_stderr() -> None:
+        for line in proc.stderr:
+            sys.stderr.write(line)
+            if re.match(r"worker \d+ ready", line):
+                ready.release()
+
+    threading.Thread(target=pass_stderr, daemon=True).start()
     line = proc.stdout.readline()
     if "serving on " not in line:
         proc.kill()
@@ -283,6 +297,12 @@ def start_server(folder: Path, extra: list[str]) -> tuple[subprocess.Popen, str]
         except httpx.TransportError:
             pass
         time.sleep(0.2)
+    if workers > 1:
+        deadline = time.monotonic() + 300
+        for _ in range(workers):
+            if not ready.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                stop_server(proc)
+                raise SystemExit(f"not every one of the server's {workers} workers said it was ready within 300 s")
     return proc, url
 
 

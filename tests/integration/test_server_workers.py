@@ -5,9 +5,11 @@ manager sends)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -46,10 +48,12 @@ def test_two_worker_processes_answer_and_stop_cleanly(tiny_gpt2_dir):
     proc = subprocess.Popen([sys.executable, "-m", "transformer_explainer.cli", "serve", "--model", str(tiny_gpt2_dir),
                              "--only", "--host", "0.0.0.0", "--port", "0", "--workers", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+    reader.start()
     try:
         line = proc.stdout.readline()
-        assert line.startswith("serving on http://127.0.0.1:") and "2 processes" in line, (
-            line, proc.stderr.read() if proc.poll() is not None else "")
+        assert line.startswith("serving on http://127.0.0.1:") and "2 processes" in line, (line, "".join(err))
         url, token = line.split()[2].split("?token=")
         auth = {"Authorization": f"Bearer {token}"}
         deadline = time.monotonic() + 90
@@ -59,11 +63,17 @@ def test_two_worker_processes_answer_and_stop_cleanly(tiny_gpt2_dir):
                     break
             except httpx.TransportError:
                 pass
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else "slow"
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(err) if proc.poll() else "slow"
             time.sleep(0.2)
         # uvicorn's workers, started by multiprocessing (which may add a resource-tracker process)
         workers = [p for p in children(proc.pid) if "resource_tracker" not in cmdline(p)]
         assert len(workers) == 2, [cmdline(p) for p in children(proc.pid)]
+        # each worker says on stderr when its model is loaded (health answers once the first one is)
+        while len(ready := [int(m[1]) for e in list(err) if (m := re.match(r"worker (\d+) ready \(model loaded in "
+                                                                           r"\d+\.\d s\)", e))]) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(err)
+            time.sleep(0.1)
+        assert sorted(ready) == sorted(workers), (ready, workers)
 
         # one token for both processes: fresh connections, spread by the kernel, are all let in
         for _ in range(12):
@@ -89,7 +99,8 @@ def test_two_worker_processes_answer_and_stop_cleanly(tiny_gpt2_dir):
             proc.kill()
             proc.wait()
             raise
-    assert proc.returncode == 0, proc.stderr.read()
+    reader.join(timeout=10)
+    assert proc.returncode == 0, "".join(err)
     time.sleep(0.5)
     assert not [w for w in workers if alive(w)], "worker processes outlived the server"
-    assert "Traceback" not in proc.stderr.read()
+    assert "Traceback" not in "".join(err)

@@ -210,9 +210,19 @@ def build_app(cfg: ServeConfig) -> FastAPI:
     return create_app(build_registry(cfg), settings)
 
 
+WORKER_READY = "worker {pid} ready (model loaded in {seconds:.1f} s)"  # one line per process on stderr
+
+
 def app_from_env() -> FastAPI:
-    """Factory for uvicorn's worker processes."""
-    return build_app(ServeConfig(**json.loads(os.environ[_CONFIG_ENV])))
+    """Factory for uvicorn's worker processes. Each says on stderr when it has loaded the model (`WORKER_READY`):
+    the parent's /api/health answers 200 as soon as one worker is up, while the others may still be loading
+    (and taking the cores from the first), so whoever waits for the whole server waits for these lines."""
+    import time
+
+    t0 = time.monotonic()
+    app = build_app(ServeConfig(**json.loads(os.environ[_CONFIG_ENV])))
+    print(WORKER_READY.format(pid=os.getpid(), seconds=time.monotonic() - t0), file=sys.stderr, flush=True)
+    return app
 
 
 def url_for(host: str, port: int, token: str | None = None) -> str:
