@@ -439,10 +439,22 @@ class BlockCache:
                 self._bytes -= old[1]
             self._items[key] = (values, size)
             self._bytes += size
-            while len(self._items) > 1 and ((self.max_blocks is not None and len(self._items) > self.max_blocks)
-                                            or (self.max_bytes is not None and self._bytes > self.max_bytes)):
-                _, (_, n) = self._items.popitem(last=False)
-                self._bytes -= n
+            self._evict()
+
+    def resize(self, max_bytes: int) -> None:
+        """Keep at most `max_bytes` from now on (the least recently used blocks go now if they take more; the one
+        computed last stays)."""
+        if max_bytes < 0:
+            raise ValueError("a block cache's budget cannot be negative")
+        with self._lock:
+            self.max_bytes = max_bytes
+            self._evict()
+
+    def _evict(self) -> None:  # under the lock
+        while len(self._items) > 1 and ((self.max_blocks is not None and len(self._items) > self.max_blocks)
+                                        or (self.max_bytes is not None and self._bytes > self.max_bytes)):
+            _, (_, n) = self._items.popitem(last=False)
+            self._bytes -= n
 
     def stats(self) -> dict[str, int | float]:
         return {"blocks": len(self._items), "mb": round(self._bytes / 2**20, 1), "hits": self.hits,

@@ -73,3 +73,18 @@ def test_a_failed_run_is_not_kept():
     with pytest.raises(RuntimeError):
         cache.get("k", fails)
     assert len(cache) == 0 and cache.get("k", lambda: block(2))["blocks.0.attn.q"].shape == (2,)
+
+
+def test_resize_drops_the_least_recently_used_now_and_bounds_what_comes():
+    cache = BlockCache(max_blocks=None, max_bytes=1000)
+    for k in "abcd":
+        cache.get(k, lambda: block(10))  # 40 bytes each
+    cache.get("a", lambda: block(10))  # a is the most recent now
+    cache.resize(80)
+    assert len(cache) == 2 and cache.nbytes == 80 and cache.peek("a") is not None and cache.peek("d") is not None
+    cache.get("e", lambda: block(10))
+    assert len(cache) == 2 and cache.peek("e") is not None and cache.peek("d") is None
+    cache.resize(0)  # the block run last stays, even beyond the budget
+    assert len(cache) == 1 and cache.peek("e") is not None
+    with pytest.raises(ValueError):
+        cache.resize(-1)

@@ -15,6 +15,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from transformer_explainer.recompute import storage_nbytes
 from transformer_explainer.server import ModelRegistry, ServerSettings, create_app
 from transformer_explainer.server.pool import Busy, ModelPool
 from transformer_explainer.server.service import Explainer
@@ -493,3 +494,30 @@ def test_model_calls_share_the_thread_budget():
         pool.shutdown()
 
     in_thread(scenario())
+
+
+def test_blocks_run_again_keep_what_the_traces_leave_of_the_budget(tiny_model):
+    """One budget for traces and blocks: the blocks may use what the traces do not (a class viewing a dozen texts block
+    by block asks for more blocks than a fixed quarter holds), and give it back as traces come; together they stay
+    within the budget."""
+    long_ids = tiny_model.encode(" ".join([TEXT] * 10))[:100]
+    short_ids = tiny_model.encode("Once upon a time")
+    alone = Explainer(2**30)
+    tr, _ = alone.trace("tiny", tiny_model, long_ids)
+    long_bytes, block_bytes = alone.cache.nbytes, storage_nbytes(list(tr.block(0).values()))
+    alone.trace("tiny", tiny_model, short_ids)
+    short_bytes = alone.cache.nbytes - long_bytes
+    n = tiny_model.config.n_layer
+    budget = long_bytes + n * block_bytes + short_bytes // 2  # room for every block of the long text's trace
+    assert budget // 4 < n * block_bytes  # more than a quarter of the budget: a fixed share held fewer
+    explainer = Explainer(budget)
+    tr, _ = explainer.trace("tiny", tiny_model, long_ids)
+    for layer in range(n):
+        tr.block(layer)
+    assert len(explainer.blocks) == n and explainer.blocks.nbytes == n * block_bytes
+    explainer.trace("tiny", tiny_model, short_ids)  # traces come: the blocks give their room back
+    assert explainer.cache.nbytes == long_bytes + short_bytes  # both traces kept
+    assert explainer.blocks.max_bytes == budget - explainer.cache.nbytes
+    assert len(explainer.blocks) == n - 1
+    assert explainer.cache.nbytes + explainer.blocks.nbytes <= budget
+

@@ -1,13 +1,14 @@
 """The server's memory of traces: a small LRU bounded in bytes, keyed by (model, token ids), and the
 `Explainer` that answers a trace through it. A trace keeps each block's input and runs a block again when a view
 first asks for its internals (`recompute.py`); the blocks recently run are shared by every trace in one cache of
-their own, a quarter of the budget, and a trace continued from another reads that one's blocks kept there (a view
-of an edited text runs its block for the new positions only). A view that asks for one more tensor of the same
-text reuses the forward pass, a text being typed or edited at its end continues the trace of its cached beginning
-and generating a token computes only its position (only the changed positions are computed, from the beginning's
-keys and values, kept with its trace while memory allows: under pressure they go before any trace does), a class
-sending the same text at once gets one pass, and nothing a client does can grow memory without bound. What the
-answers hold is the domain's (`overview`, `slicing`, `inputs`); this module only remembers."""
+their own, which holds what the traces leave of the budget (a quarter at least), and a trace continued from another
+reads that one's blocks kept there (a view of an edited text runs its block for the new positions only). A view that
+asks for one more tensor of the same text reuses the forward pass, a text being typed or edited at its end continues
+the trace of its cached beginning and generating a token computes only its position (only the changed positions are
+computed, from the beginning's keys and values, kept with its trace while memory allows: under pressure they go
+before any trace does), a class sending the same text at once gets one pass, and nothing a client does can grow
+memory without bound. What the answers hold is the domain's (`overview`, `slicing`, `inputs`); this module only
+remembers."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from ..overview import overview_summaries, overview_summary
 from ..recompute import BlockCache, storage_nbytes
 from ..trace import RowSummary, Trace, truncate_trace
 
-BLOCKS_SHARE = 4  # one part in BLOCKS_SHARE of the budget keeps blocks run again, the rest keeps traces
+# traces take at most all but one part in BLOCKS_SHARE of the budget; blocks run again take the rest, and whatever
+# the traces leave unused: a class viewing a dozen texts block by block (GPT-2 small's shape, 20 tokens: 1.3 MB a
+# block) asks for more blocks than a fixed quarter holds while its traces fill two thirds of theirs
+BLOCKS_SHARE = 4
 # a text typed on or a generated token continues a cached trace from its kept keys and values; a trace made of
 # that many passes is not continued (a shorter cached beginning may be), as each view of it runs every one of its
 # passes again: a block's view of a 128-token text on GPT-2 small's shape, edited at its end again and again, costs
@@ -220,9 +224,9 @@ class Explainer:
     """The computations behind the API, with the trace cache and the cache of blocks run again. Thread-safe."""
 
     def __init__(self, cache_bytes: int) -> None:
-        blocks = cache_bytes // BLOCKS_SHARE
-        self.cache = TraceCache(cache_bytes - blocks, shed=shed_continuation)
-        self.blocks = BlockCache(max_blocks=None, max_bytes=blocks)
+        self.cache_bytes = cache_bytes
+        self.cache = TraceCache(cache_bytes - cache_bytes // BLOCKS_SHARE, shed=shed_continuation)
+        self.blocks = BlockCache(max_blocks=None, max_bytes=cache_bytes)
         self._inflight: dict[tuple[str, tuple[int, ...]], Future[Trace]] = {}
         self._lock = threading.Lock()
 
@@ -246,6 +250,11 @@ class Explainer:
             if (name, fn) not in trace.observations:
                 trace.observe(name, fn)
         return trace
+
+    def _keep(self, key: tuple[str, tuple[int, ...]], trace: Trace) -> None:
+        """Cache `trace`; the blocks run again keep what the traces leave of the budget."""
+        self.cache.put(key, trace)
+        self.blocks.resize(max(0, self.cache_bytes - self.cache.nbytes))
 
     def trace(self, name: str, model: ExplainerModel, ids: list[int], *, blocks: Collection[int] = ()
               ) -> tuple[Trace, list[int]]:
@@ -279,7 +288,7 @@ class Explainer:
         finally:
             with self._lock:
                 del self._inflight[key]
-        self.cache.put(key, trace)
+        self._keep(key, trace)
         return trace, computed
 
     def extend(self, name: str, model: ExplainerModel, prefix: Trace, token_id: int, *, cached: bool = True,
@@ -291,5 +300,5 @@ class Explainer:
             merged, first = self._continued(model, prefix, [token_id]), prefix.n_tokens
         else:
             merged, first = self._fresh(model, [*prefix.token_ids, token_id], blocks), 0
-        self.cache.put((name, tuple(merged.token_ids)), merged)
+        self._keep((name, tuple(merged.token_ids)), merged)
         return merged, first
