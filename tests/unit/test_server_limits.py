@@ -521,3 +521,31 @@ def test_blocks_run_again_keep_what_the_traces_leave_of_the_budget(tiny_model):
     assert len(explainer.blocks) == n - 1
     assert explainer.cache.nbytes + explainer.blocks.nbytes <= budget
 
+
+def test_light_calls_share_the_thread_budget_too():
+    """A view's block run again takes its share of the cores like a forward pass: alone, all of them; beside a running
+    model call, its half (two threads each on two cores left both waiting for each other)."""
+    import torch
+
+    async def scenario() -> None:
+        pool = ModelPool(workers=1, light_workers=1, max_queue=0, timeout_s=10, thread_budget=2)
+        assert await pool.run(torch.get_num_threads, light=True) == 2
+        gate, started = threading.Event(), threading.Event()
+
+        def held() -> int:
+            started.set()
+            gate.wait()
+            return torch.get_num_threads()
+
+        first = asyncio.ensure_future(pool.run(held))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        try:
+            beside = await pool.run(torch.get_num_threads, light=True)
+        finally:
+            gate.set()
+            await first
+            pool.shutdown()
+        assert beside == 1
+
+    in_thread(scenario())
