@@ -14,9 +14,9 @@ weights, float32):
   attribute  direct logit attribution at --lengths[0] tokens (it reads every block's heads)
   server     how many traces of 128 tokens the server's default trace cache budget holds: today's cache with
              eagerly recorded traces, and the `Explainer` (traces with their keys and values kept, which it drops
-             under pressure, and a quarter of the budget for blocks run again); and what the `Explainer` spends on a
-             new text of 128 tokens, on that text with its last two tokens edited, and on a token generated after
-             it (the last two continue the cached trace)
+             under pressure, and what the traces leave of the budget for blocks run again); and what the
+             `Explainer` spends on a new text of 128 tokens, on that text with its last two tokens edited, and on
+             a token generated after it (the last two continue the cached trace)
 
 Contenders are interleaved round by round so that drift hits all alike; times are medians (CPU seconds of this
 process, and wall), with the machine's load average before and after. On a shared machine, read CPU time: the
