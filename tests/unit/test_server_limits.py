@@ -470,6 +470,23 @@ def test_thread_budget_is_the_cores_of_each_process(monkeypatch):
     assert model_threads(ServeConfig()) == 1 and thread_budget(ServeConfig()) == 1
 
 
+async def a_model_call_held(pool: ModelPool) -> tuple[asyncio.Future, threading.Event]:
+    """A model call started and held until the returned gate is set; it answers its torch threads then."""
+    import torch
+
+    gate, started = threading.Event(), threading.Event()
+
+    def held() -> int:
+        started.set()
+        gate.wait()
+        return torch.get_num_threads()
+
+    first = asyncio.ensure_future(pool.run(held))
+    while not started.is_set():
+        await asyncio.sleep(0.01)
+    return first, gate
+
+
 def test_model_calls_share_the_thread_budget():
     """A lone call runs on the whole budget; calls running together split it (at least 1 each)."""
     import torch
@@ -477,16 +494,7 @@ def test_model_calls_share_the_thread_budget():
     async def scenario() -> None:
         pool = ModelPool(workers=2, max_queue=0, timeout_s=10, thread_budget=2)
         assert await pool.run(torch.get_num_threads) == 2
-        gate, started = threading.Event(), threading.Event()
-
-        def held() -> int:
-            started.set()
-            gate.wait()
-            return torch.get_num_threads()
-
-        first = asyncio.ensure_future(pool.run(held))
-        while not started.is_set():
-            await asyncio.sleep(0.01)
+        first, gate = await a_model_call_held(pool)
         assert await pool.run(torch.get_num_threads) == 1  # one other call running: half the budget
         gate.set()
         assert await first == 2  # set when it started, alone
@@ -530,16 +538,7 @@ def test_light_calls_share_the_thread_budget_too():
     async def scenario() -> None:
         pool = ModelPool(workers=1, light_workers=1, max_queue=0, timeout_s=10, thread_budget=2)
         assert await pool.run(torch.get_num_threads, light=True) == 2
-        gate, started = threading.Event(), threading.Event()
-
-        def held() -> int:
-            started.set()
-            gate.wait()
-            return torch.get_num_threads()
-
-        first = asyncio.ensure_future(pool.run(held))
-        while not started.is_set():
-            await asyncio.sleep(0.01)
+        first, gate = await a_model_call_held(pool)
         try:
             beside = await pool.run(torch.get_num_threads, light=True)
         finally:
