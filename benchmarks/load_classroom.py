@@ -53,7 +53,6 @@ import json
 import math
 import os
 import random
-import re
 import subprocess
 import sys
 import threading
@@ -65,6 +64,8 @@ from pathlib import Path
 
 import httpx
 from fixtures import gpt2_small_shape
+
+from transformer_explainer.server.run import WORKER_READY_PATTERN
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -280,7 +281,7 @@ def start_server(folder: Path, extra: list[str]) -> tuple[subprocess.Popen, str]
     def pass_stderr() -> None:
         for line in proc.stderr:
             sys.stderr.write(line)
-            if re.match(r"worker \d+ ready", line):
+            for _ in WORKER_READY_PATTERN.finditer(line):  # two workers' lines may have run together
                 ready.release()
 
     threading.Thread(target=pass_stderr, daemon=True).start()

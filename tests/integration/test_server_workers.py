@@ -5,8 +5,8 @@ manager sends)."""
 from __future__ import annotations
 
 import os
-import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from transformer_explainer.server.run import WORKER_READY_PATTERN
 
 
 def children(pid: int) -> list[int]:
@@ -43,38 +45,50 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
-def test_two_worker_processes_answer_and_stop_cleanly(tiny_gpt2_dir):
-    proc = subprocess.Popen([sys.executable, "-m", "transformer_explainer.cli", "serve", "--model", str(tiny_gpt2_dir),
-                             "--only", "--host", "0.0.0.0", "--port", "0", "--workers", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    err: list[str] = []
-    reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
-    reader.start()
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("serving on http://127.0.0.1:") and "2 processes" in line, (line, "".join(err))
-        url, token = line.split()[2].split("?token=")
-        auth = {"Authorization": f"Bearer {token}"}
+class TwoWorkers:
+    """`serve --workers 2` on the tiny model, started and waited for: health 200 and both workers' ready lines."""
+
+    def __init__(self, model_dir: Path):
+        self.proc = subprocess.Popen([sys.executable, "-m", "transformer_explainer.cli", "serve", "--model",
+                                      str(model_dir), "--only", "--host", "0.0.0.0", "--port", "0", "--workers", "2"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.err: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.err.extend(self.proc.stderr), daemon=True)
+        self.reader.start()
+        line = self.proc.stdout.readline()
+        assert line.startswith("serving on http://127.0.0.1:") and "2 processes" in line, (line, self.stderr)
+        self.url, token = line.split()[2].split("?token=")
+        self.auth = {"Authorization": f"Bearer {token}"}
         deadline = time.monotonic() + 90
         while True:  # the URL is printed before the workers have loaded the model
             try:
-                if httpx.get(url + "api/health", headers=auth, timeout=10).status_code == 200:
+                if httpx.get(self.url + "api/health", headers=self.auth, timeout=10).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(err) if proc.poll() else "slow"
+            assert time.monotonic() < deadline and self.proc.poll() is None, self.stderr if self.proc.poll() else "slow"
             time.sleep(0.2)
         # uvicorn's workers, started by multiprocessing (which may add a resource-tracker process)
-        workers = [p for p in children(proc.pid) if "resource_tracker" not in cmdline(p)]
-        assert len(workers) == 2, [cmdline(p) for p in children(proc.pid)]
-        # each worker says on stderr when its model is loaded (health answers once the first one is)
-        while len(ready := [int(m[1]) for e in list(err) if (m := re.match(r"worker (\d+) ready \(model loaded in "
-                                                                           r"\d+\.\d s\)", e))]) < 2:
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(err)
+        self.workers = [p for p in children(self.proc.pid) if "resource_tracker" not in cmdline(p)]
+        assert len(self.workers) == 2, [cmdline(p) for p in children(self.proc.pid)]
+        # each worker says on stderr when its model is loaded (health answers once the first one is); two
+        # workers' lines may run together in the pipe, so they are searched for, not matched line by line
+        while len(ready := [int(m[1]) for m in WORKER_READY_PATTERN.finditer(self.stderr)]) < 2:
+            assert time.monotonic() < deadline and self.proc.poll() is None, self.stderr
             time.sleep(0.1)
-        assert sorted(ready) == sorted(workers), (ready, workers)
+        assert sorted(ready) == sorted(self.workers), (ready, self.workers)
 
+    @property
+    def stderr(self) -> str:
+        return "".join(list(self.err))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
+def test_two_worker_processes_answer_and_stop_cleanly(tiny_gpt2_dir):
+    server = TwoWorkers(tiny_gpt2_dir)
+    proc, url, auth, workers, err, reader = (server.proc, server.url, server.auth, server.workers, server.err,
+                                             server.reader)
+    try:
         # one token for both processes: fresh connections, spread by the kernel, are all let in
         for _ in range(12):
             assert httpx.get(url + "api/models", headers=auth, timeout=30).status_code == 200
@@ -104,3 +118,20 @@ def test_two_worker_processes_answer_and_stop_cleanly(tiny_gpt2_dir):
     time.sleep(0.5)
     assert not [w for w in workers if alive(w)], "worker processes outlived the server"
     assert "Traceback" not in "".join(err)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
+def test_workers_end_with_their_parent_killed_outright(tiny_gpt2_dir):
+    """kill -9 of `serve --workers 2`: its workers, re-parented, end too and free the port (before, they lived on
+    as orphans serving the port, and a restart failed with "address already in use")."""
+    server = TwoWorkers(tiny_gpt2_dir)
+    port = int(server.url.rsplit(":", 1)[1].strip("/"))
+    server.proc.kill()
+    server.proc.wait()
+    deadline = time.monotonic() + 15
+    while [w for w in server.workers if alive(w)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [w for w in server.workers if alive(w)], "worker processes outlived their killed parent"
+    with socket.socket() as s:  # the port is free again
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", port))

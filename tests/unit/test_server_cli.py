@@ -3,6 +3,7 @@ and warns when exposed beyond this machine."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -10,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from transformer_explainer.server.run import ServeConfig, is_loopback, serve, url_for
+from transformer_explainer.server.run import WORKER_READY_PATTERN, ServeConfig, is_loopback, serve, url_for
 
 
 def test_defaults_are_local():
@@ -74,3 +75,18 @@ def test_unknown_model_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "transformer_explainer.cli", "serve", "--model", str(tmp_path / "nope"),
                         "--port", "0"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "no such folder" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_lines_from_several_processes_on_one_stderr_never_run_together():
+    """say_line writes a line whole: four processes writing 300 lines each to one pipe give 1200 whole lines
+    (print's separate writes of the text and its newline could interleave: issue 39's two ready lines)."""
+    code = ("import sys; from transformer_explainer.server.run import say_line, WORKER_READY\n"
+            "for i in range(300): say_line(WORKER_READY.format(pid=int(sys.argv[1]), seconds=i / 10))")
+    read, write = os.pipe()
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(n)], stderr=write) for n in range(4)]
+    os.close(write)
+    with os.fdopen(read) as f:
+        out = f.read()
+    assert all(p.wait() == 0 for p in procs)
+    lines = out.splitlines()
+    assert len(lines) == 1200 and all(WORKER_READY_PATTERN.fullmatch(line) for line in lines), out[:500]

@@ -9,6 +9,7 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import secrets
 import socket
 import sys
@@ -211,6 +212,35 @@ def build_app(cfg: ServeConfig) -> FastAPI:
 
 
 WORKER_READY = "worker {pid} ready (model loaded in {seconds:.1f} s)"  # one line per process on stderr
+# how a reader finds those lines: searched, not matched at a line's start, so that a line another process's
+# output ran into is still found
+WORKER_READY_PATTERN = re.compile(r"worker (\d+) ready \(model loaded in \d+\.\d s\)")
+
+
+def say_line(text: str) -> None:
+    """One line on stderr in one write: processes sharing the pipe (uvicorn's workers) never split each
+    other's lines, as print's separate writes of the text and its newline can."""
+    sys.stderr.flush()
+    data = (text + "\n").encode()
+    while data:  # a pipe takes a write of up to PIPE_BUF bytes whole; a line is far shorter
+        data = data[os.write(2, data):]
+
+
+def die_with_parent(interval: float = 0.5) -> None:
+    """A worker ends when the process that started it is gone (killed with SIGKILL, its workers are
+    re-parented and would otherwise keep serving and holding the port): a daemon thread watches the parent."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        say_line(f"worker {os.getpid()} stopping: its parent process {parent} is gone")
+        os._exit(1)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
 
 
 def app_from_env() -> FastAPI:
@@ -219,9 +249,10 @@ def app_from_env() -> FastAPI:
     (and taking the cores from the first), so whoever waits for the whole server waits for these lines."""
     import time
 
+    die_with_parent()
     t0 = time.monotonic()
     app = build_app(ServeConfig(**json.loads(os.environ[_CONFIG_ENV])))
-    print(WORKER_READY.format(pid=os.getpid(), seconds=time.monotonic() - t0), file=sys.stderr, flush=True)
+    say_line(WORKER_READY.format(pid=os.getpid(), seconds=time.monotonic() - t0))
     return app
 
 
