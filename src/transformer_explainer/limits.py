@@ -14,6 +14,7 @@ LENS_TOP = 5  # tokens per layer in the app's logit-lens table
 NEIGHBOURS = 10  # nearest tokens the embedding explorer lists
 MAX_TOKENS_LIST = 64  # tokens in one analogy or embedding projection
 MAX_LENS_POSITIONS = 64  # logit-lens columns per request: each costs n_layer + 1 unembeddings
+MAX_TEXT_CHARS = 40_000  # characters of one text: far above 1024 GPT-2 tokens (the token limit is checked too)
 
 
 def shared_constants() -> dict[str, int | float]:

@@ -12,9 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .errors import ERROR_CODES, InputError
 from .families import FAMILIES
-from .limits import MAX_TEMPERATURE, MAX_TOP_N
+from .limits import MAX_TEMPERATURE, MAX_TEXT_CHARS, MAX_TOP_N
 
-MAX_TEXT_CHARS = 40_000  # far above 1024 GPT-2 tokens of ordinary text; the token limit is checked too
 MAX_IDS = 4096
 MAX_TENSORS_PER_REQUEST = 16
 

@@ -11,3 +11,4 @@ export const LENS_TOP = 5;
 export const NEIGHBOURS = 10;
 export const MAX_TOKENS_LIST = 64;
 export const MAX_LENS_POSITIONS = 64;
+export const MAX_TEXT_CHARS = 40000;
