@@ -15,6 +15,7 @@ NEIGHBOURS = 10  # nearest tokens the embedding explorer lists
 MAX_TOKENS_LIST = 64  # tokens in one analogy or embedding projection
 MAX_LENS_POSITIONS = 64  # logit-lens columns per request: each costs n_layer + 1 unembeddings
 MAX_TEXT_CHARS = 40_000  # characters of one text: far above 1024 GPT-2 tokens (the token limit is checked too)
+MAX_TENSORS_PER_REQUEST = 16  # tensors one /api/tensors or /api/weights request may ask for
 
 
 def shared_constants() -> dict[str, int | float]:

@@ -12,10 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .errors import ERROR_CODES, InputError
 from .families import FAMILIES
-from .limits import MAX_TEMPERATURE, MAX_TEXT_CHARS, MAX_TOP_N
+from .limits import MAX_TEMPERATURE, MAX_TENSORS_PER_REQUEST, MAX_TEXT_CHARS, MAX_TOP_N
 
 MAX_IDS = 4096
-MAX_TENSORS_PER_REQUEST = 16
 
 TensorDtype = Literal["float16", "float32"]
 # the codes of errors.ERROR_CODES, as a named type of the schema (and of the generated TypeScript)

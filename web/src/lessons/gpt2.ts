@@ -9,8 +9,9 @@
 // query whose best match is positive, a word split for its own sake), its `enter` looks for one in the learner's
 // data, moves the app's focus there so the views show what the text quotes, and the text says so.
 import { SvelteMap } from "svelte/reactivity";
-import { ApiError, call } from "../lib/client";
-import type { NeighboursOut, TensorSpec, TokenOut } from "../lib/generated/api";
+import { call } from "../lib/client";
+import type { TensorSpec, TokenOut, TokensOut } from "../lib/generated/api";
+import { MAX_TENSORS_PER_REQUEST } from "../lib/generated/limits";
 import { visible } from "../lib/format";
 import { claim, either, say, val, type Lesson, type LessonStep, type Text, type Value } from "../lib/lesson";
 import { dec, int, pct, term, token, word } from "../lib/lessonFormat";
@@ -68,8 +69,7 @@ function norm(a: ArrayLike<number>): number {
   return Math.sqrt(s);
 }
 
-/** The most tensors one /api/tensors request may ask for (the server's MAX_TENSORS_PER_REQUEST). */
-const PER_REQUEST = 16;
+const PER_REQUEST = MAX_TENSORS_PER_REQUEST; // the most tensors one /api/tensors request may ask for
 function chunks<T>(a: T[], n: number): T[][] {
   return Array.from({ length: Math.ceil(a.length / n) }, (_, i) => a.slice(i * n, (i + 1) * n));
 }
@@ -166,6 +166,32 @@ const positive = (r: HeadRow) => r.n >= 2 && r.bestScore > 0;
 const clearWin = (r: HeadRow) => r.n >= 2 && r.w1 >= CLEAR_SHARE && r.w1 >= 2 * r.w2;
 /** The best match is another token's key, not the query's own (a clearer example of a search). */
 const notSelf = (r: HeadRow) => r.best !== r.n - 1;
+/** The key the row weights most is not the first token: a search, not weight parked on position 0. */
+const offFirst = (r: HeadRow) => r.top !== 0 && r.best !== 0;
+
+// -- attention sinks: heads whose rows put most of their weight on the first token --------------------------------
+
+/** A head whose rows give position 0 at least this share of their weight, on average, is a sink for the text. */
+const SINK_SHARE = 0.5;
+/** The focus head's whole pattern (T × T): every query's row. */
+const headPatternSpec = (l: number, h: number): TensorSpec => ({ name: `blocks.${l}.attn.pattern`, head: h });
+/** The mean weight the head's rows after the first give position 0, or null before its pattern is here (or with
+ *  one token: the first row has only position 0 to weight). */
+function firstShare(l: number, h: number): number | null {
+  const pat = app.tensor(headPatternSpec(l, h)), T = nTok();
+  if (!pat || T < 2 || pat.shape[0] !== T) return null;
+  let s = 0;
+  for (let i = 1; i < T; i++) s += pat.data[i * T];
+  return s / (T - 1);
+}
+/** The sentence naming the focus head a sink, when the key the text quotes is position 0 and the head's rows put
+ *  most of their weight there; none otherwise. */
+function sinkNote(quoted: number): Text {
+  const share = firstShare(app.layer, app.head);
+  if (quoted !== 0 || share === null || share < SINK_SHARE) return [];
+  return [claim("lesson.gpt2.attn.sink", { layer: layerVal(), head: headVal(), first: tokAt("first-token", 0),
+    share: dec("sink-share", share), rows: int("sink-rows", nTok() - 1) })];
+}
 
 /** Put the focus on the first head (the current one first, then block by block) that `prefs[0]` accepts, else
  *  `prefs[1]`, …; the focus stays where it is when none does. */
@@ -184,7 +210,8 @@ async function pickHead(step: string, prefs: ((r: HeadRow) => boolean)[]): Promi
 
 /** The focus head's row, or null before its tensors are here. */
 const focusRow = () => headRow(app.layer, app.head, app.pos);
-const focusSpecs = () => [scoreSpec(app.layer, app.head, app.pos), patternSpec(app.layer, app.head, app.pos)];
+const focusSpecs = () => [scoreSpec(app.layer, app.head, app.pos), patternSpec(app.layer, app.head, app.pos),
+  headPatternSpec(app.layer, app.head)];
 
 const layerVal = () => int("layer", app.layer);
 const headVal = () => int("head", app.head);
@@ -203,21 +230,23 @@ const smallEdits = (r: { pre: number; attn: number; mlp: number }) => r.attn < r
 // -- tokenization: words split into pieces, and which strings are single vocabulary entries ----------------------
 
 /** Whether a string is one entry of a model's vocabulary: its id, null when it is not, "unknown" when the server
- *  could not say (an offline snapshot). Asked of /api/analysis/neighbours, which resolves a string to one token or
- *  refuses (422) one that is several. */
+ *  could not say (an offline snapshot, a failed request). Asked of /api/attribution/tokens, which tokenizes any text:
+ *  one token (after the BOS some models prepend) is one entry. */
 const entries = new SvelteMap<string, number | null | "unknown">();
 const asking = new Set<string>();
 const entryKey = (s: string) => `${app.trace?.model}\u0000${s}`;
 function lookUp(s: string): void {
   const model = app.trace?.model, key = entryKey(s);
-  if (!model || entries.has(key) || asking.has(key)) return;
+  if (!model || !s || entries.has(key) || asking.has(key)) return;
   asking.add(key);
   (async () => {
     try {
-      const out = await call<NeighboursOut>("analysis/neighbours", { model, token: s, n: 1 });
-      entries.set(key, out.token.id);
-    } catch (e) {
-      entries.set(key, e instanceof ApiError && (e.status === 422 || e.status === 400) ? null : "unknown");
+      const out = await call<TokensOut>("attribution/tokens", { model, texts: [s] });
+      const ids = out.texts[0].ids;
+      const own = out.bos_id !== null && ids[0] === out.bos_id ? ids.slice(1) : ids;
+      entries.set(key, own.length === 1 ? own[0] : null);
+    } catch {
+      entries.set(key, "unknown");
     } finally {
       asking.delete(key);
     }
@@ -388,6 +417,8 @@ const steps: LessonStep[] = [
       const g = app.trace?.char_groups[0];
       if (g) out.push(claim("lesson.gpt2.bpe.bytes", { text: word("char-text", g.text, `char-group-${g.start}`),
         n: int("n-bytes", g.end - g.start) }));
+      // a string the server could not tokenize here: the sentences above said nothing that needs it
+      if (questions.some((q) => entry(q) === "unknown")) out.push(say("lesson.gpt2.bpe.unknown"));
       out.push(say("lesson.gpt2.bpe.why"));
       return out;
     },
@@ -447,7 +478,8 @@ const steps: LessonStep[] = [
     target: "qkv-mats",
     enter: async () => {
       show("qkv");
-      await pickHead("qkv", [(r) => positive(r) && clearWin(r) && notSelf(r), (r) => positive(r) && notSelf(r), positive]);
+      await pickHead("qkv", [(r) => positive(r) && clearWin(r) && notSelf(r) && offFirst(r), (r) => positive(r) && notSelf(r) && offFirst(r),
+        (r) => positive(r) && clearWin(r) && notSelf(r), (r) => positive(r) && notSelf(r), positive]);
     },
     needs: () => focusSpecs(),
     title: "lesson.gpt2.qkv.title",
@@ -461,6 +493,7 @@ const steps: LessonStep[] = [
       if (r.n < 2) out.push(claim("lesson.gpt2.qkv.only", { focus: focusTok(), score: dec("best-score", r.bestScore) }));
       else if (r.bestScore <= 0) out.push(claim("lesson.gpt2.qkv.bestNeg", vars));
       else out.push(either(r.best === app.pos, "lesson.gpt2.qkv.bestSelf", "lesson.gpt2.qkv.best", vars));
+      if (r.n >= 2 && r.bestScore > 0) out.push(...sinkNote(r.best));
       return out;
     },
   },
@@ -469,7 +502,7 @@ const steps: LessonStep[] = [
     target: "stage-scores",
     enter: async () => {
       show("attention");
-      await pickHead("dot", [(r) => positive(r) && notSelf(r), positive]);
+      await pickHead("dot", [(r) => positive(r) && notSelf(r) && offFirst(r), (r) => positive(r) && notSelf(r), positive]);
     },
     needs: () => focusSpecs(),
     title: "lesson.gpt2.dot.title",
@@ -484,6 +517,7 @@ const steps: LessonStep[] = [
           high: tokAt("high-key", r.best), highScore: dec("high-score", r.bestScore, "score-best"),
           low: tokAt("low-key", r.low), lowScore: dec("low-score", r.lowScore, "score-low") };
         out.push(either(r.low === app.pos, "lesson.gpt2.dot.lowSelf", "lesson.gpt2.dot.range", vars));
+        out.push(...sinkNote(r.best));
       }
       return out;
     },
@@ -493,7 +527,7 @@ const steps: LessonStep[] = [
     target: "stage-scaled",
     enter: async () => {
       show("attention");
-      await pickHead("scale", [(r) => positive(r) && notSelf(r), positive]);
+      await pickHead("scale", [(r) => positive(r) && notSelf(r) && offFirst(r), (r) => positive(r) && notSelf(r), positive]);
     },
     needs: () => focusSpecs(),
     title: "lesson.gpt2.scale.title",
@@ -542,7 +576,8 @@ const steps: LessonStep[] = [
     target: "stage-softmax",
     enter: async () => {
       show("attention");
-      await pickHead("softmax", [(r) => clearWin(r) && r.top !== app.pos, clearWin]);
+      await pickHead("softmax", [(r) => clearWin(r) && r.top !== app.pos && offFirst(r), (r) => clearWin(r) && offFirst(r),
+        (r) => clearWin(r) && r.top !== app.pos, clearWin]);
     },
     needs: () => focusSpecs(),
     title: "lesson.gpt2.softmax.title",
@@ -566,6 +601,17 @@ const steps: LessonStep[] = [
             else if (clearWin(x)) any = true;
           }
           if (all && !any) out.push(claim("lesson.gpt2.softmax.noHead", { focus: focusTok() }));
+        }
+        out.push(...sinkNote(r.top));
+        if (r.top === 0 && clearWin(r)) {
+          // the fallback: no head gives the row a clear winner beyond the first token
+          let other = false, all = true;
+          for (let l = 0; l < c.n_layer; l++) for (let h = 0; h < c.n_head; h++) {
+            const x = headRow(l, h, app.pos);
+            if (!x) all = false;
+            else if (clearWin(x) && x.top !== 0) other = true;
+          }
+          if (all && !other) out.push(claim("lesson.gpt2.softmax.noSearch", { focus: focusTok(), first: tokAt("first-token", 0) }));
         }
       }
       const w = row(pattern, app.pos);
@@ -602,6 +648,7 @@ const steps: LessonStep[] = [
       else out.push(claim("lesson.gpt2.heads.differ", { layer: layerVal(), focus: focusTok(),
         head: headVal(), key: tokAt("head-key", fav[a]), kpos: int("head-key-pos", fav[a]), weight: dec("head-weight", rows[a]!.w1),
         head2: int("head2", b), key2: tokAt("head2-key", fav[b]), kpos2: int("head2-key-pos", fav[b]), weight2: dec("head2-weight", rows[b]!.w1) }));
+      if (app.pos > 0) out.push(...sinkNote(fav[a]));
       return out;
     },
     task: () => [say("lesson.gpt2.heads.task")],

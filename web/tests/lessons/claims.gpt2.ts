@@ -296,6 +296,14 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     const p = ctx.focus.pos, w = await weights(ctx, ctx.focus.layer, ctx.focus.head, p), r = ranks(w, p + 1);
     return all(inFocus(v, ctx), fail(clear(r, p + 1), `the largest weight is ${r.w1}, the next ${r.w2}`));
   },
+  "lesson.gpt2.attn.sink": async (v, ctx) => {
+    const { layer, head } = ctx.focus, n = T(ctx);
+    const pat = (await ctx.tensor({ name: `blocks.${layer}.attn.pattern`, head })).data;
+    let share = 0;
+    for (let i = 1; i < n; i++) share += pat[i * n] / (n - 1);
+    return all(inFocus(v, ctx), tokenAt(v.first, ctx, 0, "the first token"), fail(num(v.rows) === n - 1, "the rows after the first"),
+      same(v.share, share, "the mean weight on position 0", 1e-3), fail(share >= 0.5, `the rows give position 0 ${share} on average`));
+  },
   "lesson.gpt2.qkv.best": (v, ctx) => bestMatch(v, ctx, true),
   "lesson.gpt2.qkv.bestNeg": (v, ctx) => bestMatch(v, ctx, false),
   "lesson.gpt2.qkv.bestSelf": (v, ctx) => bestMatch(v, ctx, true, true),
@@ -334,6 +342,14 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
       if (clear(r, p + 1)) return `block ${l}, head ${h} gives ${r.w1} (next ${r.w2})`;
     }
     return inFocus(v, ctx);
+  },
+  "lesson.gpt2.softmax.noSearch": async (v, ctx) => {
+    const c = ctx.trace.config, p = ctx.focus.pos;
+    for (let l = 0; l < c.n_layer; l++) for (let h = 0; h < c.n_head; h++) {
+      const r = ranks(await weights(ctx, l, h, p), p + 1);
+      if (clear(r, p + 1) && r.top !== 0) return `block ${l}, head ${h} gives key ${r.top} ${r.w1} (next ${r.w2})`;
+    }
+    return all(inFocus(v, ctx), tokenAt(v.first, ctx, 0, "the first token"));
   },
   "lesson.gpt2.heads.only": (v, ctx) => all(inFocus(v, ctx), fail(ctx.focus.pos === 0, "the focus is not the first token")),
   "lesson.gpt2.heads.same": async (v, ctx) => {

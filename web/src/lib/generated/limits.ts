@@ -12,3 +12,4 @@ export const NEIGHBOURS = 10;
 export const MAX_TOKENS_LIST = 64;
 export const MAX_LENS_POSITIONS = 64;
 export const MAX_TEXT_CHARS = 40000;
+export const MAX_TENSORS_PER_REQUEST = 16;
