@@ -9,8 +9,8 @@
 // beside it; a paper's finding names the paper. The words are under lesson.moe.*.
 import type { ModelConfigOut, ModelInfo, TensorSpec } from "../lib/generated/api";
 import type { MessageKey } from "../lib/i18n";
-import { claim, either, say, type Lesson, type LessonStep, type Sentence, type Text, type Value, type Var } from "../lib/lesson";
-import { dec, int, pct, token, word } from "../lib/lessonFormat";
+import { claim, either, say, val as value, type Lesson, type LessonStep, type Sentence, type Text, type Value, type Var } from "../lib/lesson";
+import { dec, int, percent, token, word } from "../lib/lessonFormat";
 import { app } from "../lib/state.svelte";
 import type { Tensor } from "../lib/tensor";
 import { specsFor, type ViewId } from "../lib/views";
@@ -83,6 +83,23 @@ function counts(chosen: Tensor): number[] {
   return c;
 }
 const argMax = (xs: number[]) => xs.reduce((best, x, i) => (x > xs[best] ? i : best), 0);
+/** Every expert with the largest count (a tie gives several), in order. */
+const tops = (xs: number[]) => xs.flatMap((x, i) => (x === Math.max(...xs) ? [i] : []));
+/** The share of block `l`'s choices on the text that its busiest expert got (NaN before the tensor is here). */
+function busiestShare(l: number): number {
+  const idx = get(S.chosen(l));
+  return idx ? Math.max(...counts(idx)) / idx.data.length : NaN;
+}
+/** The block with experts whose choices on the text are least even: its busiest expert's share is the largest
+ *  (ties: the earlier block); null until every block's choices are here. */
+function leastEven(): number | null {
+  const ml = moeLayers(), shares = ml.map(busiestShare);
+  if (!ml.length || shares.some(Number.isNaN)) return null;
+  return ml[argMax(shares)];
+}
+/** A share as a percentage to 3 significant digits, trailing zeros kept ("25.0%" where the panel shows "24.95%"). */
+const pct = (id: string, p: number, at?: string): Value =>
+  value(id, p > 1e-4 && p < 0.9995 ? `${(p * 100).toPrecision(3)}%` : percent(p), p, at);
 
 // -- words -------------------------------------------------------------------------------------------------
 
@@ -207,6 +224,10 @@ function sum(): Text {
   ];
 }
 
+/** "expert 3 with 2.10": an expert and its summed weight. */
+const withWeight = (id: string, e: number, w: number, at?: string): Sentence =>
+  say("lesson.moe.expertWith", { e: int(id, e, at), w: dec(`${id}-weight`, w, at) });
+
 function load(): Text {
   const l = layer(), T = nTok();
   if (!cfg() || !T) return [];
@@ -214,22 +235,44 @@ function load(): Text {
   const idx = get(S.chosen(l)), w = get(S.weights(l));
   if (!idx || !w) return [];
   const k = K(), e = E(), n = counts(idx), N = T * k, at = atIf(l, "experts-load");
-  const top = argMax(n), unused = n.flatMap((x, i) => (x === 0 ? [i] : []));
+  const most = tops(n), top = most[0], unused = n.flatMap((x, i) => (x === 0 ? [i] : []));
   const summed = new Array<number>(e).fill(0);
   for (let j = 0; j < idx.data.length; j++) summed[idx.data[j]] += w.data[j];
   const heavy = argMax(summed);
-  return [
-    claim("lesson.moe.load.counts", { n: int("n-tokens", T), layer: int("layer", l), pairs: int("n-pairs", N), k: int("top-k", k),
-      fair: dec("fair-share", N / e), e: expert("busiest", top), got: int("busiest-count", n[top], at),
-      share: pct("busiest-share", n[top] / N, at) }),
+  const base = { n: int("n-tokens", T), layer: int("layer", l), pairs: int("n-pairs", N), k: int("top-k", k),
+    fair: dec("fair-share", N / e), got: int("busiest-count", n[top], at), share: pct("busiest-share", n[top] / N, at) };
+  const out: Text = [
+    most.length === 1 ? claim("lesson.moe.load.counts", { ...base, e: expert("busiest", top) })
+      : claim("lesson.moe.load.countsTie", { ...base, experts: list(most.map((x, i) => int(`tied-${i}`, x, at))) }),
     unused.length
       ? claim("lesson.moe.load.unused", { u: int("n-unused", unused.length), e: int("n-experts", e), experts: list(unused.map((x, i) => int(`unused-${i}`, x, at))) })
       : claim("lesson.moe.load.allUsed", { e: int("n-experts", e) }),
-    heavy === top
+  ];
+  if (most.length === 1) {
+    out.push(heavy === top
       ? claim("lesson.moe.load.weightSame", { e: expert("heaviest", heavy), w: dec("heaviest-weight", summed[heavy], at) })
       : claim("lesson.moe.load.weightOther", { e: expert("heaviest", heavy), w: dec("heaviest-weight", summed[heavy], at),
-        top: expert("busiest", top), wt: dec("busiest-weight", summed[top], at) }),
-  ];
+        top: expert("busiest", top), wt: dec("busiest-weight", summed[top], at) }));
+  } else if (most.includes(heavy)) {
+    const rest = most.filter((x) => x !== heavy), next = rest.reduce((b, x) => (summed[x] > summed[b] ? x : b), rest[0]);
+    out.push(claim("lesson.moe.load.weightBreaksTie", { e: expert("heaviest", heavy), w: dec("heaviest-weight", summed[heavy], at),
+      other: withWeight("runner-up", next, summed[next], at) }));
+  } else {
+    out.push(claim("lesson.moe.load.weightOtherTie", { e: expert("heaviest", heavy), w: dec("heaviest-weight", summed[heavy], at),
+      top: list(most.map((x, i) => withWeight(`tied-w-${i}`, x, summed[x], at))) }));
+  }
+  const ml = moeLayers();
+  if (ml.length > 1) {
+    const shares = ml.map(busiestShare);
+    if (!shares.some(Number.isNaN)) {
+      const hi = argMax(shares), lo = argMax(shares.map((x) => -x));
+      out.push(shares[hi] === shares[lo]
+        ? claim("lesson.moe.load.blocksSame", { m: int("n-moe", ml.length), share: pct("blocks-share", shares[hi]) })
+        : claim("lesson.moe.load.blocks", { m: int("n-moe", ml.length), lo: pct("blocks-lo", shares[lo]),
+          bl: int("blocks-lo-layer", ml[lo]), hi: pct("blocks-hi", shares[hi]), bh: int("blocks-hi-layer", ml[hi]) }));
+    }
+  }
+  return out;
 }
 
 /** The Switch Transformer's loss on the text in block `l`: E Σ f_e P_e, f_e the share of tokens that chose e
@@ -280,6 +323,11 @@ export const MIN_KIND = 3;
  *  OTHERS_AT_MOST of the other tokens do. */
 export const MOSTLY = 0.75;
 export const OTHERS_AT_MOST = 0.25;
+/** An expert that is the first choice of at least this share of the other tokens too is busy with every kind: an
+ *  uneven load, not a kind's own. */
+export const BUSY = 0.5;
+/** Below "mostly", a gap of at least this much between the kind's share and the others' is a lean towards the kind. */
+export const LEAN = 0.25;
 
 interface KindCase { kind: Kind; layer: number; e: number; n: number; m: number; no: number; mo: number }
 
@@ -320,8 +368,10 @@ function special(): Text {
     const at = atIf(c.layer, "experts-routing");
     const vars = { kind: say(KIND_WORDS[c.kind]), n: int("kind-n", c.n, at), layer: int("kind-layer", c.layer),
       e: expert("kind-expert", c.e), m: int("kind-m", c.m, at), no: int("others-n", c.no), mo: int("others-m", c.mo, at) };
-    out.push(either(c.m / c.n >= MOSTLY && c.mo / c.no <= OTHERS_AT_MOST, "lesson.moe.special.mostly",
-      "lesson.moe.special.mixed", vars));
+    const mine = c.m / c.n, others = c.mo / c.no;
+    out.push(say("lesson.moe.special.measure"));
+    out.push(claim(mine >= MOSTLY && others <= OTHERS_AT_MOST ? "lesson.moe.special.mostly"
+      : others >= BUSY ? "lesson.moe.special.busy" : mine - others >= LEAN ? "lesson.moe.special.lean" : "lesson.moe.special.weak", vars));
   }
   out.push(say("lesson.moe.special.mixtral"));
   return out;
@@ -387,6 +437,14 @@ function busiest(l: number): number | null {
   return idx ? argMax(counts(idx)) : null;
 }
 
+/** Open the experts view on the block whose load on the text is least even (the loss that follows is about load). */
+async function toLeastEven(): Promise<void> {
+  await app.ensure(allChosen());
+  const l = leastEven();
+  if (l !== null) app.layer = l; else toMoeBlock();
+  await show(EXPERTS);
+}
+
 /** The text as the Experiments area's analyses take it. */
 const input = () => (app.trace ? { model: app.trace.model, ids: app.trace.token_ids } : null);
 
@@ -430,6 +488,24 @@ function ablate(): Text {
   return out;
 }
 
+/** The summary, with what the load-balancing loss did and did not do on this text: the block that left most experts
+ *  idle (ties: the less even one), else the least even block. */
+function summary(): Text {
+  const ml = moeLayers(), e = E();
+  const idx = ml.map((l) => get(S.chosen(l)));
+  if (!cfg() || !ml.length || idx.some((t) => !t)) return [];
+  const n = idx.map((t) => counts(t!)), idle = n.map((c) => c.filter((x) => x === 0).length);
+  const share = n.map((c, i) => Math.max(...c) / idx[i]!.data.length);
+  const score = ml.map((_, i) => idle[i] * 2 + share[i]); // most idle experts first, then the largest busiest share
+  const i = argMax(score), vars = { layer: int("end-layer", ml[i]), share: pct("end-share", share[i]), even: pct("even-share", 1 / e),
+    u: int("end-idle", idle[i]), e: int("n-experts", e) };
+  return [
+    say("lesson.moe.end.papers"),
+    say("lesson.moe.end.body"),
+    idle[i] > 0 ? claim("lesson.moe.end.idle", vars) : claim("lesson.moe.end.noIdle", vars),
+  ];
+}
+
 /** A step whose target and controls are read when the card asks (they follow the loaded model). */
 function step(s: Omit<LessonStep, "target" | "controls"> & { target: string; controls?: () => string[] }): LessonStep {
   const { controls, ...rest } = s;
@@ -447,10 +523,10 @@ const STEPS: LessonStep[] = [
     enter: async () => { toMoeBlock(); await show(EXPERTS); }, needs: () => blockSpecs(layer()), body: topk }),
   step({ id: "sum", target: "experts-path", title: "lesson.moe.sum.title",
     enter: async () => { toMoeBlock(); await show(EXPERTS); }, needs: () => blockSpecs(layer()), body: sum }),
-  step({ id: "load", target: "experts-load", title: "lesson.moe.load.title",
-    enter: async () => { toMoeBlock(); await show(EXPERTS); }, needs: () => blockSpecs(layer()), body: load }),
+  step({ id: "load", target: "experts-load", title: "lesson.moe.load.title", enter: toLeastEven,
+    needs: () => [...allChosen(), ...blockSpecs(layer())], body: load }),
   step({ id: "balance", target: "experts-load", title: "lesson.moe.balance.title",
-    enter: async () => { toMoeBlock(); await show(EXPERTS); await ensureInfo(); }, needs: () => blockSpecs(layer()), body: balance }),
+    enter: async () => { await toLeastEven(); await ensureInfo(); }, needs: () => blockSpecs(layer()), body: balance }),
   step({ id: "special", target: "experts-routing", title: "lesson.moe.special.title",
     enter: async () => {
       await app.ensure(allChosen());
@@ -467,8 +543,7 @@ const STEPS: LessonStep[] = [
   step({ id: "ablate", target: "exp-expert-ablation", title: "lesson.moe.ablate.title", enter: enterAblate,
     needs: () => (xp.expertAblated ? [S.chosen(xp.expertAblated[0])] : []), body: ablate,
     controls: () => ["exp-experts"], task: () => [say("lesson.moe.ablate.task")] }),
-  step({ id: "summary", target: "", title: "lesson.moe.end.title",
-    body: () => [say("lesson.moe.end.papers"), say("lesson.moe.end.body")] }),
+  step({ id: "summary", target: "", title: "lesson.moe.end.title", needs: allChosen, body: summary }),
 ];
 
 export const moeLesson: Lesson = { id: "moe", title: "lesson.moe.title", steps: STEPS };

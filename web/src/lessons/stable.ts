@@ -8,7 +8,7 @@
 import type { ModelConfigOut, ModelInfo, TensorSpec } from "../lib/generated/api";
 import { isLocal } from "../lib/family";
 import type { MessageKey } from "../lib/i18n";
-import { claim, either, say, val, type Lesson, type LessonStep, type Text, type Value } from "../lib/lesson";
+import { claim, either, say, val, type Lesson, type LessonStep, type Sentence, type Text, type Value } from "../lib/lesson";
 import { dec, int, token, word } from "../lib/lessonFormat";
 import { bytesPerValue, formatBytes } from "../lib/rope";
 import { app } from "../lib/state.svelte";
@@ -26,6 +26,13 @@ const focusTok = (id = "focus-token"): Value | null => {
 const size = (id: string, b: number, at?: string): Value => val(id, formatBytes(b), b, at);
 const nLocal = () => caps().layer_types.filter((k) => k === "sliding_attention").length;
 const firstLocal = () => Math.max(0, caps().layer_types.indexOf("sliding_attention"));
+/** "3 local layers", "1 global layer": a count of layers with its noun agreeing (the catalogue's own forms). */
+const nLayers = (id: string, n: number, one: MessageKey, many: MessageKey): Sentence =>
+  say(n === 1 ? one : many, { n: int(id, n) });
+const localGlobal = (nl: number, ng: number) => ({
+  local: nLayers("n-local", nl, "lesson.stable.nLocalOne", "lesson.stable.nLocal"),
+  global: nLayers("n-global", ng, "lesson.stable.nGlobalOne", "lesson.stable.nGlobal"),
+});
 
 async function show(view: ViewId): Promise<void> {
   app.view = view;
@@ -61,8 +68,8 @@ function intro(): Text {
       "lesson.stable.intro.baseOther"),
     either(k.qk_norm, "lesson.stable.intro.qkNorm", "lesson.stable.intro.noQkNorm"),
     either(k.sandwich_norm, "lesson.stable.intro.sandwich", "lesson.stable.intro.noSandwich"),
-    nl ? claim("lesson.stable.intro.local", { nl: int("n-local", nl), ng: int("n-global", c.n_layer - nl),
-      w: int("window", k.local_window ?? 0) }) : claim("lesson.stable.intro.noLocal"),
+    nl ? claim("lesson.stable.intro.local", { ...localGlobal(nl, c.n_layer - nl), w: int("window", k.local_window ?? 0) })
+      : claim("lesson.stable.intro.noLocal"),
     say("lesson.stable.intro.why"),
     say("lesson.stable.intro.numbers", { name: word("model-name", app.trace!.model) }),
     say("lesson.stable.intro.follow", { token: f }),
@@ -93,15 +100,23 @@ const normScales = (layer: number): TensorSpec[] =>
   ["attn.q_norm.w", "attn.k_norm.w"].map((w) => ({ name: `blocks.${layer}.${w}` }));
 const absMax = (t: Tensor) => t.data.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
 
+/** The attention scale as the model sets it: 1/√d_head, or 1/√s with Gemma's query_pre_attn_scalar s. */
+function scaleIs(a: number, dh: number): Sentence {
+  const s = 1 / (a * a);
+  return Math.abs(s - dh) <= 1e-6 * dh ? claim("lesson.stable.qk.scaleHead", { dh: int("d-head", dh) })
+    : claim("lesson.stable.qk.scaleScalar", { s: dec("query-pre-attn-scalar", s) });
+}
+
 function qkBound(): Text {
   const c = cfg(), f = focusTok(), qn = get("qknorm", "qNormed"), kn = get("qknorm", "kNormed"), sc = get("qknorm", "scaled");
   const [wq, wk] = normScales(app.layer).map((s) => app.weight(s));
   if (!c || !f || !qn || !kn || !sc || !wq || !wk || !caps().qk_norm) return [];
-  const p = app.pos, a = caps().attn_scale;
+  const p = app.pos, a = caps().attn_scale, dh = c.head_dim;
   const largest = Math.max(...Array.from({ length: p + 1 }, (_, s) => Math.abs(sc.data[s])));
   const bound = a * len(qn, p) * Math.max(...Array.from({ length: p + 1 }, (_, s) => len(kn, s)));
-  // |s ⊙ x / rms(x)| <= max|s| · |x| / rms(x) <= max|s| · sqrt(Dh): a normed query or key, whatever the input
-  const cap = a * absMax(wq) * absMax(wk) * c.head_dim;
+  // x / rms(x) is at most √Dh long (the norm's epsilon only shortens it), and the learned scale g stretches no dimension
+  // by more than max|g|: a normed query is at most max|g_q| √Dh long, a key max|g_k| √Dh, whatever W_q and W_k are
+  const gq = absMax(wq), gk = absMax(wk), qMax = gq * Math.sqrt(dh), kMax = gk * Math.sqrt(dh), cap = a * qMax * kMax;
   const q = get("qknorm", "q"), k = get("qknorm", "k");
   if (!q || !k) return [];
   const raw = a * len(q, p) * Math.max(...Array.from({ length: p + 1 }, (_, s) => len(k, s))); // the same, before the norm
@@ -109,8 +124,11 @@ function qkBound(): Text {
     either(largest <= bound * (1 + 1e-6), "lesson.stable.qk.bound", "lesson.stable.qk.boundBroken",
       { token: f, largest: dec("largest-score", largest, "qk-bound"), bound: dec("score-bound", bound, "qk-bound") }),
     either(bound <= cap * (1 + 1e-6), "lesson.stable.qk.cap", "lesson.stable.qk.capBroken",
-      { layer: int("layer", app.layer), dh: int("d-head", c.head_dim), cap: dec("score-cap", cap, "qk-bound") }),
+      { layer: int("layer", app.layer), dh: int("d-head", dh), root: dec("root-d-head", Math.sqrt(dh)),
+        gq: dec("q-scale-max", gq), gk: dec("k-scale-max", gk), qmax: dec("q-len-max", qMax), kmax: dec("k-len-max", kMax),
+        a: dec("attn-scale", a), is: scaleIs(a, dh), cap: dec("score-cap", cap, "qk-bound") }),
     either(raw > bound, "lesson.stable.qk.rawAbove", "lesson.stable.qk.rawBelow", { raw: dec("score-bound-raw", raw, "qk-bound") }),
+    say("lesson.stable.qk.preNorm"),
   ];
 }
 
@@ -162,7 +180,7 @@ function windowStep(): Text {
   if (!nl || k.local_window === null) return [claim("lesson.stable.win.none", { layers: int("n-layer", c.n_layer) })];
   const w = k.local_window;
   return [
-    say("lesson.stable.win.what", { nl: int("n-local", nl), ng: int("n-global", c.n_layer - nl), w: int("window", w) }),
+    claim("lesson.stable.win.what", { ...localGlobal(nl, c.n_layer - nl), w: int("window", w) }),
     T > w
       ? claim("lesson.stable.win.hides", { n: int("n-tokens", T), w: int("window", w), hidden: int("hidden-pairs",
         ((T - w) * (T - w + 1)) / 2, "window-sliding") })
@@ -184,7 +202,7 @@ function patternStep(): Text {
   if (!lr || (gl >= 0 && !gr)) return [];
   const out: Text = [claim("lesson.stable.win.outside", { layer: int("local-layer", lo), head: int("head", app.head),
     token: f, w: int("window", w), v: dec("outside-weight", beyond(lr, app.pos, w), app.layer === lo ? "window-pattern" : undefined) })];
-  if (gr) out.push(claim("lesson.stable.win.globalReach", { layer: int("global-layer", gl),
+  if (gr) out.push(claim("lesson.stable.win.globalReach", { layer: int("global-layer", gl), head: int("head", app.head),
     v: dec("global-outside-weight", beyond(gr, app.pos, w), app.layer === gl ? "window-pattern" : undefined) }));
   return out;
 }
@@ -204,7 +222,8 @@ function memory(): Text {
     either(windowed < all, "lesson.stable.mem.saves", "lesson.stable.mem.same", { ctx: int("ctx", n),
       all: size("ctx-all", all, "window-memory"), windowed: size("ctx-windowed", windowed, "window-memory"),
       r: dec("ctx-ratio", all / windowed, "window-memory") }),
-    say("lesson.stable.mem.report", { nl: int("n-local", nl), ng: int("n-global", L - nl), w: int("window", w) }),
+    claim("lesson.stable.mem.report", { ...localGlobal(nl, L - nl), w: int("window", w) }),
+    nl < L ? claim("lesson.stable.mem.globalGrows") : claim("lesson.stable.mem.allLocal"),
   ];
 }
 

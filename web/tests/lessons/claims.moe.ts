@@ -108,6 +108,8 @@ function loads(chosen: number[][], E: number): number[] {
   return n;
 }
 const firstMax = (xs: number[]) => xs.indexOf(Math.max(...xs));
+/** Every index holding the maximum (a tie gives several). */
+const maxima = (xs: number[]) => xs.flatMap((x, i) => (x === Math.max(...xs) ? [i] : []));
 
 const focusToken = (v: Record<string, Value>, ctx: ClaimContext) => num(v.token) === ctx.trace.token_ids[ctx.focus.pos];
 const sameBlock = (v: Record<string, Value>, ctx: ClaimContext) => num(v.layer) === ctx.focus.layer;
@@ -194,6 +196,22 @@ async function loadOf(ctx: ClaimContext) {
   return { chosen, n, summed, E, k, T: chosen.length };
 }
 
+/** Each block with experts and the share of the text's choices its busiest expert got, and how many experts got none. */
+async function busiestShares(ctx: ClaimContext) {
+  const blocks = await routed(ctx), E = await nExperts(ctx);
+  const n = await Promise.all(blocks.map(async (l) => loads(await recorded(ctx, l), E)));
+  const total = (c: number[]) => c.reduce((a, x) => a + x, 0);
+  return { blocks, E, shares: n.map((c) => Math.max(...c) / total(c)), idle: n.map((c) => c.filter((x) => x === 0).length) };
+}
+
+/** The summary's sentence: the block with the most idle experts (ties: the larger busiest share), else the least even. */
+async function endCase(v: Record<string, Value>, ctx: ClaimContext, idle: boolean): Promise<true | string> {
+  const s = await busiestShares(ctx), score = s.blocks.map((_, i) => s.idle[i] * 2 + s.shares[i]), i = firstMax(score);
+  if ((s.idle[i] > 0) !== idle) return `block ${s.blocks[i]} leaves ${s.idle[i]} experts idle`;
+  return num(v.layer) === s.blocks[i] && num(v.u) === s.idle[i] && num(v.e) === s.E && near(num(v.share), s.shares[i])
+    && near(num(v.even), 1 / s.E) ? true : `block ${s.blocks[i]}: ${s.idle[i]} idle, the busiest ${s.shares[i]}`;
+}
+
 /** The Switch Transformer's loss on the text in block l, from the router's logits recomputed here: E Σ f_e P_e with
  *  f_e the chosen (token, choice) pairs of e over the tokens and P_e e's mean probability. */
 async function switchLoss(ctx: ClaimContext, l: number) {
@@ -252,7 +270,13 @@ async function cases(ctx: ClaimContext): Promise<Case[]> {
   return out;
 }
 
-async function kindCase(v: Record<string, Value>, ctx: ClaimContext, mostly: boolean): Promise<true | string> {
+/** What the chapter calls the clearest case: "mostly" a kind's own (3 in 4 of the kind, 1 in 4 of the others at most),
+ *  "busy" (the first choice of half the other tokens or more: a load, not a speciality), a "lean" (a gap of 1/4 or
+ *  more), or "weak". */
+const verdict = (c: Case) => (c.m / c.n >= 0.75 && c.mo / c.no <= 0.25 ? "mostly" : c.mo / c.no >= 0.5 ? "busy"
+  : c.gap >= 0.25 ? "lean" : "weak");
+
+async function kindCase(v: Record<string, Value>, ctx: ClaimContext, want: string): Promise<true | string> {
   const all = await cases(ctx), k = KIND_KEY[String(v.kind.raw)], l = num(v.layer);
   const c = all.find((x) => x.kind === k && x.layer === l);
   if (!c) return `no ${k} tokens to speak of in block ${l}`;
@@ -260,7 +284,7 @@ async function kindCase(v: Record<string, Value>, ctx: ClaimContext, mostly: boo
     return `in block ${l}, ${c.m} of ${c.n} ${k} tokens choose expert ${c.e} first, and ${c.mo} of the other ${c.no}`;
   const best = Math.max(...all.map((x) => x.gap));
   if (c.gap < best - 1e-9) return `another block or kind is clearer (a gap of ${best} against ${c.gap})`;
-  return (c.m / c.n >= 0.75 && c.mo / c.no <= 0.25) === mostly ? true : `${c.m} of ${c.n} against ${c.mo} of ${c.no}`;
+  return verdict(c) === want ? true : `${c.m} of ${c.n} against ${c.mo} of ${c.no}: ${verdict(c)}, not ${want}`;
 }
 
 // -- parameters and arithmetic --------------------------------------------------------------------------------
@@ -375,9 +399,45 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     const { n, E, k, T } = await loadOf(ctx), top = firstMax(n);
     if (!sameBlock(v, ctx) || num(v.n) !== T || num(v.pairs) !== T * k || num(v.k) !== k) return `${T} tokens × ${k} in block ${ctx.focus.layer}`;
     if (!near(num(v.fair), (T * k) / E)) return `an even share is ${(T * k) / E}`;
+    if (maxima(n).length > 1) return `experts ${maxima(n)} tie for the most, ${n[top]} each`;
     return num(v["e.e"]) === top && num(v.got) === n[top] && near(num(v.share), n[top] / (T * k)) ? true
       : `expert ${top} got the most, ${n[top]} (counts ${n})`;
   },
+  "lesson.moe.load.countsTie": async (v, ctx) => {
+    const { n, E, k, T } = await loadOf(ctx), tied = maxima(n);
+    if (!sameBlock(v, ctx) || num(v.n) !== T || num(v.pairs) !== T * k || num(v.k) !== k) return `${T} tokens × ${k} in block ${ctx.focus.layer}`;
+    if (!near(num(v.fair), (T * k) / E)) return `an even share is ${(T * k) / E}`;
+    const shown = inside(v, "experts").map(num);
+    return tied.length > 1 && shown.join() === tied.join() && num(v.got) === n[tied[0]] && near(num(v.share), n[tied[0]] / (T * k))
+      ? true : `the most chosen: ${tied} (counts ${n}), not ${shown}`;
+  },
+  "lesson.moe.load.weightBreaksTie": async (v, ctx) => {
+    const { n, summed } = await loadOf(ctx), tied = maxima(n), h = firstMax(summed);
+    if (tied.length < 2 || !tied.includes(h) || num(v["e.e"]) !== h || !near(num(v.w), summed[h])) return `tied ${tied}, by weight ${h} (${summed})`;
+    const rest = tied.filter((x) => x !== h), next = rest.reduce((b, x) => (summed[x] > summed[b] ? x : b), rest[0]);
+    return num(v["other.e"]) === next && near(num(v["other.w"]), summed[next]) && summed[h] > summed[next] ? true
+      : `next of the tied: expert ${next} with ${summed[next]}`;
+  },
+  "lesson.moe.load.weightOtherTie": async (v, ctx) => {
+    const { n, summed } = await loadOf(ctx), tied = maxima(n), h = firstMax(summed);
+    if (tied.length < 2 || tied.includes(h) || num(v["e.e"]) !== h || !near(num(v.w), summed[h])) return `tied ${tied}, by weight ${h} (${summed})`;
+    const shown = inside(v, "top").map(num), want = tied.flatMap((e) => [e, summed[e]]);
+    return shown.length === want.length && shown.every((x, i) => (i % 2 ? near(x, want[i]) : x === want[i])) ? true
+      : `the tied with their weights: ${want}, not ${shown}`;
+  },
+  "lesson.moe.load.blocks": async (v, ctx) => {
+    const s = await busiestShares(ctx), hi = firstMax(s.shares), lo = firstMax(s.shares.map((x) => -x));
+    return num(v.m) === s.blocks.length && s.shares[hi] !== s.shares[lo] && num(v.bl) === s.blocks[lo] && num(v.bh) === s.blocks[hi]
+      && near(num(v.lo), s.shares[lo]) && near(num(v.hi), s.shares[hi]) && ctx.focus.layer === s.blocks[hi] ? true
+      : `the busiest shares by block ${s.blocks}: ${s.shares} (the focus on block ${ctx.focus.layer})`;
+  },
+  "lesson.moe.load.blocksSame": async (v, ctx) => {
+    const s = await busiestShares(ctx);
+    return num(v.m) === s.blocks.length && s.shares.every((x) => x === s.shares[0]) && near(num(v.share), s.shares[0]) ? true
+      : `the busiest shares by block: ${s.shares}`;
+  },
+  "lesson.moe.end.idle": (v, ctx) => endCase(v, ctx, true),
+  "lesson.moe.end.noIdle": (v, ctx) => endCase(v, ctx, false),
   "lesson.moe.load.unused": async (v, ctx) => {
     const { n, E } = await loadOf(ctx), unused = n.flatMap((x, e) => (x ? [] : [e]));
     const shown = inside(v, "experts").map(num);
@@ -390,11 +450,11 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   },
   "lesson.moe.load.weightSame": async (v, ctx) => {
     const { n, summed } = await loadOf(ctx), h = firstMax(summed);
-    return h === firstMax(n) && num(v["e.e"]) === h && near(num(v.w), summed[h]) ? true : `by weight ${h} (${summed}), by count ${firstMax(n)}`;
+    return h === firstMax(n) && maxima(n).length === 1 && num(v["e.e"]) === h && near(num(v.w), summed[h]) ? true : `by weight ${h} (${summed}), by count ${firstMax(n)}`;
   },
   "lesson.moe.load.weightOther": async (v, ctx) => {
     const { n, summed } = await loadOf(ctx), h = firstMax(summed), top = firstMax(n);
-    if (h === top || num(v["e.e"]) !== h || num(v["top.e"]) !== top) return `by weight ${h}, by count ${top}`;
+    if (h === top || maxima(n).length > 1 || num(v["e.e"]) !== h || num(v["top.e"]) !== top) return `by weight ${h}, by count ${top}`;
     return near(num(v.w), summed[h]) && near(num(v.wt), summed[top]) && summed[h] > summed[top] ? true : `summed weights ${summed}`;
   },
   "lesson.moe.balance.here": async (v, ctx) => {
@@ -410,8 +470,10 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     const m = await infos(ctx);
     return m.name === "explainer-moe" && m.source === "builtin" ? true : `${m.name} (${m.source}) is not the built-in explainer-moe`;
   },
-  "lesson.moe.special.mostly": (v, ctx) => kindCase(v, ctx, true),
-  "lesson.moe.special.mixed": (v, ctx) => kindCase(v, ctx, false),
+  "lesson.moe.special.mostly": (v, ctx) => kindCase(v, ctx, "mostly"),
+  "lesson.moe.special.busy": (v, ctx) => kindCase(v, ctx, "busy"),
+  "lesson.moe.special.lean": (v, ctx) => kindCase(v, ctx, "lean"),
+  "lesson.moe.special.weak": (v, ctx) => kindCase(v, ctx, "weak"),
   "lesson.moe.special.none": async (v, ctx) => {
     const all = await cases(ctx);
     return num(v.min) === 3 && !all.length ? true : `${all.length} (block, kind) cases with 3 tokens or more`;

@@ -63,15 +63,28 @@ async function bound(v: Record<string, Value>, ctx: ClaimContext, holds: boolean
   return (largest <= b * (1 + 1e-6)) === holds ? true : `largest ${largest} against the bound ${b}`;
 }
 
-/** "No score in block L can exceed cap": cap is scale × max|q scale| × max|k scale| × Dh from the weights fetched here,
- *  the quoted bound from the text's vectors is within it, and every scaled score of every head of the block is too. */
+/** "No score in block L can exceed cap": a normed query is at most max|g_q| √Dh long and a key max|g_k| √Dh (the
+ *  scales from the weights fetched here), so cap = scale × max|g_q| √Dh × max|g_k| √Dh; every factor quoted is that;
+ *  the normed queries and keys of the text are within those lengths; the quoted bound from the text's vectors is within
+ *  cap, and every scaled score of every head of the block is too. */
 async function cap(v: Record<string, Value>, ctx: ClaimContext, holds: boolean): Promise<true | string> {
-  const c = await described(ctx), layer = num(v.layer);
+  const c = await described(ctx), layer = num(v.layer), dh = c.head_dim, a = c.capabilities.attn_scale;
   if (layer !== ctx.focus.layer) return `the text speaks of block ${layer}, the focus is on ${ctx.focus.layer}`;
-  if (num(v.dh) !== c.head_dim) return `the head width is ${c.head_dim}, not ${v.dh.v}`;
+  if (num(v.dh) !== dh) return `the head width is ${dh}, not ${v.dh.v}`;
   const [wq, wk] = await Promise.all([weight(ctx, `blocks.${layer}.attn.q_norm.w`), weight(ctx, `blocks.${layer}.attn.k_norm.w`)]);
-  const bound = c.capabilities.attn_scale * absMax(wq) * absMax(wk) * c.head_dim;
+  const gq = absMax(wq), gk = absMax(wk), qMax = gq * Math.sqrt(dh), kMax = gk * Math.sqrt(dh);
+  const bound = a * qMax * kMax;
   if (!near(num(v.cap), bound)) return `the bound from the scales is ${bound}, not ${v.cap.v}`;
+  if (holds) {
+    const want: [string, number][] = [["root", Math.sqrt(dh)], ["gq", gq], ["gk", gk], ["qmax", qMax], ["kmax", kMax], ["a", a]];
+    for (const [k, x] of want) if (!v[k] || !near(num(v[k]), x)) return `${k} is ${x}, not ${v[k]?.v}`;
+    const [qn, kn] = await Promise.all(["attn.q_norm.out", "attn.k_norm.out"].map((s) => ctx.tensor({ name: `blocks.${layer}.${s}` })));
+    for (const [t, m, what] of [[qn, qMax, "query"], [kn, kMax, "key"]] as const) {
+      for (let r = 0; r < t.data.length / dh; r++) {
+        if (rowLen(t, r) > m * (1 + 1e-5)) return `a normed ${what} is ${rowLen(t, r)} long, above ${m}`;
+      }
+    }
+  }
   const scores = await ctx.tensor({ name: `blocks.${layer}.attn.scaled_scores` }); // (H, T, S): every head, every pair
   const largest = absMax(scores.data.filter(Number.isFinite));
   return (largest <= bound * (1 + 1e-5)) === holds ? true : `the block's largest |score| is ${largest}, the bound ${bound}`;
@@ -129,6 +142,16 @@ function cache(c: ModelConfigOut) {
   return { per, n, all: L * n * per, windowed: ((L - nl) * n + nl * Math.min(n, w)) * per };
 }
 
+/** "{n} local layer(s) and {n} global layer(s)" (nested count sentences, singular for one), with the window where quoted. */
+async function localGlobal(v: Record<string, Value>, ctx: ClaimContext): Promise<true | string> {
+  const c = await described(ctx), nl = locals(c), ng = c.n_layer - nl;
+  if (!nl || num(v["local.n"]) !== nl || num(v["global.n"]) !== ng) return `${nl} local layers of ${c.n_layer}`;
+  for (const [k, n] of [["local", nl], ["global", ng]] as const) {
+    if ((v[k].raw === `lesson.stable.n${k === "local" ? "Local" : "Global"}One`) !== (n === 1)) return `${n} ${k} layers called ${v[k].raw}`;
+  }
+  return !v.w || num(v.w) === c.capabilities.local_window ? true : `the window is ${c.capabilities.local_window}`;
+}
+
 export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   "lesson.stable.intro.qkNorm": async (_v, ctx) => ((await described(ctx)).capabilities.qk_norm
     && await hasWeight(ctx, "blocks.0.attn.q_norm.w") ? true : "the model has no QK-norm scales"),
@@ -139,10 +162,24 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     : "the model has no norms after its branches"),
   "lesson.stable.intro.noSandwich": async (_v, ctx) => (!(await hasWeight(ctx, "blocks.0.ln1_post.w")) ? true
     : "the model has a norm after attention"),
-  "lesson.stable.intro.local": async (v, ctx) => {
-    const c = await described(ctx), nl = locals(c);
-    if (!nl || num(v.nl) !== nl || num(v.ng) !== c.n_layer - nl) return `${nl} local layers of ${c.n_layer}`;
-    return num(v.w) === c.capabilities.local_window ? true : `the window is ${c.capabilities.local_window}`;
+  "lesson.stable.intro.local": (v, ctx) => localGlobal(v, ctx),
+  "lesson.stable.win.what": (v, ctx) => localGlobal(v, ctx),
+  "lesson.stable.mem.report": (v, ctx) => localGlobal(v, ctx),
+  "lesson.stable.qk.scaleHead": async (v, ctx) => {
+    const c = await described(ctx), s = 1 / c.capabilities.attn_scale ** 2;
+    return near(s, c.head_dim) && num(v.dh) === c.head_dim ? true : `the scale is 1/√${s}, the head width ${c.head_dim}`;
+  },
+  "lesson.stable.qk.scaleScalar": async (v, ctx) => {
+    const c = await described(ctx), s = 1 / c.capabilities.attn_scale ** 2;
+    return !near(s, c.head_dim) && near(num(v.s), s) ? true : `the scale is 1/√${s}, the head width ${c.head_dim}`;
+  },
+  "lesson.stable.mem.globalGrows": async (_v, ctx) => {
+    const c = await described(ctx);
+    return locals(c) > 0 && locals(c) < c.n_layer ? true : `${locals(c)} local layers of ${c.n_layer}`;
+  },
+  "lesson.stable.mem.allLocal": async (_v, ctx) => {
+    const c = await described(ctx);
+    return locals(c) === c.n_layer ? true : `${locals(c)} local layers of ${c.n_layer}`;
   },
   "lesson.stable.intro.base": async (_v, ctx) => {
     const k = (await described(ctx)).capabilities;
@@ -195,6 +232,7 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   "lesson.stable.win.globalReach": async (v, ctx) => {
     const c = await described(ctx), layer = num(v.layer), w = c.capabilities.local_window;
     if (c.capabilities.layer_types[layer] !== "full_attention" || w === null) return `block ${layer} is not a global layer`;
+    if (num(v.head) !== ctx.focus.head) return `the text names head ${v.head.v}, the focus is on head ${ctx.focus.head}`;
     const outside = await beyondWindow(ctx, layer, w);
     return near(num(v.v), outside) ? true : `the global layer puts ${outside} beyond the window, not ${v.v.v}`;
   },
