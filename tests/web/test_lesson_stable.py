@@ -9,6 +9,7 @@ global layer, and the card then points at what it quotes of that layer."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,6 +131,11 @@ def check_values(sid: str, page, server: LiveServer, ids: list[int], model: dict
         if n_local:
             assert int(v["n-local"]) == n_local and int(v["n-global"]) == cfg["n_layer"] - n_local
             assert int(v["window"]) == w
+            # the count's noun agrees with it: "1 global layer", never "1 global ones" / "1 global layers"
+            body = page.inner_text("#lesson-body")
+            assert not re.search(r"\b1 (local|global) (ones|layers)\b", body), body
+            for n, kind in ((n_local, "local"), (cfg["n_layer"] - n_local, "global")):
+                assert f"{n} {kind} layer{'' if n == 1 else 's'}" in body, (n, kind, body)
         else:
             assert "n-local" not in v
     elif sid == "qk-norm":
@@ -155,6 +161,24 @@ def check_values(sid: str, page, server: LiveServer, ids: list[int], model: dict
         cap = caps["attn_scale"] * np.abs(wq).max() * np.abs(wk).max() * cfg["head_dim"]
         assert close(v["largest-score"], largest) and close(v["score-bound"], bound) and close(v["score-cap"], cap)
         assert largest <= bound * (1 + 1e-5) and bound <= cap * (1 + 1e-5)
+        # the bound's factors, each as the sentence quotes it: a normed query is at most max|g_q| √d_head long, a
+        # normed key max|g_k| √d_head, and the attention scale is the model's (Gemma: query_pre_attn_scalar^-1/2)
+        dh, a = cfg["head_dim"], caps["attn_scale"]
+        gq, gk = float(np.abs(wq).max()), float(np.abs(wk).max())
+        assert close(v["root-d-head"], np.sqrt(dh)) and close(v["attn-scale"], a)
+        assert close(v["q-scale-max"], gq) and close(v["k-scale-max"], gk)
+        assert close(v["q-len-max"], gq * np.sqrt(dh)) and close(v["k-len-max"], gk * np.sqrt(dh))
+        assert close(v["score-cap"], a * gq * np.sqrt(dh) * gk * np.sqrt(dh))
+        qn_all, kn_all = arrays(server, ids, {"name": b + "attn.q_norm.out"}, {"name": b + "attn.k_norm.out"})
+        assert np.linalg.norm(qn_all, axis=-1).max() <= gq * np.sqrt(dh) * (1 + 1e-5)
+        assert np.linalg.norm(kn_all, axis=-1).max() <= gk * np.sqrt(dh) * (1 + 1e-5)
+        if abs(1 / a ** 2 - dh) > 1e-6 * dh:
+            assert close(v["query-pre-attn-scalar"], 1 / a ** 2)
+        else:
+            assert "query-pre-attn-scalar" not in v
+        # these blocks are pre-norm: the stream's size is in no bound, and the text does not say it is
+        body = page.inner_text("#lesson-body")
+        assert "stream grows" not in body and "grow with the stream" not in body, body
         table = page.locator("[data-testid=qk-bound]")  # the view's table shows the same three
         assert close(v["largest-score"], float(table.get_attribute("data-largest")))
         assert close(v["score-bound"], float(table.get_attribute("data-bound-normed")))

@@ -128,7 +128,6 @@ function qkBound(): Text {
         gq: dec("q-scale-max", gq), gk: dec("k-scale-max", gk), qmax: dec("q-len-max", qMax), kmax: dec("k-len-max", kMax),
         a: dec("attn-scale", a), is: scaleIs(a, dh), cap: dec("score-cap", cap, "qk-bound") }),
     either(raw > bound, "lesson.stable.qk.rawAbove", "lesson.stable.qk.rawBelow", { raw: dec("score-bound-raw", raw, "qk-bound") }),
-    say("lesson.stable.qk.preNorm"),
   ];
 }
 
@@ -259,7 +258,7 @@ const STEPS: LessonStep[] = [
     controls: () => (caps().qk_norm ? ["qk-lengths"] : []),
     task: () => (caps().qk_norm ? [say("lesson.stable.qk.task")] : []) }),
   step({ id: "qk-why", target: () => "", title: "lesson.stable.qkWhy.title",
-    body: () => [say("lesson.stable.qk.papers")] }),
+    body: () => [say("lesson.stable.qk.preNorm"), say("lesson.stable.qk.papers")] }),
   step({ id: "sandwich", target: () => "resid-attn", title: "lesson.stable.sw.title",
     enter: async () => { app.layer = 0; await show("residual"); }, needs: () => specsFor("residual", app.focus()),
     body: sandwich }),
