@@ -93,6 +93,17 @@ def probability(text: str) -> float:
     return v
 
 
+def text_value(text: str) -> str:
+    """A text to run a model on: anything but the empty string (spaces are tokens too), refused here, before
+    a model is loaded, with the engine's sentence."""
+    if text == "":
+        raise argparse.ArgumentTypeError("the text is empty: type at least one character")
+    return text
+
+
+text_value.__name__ = "text"
+
+
 def output_file(*suffixes: str) -> Callable[[str], Path]:
     """A file to write: the right suffix, in a folder that exists, and not itself a folder. Checked
     before any work is done, so a long computation never ends in 'no such directory'."""

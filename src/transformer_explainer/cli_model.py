@@ -10,10 +10,12 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .cli_args import device_args, dtype_arg, int_range, non_negative_float, positive_int, probability
+from .cli_args import device_args, dtype_arg, int_range, non_negative_float, positive_int, probability, text_value
 from .errors import InputError
 
 if TYPE_CHECKING:
+    from tqdm import tqdm
+
     from .engine import ExplainerModel
 
 
@@ -29,7 +31,7 @@ def model_args(p: argparse.ArgumentParser) -> None:
 
 def text_args(p: argparse.ArgumentParser, what: str = "text") -> None:
     """TEXT, the model arguments and --truncate, for a command that runs the model on a text."""
-    p.add_argument("text", help=f"the {what} to run the model on (quote it)")
+    p.add_argument("text", type=text_value, help=f"the {what} to run the model on (quote it)")
     model_args(p)
     p.add_argument("--truncate", action="store_true",
                    help=f"keep the last tokens of an over-long {what} (those that fit the model's context)")
@@ -59,8 +61,8 @@ def load_model_for(args: argparse.Namespace, check: Callable[[Any], None] | None
     device, device_map = placement_of(args)
     model = load_model(args.model, allow_download=not args.offline, dtype=getattr(args, "dtype", None), device=device,
                        device_map=device_map, max_memory=getattr(args, "max_memory", None))
-    if getattr(args, "text", None) is not None:
-        encode_text(model, args.text, truncate=getattr(args, "truncate", False))
+    text, truncate = getattr(args, "text", None), getattr(args, "truncate", False)
+    kept = encode_text(model, text, truncate=truncate) if text is not None else []
     if check is not None:
         check(model)
     c = model.config
@@ -71,7 +73,20 @@ def load_model_for(args: argparse.Namespace, check: Callable[[Any], None] | None
     if args.model is None and model.source == "builtin":
         print(f"(the built-in model: GPT-2 small is not in the Hugging Face cache; {_gpt2_hint(args.offline)})",
               file=sys.stderr)
+    if truncate and len(kept) == model.context_length and (n := len(model.tokenizer.encode(text))) > len(kept):
+        print(f"--truncate: kept the last {len(kept)} of {n} tokens ({n - len(kept)} dropped from the start of the "
+              f"text)", file=sys.stderr)
     return model
+
+
+def progress_bar(args: argparse.Namespace, total: int, what: str, unit: str = "pass") -> tqdm:
+    """A progress bar on stderr for a command's long work (`total` steps of `unit`), as the download shows one:
+    only where stderr is a terminal and the answer is not --json (a script reading either sees nothing extra);
+    it is erased when the work ends."""
+    from tqdm import tqdm
+
+    quiet = True if getattr(args, "json", False) else None  # None: tqdm stays silent unless stderr is a terminal
+    return tqdm(total=total, desc=what, unit=unit, file=sys.stderr, disable=quiet, leave=False, dynamic_ncols=True)
 
 
 def placement_of(args: argparse.Namespace) -> tuple[str | None, str | None]:

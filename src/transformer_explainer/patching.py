@@ -55,6 +55,37 @@ class Patching:
     grids: dict[str, Tensor] = field(repr=False)
     raw: dict[str, Tensor] = field(repr=False)
 
+    @property
+    def clean_below_corrupted(self) -> bool:
+        """True when the clean run's metric is below the corrupted run's: the grids divide by a negative span."""
+        return self.clean < self.corrupted
+
+    @property
+    def reading(self) -> str:
+        """What a cell of the grids means for this pair, in one sentence (it depends on which run is above)."""
+        a, w = repr(self.answer_text), repr(self.wrong_text)
+        if not self.clean_below_corrupted:
+            return (f"0 = the corrupted run's difference, 1 = the clean run's: a cell near 1 carries what moves "
+                    f"logit({a}) - logit({w}) up, towards {a}, as the clean prompt does")
+        return (f"the clean run's difference ({self.clean:.4f}) is below the corrupted run's ({self.corrupted:.4f}), "
+                f"so the span the grids are divided by is negative: 0 is still the corrupted run and 1 the clean "
+                f"run, but a cell near 1 carries what moves logit({a}) - logit({w}) down, towards {w}, and a cell "
+                f"below 0 what moves it up, towards {a} (the grids are those of the pair with {a} and {w} swapped)")
+
+    def __repr__(self) -> str:
+        cells = []
+        for kind, grid in self.grids.items():
+            flat = int(torch.nan_to_num(grid.float(), nan=float("-inf")).argmax())
+            row, col = divmod(flat, grid.shape[1])
+            where = f"L{row}H{col}" if kind == "heads" else f"layer {row}, position {col} ({self.clean_tokens[col]!r})"
+            cells.append(f"  {kind:<9} {tuple(grid.shape)}, highest {float(grid[row, col]):.2f} at {where}")
+        return "\n".join([
+            f"Patching: logit({self.answer_text!r}) - logit({self.wrong_text!r}) at the last position, clean "
+            f"{self.clean:.4f}, corrupted {self.corrupted:.4f}",
+            f"  {self.reading}", *cells,
+            "  (.grids[kind]: normalised, (layers, positions) or (layers, heads) for heads; .raw[kind]: the patched "
+            "runs' differences)"])
+
     def to_dict(self) -> dict[str, Any]:
         return {"clean_tokens": self.clean_tokens, "corrupted_tokens": self.corrupted_tokens,
                 "answer": {"id": self.answer, "text": self.answer_text},

@@ -36,7 +36,7 @@ def test_generate_streams_seeded(tiny_gpt2_dir, capsys):
 def test_errors_are_one_line(tiny_gpt2_dir, capsys):
     assert main(["explain", "", "--model", str(tiny_gpt2_dir), "--offline"]) == 2
     err = capsys.readouterr().err
-    assert "error: the text is empty" in err and "Traceback" not in err
+    assert "error: argument text: the text is empty" in err and "Traceback" not in err
     assert main(["generate", "hi", "--model", str(tiny_gpt2_dir), "--offline", "--temperature", "-1"]) == 2
     assert "temperature" in capsys.readouterr().err
     assert main(["explain", "hi", "--model", "nonexistent-model-zzz", "--offline"]) == 2

@@ -7,8 +7,8 @@ import argparse
 import json
 import sys
 
-from ..cli_args import int_range
-from ..cli_model import load_model_for, model_args, text_args
+from ..cli_args import int_range, text_value
+from ..cli_model import load_model_for, model_args, progress_bar, text_args
 from .attribution_schemas import PATCH_KINDS
 
 TOKEN_HELP = ("a token exactly as the vocabulary has it, leading space included (quote it: ' Paris'), or a "
@@ -69,8 +69,6 @@ def cmd_attribute(args: argparse.Namespace) -> int:
 
 
 def cmd_patch(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from ..patching import PatchingCost
     from .attribution_schemas import patch_out
 
@@ -80,15 +78,18 @@ def cmd_patch(args: argparse.Namespace) -> int:
     model = load_model_for(args, lambda m: m.patch_inputs(args.clean, args.corrupted, answer, wrong, what))
     _, c_ids, x_ids, _, _ = model.patch_inputs(args.clean, args.corrupted, answer, wrong, what)
     runs = PatchingCost(model.config, len(c_ids), tuple(what)).runs
-    with tqdm(total=runs, desc="patched runs", unit="run", file=sys.stderr, disable=None, leave=False) as bar:
+    with progress_bar(args, runs, "patched runs", unit="run") as bar:
         p = model.patch(c_ids, x_ids, answer, wrong, what, progress=lambda done, _n: bar.update(done - bar.n))
     if args.json:
+        if p.clean_below_corrupted:  # the numbers say it too; a person reading the JSON is told why the grids read so
+            print(f"note: {p.reading}", file=sys.stderr)
         print(json.dumps(patch_out(model.name, p, c_ids, x_ids, runs).model_dump(mode="json"), ensure_ascii=False))
         return 0
     metric = f"logit({p.answer_text!r}) - logit({p.wrong_text!r}) at the last position"
     print(f"{metric}: clean {p.clean:.4f}, corrupted {p.corrupted:.4f}")
-    print(f"each cell: the corrupted run with one activation taken from the clean run ({runs} runs); "
-          f"0 = the corrupted run's difference, 1 = the clean run's")
+    print(f"each cell: the corrupted run with one activation taken from the clean run ({runs} runs); {p.reading}")
+    if p.clean_below_corrupted:
+        print(f"(to read it the usual way, swap them: --answer {p.wrong_text!r} --wrong {p.answer_text!r})")
     for kind in what:
         grid = p.grids[kind]
         if kind == "heads":
@@ -127,9 +128,9 @@ def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction)
 
     p = sub.add_parser("patch", help="activation patching: which activations carry the difference between a clean "
                                      "and a corrupted prompt")
-    p.add_argument("clean", help="the clean prompt (quote it)")
-    p.add_argument("corrupted", help="the corrupted prompt: the clean one with a word changed, the same number of "
-                                     "tokens")
+    p.add_argument("clean", type=text_value, help="the clean prompt (quote it)")
+    p.add_argument("corrupted", type=text_value,
+                   help="the corrupted prompt: the clean one with a word changed, the same number of tokens")
     model_args(p)
     p.add_argument("--answer", required=True, metavar="TOK",
                    help=f"the clean prompt's answer; the metric is logit(answer) - logit(wrong); {TOKEN_HELP}")

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ..cli_args import int_range, output_file, positive_float, positive_int
-from ..cli_model import load_model_for, model_args, text_args
+from ..cli_model import load_model_for, model_args, progress_bar, text_args
 from ..errors import InputError
 
 JSON_HELP = "print the result as one JSON object instead of the table (numbers that are not finite as null)"
@@ -114,9 +114,11 @@ def _loss_input(args: argparse.Namespace, what: str):
 
 def cmd_importance(args: argparse.Namespace) -> int:
     from .ablation import head_importance
+    from .cost import importance_passes
 
     model, ids = _loss_input(args, "head importance")
-    imp = head_importance(model, ids, mode=args.mode)
+    with progress_bar(args, importance_passes(model.config), "each head ablated") as bar:
+        imp = head_importance(model, ids, mode=args.mode, between_passes=bar.update)
     if args.json:
         out = {"model": model.name, "tokens": model.tokenizer.token_texts(ids), "token_ids": ids, **imp.to_dict(),
                "ranked": [list(h) for h, _ in imp.ranked(args.by)]}
@@ -137,9 +139,12 @@ def cmd_importance(args: argparse.Namespace) -> int:
 
 def cmd_prune(args: argparse.Namespace) -> int:
     from .ablation import prune_heads
+    from .cost import prune_passes
 
     model, ids = _loss_input(args, "pruning")
-    curve = prune_heads(model, ids, mode=args.mode, max_heads=args.max_heads, recompute=args.rescore)
+    with progress_bar(args, prune_passes(model.config, args.max_heads, args.rescore), "pruning") as bar:
+        curve = prune_heads(model, ids, mode=args.mode, max_heads=args.max_heads, recompute=args.rescore,
+                            between_passes=bar.update)
     if args.json:
         print(json.dumps({"model": model.name, "tokens": model.tokenizer.token_texts(ids), "token_ids": ids,
                           "recompute": args.rescore, **curve.to_dict()}, ensure_ascii=False))
@@ -155,13 +160,25 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 def cmd_heads(args: argparse.Namespace) -> int:
     from .attention_statistics import attention_stats
-    from .roles import ROLES, head_roles, reference_head_roles
+    from .reference import REFERENCE_TEXTS
+    from .roles import ROLES, head_roles, head_roles_of, reference_traces
 
     model = load_model_for(args)
     trace = model.trace(args.text, truncate=args.truncate)
     roles = head_roles(trace)
     stats = attention_stats(trace)
-    ref = None if args.no_reference else reference_head_roles(model)
+    ref = None
+    if not args.no_reference:  # reference_head_roles, one trace at a time: each traced and scored, then the bar moves
+        with progress_bar(args, len(REFERENCE_TEXTS) + 1, "reference set", unit="text") as bar:
+
+            def traced():
+                for text in REFERENCE_TEXTS:
+                    yield from reference_traces(model, [text], probe_length=0)
+                    bar.update()
+                yield from reference_traces(model, [])  # the repeated-random-tokens probe
+                bar.update()
+
+            ref = head_roles_of(traced(), source="reference")
     if args.json:
         out = {"model": model.name, "tokens": trace.tokens, "token_ids": trace.token_ids, "roles": list(ROLES),
                "text": roles.to_dict(), "stats": stats.to_dict()}
@@ -220,20 +237,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from ..loading.checkpoint import atomic_write_bytes
-    from ..notebook.snapshot import page_html, snapshot_data
+    from ..notebook.snapshot import save_snapshot
 
     out: Path = args.out
     model = load_model_for(args)
     trace = model.trace(args.text, truncate=args.truncate)
-    data, info = snapshot_data(model, trace, max_mb=args.max_mb, ablations=not args.no_ablations,
-                               bundle_bytes=_bundle_bytes())
-    atomic_write_bytes(out, page_html(data).encode("utf-8"))
+    # the Python API's own function (the CJK font, the size budget; what it leaves out is logged as a warning)
+    save_snapshot(model, trace, out, max_mb=args.max_mb, ablations=not args.no_ablations)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB, {trace.n_tokens} tokens); open it in any browser, "
           f"no server needed", file=sys.stderr)
-    if info.omitted:
-        print(f"left out to stay under {args.max_mb:g} MB (the views that show them say so): "
-              f"{', '.join(info.omitted)}", file=sys.stderr)
     return 0
 
 
@@ -291,13 +303,6 @@ def cmd_analogy(args: argparse.Namespace) -> int:
     for rank, nb in enumerate(res.neighbours, 1):
         print(f"  {rank:>4}  {_fmt_tok(nb.token, 22)} {nb.id:>6} {nb.similarity:>7.3f}")
     return 0
-
-
-def _bundle_bytes() -> int:
-    from ..web_bundle import package_static_dir
-
-    assets = package_static_dir() / "assets"
-    return sum(p.stat().st_size for p in assets.glob("*")) if assets.is_dir() else 0
 
 
 def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction) -> None:

@@ -15,7 +15,7 @@ averaged over the query positions where the mask is not empty (1.0 = all attenti
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,7 +112,7 @@ def _accumulate(traces: Iterable[Trace], rarity: Tensor | None) -> tuple[dict[st
     return sums, counts
 
 
-def head_roles_of(traces: Sequence[Trace], *, source: str = "text", rarity: Tensor | None = None) -> HeadRoles:
+def head_roles_of(traces: Iterable[Trace], *, source: str = "text", rarity: Tensor | None = None) -> HeadRoles:
     """Role scores pooled over several traces (each query position counts once)."""
     sums, counts = _accumulate(traces, rarity)
     scores = {r: (sums[r] / counts[r] if counts[r] else torch.full_like(sums[r], float("nan"))).float()

@@ -9,7 +9,9 @@ A spec that names an existing path is always local, never a hub id.
 
 from __future__ import annotations
 
+import difflib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -107,6 +109,16 @@ def _looks_like_path(spec: str) -> bool:
     return spec.startswith((".", "/", "~")) or "\\" in spec or spec.count("/") > 1
 
 
+def close_model_name(spec: str, builtins: Mapping[str, Path]) -> str | None:
+    """The built-in or known GPT-2 name that `spec` (a name with no owner/, not a folder here) is a typo of, if it
+    is close to one ('explainer-smal', 'gtp2'), else None: such a name is a typo more likely than a hub id."""
+    if "/" in spec or spec in KNOWN_HUB_MODELS:
+        return None
+    known = [*builtins, *KNOWN_HUB_MODELS]
+    near = difflib.get_close_matches(spec.lower(), known, n=1, cutoff=0.75)
+    return near[0] if near else None
+
+
 def resolve(spec: str | None = None, *, allow_download: bool = True) -> ResolvedModel:
     """Find the folder for `spec`; download a hub model only if it was named, is not cached and
     `allow_download` is set."""
@@ -128,6 +140,10 @@ def resolve(spec: str | None = None, *, allow_download: bool = True) -> Resolved
     folder = cached_hub_folder(repo)
     if folder is not None:
         return ResolvedModel(spec, folder, "hub", reason)
+    near = close_model_name(spec, builtins)
+    if near is not None:
+        raise ModelNotFoundError(f"no model {spec!r}: did you mean {near!r}? (a model on the Hugging Face hub is "
+                                 f"named owner/name, e.g. openai-community/gpt2)")
     if not allow_download:
         size = KNOWN_HUB_MODELS.get(spec, (None, None, 0))[2]
         about = f" (about {size / 1e6:.0f} MB)" if size else ""
