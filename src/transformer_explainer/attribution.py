@@ -80,6 +80,16 @@ class Attribution:
     heads: Tensor = field(repr=False)  # (L, H)
     experts: Tensor | None = field(default=None, repr=False)  # (L, E) in a mixture of experts
 
+    def __repr__(self) -> str:
+        what = f"logit({self.target_text!r})" + ("" if self.versus is None else f" - logit({self.versus_text!r})")
+        top = self.ranked(5)
+        return "\n".join([
+            f"Attribution of {what} at position {self.position} ({self.tokens[self.position]!r}) = {self.metric:.4f}: "
+            f"{len(self.components)} components + rest {self.rest:.4f}; the {len(top)} largest:",
+            *(f"  {c.label:<20} {c.value:>+9.4f}" for c in top),
+            f"  (.components: all, in the order of the computation; .ranked(n): the n largest; .heads: the "
+            f"{tuple(self.heads.shape)} map of the heads'; .to_dict(): everything)"])
+
     def ranked(self, n: int | None = None) -> list[Component]:
         """The components by the size of their contribution, largest first."""
         out = sorted(self.components, key=lambda c: abs(c.value), reverse=True)

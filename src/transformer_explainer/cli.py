@@ -38,20 +38,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if groups:
         print("  (<0xF0>: one byte of a character that is split over several tokens; ┐│┘ brackets the tokens "
               "that make it)")
-    print(f"\nnext token ({_sampling_words(params)}):")
+    print(f"\nnext token ({params.describe()}):")
     print(f"  {'token':<20} {'id':>6} {'logit':>9} {'prob':>8}")
     for row in top:
         print(f"  {row['token']!r:<20} {row['id']:>6} {row['logit']:>9.3f} {row['prob']:>8.2%}")
     return 0
-
-
-def _sampling_words(params) -> str:
-    """The sampling parameters as a reader would say them: "temperature 0.8, top-k 40, no top-p cut"."""
-    if params.greedy:
-        return "temperature 0: greedy, the most likely token"
-    k = f"top-k {params.top_k}" if params.top_k is not None else "no top-k cut"
-    p = f"top-p {params.top_p:g}" if params.top_p is not None else "no top-p cut"
-    return f"temperature {params.temperature:g}, {k}, {p}"
 
 
 def _group_marks(groups) -> dict[int, str]:

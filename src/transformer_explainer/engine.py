@@ -330,7 +330,7 @@ class ExplainerModel:
             logits = text_or_trace.next_token_logits()
         else:
             logits = self.logits(text_or_trace)
-        return next_token_distribution(logits, params)
+        return next_token_distribution(logits, params, token_text=self.tokenizer.token_text)
 
     @torch.inference_mode()
     def generate_ids(self, ids: list[int], max_new_tokens: int, params: SamplingParams | None = None,

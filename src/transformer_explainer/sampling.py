@@ -7,7 +7,8 @@ then the top-p (nucleus) cut on what remains, then softmax over the kept tokens.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -43,6 +44,14 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    def describe(self) -> str:
+        """The parameters as a reader would say them: "temperature 0.8, top-k 40, no top-p cut"."""
+        if self.greedy:
+            return "temperature 0: greedy, the most likely token"
+        k = f"top-k {self.top_k}" if self.top_k is not None else "no top-k cut"
+        p = f"top-p {self.top_p:g}" if self.top_p is not None else "no top-p cut"
+        return f"temperature {self.temperature:g}, {k}, {p}"
+
     def check_vocabulary(self, vocab_size: int) -> None:
         """An InputError if top_k asks for more tokens than the vocabulary has."""
         if self.top_k is not None and self.top_k > vocab_size:
@@ -59,6 +68,19 @@ class NextTokenDistribution:
     kept: Tensor  # (V,) bool: survived the top-k and top-p cuts
     probs: Tensor  # (V,) softmax over the kept scaled logits; 0 elsewhere
     params: SamplingParams
+    # an id's text (the tokenizer's `token_text`), for the repr; `ExplainerModel.next_token` sets it
+    token_text: Callable[[int], str] | None = field(default=None, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        V, kept = self.logits.shape[-1], int(self.kept.sum())
+        name = self.token_text or (lambda i: "")
+        rows = [f"  {name(i)!r:<16} id {i:>6}  logit {float(self.logits[i]):>8.3f}  prob {float(self.probs[i]):>7.2%}"
+                for i in self.top(5)]
+        return "\n".join([
+            f"NextTokenDistribution over {V} tokens ({self.params.describe()}): {kept} kept, the 5 most likely:",
+            *rows,
+            f"  (.logits, .probs, .kept: ({V},) tensors in vocabulary order, their first entries those of ids 0, 1, "
+            f"2...; .top(n): the n most likely ids)"])
 
     @property
     def probs_before_cuts(self) -> Tensor:
@@ -90,15 +112,16 @@ def most_likely(logits: Tensor) -> int:
     return int(logits.detach().to("cpu", torch.float32).numpy().argmax())  # on the CPU already: no copy
 
 
-def next_token_distribution(logits: Tensor, params: SamplingParams) -> NextTokenDistribution:
-    """Apply temperature, top-k and top-p to one position's logits (V,)."""
+def next_token_distribution(logits: Tensor, params: SamplingParams, *,
+                            token_text: Callable[[int], str] | None = None) -> NextTokenDistribution:
+    """Apply temperature, top-k and top-p to one position's logits (V,); `token_text` names the tokens in the repr."""
     logits = logits.detach().to(torch.float32)
     V, device = logits.shape[-1], logits.device
     params.check_vocabulary(V)
     if params.greedy:
         kept = torch.zeros(V, dtype=torch.bool, device=device)
         kept[most_likely(logits)] = True
-        return NextTokenDistribution(logits, logits, kept, kept.to(torch.float32), params)
+        return NextTokenDistribution(logits, logits, kept, kept.to(torch.float32), params, token_text)
     scaled = logits / params.temperature
     kept = torch.ones(V, dtype=torch.bool, device=device)
     if params.top_k is not None and params.top_k < V:
@@ -113,7 +136,7 @@ def next_token_distribution(logits: Tensor, params: SamplingParams) -> NextToken
         keep_sorted[0] = True
         kept &= torch.empty_like(keep_sorted).scatter_(0, order, keep_sorted)  # back in vocabulary order
     probs = torch.softmax(scaled.masked_fill(~kept, float("-inf")), dim=-1)
-    return NextTokenDistribution(logits, scaled, kept, probs, params)
+    return NextTokenDistribution(logits, scaled, kept, probs, params, token_text)
 
 
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:

@@ -184,6 +184,37 @@ def _kl(p_logits: Tensor, q_logits: Tensor) -> float:
     return float((lp.exp() * (lp - lq)).sum())
 
 
+class TokenChange(tuple[int, float, float]):
+    """One row of `AblationResult.top_changes`: (id, prob before, prob after), unpacked as before, with the
+    token's text as `.token` (None where the result was made without a tokenizer) and the fields by name."""
+
+    token: str | None
+
+    def __new__(cls, id: int, before: float, after: float, token: str | None = None) -> TokenChange:
+        row = super().__new__(cls, (id, before, after))
+        row.token = token
+        return row
+
+    def __getnewargs__(self) -> tuple[int, float, float, str | None]:  # pickle and copy: the token too
+        return (*self, self.token)
+
+    @property
+    def id(self) -> int:
+        return self[0]
+
+    @property
+    def before(self) -> float:
+        return self[1]
+
+    @property
+    def after(self) -> float:
+        return self[2]
+
+    def __repr__(self) -> str:
+        name = "" if self.token is None else f"{self.token!r} "
+        return f"TokenChange({name}id {self.id}: {self.before:.2%} -> {self.after:.2%})"
+
+
 @dataclass(frozen=True)
 class AblationResult:
     heads: list[Head]
@@ -194,6 +225,21 @@ class AblationResult:
     ablated_loss: float | None
     kl: float  # KL(clean || ablated) of the next-token distribution, nats
     experts: list[Expert] = field(default_factory=list)  # taken out of the routing (mixtures of experts)
+    # an id's text (the tokenizer's `token_text`), for `top_changes` and the repr; `ablate` sets it
+    token_text: Callable[[int], str] | None = field(default=None, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        parts = []
+        if self.heads:
+            parts.append(f"{self.mode} ablation of {', '.join(f'L{layer}H{h}' for layer, h in self.heads)}")
+        if self.experts:
+            parts.append(f"{', '.join(f'L{layer}E{e}' for layer, e in self.experts)} out of the routing")
+        loss = ("" if self.loss_change is None else
+                f"loss {self.clean_loss:.4f} -> {self.ablated_loss:.4f} ({self.loss_change:+.4f} nats/token), ")
+        return "\n".join([f"AblationResult, {'; '.join(parts) or 'nothing removed'}: {loss}KL {self.kl:.4f} nats; "
+                          f"next token:",
+                          *(f"  {c!r}" for c in self.top_changes(5)),
+                          "  (.clean, .ablated: the two traces; .top_changes(n): these rows for the top n)"])
 
     @property
     def loss_change(self) -> float | None:
@@ -209,13 +255,15 @@ class AblationResult:
     def ablated_probs(self) -> Tensor:
         return torch.softmax(self.ablated.next_token_logits().float(), -1)
 
-    def top_changes(self, n: int = 10) -> list[tuple[int, float, float]]:
-        """(id, prob before, prob after) for the union of the top n before and after, by prob before."""
+    def top_changes(self, n: int = 10) -> list[TokenChange]:
+        """(id, prob before, prob after) for the union of the top n before and after, by prob before; each row
+        also has `.token`, the id's text."""
         before, after = self.clean_probs, self.ablated_probs
         n = min(n, before.shape[0])
         ids = list(dict.fromkeys(before.topk(n).indices.tolist() + after.topk(n).indices.tolist()))
         ids.sort(key=lambda i: -float(before[i]))
-        return [(i, float(before[i]), float(after[i])) for i in ids]
+        text = self.token_text
+        return [TokenChange(i, float(before[i]), float(after[i]), None if text is None else text(i)) for i in ids]
 
     def to_dict(self, token_text: Callable[[int], str], n: int = 10) -> dict[str, Any]:
         """JSON-ready summary; `token_text` maps an id to its text (the tokenizer's `token_text`)."""
@@ -275,6 +323,7 @@ def ablate(model: ExplainerModel, text: str | Sequence[int], heads: Iterable[Hea
         ablated_loss=text_loss(ablated.logits, ids) if has_loss else None,
         kl=_kl(clean.next_token_logits(), ablated.next_token_logits()),
         experts=removed,
+        token_text=model.tokenizer.token_text,
     )
 
 
@@ -337,7 +386,8 @@ def ablate_each_head(model: ExplainerModel, text: str | Sequence[int], *, mode: 
         ablated = _run(model, ids, [(layer, h)], mode, means, txt, between_passes)
         loss = text_loss(ablated.logits, ids)
         res = AblationResult([(layer, h)], mode, clean, ablated, clean_loss, loss,
-                             _kl(clean.next_token_logits(), ablated.next_token_logits()))
+                             _kl(clean.next_token_logits(), ablated.next_token_logits()),
+                             token_text=model.tokenizer.token_text)
         results[(layer, h)] = res
         dloss[layer, h] = loss - clean_loss
         kl[layer, h] = res.kl
