@@ -99,6 +99,28 @@ def test_a_link_pasted_into_an_open_page_is_followed(browser, live_server):
         assert shown(page) == before
 
 
+@pytest.mark.parametrize("view", ["experiments", "attribution"])
+def test_a_link_keeps_the_experiments_and_why_this_token_pages(browser, live_server, view):
+    with open_app(browser, live_server.url) as page:
+        page.click(f"[data-testid=nav-{view}]")
+        settled(page, view=view)
+        link = page.url
+    with open_app(browser, link) as page:
+        assert shown(page)["view"] == f"nav-{view}"
+
+
+def test_a_link_keeps_the_encoder_decoder_page_and_its_tab(browser, live_server):
+    with open_app(browser, live_server.url) as page:
+        page.click("[data-testid=mode-seq2seq]")
+        page.click("[data-testid=s2s-tab-positions]")
+        settled(page, tab="positions")
+        link = page.url
+    assert parse_qs(urlparse(link).query) == {"mode": ["seq2seq"]}
+    with open_app(browser, link) as page:
+        expect(page.locator("[data-testid=s2s-tab-positions]")).to_have_attribute("aria-selected", "true")
+        expect(page.locator("[data-testid=s2s-panel-positions]")).to_be_visible()
+
+
 # links that hold nothing this page can show: each part falls back to its default, and nothing throws
 GARBLED = [
     "#text=&model=no-such-model&view=__proto__&layer=99&head=-1&pos=1e9&lang=xx&tab=nope&ln=ln9",
