@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Sequence
@@ -44,6 +45,7 @@ from ..analysis.answers import (
 from ..engine import ExplainerModel
 from ..errors import InputError
 from ..limits import ABLATION_TOP, APP_TOP_K, APP_TOP_N, DEFAULT_SEED, LENS_TOP, MAX_TOKENS_LIST, NEIGHBOURS
+from ..loading.checkpoint import atomic_write_bytes
 from ..names import FAMILY_NAMES, NameTable, block_name, describe
 from ..overview import config_out, trace_overview
 from ..schemas import ModelInfo, ModelList, SamplingIn
@@ -54,7 +56,8 @@ from .snapshot_attribution import SnapshotAttribution
 log = logging.getLogger(__name__)
 
 FORMAT = "transformer-explainer-snapshot"
-VERSION = 3  # 2: aliases, languages and the inlined CJK font; derived stages by names.DERIVATIONS; 3: attribution
+VERSION = 4  # 2: aliases, languages and the inlined CJK font; derived stages by names.DERIVATIONS; 3: attribution;
+# 4: per-position statistics in float32, the attention pattern of the first blocks that fit, keep_mb
 LANGUAGES = ("en", "zh")  # the app's languages: a snapshot offers both unless told otherwise
 CJK_FONT = "fonts/noto-sans-sc-subset.woff2"  # in the web bundle (web/public/fonts/, scripts/build_cjk_font.py)
 CJK_FONT_RECORD = "fonts/noto-sans-sc-subset.json"  # its record: the unicode-range the subset covers
@@ -80,24 +83,34 @@ def activation_order(t: NameTable) -> tuple[list[str], list[str]]:
     computation order within each kind."""
     derived = t.derivations
     first = [n for n in t.global_activations if n not in derived and n != "logits"]
-
-    def kind(stage: str) -> int:
-        dims = t.block_activations[stage][0]
-        if stage in ("attn.pattern", "attn.scores"):
-            return 0
-        if not {"D", "Dh", "M"} & set(dims):
-            return 1
-        if stage in RESIDUAL:
-            return 2
-        if "M" in dims:
-            return 5
-        return 4 if "Dh" in dims else 3
-
     stages = [s for s in t.block_activations if s not in derived or s in STORED_DERIVED]
-    return first, sorted(stages, key=lambda s: (kind(s), 0 if s == "attn.pattern" else 1))
+    return first, sorted(stages, key=lambda s: (_kind(t, s), 0 if s == "attn.pattern" else 1))
+
+
+def _kind(t: NameTable, stage: str) -> int:
+    """A block stage's rank in the snapshot's order (see activation_order)."""
+    dims = t.block_activations[stage][0]
+    if stage in ("attn.pattern", "attn.scores"):
+        return 0
+    if not {"D", "Dh", "M"} & set(dims):
+        return 1
+    if stage in RESIDUAL:
+        return 2
+    if "M" in dims:
+        return 5
+    return 4 if "Dh" in dims else 3
+
+
+def precise_stages(t: NameTable) -> set[str]:
+    """The block stages stored in float32: the per-position statistics (norm statistics, the router's logits and
+    probabilities, the experts' weights), a few values per token that the views show with 4 decimals, as the live
+    app (which asks for float32) shows them; float16 would change the 4th digit (0.5032 -> 0.5029)."""
+    small = {n for n, (dims, _) in t.global_activations.items() if not {"D", "Dh", "M", "V"} & set(dims)}
+    return small | {s for s in t.block_activations if _kind(t, s) == 1}
 
 
 ACTIVATION_ORDER: dict[str, tuple[list[str], list[str]]] = {f: activation_order(t) for f, t in FAMILY_NAMES.items()}
+PRECISE: dict[str, set[str]] = {f: precise_stages(t) for f, t in FAMILY_NAMES.items()}
 # weights, where the model has them (the Llama family's RMSNorm has no shift)
 
 
@@ -111,14 +124,15 @@ def norm_weights(t: NameTable) -> tuple[list[str], list[str]]:
 LARGE_WEIGHTS = ["attn.W_O", "attn.W_Q", "attn.W_K", "attn.W_V"]  # shown per head on request
 
 
-def _stored(t: Any, dims: tuple[str, ...]) -> dict[str, Any]:
-    a = np.ascontiguousarray(t.detach().float().cpu().numpy(), dtype="<f2")
-    return {"dims": list(dims), "shape": list(a.shape), "dtype": "float16",
+def _stored(t: Any, dims: tuple[str, ...], precise: bool = False) -> dict[str, Any]:
+    a = np.ascontiguousarray(t.detach().float().cpu().numpy(), dtype="<f4" if precise else "<f2")
+    return {"dims": list(dims), "shape": list(a.shape), "dtype": "float32" if precise else "float16",
             "data": base64.b64encode(a.tobytes()).decode("ascii")}
 
 
-def _b64_size(n_values: int) -> int:
-    return (2 * n_values + 2) // 3 * 4 + 40  # base64 of float16, plus the JSON around it
+def _b64_size(n_values: int, precise: bool = False) -> int:
+    width = 4 if precise else 2
+    return (width * n_values + 2) // 3 * 4 + 40  # base64 of float16 (float32), plus the JSON around it
 
 
 def _lens_all(model: ExplainerModel, trace: Trace) -> dict[str, Any]:
@@ -170,9 +184,10 @@ def snapshot_analyses(model: ExplainerModel, trace: Trace, *, ablations: bool = 
 class SnapshotInfo:
     """What went into a snapshot, for the CLI's report."""
 
-    kept: list[str]  # tensor groups included, e.g. "blocks.*.attn.pattern"
+    kept: list[str]  # tensor groups included, e.g. "blocks.*.attn.pattern" (or "blocks.0-1.attn.pattern")
     omitted: list[str]
     nbytes: int
+    keep_mb: float | None = None  # the max_mb that would keep everything left out (None: nothing was)
 
 
 def check_languages(languages: Sequence[str]) -> list[str]:
@@ -219,6 +234,7 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     budget = int(max_mb * 1e6) - used
 
     global_first, block_order = ACTIVATION_ORDER[family]
+    precise = PRECISE[family]
     groups: list[tuple[str, list[str], bool]] = [(n, [n], False) for n in global_first]
     answered = set(trace.names())  # a mixture's blocks answer their MLP's stages: experts' or a dense MLP's
     groups += [(f"blocks.*.{s}", [n for i in (range(L) if s != "resid_post" else [L - 1])
@@ -226,25 +242,80 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     groups += [(f"blocks.*.{s}", [block_name(i, s) for i in range(L)], True) for s in LARGE_WEIGHTS]
     kept: list[str] = []
     omitted: list[str] = []
+    wanted = 0  # what everything left out would have added
+    sizes: dict[str, int] = {}
+
+    def value(n: str, is_weight: bool) -> Any:
+        return model.weight(n) if is_weight else trace[n]
+
+    def size(n: str, is_weight: bool) -> int:
+        if n not in sizes:
+            sizes[n] = _b64_size(value(n, is_weight).numel(), not is_weight and _stage(n) in precise)
+        return sizes[n]
+
+    def store(n: str, is_weight: bool) -> None:
+        target = data["weights"] if is_weight else data["tensors"]
+        target[n] = _stored(value(n, is_weight), describe(n, family)[0], not is_weight and _stage(n) in precise)
+
+    # The attention view of a block needs its pattern and its scores (or the queries and keys the page derives them
+    # from). A long text's patterns (H x T x T per block) may not fit whole: then, in the patterns' place, they go in
+    # block by block from the first, each with its queries and keys (2 x T x D: less than the scores beyond a few
+    # tokens), rather than not at all.
+    by_stage = {label: names for label, names, _ in groups}
+    pattern, scores = by_stage.get("blocks.*.attn.pattern", []), by_stage.get("blocks.*.attn.scores", [])
+    sources = FAMILY_NAMES[family].derivations["attn.scores"].sources
     for label, names, is_weight in groups:
         if not names:
             continue
-        values = [model.weight(n) if is_weight else trace[n] for n in names]
-        size = sum(_b64_size(v.numel()) for v in values)
-        if size > budget:
-            omitted.append(label)
-            continue
-        budget -= size
         target = data["weights"] if is_weight else data["tensors"]
-        for n, v in zip(names, values, strict=True):
-            target[n] = _stored(v, describe(n, family)[0])
-        kept.append(label)
-    budget -= attribution.fill(budget)
+        if names is pattern and sum(size(n, False) for n in pattern + scores) > budget:
+            for i in range(L):
+                unit = [block_name(i, "attn.pattern")] + [block_name(i, src) for src in sources]
+                if sum(size(n, False) for n in unit) > budget:
+                    break
+                for n in unit:
+                    store(n, False)
+                    budget -= size(n, False)
+        before = [n for n in names if n in target]  # the first blocks', stored above
+        rest = [n for n in names if n not in target]
+        need = sum(size(n, is_weight) for n in rest)
+        if need <= budget:
+            for n in rest:
+                store(n, is_weight)
+            budget -= need
+            kept.append(label)
+            continue
+        wanted += need
+        if before:
+            kept.append(_blocks(0, len(before) - 1, _stage(label)))
+            omitted.append(_blocks(len(before), L - 1, _stage(label)))
+        else:
+            omitted.append(label)
+    filled = attribution.fill(budget)
+    budget -= filled
+    wanted += attribution.left_bytes()
     omitted += attribution.omitted()
     data["omitted"] = omitted
+    nbytes = int(max_mb * 1e6) - budget
+    # the budget that would keep everything: what is in, what was left out (the attributions as large as the last
+    # position's), rounded up to a tenth of a MB
+    keep_mb = math.ceil((nbytes + wanted) / 1e5) / 10 if omitted else None
+    data["keep_mb"] = keep_mb
     if omitted:
-        log.info("snapshot: left out %s to stay under %.1f MB", ", ".join(omitted), max_mb)
-    return data, SnapshotInfo(kept, omitted, int(max_mb * 1e6) - budget)
+        log.warning("the snapshot left out %s to stay under %g MB (the views that need them say so); "
+                    "max_mb=%g (the CLI's --max-mb %g) would keep everything", ", ".join(omitted), max_mb,
+                    keep_mb, keep_mb)
+    return data, SnapshotInfo(kept, omitted, nbytes, keep_mb)
+
+
+def _blocks(first: int, last: int, stage: str) -> str:
+    """A run of blocks' stage, as the snapshot lists it ("blocks.0.attn.q", "blocks.1-5.attn.q")."""
+    return f"blocks.{first}.{stage}" if first == last else f"blocks.{first}-{last}.{stage}"
+
+
+def _stage(name: str) -> str:
+    """A block name's stage ("blocks.3.attn.pattern" -> "attn.pattern")."""
+    return name.split(".", 2)[2] if name.startswith("blocks.") else name
 
 
 # -- the page --------------------------------------------------------------------------------------
@@ -362,10 +433,10 @@ def _escape(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def snapshot_html(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: float = 4.5, ablations: bool = True,
-                  static_dir: Path | None = None, languages: Sequence[str] = LANGUAGES) -> str:
-    """One self-contained HTML page explaining `text_or_trace` with `model`: opens offline from file://.
-    `languages`: what the page offers (English and 中文; one alone fixes the page to it)."""
+def snapshot_page(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: float = 4.5, ablations: bool = True,
+                  static_dir: Path | None = None, languages: Sequence[str] = LANGUAGES) -> tuple[str, SnapshotInfo]:
+    """The page of `snapshot_html` and what went into it (what the budget left out, and the `max_mb` that
+    would keep it)."""
     languages = check_languages(languages)
     trace = model.trace(text_or_trace) if isinstance(text_or_trace, str) else text_or_trace
     if trace.config != model.config:
@@ -374,13 +445,24 @@ def snapshot_html(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: 
     # what the page inlines: the scripts and styles, not the copies the build compressed for the server (*.gz)
     bundle = sum(p.stat().st_size for p in (root / "assets").glob("*") if p.suffix != ".gz") \
         if (root / "assets").is_dir() else 0
-    data, _ = snapshot_data(model, trace, max_mb=max_mb, ablations=ablations, bundle_bytes=bundle,
-                            languages=languages, cjk_font=cjk_font_url(trace.text, languages, root))
-    return page_html(data, root)
+    data, info = snapshot_data(model, trace, max_mb=max_mb, ablations=ablations, bundle_bytes=bundle,
+                               languages=languages, cjk_font=cjk_font_url(trace.text, languages, root))
+    return page_html(data, root), info
+
+
+def snapshot_html(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: float = 4.5, ablations: bool = True,
+                  static_dir: Path | None = None, languages: Sequence[str] = LANGUAGES) -> str:
+    """One self-contained HTML page explaining `text_or_trace` with `model`: opens offline from file://.
+    `languages`: what the page offers (English and 中文; one alone fixes the page to it, and an English-only page
+    of English text carries no CJK font). What the size budget `max_mb` leaves out is logged as a warning, with
+    the `max_mb` that would keep it."""
+    return snapshot_page(model, text_or_trace, max_mb=max_mb, ablations=ablations, static_dir=static_dir,
+                         languages=languages)[0]
 
 
 def save_snapshot(model: ExplainerModel, text_or_trace: str | Trace, path: str | Path, **kwargs: Any) -> Path:
-    """Write `snapshot_html(...)` to `path` (UTF-8)."""
+    """Write `snapshot_html(...)` to `path` (UTF-8, replacing it whole or not at all). The CLI's `snapshot`
+    command writes its page with this function too."""
     path = Path(path)
-    path.write_text(snapshot_html(model, text_or_trace, **kwargs), encoding="utf-8")
+    atomic_write_bytes(path, snapshot_page(model, text_or_trace, **kwargs)[0].encode("utf-8"))
     return path

@@ -90,6 +90,10 @@ class SnapshotAttribution:
             used += size
         return used
 
+    def left_bytes(self) -> int:
+        """About what the positions left out would add (each as large as the last position's default entry)."""
+        return len(self.record["left_out"]) * entry_bytes(self.record["entries"][0])
+
     def omitted(self) -> list[str]:
         """What was left out, in the words of the snapshot's `omitted` list."""
         left = self.record["left_out"]
