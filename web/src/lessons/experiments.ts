@@ -7,12 +7,12 @@
 // quoted are the ones the numbers single out. Every sentence that depends on the numbers is a claim (checked by
 // web/tests/lessons/claims.experiments.ts); the words are in the catalogue under lesson.experiments.*.
 import { tick } from "svelte";
-import { api } from "../lib/client";
-import type { AblateOut, AnalogyOut, HeadsOut, ImportanceOut, LensOut, PruneOut } from "../lib/generated/api";
+import { SvelteSet } from "svelte/reactivity";
+import { api, call } from "../lib/client";
+import type { AblateOut, AnalogyOut, HeadsOut, ImportanceOut, LensOut, PruneOut, TokensOut } from "../lib/generated/api";
 import { claim, either, say, type Lesson, type LessonStep, type Sentence, type Text, type Value } from "../lib/lesson";
 import { dec, int, pct, token, word } from "../lib/lessonFormat";
 import { app } from "../lib/state.svelte";
-import { analysis } from "../views/experiments/api";
 import {
   ablateHead, ablationFor, headsInput, headsOf, importanceOf, inputKey, lensOf, loadAnalogy, loadHeads,
   loadImportance, loadLens, loadPrune, xp, type Arithmetic, type Metric, type TextChoice, type XInput, type XTab,
@@ -321,32 +321,52 @@ function lensText(): Text {
 
 // -- word arithmetic ------------------------------------------------------------------------------------
 
-/** Whether `word` (with its leading space) is one token of the model's vocabulary, as the explorer takes it. */
-async function isOneToken(model: string, w: string): Promise<boolean> {
+/** Which of `words` (each with its leading space) are one token of the model's vocabulary, as the explorer takes
+ *  them: asked of /api/attribution/tokens, which tokenizes any text (the explorer would refuse a word of several
+ *  tokens with a 422), one word at a time. Null when the server could not say (an offline snapshot, a failure). */
+async function oneTokens(model: string, words: string[]): Promise<Map<string, boolean> | null> {
+  const out = new Map<string, boolean>();
   try {
-    await analysis.neighbours({ model, token: w, n: 1 });
-    return true;
+    for (const w of words) {
+      const t = await call<TokensOut>("attribution/tokens", { model, texts: [w] });
+      const ids = t.texts[0].ids, own = t.bos_id !== null && ids[0] === t.bos_id ? ids.slice(1) : ids;
+      out.set(w, own.length === 1);
+    }
   } catch {
-    return false; // the explorer refuses a word of several tokens (or one it cannot read) with a clear error
+    return null;
   }
+  return out;
 }
+
+/** The models whose vocabulary the server could not be asked about: the arithmetic step says so. */
+const vocabUnknown = new SvelteSet<string>();
 
 async function loadArithmetic(): Promise<void> {
   const model = app.trace?.model;
   if (!model || xp.arithmetic?.model === model) return;
-  let famous: AnalogyOut | null = null;
-  const split: string[] = [];
-  try {
-    famous = await loadAnalogy(model, [" king", " woman"], [" man"]);
-  } catch {
-    for (const w of ["king", "man", "woman"]) if (!(await isOneToken(model, ` ${w}`))) split.push(w);
+  const sp = (w: string) => ` ${w}`;
+  const one = await oneTokens(model, [...new Set(["king", "man", "woman", "queen", ...ANALOGIES.flatMap(([a, b, c]) => [a, b, c])])].map(sp));
+  if (!one) {
+    vocabUnknown.add(model);
+    return;
   }
-  const queenIsToken = await isOneToken(model, " queen");
+  vocabUnknown.delete(model);
+  let famous: AnalogyOut | null = null;
+  const split = ["king", "man", "woman"].filter((w) => !one.get(sp(w)));
+  if (!split.length) {
+    try {
+      famous = await loadAnalogy(model, [" king", " woman"], [" man"]);
+    } catch {
+      famous = null; // the panel shows the error
+    }
+  }
+  const queenIsToken = one.get(" queen") === true;
   let task: Arithmetic["task"] = null, tried = 0;
   for (const [a, b, c, d] of ANALOGIES) {
     tried++;
+    if (![a, b, c].every((w) => one.get(sp(w)))) continue; // a word of several tokens here: the explorer takes one
     let r: AnalogyOut;
-    try { r = await loadAnalogy(model, [` ${a}`, ` ${c}`], [` ${b}`]); } catch { continue; } // a word of several tokens here
+    try { r = await loadAnalogy(model, [sp(a), sp(c)], [sp(b)]); } catch { continue; }
     if (r.neighbours[0]?.token.trim() === d) { task = { a, b, c, d }; break; }
   }
   if (app.trace?.model === model) xp.arithmetic = { model, famous, split, queenIsToken, task, tried };
@@ -355,10 +375,17 @@ async function loadArithmetic(): Promise<void> {
 const currentArithmetic = () => (xp.arithmetic && xp.arithmetic.model === app.trace?.model ? xp.arithmetic : null);
 
 function arithmeticText(): Text {
+  if (app.trace && vocabUnknown.has(app.trace.model))
+    return [say("lesson.experiments.arithmetic.what"), say("lesson.experiments.arithmetic.unavailable")];
   const A = currentArithmetic();
   if (!A) return [];
   const out: Text = [say("lesson.experiments.arithmetic.what")];
   const nb = A.famous?.neighbours;
+  if (!nb?.length && !A.split.length) {
+    out.push(say("lesson.experiments.arithmetic.unavailable"));
+    out.push(say("lesson.experiments.arithmetic.mikolov"));
+    return out;
+  }
   if (!nb?.length) {
     out.push(claim("lesson.experiments.arithmetic.famousSplit", { words: word("exp-analogy-split", A.split.join(", ")) }));
     out.push(say("lesson.experiments.arithmetic.mikolov"));
@@ -384,6 +411,7 @@ function arithmeticText(): Text {
 }
 
 function arithmeticTask(): Text {
+  if (app.trace && vocabUnknown.has(app.trace.model)) return [];
   const A = currentArithmetic();
   if (!A) return [];
   if (!A.task) return [claim("lesson.experiments.arithmetic.taskNone", { tried: int("exp-analogy-tried", A.tried) })];
