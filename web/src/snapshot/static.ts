@@ -11,6 +11,7 @@ import { describeIn } from "../lib/generated/names";
 import { ABLATION_TOP } from "../lib/generated/limits";
 import { decodeTensor, encodedTensor, type Tensor } from "../lib/tensor";
 import { derivationOf, derive, type ModelShape } from "./derive";
+import { refused } from "./refusals.svelte";
 import { SnapshotError, takeHead, takePosition, takeRow } from "./slicing";
 
 export { SnapshotError } from "./slicing";
@@ -47,6 +48,7 @@ export interface SnapshotData {
   aliases: Record<string, string>; // names stored under another name (a block's output: the next one's input)
   weights: Record<string, Stored>;
   omitted: string[]; // names left out to keep the file small
+  keep_mb?: number | null; // the size budget (MB) that would have kept them (absent in files of version 3 and before)
   languages: string[]; // the languages the page offers ("en", "zh")
   cjk_font: string | null; // the CJK font subset as a data: URL, where the page can show Chinese
   analysis: {
@@ -76,6 +78,11 @@ export const snapshot: SnapshotData | null = read();
 const NEEDS_SERVER = "This page is an offline snapshot of one text; {what} needs the live app " +
   "(transformer-explainer serve).";
 const missing = (what: string) => new SnapshotError(NEEDS_SERVER.replace("{what}", what));
+/** What the size budget left out: a snapshot written with a larger budget carries it (the budget that keeps
+ *  everything, as the writer measured it). */
+const leftOut = (what: string) => new SnapshotError(`This offline snapshot left out ${what} to keep the file small` +
+  (snapshot?.keep_mb ? `; a snapshot written with max_mb=${snapshot.keep_mb} (the CLI's --max-mb ` +
+    `${snapshot.keep_mb}) carries it.` : "."));
 
 // -- tensors ---------------------------------------------------------------------------------------
 
@@ -107,7 +114,7 @@ function activation(d: SnapshotData, name: string): Tensor {
     if (!t) decoded.set(name, (t = derive(name, rule.derivation, rule.layer, model, (n) => activation(d, n))));
     return t;
   }
-  throw missing(`${name} (left out to keep the file small)`);
+  throw leftOut(name);
 }
 
 /** A name of this snapshot's model, checked as the server checks it (src/transformer_explainer/slicing.py). */
@@ -138,7 +145,7 @@ function activationSlice(d: SnapshotData, spec: TensorSpec): EncodedTensor {
 function weightSlice(d: SnapshotData, spec: TensorSpec): EncodedTensor {
   known(d, spec.name, true);
   if (spec.position != null) throw new SnapshotError("`position` applies to activations; for weights use `head` and `row`");
-  if (!(spec.name in d.weights)) throw missing(`the weight ${spec.name} (left out to keep the file small)`);
+  if (!(spec.name in d.weights)) throw leftOut(`the weight ${spec.name}`);
   let t = stored(`w|${spec.name}`, spec.name, d.weights[spec.name]), kvHead: number | null = null;
   if (spec.head != null) ({ tensor: t, kvHead } = takeHead(t, spec.head, shapeOf(d)));
   if (spec.row != null) t = takeRow(t, spec.row);
@@ -255,7 +262,7 @@ export function snapshotCarriesAttribution(position: number, token: string | num
 /** The entry a token box names at position `q` (see `names`). */
 function attributionOf(d: SnapshotData, q: number, token: unknown): StoredAttribution {
   const here = attributionsAt(d, q);
-  if (!here.length) throw missing(`the attribution at position ${q} (left out to keep the file small)`);
+  if (!here.length) throw leftOut(`the attribution at position ${q}`);
   if (token == null) return here[0];
   const e = here.find((x) => names(x.target, token));
   if (!e) throw missing(`the attribution of ${JSON.stringify(token)} at position ${q} (the file holds ` +
@@ -299,8 +306,18 @@ function attribute(d: SnapshotData, b: Body): AttributeOut {
     rest: minus(a.rest, v?.rest) ?? NaN, scale: a.scale, components, heads, experts };
 }
 
-/** Answer an API call from the snapshot (the same JSON a server would send). */
+/** Answer an API call from the snapshot (the same JSON a server would send); a call it cannot answer rejects, and
+ *  is noted (refusals.svelte.ts) for whoever waits on it without seeing the rejection. */
 export async function snapshotCall(path: string, body?: unknown): Promise<unknown> {
+  try {
+    return answerCall(path, body);
+  } catch (e) {
+    refused(e as Error);
+    throw e;
+  }
+}
+
+function answerCall(path: string, body?: unknown): unknown {
   const d = snapshot!;
   const b = (body ?? {}) as Body;
   if (path === "models") return d.models;
