@@ -19,7 +19,7 @@ from .test_snapshot import offline, settle, snaps  # noqa: F401 (snaps: the fixt
 pytestmark = pytest.mark.browser
 
 BLOCKED = {"en": "This offline page cannot show this step", "zh": "这个离线页面无法显示这一步"}
-SKIP = {"en": "Skip this step", "zh": "跳过这一步"}
+SKIP = {"en": "Skip this step", "zh": "略过这一步"}
 # (model, the view the lesson button is pressed on, the lesson it opens, its steps the file cannot show)
 CASES = {"why": ("explainer-small", "attribution", "why", ["patch", "pair", "grid", "heads"]),
          "experiments": ("explainer-small", "experiments", "experiments", ["pruning"]),
