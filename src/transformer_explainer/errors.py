@@ -62,6 +62,8 @@ ERROR_CODES: dict[str, ErrorCodeInfo] = {
     "text_too_long": _code("the input has `tokens` tokens and at most `limit` fit (the model reads `context`, a "
                            "server may allow fewer): shorten it, or ask for truncation to keep the last `limit`",
                            "tokens", "limit", "context"),
+    "prompt_too_long": _code("a text of a request that does not truncate (a patched pair, texts to tokenize) has "
+                             "`tokens` tokens and at most `limit` fit: shorten it", "tokens", "limit"),
     "context_full": _code("the text already fills the `limit` tokens that fit: nothing more can be generated",
                           "limit"),
     "token_id_out_of_range": _code("the token id `id` is outside the vocabulary, whose ids are 0..`max`",
@@ -86,8 +88,10 @@ ERROR_CODES: dict[str, ErrorCodeInfo] = {
     "rate_limited": _code("this address sent more than `rate` requests a second: wait `wait` s", "rate", "wait"),
     "too_many_calls": _code("this address has `active` model calls running or waiting, over its share of `share`",
                             "active", "share"),
-    "too_many_analyses": _code("this address has `active` head analyses running or waiting, its share is `share`",
-                               "active", "share"),
+    "too_many_analyses": _code("this address has `active` analyses (head importance, pruning, patching) running "
+                               "or waiting, its share is `share`", "active", "share"),
+    "too_many_switches": _code("this address is loading the model `model` already: one model switch at a time",
+                               "model"),
     "host_refused": _code("the server answers only to other host names"),
     "origin_refused": _code("a request from another site that the server refuses"),
     "token_required": _code("the server needs its access token"),

@@ -17,6 +17,8 @@ from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..engine import ExplainerModel
@@ -205,7 +207,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Busy)
     async def _busy(_req: Request, exc: Busy) -> JSONResponse:
-        return _coded_error(503, exc, headers={"Retry-After": str(exc.retry_after)})
+        return _coded_error(exc.status, exc, headers={"Retry-After": str(exc.retry_after)})
 
     @app.exception_handler(Exception)
     async def _unexpected(_req: Request, exc: Exception) -> JSONResponse:
@@ -222,6 +224,24 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"model": ErrorOut, "description": "invalid input: the message says what to change"},
     503: {"model": ErrorOut, "description": "busy (see Retry-After) or timed out"},
 }
+
+
+def add_schemas(app: FastAPI, models: list[type[BaseModel]]) -> None:
+    """Add `models` (and the models they hold) to the app's OpenAPI components: answers that are not a route's
+    `response_model` (a stream's lines) name them by `$ref`, and the document must define what it names."""
+    base = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = base()
+            _, defs = models_json_schema([(m, "serialization") for m in models],
+                                         ref_template="#/components/schemas/{model}")
+            schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+            for name, schema in defs.get("$defs", {}).items():
+                schemas.setdefault(name, schema)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 # -- the UI ----------------------------------------------------------------------------------------
@@ -272,6 +292,7 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     app.include_router(attribution.router, prefix="/api/attribution", responses=ERRORS)
     app.include_router(seq2seq.router, prefix="/api/seq2seq", responses=ERRORS)
     app.include_router(downloads_router(registry, settings.downloads), responses=ERRORS)
+    add_schemas(app, attribution.EXTRA_SCHEMAS)
     static_routes(app, settings.static_dir or package_static_dir())
     for cls, kwargs in reversed(middleware(settings.access, settings.max_body_bytes)):  # outermost last
         app.add_middleware(cls, **kwargs)

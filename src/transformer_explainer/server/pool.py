@@ -49,10 +49,18 @@ BetweenPasses = Callable[[], None]
 class Busy(Exception):
     """The queue is full, or a call ran past its time limit. `code` and `params` as an ExplainerError's."""
 
-    def __init__(self, message: str, retry_after: int, *, code: str = "busy", **params: int | float) -> None:
+    status = 503
+
+    def __init__(self, message: str, retry_after: int, *, code: str = "busy", **params: int | float | str) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.code, self.params = code, params
+
+
+class OverShare(Busy):
+    """The client has its share of something running already (security.py's fair share)."""
+
+    status = 429
 
 
 class Abandoned(Exception):

@@ -36,7 +36,8 @@ class ModelRegistry:
                  max_memory: dict[str, str] | None = None) -> None:
         self._entries: dict[str, _Entry] = {}
         self._loaded: OrderedDict[str, ExplainerModel] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the tables above, held only to read or change them
+        self._load_lock = threading.Lock()  # one model loads at a time
         self._download_lock = threading.Lock()  # one download at a time
         self.default = default
         self.max_loaded = max_loaded
@@ -124,19 +125,34 @@ class ModelRegistry:
                                      code="model_unknown", model=str(name), offered=", ".join(self._entries))
         return name
 
-    def lookup(self, name: str | None) -> tuple[str, ExplainerModel]:
-        """(its name here, the model) for `name` (the default for None), loading it if needed."""
+    def in_memory(self, name: str | None) -> tuple[str, ExplainerModel] | None:
+        """(its name here, the model) if `name` is offered and in memory, else None; never loads, never waits for
+        a load (the light lane's lookup)."""
         name = self.known(name)
-        entry = self._entries[name]
-        if entry.folder is None and name not in self._loaded:
-            with self._download_lock:  # outside the registry lock: a download takes minutes
-                if entry.folder is None:
-                    entry.folder = resolve(name, allow_download=True).folder
         with self._lock:
             model = self._loaded.get(name)
             if model is not None:
                 self._loaded.move_to_end(name)
                 return name, model
+        return None
+
+    def lookup(self, name: str | None) -> tuple[str, ExplainerModel]:
+        """(its name here, the model) for `name` (the default for None), loading it if needed. A model in memory is
+        answered at once, whatever is loading meanwhile: loads take `_load_lock` (one at a time, each a second or
+        more), the table's `_lock` is held only to read or change it."""
+        found = self.in_memory(name)
+        if found is not None:
+            return found
+        name = self.known(name)
+        entry = self._entries[name]
+        if entry.folder is None:
+            with self._download_lock:  # a download takes minutes
+                if entry.folder is None:
+                    entry.folder = resolve(name, allow_download=True).folder
+        with self._load_lock:
+            found = self.in_memory(name)  # loaded by the request this one waited for
+            if found is not None:
+                return found
             assert entry.folder is not None
             log.info("loading model %s from %s", name, entry.folder)
             model = ExplainerModel.from_resolved(ResolvedModel(name, entry.folder, "local"), self.dtype,
@@ -144,8 +160,9 @@ class ModelRegistry:
                                                  max_memory=self.max_memory)
             model.source = entry.source
             log.info("model %s runs on %s", name, model.describe_devices())
-            self._loaded[name] = model
-            self._evict()
+            with self._lock:
+                self._loaded[name] = model
+                self._evict()
             return name, model
 
     def _evict(self) -> None:

@@ -14,8 +14,10 @@ the model per client. Pure ASGI middlewares, configured by one `AccessSettings`.
 - Fair share: per client (its IP address), at most `client_calls` model calls (POSTs under /api/)
   run at once and as many again wait for them; beyond that, and beyond a token-bucket rate of
   `client_rate` API requests per second (bursts of `client_burst`), the answer is 429 with
-  Retry-After. Of those calls, at most `client_analyses` may be analyses that run a pass per head
-  (`ANALYSIS_PATHS`), so that one client cannot keep the analysis lane to itself. The per-client
+  Retry-After. Of those calls, at most `client_analyses` may be analyses that run a pass per head or
+  per patched cell (`ANALYSIS_PATHS`), so that one client cannot keep the analysis lane to itself, and
+  a client's calls load one model at a time (`ModelSwitches`: a load is a model call, whose request
+  learns the client's share from the scope; a call for another model meanwhile gets 429). The per-client
   table is bounded (`max_clients`, least recently seen idle clients are forgotten first), so many
   addresses cannot grow it without bound.
 """
@@ -27,6 +29,7 @@ import hmac
 import json
 import math
 import re
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -41,8 +44,9 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9._~-]{8,512}")
 COOKIE_PREFIX = "te-token-"
-# the analyses that run a forward pass per head or more (routes/analysis.py: the pool's analysis lane)
-ANALYSIS_PATHS = frozenset({"/api/analysis/importance", "/api/analysis/prune"})
+# the analyses: a forward pass per head or more, or a patched run per cell of a grid (routes/analysis.py,
+# routes/attribution.py: the pool's analysis lane)
+ANALYSIS_PATHS = frozenset({"/api/analysis/importance", "/api/analysis/prune", "/api/attribution/patch"})
 
 
 @dataclass(frozen=True)
@@ -92,17 +96,20 @@ def _headers(scope: Scope) -> dict[str, str]:
     return out
 
 
+# a Host header (RFC 9110 7.2, RFC 3986 3.2.2): a name, an IPv4 address or a bracketed IPv6 one, and an optional
+# port; nothing before, between or after them
+HOST_PATTERN = re.compile(r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9._-]+)(?::(?P<port>[0-9]*))?")
+
+
 def split_host(host: str) -> tuple[str, str | None]:
-    """`name:port`, `[v6]:port`, `name` -> (lower-case name, port or None); IPv6 keeps its brackets."""
+    """`name:port`, `[v6]:port`, `name` -> (lower-case name, port or None); IPv6 keeps its brackets. A value that
+    is no host (`[::1]evil.com`, `localhost@evil.com`, `a:1:2`) comes back whole, as its name, with no port: whole,
+    it equals no name a server answers to."""
     host = host.strip().lower()
-    if host.startswith("["):
-        end = host.find("]")
-        if end < 0:
-            return host, None
-        rest = host[end + 1 :]
-        return host[: end + 1], rest[1:] if rest.startswith(":") else None
-    name, sep, port = host.rpartition(":")
-    return (name, port) if sep and port.isdigit() and ":" not in name else (host, None)
+    m = HOST_PATTERN.fullmatch(host)
+    if m is None:
+        return host, None
+    return m["name"], m["port"] or None
 
 
 def _same_site(origin: str, host: str) -> bool:
@@ -238,8 +245,37 @@ class AccessGuard:
 # -- fair share per client -------------------------------------------------------------------------
 
 
+# the scope key under which FairShare hands a request its client's ModelSwitches (server_context reads it)
+SWITCHES_KEY = "transformer_explainer.model_switches"
+
+
+class ModelSwitches:
+    """The models one client's requests are loading, with how many of its requests wait for each: a client switches
+    to one model at a time (its page's several requests for the model it switches to share that load; a request for
+    a second model meanwhile is refused). Counted from the model lane's threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.loading: dict[str, int] = {}
+
+    def begin(self, name: str) -> str | None:
+        """Count a request waiting for `name` to load, or, when another model is loading for this client, name
+        that one (and count nothing)."""
+        with self._lock:
+            other = next((n for n in self.loading if n != name), None)
+            if other is None:
+                self.loading[name] = self.loading.get(name, 0) + 1
+            return other
+
+    def end(self, name: str) -> None:
+        with self._lock:
+            self.loading[name] -= 1
+            if not self.loading[name]:
+                del self.loading[name]
+
+
 class _Client:
-    __slots__ = ("active", "analyses", "running", "slot", "tokens", "updated")
+    __slots__ = ("active", "analyses", "running", "slot", "switches", "tokens", "updated")
 
     def __init__(self, burst: int, calls: int | None) -> None:
         self.tokens = float(burst)
@@ -247,6 +283,7 @@ class _Client:
         self.active = 0  # model calls admitted: running or waiting for a slot
         self.analyses = 0  # of those, analyses (ANALYSIS_PATHS)
         self.slot = asyncio.Semaphore(calls) if calls is not None else None
+        self.switches = ModelSwitches()
 
 
 class FairShare:
@@ -309,12 +346,14 @@ class FairShare:
         analysis = scope["path"] in ANALYSIS_PATHS
         most = self.settings.client_analyses
         if analysis and most is not None and c.analyses >= most:
-            return await _json(send, 429, f"your address already has {c.analyses} head "
-                                          f"{'analysis' if c.analyses == 1 else 'analyses'} running or waiting (the "
-                                          f"share of one client is {most}); wait for its answer",
+            return await _json(send, 429, f"your address already has {c.analyses} "
+                                          f"{'analysis' if c.analyses == 1 else 'analyses'} (head importance, "
+                                          f"pruning or patching) running or waiting (the share of one client is "
+                                          f"{most}); wait for its answer",
                                [(b"retry-after", b"5")], code="too_many_analyses", active=c.analyses, share=most)
         c.active += 1
         c.analyses += analysis
+        scope[SWITCHES_KEY] = c.switches
         try:
             async with c.slot:
                 await self.app(scope, receive, send)

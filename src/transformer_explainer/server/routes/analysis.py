@@ -57,7 +57,7 @@ router = APIRouter(tags=["analysis"])
 
 
 def _input(ctx: ServerContext, body: InputIn) -> tuple[str, ExplainerModel, list[int]]:
-    name, m = ctx.registry.lookup(body.model)
+    name, m = ctx.lookup(body.model)
     return name, m, ctx.resolve(m, body).ids
 
 
@@ -72,14 +72,13 @@ async def _run(ctx: ServerContext, work: Callable[[], dict[str, Any]]) -> dict[s
 async def _run_passes(ctx: ServerContext, body: InputIn, price: Callable[[ExplainerModel, int], None],
                       work: Callable[[BetweenPasses], dict[str, Any]]) -> dict[str, Any]:
     """An analysis of many passes: `price(model, n_tokens)` refuses it (InputError) when it is over the
-    budget, before it waits for the analysis lane (in the light lane when the model is loaded: only
-    the text is tokenized), then `work` runs there."""
+    budget, before it waits for the analysis lane (in the light lane when the model is loaded and the text short:
+    only the text is tokenized), then `work` runs there."""
 
-    def plan() -> None:
-        _, m, ids = _input(ctx, body)
-        price(m, len(ids))
+    def plan(_name: str, m: ExplainerModel) -> None:
+        price(m, len(ctx.resolve(m, body).ids))
 
-    await ctx.pool.run(plan, light=ctx.is_loaded(body.model))
+    await ctx.with_model(body.model, plan, body.text)
     return await ctx.pool.run_passes(work)
 
 
@@ -154,7 +153,7 @@ async def neighbours(body: NeighboursIn, ctx: Context) -> dict[str, Any]:
     """The tokens whose embeddings are closest (cosine) to a token's."""
 
     def work() -> dict[str, Any]:
-        name, m = ctx.registry.lookup(body.model)
+        name, m = ctx.lookup(body.model)
         return {**neighbours_json(m, body.token, body.n), "model": name}
 
     return await _run(ctx, work)
@@ -165,7 +164,7 @@ async def analogy_route(body: AnalogyIn, ctx: Context) -> dict[str, Any]:
     """Sum of the positive embeddings minus the negative ones, and its nearest tokens."""
 
     def work() -> dict[str, Any]:
-        name, m = ctx.registry.lookup(body.model)
+        name, m = ctx.lookup(body.model)
         return {**analogy_json(m, list(body.positive), list(body.negative), body.n, body.exclude_inputs),
                 "model": name}
 
@@ -177,7 +176,7 @@ async def project(body: ProjectIn, ctx: Context) -> dict[str, Any]:
     """The chosen tokens' embeddings on their first two principal components."""
 
     def work() -> dict[str, Any]:
-        name, m = ctx.registry.lookup(body.model)
+        name, m = ctx.lookup(body.model)
         return {**project_json(m, list(body.tokens)), "model": name}
 
     return await _run(ctx, work)

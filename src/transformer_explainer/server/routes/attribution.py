@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
 
 from ...analysis.attribution_schemas import (
     AttributeIn,
@@ -32,7 +33,6 @@ from ...analysis.attribution_schemas import (
 from ...engine import ExplainerModel
 from ...errors import ExplainerError, InputError, coded, error_answer
 from ...patching import PatchingCost
-from ...schemas import InputIn
 from ..context import Context
 from ..pool import Abandoned, BetweenPasses, Busy
 from .core import Traced, with_trace
@@ -41,6 +41,9 @@ router = APIRouter(tags=["attribution"])
 log = logging.getLogger(__name__)
 
 NDJSON = "application/x-ndjson"
+# the models that answers name by `$ref` beside their response_model (the patch stream's lines): the app adds them
+# to its OpenAPI document's components
+EXTRA_SCHEMAS: list[type[BaseModel]] = [PatchLine]
 
 
 @router.post("/attribute", response_model=AttributeOut)
@@ -60,13 +63,14 @@ async def tokens(body: TokensIn, ctx: Context) -> TokensOut:
     """The tokens of each text as the model reads it (a BOS first where the model expects one); no forward
     pass. A page checks with it that a clean and a corrupted prompt have the same number of tokens."""
 
-    def work() -> TokensOut:
-        name, m = ctx.registry.lookup(body.model)
+    def work(name: str, m: ExplainerModel) -> TokensOut:
         ids = [m.tokenizer.encode(t) for t in body.texts]
+        for i, one in enumerate(ids):
+            ctx.check_prompt(m, one, f"text {i + 1}" if len(ids) > 1 else "text")
         return TokensOut(model=name, bos_id=m.tokenizer.bos_id,
                          texts=[{"ids": i, "tokens": m.tokenizer.token_texts(i)} for i in ids])
 
-    return await ctx.pool.run(work, light=ctx.is_loaded(body.model))
+    return await ctx.with_model(body.model, work, *body.texts)
 
 
 def _line(line: PatchLine) -> bytes:
@@ -75,7 +79,7 @@ def _line(line: PatchLine) -> bytes:
 
 def _error_line(e: BaseException) -> PatchLine:
     """An error that ended the work after the stream began, as the app's handlers would have answered it."""
-    status = 503 if isinstance(e, Busy) else 422 if isinstance(e, InputError) else 400 if isinstance(
+    status = e.status if isinstance(e, Busy) else 422 if isinstance(e, InputError) else 400 if isinstance(
         e, ExplainerError) else 500
     code, params = coded(e) or ("internal", {"kind": type(e).__name__})
     detail = str(e) if status != 500 else f"internal error ({type(e).__name__}); the server logged the details"
@@ -96,21 +100,20 @@ async def patch(body: PatchIn, request: Request, ctx: Context) -> Response:
     loop = asyncio.get_running_loop()
     progress: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
 
-    def pair() -> tuple[str, ExplainerModel, list[int], list[int], PatchingCost]:
-        name, m = ctx.registry.lookup(body.model)
-        c_ids = ctx.resolve(m, InputIn(model=body.model, text=body.clean)).ids
-        x_ids = ctx.resolve(m, InputIn(model=body.model, text=body.corrupted)).ids
+    def pair(name: str, m: ExplainerModel) -> tuple[str, ExplainerModel, list[int], list[int], PatchingCost]:
+        c_ids = ctx.prompt_ids(m, body.clean, "clean prompt")
+        x_ids = ctx.prompt_ids(m, body.corrupted, "corrupted prompt")
         m.patch_inputs(c_ids, x_ids, body.answer, body.wrong, body.what)  # a pair that cannot be patched: why
         return name, m, c_ids, x_ids, PatchingCost(m.config, len(c_ids), tuple(body.what))
 
-    def price() -> None:
-        pair()[-1].check(ctx.max_analysis_gflop)
+    def price(name: str, m: ExplainerModel) -> None:
+        pair(name, m)[-1].check(ctx.max_analysis_gflop)
 
     def report(done: int, total: int) -> None:
         loop.call_soon_threadsafe(progress.put_nowait, (done, total))
 
     def work(between_passes: BetweenPasses) -> PatchOut:
-        name, m, c_ids, x_ids, cost = pair()
+        name, m, c_ids, x_ids, cost = pair(*ctx.lookup(body.model))
 
         def cancelled() -> bool:
             between_passes()  # raises Abandoned once nobody waits for the answer
@@ -120,7 +123,7 @@ async def patch(body: PatchIn, request: Request, ctx: Context) -> Response:
                     cancelled=cancelled)
         return patch_out(name, p, c_ids, x_ids, cost.runs)
 
-    await ctx.pool.run(price, light=ctx.is_loaded(body.model))  # a refusal is an ordinary 4xx answer
+    await ctx.with_model(body.model, price, body.clean, body.corrupted)  # a refusal is an ordinary 4xx answer
     task = asyncio.ensure_future(ctx.pool.run_passes(work))
     task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved, whoever stopped waiting
     first = asyncio.ensure_future(progress.get()) if stream else None

@@ -64,11 +64,14 @@ async def with_trace(ctx: ServerContext, body: InputIn, finish: Callable[[Traced
     """Find the trace of the request's input and `finish` with it: in the light lane when the trace
     is in memory (no forward pass), else in the model lane, once the `tensors` the answer will hold
     are known to fit in it (no pass is run for an answer that would be refused)."""
-    registry, explainer = ctx.registry, ctx.explainer
-    if ctx.is_loaded(body.model):
+    explainer = ctx.explainer
+    if ctx.is_light(body.model, body.text):
         def light() -> T | None:
             t0 = time.perf_counter()
-            name, m = registry.lookup(body.model)
+            found = ctx.in_memory(body.model)
+            if found is None:
+                return None
+            name, m = found
             res = ctx.resolve(m, body)
             hit = explainer.cache.get((name, tuple(res.ids)), count_miss=False)  # the model lane counts it
             n = len(res.ids)
@@ -80,7 +83,7 @@ async def with_trace(ctx: ServerContext, body: InputIn, finish: Callable[[Traced
 
     def heavy() -> T:
         t0 = time.perf_counter()
-        name, m = registry.lookup(body.model)
+        name, m = ctx.lookup(body.model)
         res = ctx.resolve(m, body)
         check_activations_fit(m.config, len(res.ids), tensors or [])
         tr, computed = explainer.trace(name, m, res.ids, blocks=blocks_named(t.name for t in tensors or []))
@@ -162,19 +165,21 @@ async def tensors(body: TensorsIn, request: Request, ctx: Context) -> Response:
 
 @router.post("/weights", response_model=TensorsOut)
 async def weights(body: WeightIn, request: Request, ctx: Context) -> Response:
-    def work() -> Response:
+    def work(name: str, m: ExplainerModel) -> Response:
         t0 = time.perf_counter()
-        name, m = ctx.registry.lookup(body.model)
         out = TensorsOut(model=name, token_ids=[], tensors=weight_tensors(m, body.tensors))
         return answer(out, request, {"encode": round((time.perf_counter() - t0) * 1e3, 2)})
 
-    return await ctx.pool.run(work, light=ctx.is_loaded(body.model))
+    return await ctx.with_model(body.model, work)
 
 
 @router.post("/next_token", response_model=NextTokenOut)
 async def next_token(body: NextTokenIn, ctx: Context) -> NextTokenOut:
     def work(cached_only: bool) -> NextTokenOut | None:
-        name, m = ctx.registry.lookup(body.model)
+        found = ctx.in_memory(body.model) if cached_only else ctx.lookup(body.model)
+        if found is None:
+            return None
+        name, m = found
         res = ctx.resolve(m, body)
         cached = ctx.explainer.cache.get((name, tuple(res.ids)), count_miss=not cached_only)
         if cached is None and cached_only:
@@ -183,7 +188,7 @@ async def next_token(body: NextTokenIn, ctx: Context) -> NextTokenOut:
         logits = cached.next_token_logits() if cached is not None else m.last_logits(res.ids)
         return next_token_out(m, logits, body.sampling, body.top_n, len(res.ids) - 1)
 
-    if ctx.is_loaded(body.model):
+    if ctx.is_light(body.model, body.text):
         out = await ctx.pool.run(work, True, light=True)
         if out is not None:
             return out
@@ -196,7 +201,7 @@ async def next_token(body: NextTokenIn, ctx: Context) -> NextTokenOut:
 async def generate(body: GenerateIn, ctx: Context) -> GenerateOut:
     def work() -> GenerateOut:
         t0 = time.perf_counter()
-        name, m = ctx.registry.lookup(body.model)
+        name, m = ctx.lookup(body.model)
         res = ctx.resolve(m, body)
         check_room_to_generate(m, len(res.ids), ctx.max_tokens)
         check_activations_fit(m.config, len(res.ids) + 1, body.include)

@@ -57,6 +57,8 @@ export const ERROR_PARAMS: Readonly<Record<ErrorCode, readonly string[]>> = {
   "ids_empty": [],
   /** the input has `tokens` tokens and at most `limit` fit (the model reads `context`, a server may allow fewer): shorten it, or ask for truncation to keep the last `limit` */
   "text_too_long": ["tokens", "limit", "context"],
+  /** a text of a request that does not truncate (a patched pair, texts to tokenize) has `tokens` tokens and at most `limit` fit: shorten it */
+  "prompt_too_long": ["tokens", "limit"],
   /** the text already fills the `limit` tokens that fit: nothing more can be generated */
   "context_full": ["limit"],
   /** the token id `id` is outside the vocabulary, whose ids are 0..`max` */
@@ -93,8 +95,10 @@ export const ERROR_PARAMS: Readonly<Record<ErrorCode, readonly string[]>> = {
   "rate_limited": ["rate", "wait"],
   /** this address has `active` model calls running or waiting, over its share of `share` */
   "too_many_calls": ["active", "share"],
-  /** this address has `active` head analyses running or waiting, its share is `share` */
+  /** this address has `active` analyses (head importance, pruning, patching) running or waiting, its share is `share` */
   "too_many_analyses": ["active", "share"],
+  /** this address is loading the model `model` already: one model switch at a time */
+  "too_many_switches": ["model"],
   /** the server answers only to other host names */
   "host_refused": [],
   /** a request from another site that the server refuses */
