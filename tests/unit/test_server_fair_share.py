@@ -1,8 +1,8 @@
-"""What one client can take from the others on an exposed server, after issue 23's measurements: a patching is an
-analysis (the client's share of one, the analysis lane); texts to tokenize are capped like every text and long ones
-are tokenized outside the light lane; a model switch is a model call, one at a time per client, and a lookup of a
-model in memory never waits for another's load; a request head is held to its 16 kB however it arrives; the
-OpenAPI document defines everything it names; the Host check parses the Host. Calls are held with events, never
+"""What one client can take from the others on an exposed server, after a tester's measurements on 127.0.0.1: a
+patching is an analysis (the client's share of one, the analysis lane); texts to tokenize are capped like every text
+and long ones are tokenized outside the light lane; a model switch is a model call, one at a time per client, and a
+lookup of a model in memory never waits for another's load; a request head is held to its 16 kB however it arrives;
+the OpenAPI document defines everything it names; the Host check parses the Host. Calls are held with events, never
 timed by sleeps."""
 
 from __future__ import annotations
