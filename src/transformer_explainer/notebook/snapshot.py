@@ -2,13 +2,16 @@
 trace's data, in one file that opens from file:// in any browser with no server and no network.
 
 The data are what the app would ask the server for: the overview (tokens, next-token distribution,
-attention thumbnails), the full activation tensors the views slice (float16, as the API sends them),
-the layer-norm weights, and the analyses (logit lens at every position, head roles and attention
-statistics, the head-importance map with each head's ablation, embedding neighbours of the text's
-tokens), and the direct logit attribution at each position (snapshot_attribution.py). To stay small,
-the largest tensors are left out first when they would not fit in `max_mb`, then the attributions at
-the earliest positions; the views that need them then say so. Stages the trace derives (scaled scores,
-the concatenated heads, ...) are not stored: the page derives them by the same rules (names.DERIVATIONS).
+attention thumbnails), the full activation tensors the views slice (float16; the per-position statistics,
+a few values per token that the views show with 4 decimals, in float32 as the live app reads them), the
+layer-norm weights, and the analyses (logit lens at every position, head roles and attention statistics,
+the head-importance map with each head's ablation, embedding neighbours of the text's tokens), and the
+direct logit attribution at each position (snapshot_attribution.py). To stay small, the largest tensors
+are left out first when they would not fit in `max_mb` (a long text's attention patterns, too large whole,
+are kept for the first blocks that fit), then the attributions at the earliest positions; the views that
+need them then say so, as does a warning, with the `max_mb` that would keep them. Stages the trace derives
+(scaled scores, the concatenated heads, ...) are not stored: the page derives them by the same rules
+(names.DERIVATIONS). The CLI's `snapshot` command writes its page with `save_snapshot` too.
 
 Where the page can show Chinese (it offers 中文, the default, or its text holds CJK characters), it
 carries the app's CJK font subset as a data: URL, so 中文 needs no system font and no fetch; an
