@@ -240,20 +240,26 @@ def served(app) -> Iterator[int]:
         thread.join(10)
 
 
+RESET = -1  # the connection was reset before an answer came: the server closed it with the rest of the head unread
+
+
 def status_of(port: int, head: bytes, pieces: int) -> int:
-    """The status answered to `head` sent in `pieces` writes (the server reads each before the next)."""
+    """The status answered to `head` sent in `pieces` writes, or RESET."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         step = -(-len(head) // pieces)
-        for i in range(0, len(head), step):
-            s.sendall(head[i : i + step])
         answer = b""
-        while b"\r\n" not in answer:
-            got = s.recv(4096)
-            if not got:
-                break
-            answer += got
-    return int(answer.split(b" ", 2)[1]) if answer else 0
+        try:
+            for i in range(0, len(head), step):
+                s.sendall(head[i : i + step])
+            while b"\r\n" not in answer:
+                got = s.recv(4096)
+                if not got:
+                    break
+                answer += got
+        except (ConnectionResetError, BrokenPipeError):
+            pass
+    return int(answer.split(b" ", 2)[1]) if b"\r\n" in answer else RESET
 
 
 def test_a_request_head_over_16_kb_is_refused_however_it_arrives(tiny_model):
@@ -267,9 +273,13 @@ def test_a_request_head_over_16_kb_is_refused_however_it_arrives(tiny_model):
     with served(create_app({"tiny": tiny_model})) as port:
         assert len(head(MAX_HEAD_BYTES)) == MAX_HEAD_BYTES
         assert status_of(port, head(MAX_HEAD_BYTES), 1) == 200
-        for size in (MAX_HEAD_BYTES + 1, 21_000, 117_000):
+        for size in (MAX_HEAD_BYTES + 1, 21_000):  # one read takes all of it: the answer comes before the close
             assert status_of(port, head(size), 1) == 400, size
-        assert status_of(port, head(40_000), 8) == 400  # h11's own bound, as before
+        # more than one read may take: refused once 16 kB are in, and closed with the rest unread (the close may
+        # reach this side first, as a reset)
+        assert status_of(port, head(117_000), 1) in (400, RESET)
+        assert status_of(port, head(40_000), 8) in (400, RESET)  # h11's own bound, as before
+        assert status_of(port, head(MAX_HEAD_BYTES), 4) == 200
 
 
 # -- the OpenAPI document --------------------------------------------------------------------------
