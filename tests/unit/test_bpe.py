@@ -139,3 +139,21 @@ def test_rejects_bad_arguments(tmp_path: Path) -> None:
         train_bpe_tokenizer([tmp_path / "x.txt"], 100, tmp_path / "out")
     with pytest.raises(FileNotFoundError):
         train_bpe_tokenizer([tmp_path / "missing.txt"], 300, tmp_path / "out")
+
+
+@pytest.mark.parametrize("model", ["explainer-small", "explainer-llama"])
+def test_a_long_text_gets_the_ids_of_the_plain_encoding(model: str) -> None:
+    """Texts over _LONG_TEXT_CHARS go through encode_batch (it releases the interpreter's lock, so a server's other
+    threads run meanwhile): the same ids as the tokenizer's own encode, BOS included where the model has one."""
+    from transformer_explainer.loading import tokenizer as tokenizer_module
+    from transformer_explainer.loading.resolve import builtin_models
+    from transformer_explainer.loading.tokenizer import TextTokenizer
+
+    folder = builtin_models()[model]
+    special = model != "explainer-small"
+    tok = TextTokenizer.from_folder(folder, special_tokens=special)
+    text = ("Ünïcode 😀 and 中文 text,\n\twith  spaces. " * 200)[: 3 * tokenizer_module._LONG_TEXT_CHARS]
+    assert len(text) > tokenizer_module._LONG_TEXT_CHARS
+    plain = tok.tokenizer.encode(text, add_special_tokens=False).ids
+    assert tok.encode(text, add_bos=False) == plain
+    assert tok.encode(text) == ([tok.bos_id] if tok.bos_id is not None else []) + plain
