@@ -189,3 +189,20 @@ def test_patch_says_when_the_clean_run_is_below_the_corrupted_one(tiny_gpt2_dir:
                  "--model", str(tiny_gpt2_dir)]) == 0
     out = capsys.readouterr().out
     assert "below the corrupted" not in out and "swap them" not in out
+
+
+def test_a_snapshot_shows_its_progress_on_a_terminal_only(tiny_gpt2_dir: Path, tiny_model, tmp_path: Path) -> None:
+    """`snapshot` counts its forward passes after the trace: a head ablated at a time (2 x 4 on the tiny model),
+    then an attribution per earlier position (all fit the default budget); piped, stderr has no bar."""
+    from transformer_explainer.notebook.snapshot import snapshot_passes
+
+    T = len(tiny_model.encode(TEXT))
+    total = snapshot_passes(tiny_model, T)
+    assert total == 2 * 4 + T - 1
+    argv = ["snapshot", TEXT, "--out", str(tmp_path / "page.html"), "--model", str(tiny_gpt2_dir)]
+    code, _, err = _run(argv, tmp_path, tty=True)
+    assert code == 0, err
+    assert "snapshot:" in err and f"/{total} " in err, err  # the bar counts the passes the snapshot makes
+    code, _, err = _run(argv, tmp_path, tty=False)
+    assert code == 0 and "\r" not in err and "\x1b" not in err and f"/{total} " not in err, err
+    assert (tmp_path / "page.html").stat().st_size > 0

@@ -237,13 +237,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from ..notebook.snapshot import save_snapshot
+    from ..notebook.snapshot import save_snapshot, snapshot_passes
 
     out: Path = args.out
     model = load_model_for(args)
     trace = model.trace(args.text, truncate=args.truncate)
+    ablations = not args.no_ablations
     # the Python API's own function (the CJK font, the size budget; what it leaves out is logged as a warning)
-    save_snapshot(model, trace, out, max_mb=args.max_mb, ablations=not args.no_ablations)
+    with progress_bar(args, snapshot_passes(model, trace.n_tokens, ablations=ablations), "snapshot") as bar:
+        save_snapshot(model, trace, out, max_mb=args.max_mb, ablations=ablations, between_passes=bar.update)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB, {trace.n_tokens} tokens); open it in any browser, "
           f"no server needed", file=sys.stderr)
     return 0

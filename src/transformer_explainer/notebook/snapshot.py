@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.ablation import ablate_each_head
+from ..analysis.ablation import BetweenPasses, ablate_each_head
 from ..analysis.answers import (
     ablation_dict,
     analogy_json,
@@ -162,14 +162,23 @@ def _try(f: Any) -> tuple[Any, str | None]:
         return None, str(e)
 
 
-def snapshot_analyses(model: ExplainerModel, trace: Trace, *, ablations: bool = True) -> dict[str, Any]:
-    """The analyses the Experiments area shows, answered ahead of time for this trace."""
+def snapshot_passes(model: ExplainerModel, n_tokens: int, *, ablations: bool = True) -> int:
+    """The most forward passes a snapshot of `n_tokens` tokens runs after its trace (what `between_passes` counts):
+    one per head ablated (beside the snapshot's own trace), then one attribution per earlier position."""
+    heads = model.config.n_layer * model.config.n_head if ablations and n_tokens >= 2 else 0
+    return heads + max(0, n_tokens - 1)
+
+
+def snapshot_analyses(model: ExplainerModel, trace: Trace, *, ablations: bool = True,
+                      between_passes: BetweenPasses | None = None) -> dict[str, Any]:
+    """The analyses the Experiments area shows, answered ahead of time for this trace (`between_passes`: called
+    before each of the head ablations' forward passes)."""
     ids = list(trace.token_ids)
     out: dict[str, Any] = {"lens": {"top": LENS_TOP, "out": _lens_all(model, trace)},
                            "heads": heads_json(trace, reference_roles(model)),
                            "importance": None, "ablations": {}, "ablation_top": ABLATION_TOP, "neighbours": {}}
     if ablations and len(ids) >= 2:
-        each, imp = ablate_each_head(model, ids, mode="zero", clean=trace)
+        each, imp = ablate_each_head(model, ids, mode="zero", clean=trace, between_passes=between_passes)
         out["importance"] = importance_dict(model, imp)
         out["ablations"] = {f"{layer}.{h}": ablation_dict(model, res, ABLATION_TOP) for (layer, h), res in each.items()}
     for tid in dict.fromkeys(ids):
@@ -202,9 +211,12 @@ def check_languages(languages: Sequence[str]) -> list[str]:
 
 def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, ablations: bool = True,
                   bundle_bytes: int = 0, languages: Sequence[str] = LANGUAGES,
-                  cjk_font: str | None = None) -> tuple[dict[str, Any], SnapshotInfo]:
+                  cjk_font: str | None = None,
+                  between_passes: BetweenPasses | None = None) -> tuple[dict[str, Any], SnapshotInfo]:
     """The JSON the snapshot page carries (see web/src/snapshot/static.ts for its reader): `languages`
-    the page offers, `cjk_font` (a data: URL) for the page to draw Chinese with, counted in `max_mb`."""
+    the page offers, `cjk_font` (a data: URL) for the page to draw Chinese with, counted in `max_mb`.
+    `between_passes` is called before each forward pass of its long work (`snapshot_passes` of them at most: the
+    head ablations, then one attribution per earlier position while they fit), e.g. a progress bar's update."""
     languages = check_languages(languages)
     if trace.start != 0:  # a generation step's trace covers only its new positions: trace it all
         trace = model.trace_ids(list(trace.prefix_ids) + list(trace.token_ids), text=trace.text)
@@ -229,7 +241,7 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
         # each block's resid_post is the next block's resid_pre (the same tensor): only the last is stored
         "aliases": {block_name(i, "resid_post"): block_name(i + 1, "resid_pre") for i in range(L - 1)},
         "weights": weights, "omitted": [], "languages": languages, "cjk_font": cjk_font,
-        "analysis": snapshot_analyses(model, trace, ablations=ablations),
+        "analysis": snapshot_analyses(model, trace, ablations=ablations, between_passes=between_passes),
     }
     attribution = SnapshotAttribution(model, trace)  # the last position's now; the earlier ones last, as room allows
     data["attribution"] = attribution.record
@@ -294,7 +306,7 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
             omitted.append(_blocks(len(before), L - 1, _stage(label)))
         else:
             omitted.append(label)
-    filled = attribution.fill(budget)
+    filled = attribution.fill(budget, between_passes)
     budget -= filled
     wanted += attribution.left_bytes()
     omitted += attribution.omitted()
@@ -437,9 +449,10 @@ def _escape(s: str) -> str:
 
 
 def snapshot_page(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: float = 4.5, ablations: bool = True,
-                  static_dir: Path | None = None, languages: Sequence[str] = LANGUAGES) -> tuple[str, SnapshotInfo]:
+                  static_dir: Path | None = None, languages: Sequence[str] = LANGUAGES,
+                  between_passes: BetweenPasses | None = None) -> tuple[str, SnapshotInfo]:
     """The page of `snapshot_html` and what went into it (what the budget left out, and the `max_mb` that
-    would keep it)."""
+    would keep it); `between_passes` as `snapshot_data` has it."""
     languages = check_languages(languages)
     trace = model.trace(text_or_trace) if isinstance(text_or_trace, str) else text_or_trace
     if trace.config != model.config:
@@ -449,7 +462,8 @@ def snapshot_page(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: 
     bundle = sum(p.stat().st_size for p in (root / "assets").glob("*") if p.suffix != ".gz") \
         if (root / "assets").is_dir() else 0
     data, info = snapshot_data(model, trace, max_mb=max_mb, ablations=ablations, bundle_bytes=bundle,
-                               languages=languages, cjk_font=cjk_font_url(trace.text, languages, root))
+                               languages=languages, cjk_font=cjk_font_url(trace.text, languages, root),
+                               between_passes=between_passes)
     return page_html(data, root), info
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -75,12 +76,14 @@ class SnapshotAttribution:
             "left_out": list(range(T - 1)),
         }
 
-    def fill(self, budget: int) -> int:
+    def fill(self, budget: int, between_passes: Callable[[], None] | None = None) -> int:
         """Add the earlier positions' entries, from the last backwards, while they fit in `budget` bytes;
-        the bytes added."""
+        the bytes added. `between_passes` is called before each position's attribution."""
         used = 0
         left = self.record["left_out"]
         while left:
+            if between_passes is not None:
+                between_passes()
             e = _entry(self.model.attribute(self.trace, position=left[-1]))
             size = entry_bytes(e)
             if used + size > budget:
