@@ -320,8 +320,10 @@ def test_snapshot_orders_name_only_the_familys_activations():
     assert set(ACTIVATION_ORDER) == set(FAMILY_NAMES)
 
 
-def f16(stored: dict) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(stored["data"]), "<f2").astype(np.float32).reshape(stored["shape"])
+def decoded(stored: dict) -> np.ndarray:
+    """A tensor the snapshot stores, in float16 or float32 as its dtype says."""
+    dtype = {"float16": "<f2", "float32": "<f4"}[stored["dtype"]]
+    return np.frombuffer(base64.b64decode(stored["data"]), dtype).astype(np.float32).reshape(stored["shape"])
 
 
 def test_snapshot_builds_and_round_trips(model, tmp_path):
@@ -331,7 +333,7 @@ def test_snapshot_builds_and_round_trips(model, tmp_path):
     assert d["models"]["models"][0]["config"]["family"] == model.config.family
     mlp = "blocks.0.mlp.router_probs" if moe(model) else "blocks.0.mlp.gate"
     for n in ("rope.angles", "ln_final.rms", "blocks.1.attn.rot_k", mlp, "blocks.1.attn.pattern"):
-        np.testing.assert_allclose(f16(d["tensors"][n]), tr[n].numpy(), rtol=1e-3, atol=1e-3, err_msg=n)
+        np.testing.assert_allclose(decoded(d["tensors"][n]), tr[n].numpy(), rtol=1e-3, atol=1e-3, err_msg=n)
     assert d["tensors"]["blocks.1.attn.rot_k"]["dims"] == ["G", "S", "Dh"]
     assert "blocks.0.ln1.w" in d["weights"] and "blocks.0.ln1.b" not in d["weights"]  # RMSNorm: no shift
     assert d["weights"]["blocks.0.attn.W_K"]["shape"][0] == model.config.n_kv_heads
