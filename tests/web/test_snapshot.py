@@ -25,6 +25,10 @@ TEXT = "The quick brown fox jumps over the lazy dog"
 WEB = Path(__file__).resolve().parents[2] / "web"
 
 
+# A snapshot page shows values with 3 significant digits (what float16 holds): half a unit in the 3rd digit is at most
+# 5e-3 of the value, and the float16 rounding under it adds at most 5e-4.
+SHOWN_REL = 6e-3
+
 def inlined(font: Path) -> str:
     """The base64 of a font file as a snapshot inlines it."""
     return base64.b64encode(font.read_bytes()).decode()
@@ -91,7 +95,8 @@ def test_snapshot_opens_offline_with_the_traces_values(offline_page, tiny_model)
     page.click("[data-testid=head-picker] button:text-is('2')")
     page.wait_for_selector("[data-testid=attn-pattern] .pic")
     text = hover_cell(page, "attn-pattern", 3, 1, T, T)
-    assert number(text.split(":")[-1]) == pytest.approx(float(trace["blocks.1.attn.pattern"][2, 3, 1]), abs=6e-4)
+    want = float(trace["blocks.1.attn.pattern"][2, 3, 1])
+    assert number(text.split(":")[-1]) == pytest.approx(want, rel=SHOWN_REL, abs=6e-4)
     page.screenshot(path=str(ARTIFACTS / "snapshot-02-attention.png"), full_page=True)
 
     # the next-token probabilities
@@ -354,7 +359,7 @@ def test_every_view_of_every_family_offline(browser, snaps, name):
         scaled, _ = api_values(trace, name=f"{b}.attn.scaled_scores", head=h, position=p)  # derived from the scores
         for c in (0, p // 2, p):
             assert number(hover_cell(page, "stage-scaled", 0, c, 1, T).split(":")[-1]) == pytest.approx(
-                float(scaled[c]), rel=2e-3, abs=2e-4)
+                float(scaled[c]), rel=SHOWN_REL, abs=2e-4)
 
         walk(page, s.model, f"{name}-desktop-en")
 
@@ -433,7 +438,7 @@ def test_scores_left_out_are_derived_from_queries_and_keys(browser, snaps, tmp_p
                 if c > p and stage == "masked":
                     assert "−∞" in got
                 else:
-                    assert number(got) == pytest.approx(float(want[c]), rel=3e-3, abs=3e-4), (stage, c)
+                    assert number(got) == pytest.approx(float(want[c]), rel=SHOWN_REL, abs=3e-4), (stage, c)
         for v in ["rope", "gqa", "heads"]:
             page.click(f"[data-testid=nav-{v}]")
             settle(page)
@@ -623,8 +628,10 @@ def shows_attribution(root, a, *, exact: bool = True) -> None:
 
 
 def map_readout(a, layer: int, head: int) -> str:
-    """How the layer x head map's readout writes head (layer, head) of `a` (float32, 4 decimals, a real minus)."""
-    return f"{float(a.heads[layer, head]):+.4f}".replace("-", "−")
+    """How the snapshot's layer x head map readout writes head (layer, head) of `a`: 3 significant digits (a snapshot
+    page shows no more digits than its float16 tensors hold), a sign, a real minus."""
+    v = float(a.heads[layer, head])
+    return ("+" if v >= 0 else "") + f"{float(f'{v:.3g}'):g}".replace("-", "−")
 
 
 WHY_RUNS = [(n, screen, lang) for n in ("explainer-small", "explainer-llama")
@@ -741,12 +748,12 @@ def test_new_families_offline(browser, tmp_path, arch):
         masked, _ = api_values(trace, name="blocks.0.attn.masked_scores", head=h, position=p)
         for c in (0, p // 2, p):
             text = hover_cell(page, "stage-scaled", 0, c, 1, T).split(":")[-1]
-            assert number(text) == pytest.approx(float(scaled[c]), rel=2e-3, abs=2e-4)
+            assert number(text) == pytest.approx(float(scaled[c]), rel=SHOWN_REL, abs=2e-4)
             shown_masked = hover_cell(page, "stage-masked", 0, c, 1, T).split(":")[-1].strip()
             if np.isinf(masked[c]):  # the window hides it in a local layer
                 assert "∞" in shown_masked, (c, shown_masked)
             else:
-                assert number(shown_masked) == pytest.approx(float(masked[c]), rel=2e-3, abs=2e-4)
+                assert number(shown_masked) == pytest.approx(float(masked[c]), rel=SHOWN_REL, abs=2e-4)
         if cfg.window(0) is not None:
             assert np.isinf(masked[0]) and T > cfg.sliding_window
         views = ["qknorm", "rope", "gqa", "heads", "residual", "mlp", "embedding", "layernorm-ln1"]

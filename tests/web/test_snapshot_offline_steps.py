@@ -160,3 +160,19 @@ def test_router_probabilities_read_as_the_live_trace_has_them(browser, snaps):  
         assert len(rows) == trace.n_tokens
         np.testing.assert_array_equal(np.float32(rows), want)
         page.screenshot(path=str(ARTIFACTS / "snapshot-experts-router-notebook.png"), full_page=False)
+
+
+def test_values_show_no_more_digits_than_the_file_holds(browser, snaps):  # noqa: F811
+    """The file stores its large tensors in float16 (about 3.3 significant digits): its page shows every value with 3
+    significant digits, where the live app shows 4 decimals, so that no digit it shows misstates the live trace's
+    (before: a float16 value read 0.5029 where the live app reads 0.5032)."""
+    s = snaps("explainer-small")
+    logits = s.trace.next_token_logits().float()
+    top = logits.topk(3)
+    with offline(browser, s.file, screen="desktop") as page:
+        page.click("[data-testid=nav-output]")
+        page.wait_for_selector("[data-testid=cand-logit-0]", timeout=30_000)
+        for i, want in enumerate(top.values.tolist()):
+            shown = page.inner_text(f"[data-testid=cand-logit-{i}]").replace("−", "-")
+            digits = len(shown.lstrip("-").replace(".", "").lstrip("0"))
+            assert digits <= 3 and float(shown) == float(f"{want:.3g}"), (i, shown, want)

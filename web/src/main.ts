@@ -3,6 +3,7 @@ import App from "./App.svelte";
 import "./app.css";
 
 import { loadCjkFont, loadPageGlyphs } from "./lib/cjkFont";
+import { showFloat16Digits } from "./lib/format";
 import { app } from "./lib/state.svelte";
 import { snapshot } from "./snapshot/static";
 
@@ -10,6 +11,8 @@ import { snapshot } from "./snapshot/static";
 (globalThis as { __teBoot?: number }).__teBoot = performance.now();
 
 if (snapshot) app.setText(snapshot.trace.text); // an offline snapshot page shows its own text
+// and no more digits than its float16 tensors hold
+if (snapshot && Object.values(snapshot.tensors).some((t) => t.dtype === "float16")) showFloat16Digits();
 if (snapshot?.cjk_font) loadCjkFont(); // inlined, so no fetch: its banner, and maybe its text, hold Chinese
 // The few CJK glyphs every page shows come inline with the stylesheet (fonts/cjk-page.css); Chromium keeps the
 // missing-glyph boxes of text laid out before a face has loaded, even when it loads a moment later, so the page

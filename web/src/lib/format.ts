@@ -4,12 +4,27 @@ const f4 = format(".4f");
 const g4 = format(".4~g");
 const pct = format(".4~p");
 
-/** A value as shown everywhere in the app: 4 decimals, or 4 significant digits when very small/large. */
+const r3 = format(".3~r");
+const g3 = format(".3~g");
+
+// Significant digits the values on this page hold, where fewer than the 4 decimals `num` shows: an offline
+// snapshot stores its large tensors in float16 (11 bits: about 3.3 digits), which a 4th digit would misstate.
+let heldDigits: 3 | null = null;
+
+/** From now on show values with 3 significant digits, what float16 holds (an offline snapshot's page, before it
+ *  is drawn): no digit that the file does not carry. */
+export function showFloat16Digits(): void {
+  heldDigits = 3;
+}
+
+/** A value as shown everywhere in the app: 4 decimals, or 4 significant digits when very small/large (3
+ *  significant digits on a page whose values are float16: `showFloat16Digits`). */
 export function num(v: number): string {
   if (v === -Infinity) return "−∞";
   if (v === Infinity) return "∞";
   if (Number.isNaN(v)) return "NaN";
   const a = Math.abs(v);
+  if (heldDigits !== null) return (a !== 0 && (a < 1e-3 || a >= 1e5) ? g3(v) : r3(v)).replace("-", "−");
   return (a !== 0 && (a < 1e-3 || a >= 1e5) ? g4(v) : f4(v)).replace("-", "−");
 }
 
