@@ -51,11 +51,11 @@ def set_text(page, text: str, server) -> list[int]:
     return ids
 
 
-def wait_body(page) -> None:
-    """The step's text is loaded (its values have arrived) and the card has stopped moving."""
+def wait_body(page, timeout: int = 30_000) -> None:
+    """The step's text is loaded (its values have arrived, within `timeout` ms) and the card has stopped moving."""
     page.wait_for_function("() => { const b = document.querySelector('[data-testid=lesson-body]');"
                            " return b && b.getAttribute('aria-busy') === 'false' && b.textContent.trim().length > 0 }",
-                           timeout=30_000)
+                           timeout=timeout)
     # the card glides (0.2 s) to where it fits once the step's views have loaded and the page has scrolled: wait
     # until it stands still
     last = None

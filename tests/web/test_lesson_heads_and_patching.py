@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from .conftest import ARTIFACTS, LiveServer, open_app
+from .test_lesson import wait_body as wait_for_step
 
 pytestmark = pytest.mark.browser
 
@@ -50,17 +51,8 @@ def pattern(server: LiveServer, ids: list[int], layer: int, head: int) -> np.nda
 
 
 def wait_body(page) -> None:
-    page.wait_for_function("() => { const b = document.querySelector('[data-testid=lesson-body]');"
-                           " return b && b.getAttribute('aria-busy') === 'false' && b.textContent.trim().length > 0 }",
-                           timeout=120_000)
-    last = None
-    for _ in range(30):  # the card glides to where it fits: wait until it stands still
-        page.wait_for_timeout(150)
-        now = page.evaluate("() => { const b = document.querySelector('[data-testid=tour]').getBoundingClientRect();"
-                            " return [b.left, b.top, b.width, b.height, scrollY] }")
-        if now == last:
-            break
-        last = now
+    """test_lesson's wait, with room for explainer-small's step values on a busy machine."""
+    wait_for_step(page, timeout=120_000)
 
 
 def open_lesson(page, lesson: str, lang: str = "en") -> None:
