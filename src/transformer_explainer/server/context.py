@@ -59,10 +59,6 @@ class ServerContext:
         if len(ids) > limit:
             raise prompt_too_long(what, len(ids), limit)
 
-    def is_loaded(self, name: str | None) -> bool:
-        """Whether the model `name` is in memory: then a call that runs no forward pass may take the light lane."""
-        return self.registry.loaded_name(name) is not None
-
     def is_light(self, name: str | None, *texts: str | None) -> bool:
         """Whether a call that runs no forward pass and tokenizes `texts` may take the light lane: its model is in
         memory and the texts are short enough to tokenize there (LIGHT_CHARS_PER_TOKEN)."""

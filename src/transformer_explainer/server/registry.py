@@ -95,9 +95,6 @@ class ModelRegistry:
     def source(self, name: str) -> str:
         return self._entries[name].source
 
-    def is_loaded(self, name: str) -> bool:
-        return name in self._loaded
-
     def loaded_model(self, name: str) -> ExplainerModel | None:
         return self._loaded.get(name)
 
@@ -106,11 +103,6 @@ class ModelRegistry:
 
     def canonical(self, name: str | None) -> str:
         return self.default if name in (None, "", "default") else name
-
-    def loaded_name(self, name: str | None) -> str | None:
-        """The name here of `name` if that model is in memory (nothing is loaded), else None."""
-        name = self.canonical(name)
-        return name if name in self._loaded else None
 
     def known(self, name: str | None) -> str:
         """The name here of `name` (the default for None), if this server offers it
