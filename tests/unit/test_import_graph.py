@@ -181,3 +181,45 @@ def test_the_domain_does_not_import_its_presentations(part: str):
         if _part(m) == part:
             bad = [t for t in own if _part(t) in ("notebook", "cli")]
             assert not bad, f"{m} imports {bad}"
+
+
+def part_edges() -> dict[str, set[str]]:
+    """Each top-level part and the other parts it imports (the package's face aside)."""
+    edges: dict[str, set[str]] = {}
+    for m, (own, _) in GRAPH.items():
+        if m == PACKAGE:
+            continue
+        edges.setdefault(_part(m), set()).update(_part(t) for t in own if t != PACKAGE and _part(t) != _part(m))
+    return edges
+
+
+def picture() -> str:
+    """The parts in floors: a part stands one floor above the highest part it imports (floor 0 imports none).
+    `python tests/unit/test_import_graph.py` prints it: the plan a newcomer reads before the code."""
+    edges = part_edges()
+    floor: dict[str, int] = {}
+
+    def height(p: str) -> int:
+        if p not in floor:
+            floor[p] = 0  # a circle (which the tests refuse) would otherwise recurse for ever
+            floor[p] = 1 + max((height(q) for q in edges.get(p, ())), default=-1)
+        return floor[p]
+
+    for p in edges:
+        height(p)
+    lines = []
+    for f in range(max(floor.values()), -1, -1):
+        for p in sorted(q for q in floor if floor[q] == f):
+            n = sum(1 for m in MODULES if m != PACKAGE and _part(m) == p)
+            lines.append(f"{f:2d}  {p} ({n} module{'s' * (n != 1)}) -> {', '.join(sorted(edges[p])) or '-'}")
+    return "\n".join(lines)
+
+
+def test_the_picture_has_every_part_on_a_floor_above_what_it_imports():
+    floors = {line.split()[1]: int(line.split()[0]) for line in picture().splitlines()}
+    for p, targets in part_edges().items():
+        assert all(floors[t] < floors[p] for t in targets), p
+
+
+if __name__ == "__main__":
+    print(picture())
