@@ -1,7 +1,9 @@
 // The catalogues (src/locales/): the languages shipped have every key English has, any language the same
-// placeholders as English; no language has a key English lacks; the lesson number format keeps 3 significant digits.
+// placeholders as English; no language has a key English lacks; keys are named by concept, not by a model family, and
+// those of the concept namespaces are each used by the app; the lesson number format keeps 3 significant digits.
 import { describe, expect, it } from "vitest";
 import en from "../src/locales/en.json";
+import { FAMILIES } from "../src/lib/generated/names";
 import { CATALOGUES, LANGS, placeholders } from "../src/lib/i18n";
 import { percent, sig3, significantDigits } from "../src/lib/lessonFormat";
 
@@ -27,6 +29,27 @@ describe("catalogues", () => {
       expect(differ).toEqual([]);
     });
   }
+});
+
+// the app's sources (lessons included), for the keys they name: a key is used where it is written out, or where a
+// template builds it from its prefix (`overview.ropeSay_${k}`)
+const sources = Object.values(import.meta.glob<string>(["../src/**/*.ts", "../src/**/*.svelte"],
+  { eager: true, query: "?raw", import: "default" })).join("\n");
+const builtPrefixes = [...sources.matchAll(/`([\w.]+)\$\{/g)].map((m) => m[1]);
+const used = (k: string) => sources.includes(`"${k}"`) || sources.includes(`'${k}'`) || builtPrefixes.some((p) => k.startsWith(p));
+
+describe("catalogue keys", () => {
+  it("are named by concept: no namespace is a model family", () => {
+    const families = Object.keys(FAMILIES);
+    expect(families).toContain("llama");
+    expect(Object.keys(en).filter((k) => families.includes(k.split(".")[0]))).toEqual([]);
+  });
+  it("of the concept namespaces are each used", () => {
+    const concept = ["attn", "dtype", "embed", "mlp", "norm", "output", "overview", "pos", "residual", "tokens"];
+    const keys = Object.keys(en).filter((k) => concept.includes(k.split(".")[0]));
+    expect(keys.length).toBeGreaterThan(40);
+    expect(keys.filter((k) => !used(k))).toEqual([]);
+  });
 });
 
 describe("lesson numbers", () => {

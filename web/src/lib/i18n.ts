@@ -1,5 +1,5 @@
 // Every word the app shows comes from one catalogue per language: src/locales/<code>.json, a flat map of
-// namespaced keys to strings ("ui.title", "llama.e_rmsnorm", "lesson.gpt2.bpe.split", "error.text_too_long")
+// namespaced keys to strings ("ui.title", "norm.e_rms", "lesson.gpt2.bpe.split", "error.text_too_long")
 // with named placeholders `{name}` filled in at run time. English (en.json) is the reference: it defines the
 // keys, and a catalogue that lacks a key falls back to it. A translator adds a language by adding one file:
 // the language menu lists every catalogue by its "meta.name"; "meta.htmlLang" is the page's lang attribute
