@@ -87,7 +87,7 @@ VIEWS = ["embedding", "layernorm", "qkv", "attention", "heads", "residual", "mlp
 
 
 def specs_for(view: str, layer: int, head: int, pos: int) -> list[dict]:
-    """The tensors a view shows (the web app's `specsFor`, web/src/lib/views.ts)."""
+    """The tensors a view shows (the web app's `specsFor`, web/src/lib/pipeline.ts)."""
     def b(s: str) -> str:
         return f"blocks.{layer}.{s}"
 

@@ -6,7 +6,7 @@ import { Part } from "./lib/part.svelte";
 
 export const PARTS = {
   lesson: new Part(() => import("./components/LessonCard.svelte")),
-  seq2seq: new Part(() => import("./views/seq2seq/Seq2SeqPage.svelte")),
-  experiments: new Part(() => import("./views/experiments/ExperimentsView.svelte")),
-  attribution: new Part(() => import("./views/attribution/AttributionView.svelte")),
+  seq2seq: new Part(() => import("./pages/seq2seq/Seq2SeqPage.svelte")),
+  experiments: new Part(() => import("./pages/experiments/ExperimentsPage.svelte")),
+  attribution: new Part(() => import("./pages/attribution/AttributionPage.svelte")),
 };

@@ -1,10 +1,10 @@
-// A mixture of experts in the views' tables (lib/views.ts): the experts view exists only where the blocks have
+// A mixture of experts in the views' tables (lib/pipeline.ts): the experts view exists only where the blocks have
 // experts, right after the MLP; the MLP and experts views ask for a block's tensors by the names its kind of block
 // has (the experts' in a block with experts, the gated MLP's in a dense block of a partly dense model, nothing of
 // the experts' there), and never for a dense MLP's stage in a block with experts (the server refuses those names).
 import { describe, expect, it } from "vitest";
 import { hasExperts, type Capabilities } from "../src/lib/family";
-import { hasView, specsFor, viewSpecs, VIEWS, type Focus } from "../src/lib/views";
+import { hasStage, specsFor, stageSpecs, STAGES, type Focus } from "../src/lib/pipeline";
 
 const moe: Capabilities = {
   norm: "rms", norm_offset: false, positions: "rope", qkv: "split", mlp: "moe", qk_norm: true, sandwich_norm: false,
@@ -17,14 +17,14 @@ const names = (view: "mlp" | "experts", f: Focus) => specsFor(view, f).map((s) =
 
 describe("a mixture of experts", () => {
   it("has the experts view, after the MLP; a dense model has not", () => {
-    expect(VIEWS.indexOf("experts")).toBe(VIEWS.indexOf("mlp") + 1);
-    expect(hasView("experts", moe)).toBe(true);
-    expect(hasView("experts", dense)).toBe(false);
+    expect(STAGES.indexOf("experts")).toBe(STAGES.indexOf("mlp") + 1);
+    expect(hasStage("experts", moe)).toBe(true);
+    expect(hasStage("experts", dense)).toBe(false);
     expect([0, 1, 2, 3].map((l) => hasExperts(moe, l))).toEqual([true, true, false, true]);
   });
 
   it("asks for the experts' tensors in a block with experts, by name", () => {
-    const s = viewSpecs("experts", at(1, moe));
+    const s = stageSpecs("experts", at(1, moe));
     expect(Object.keys(s).sort()).toEqual(["expertOut", "indices", "out", "probs", "weights"]);
     expect(s.probs).toEqual({ name: "blocks.1.mlp.router_probs" });
     expect(s.expertOut).toEqual({ name: "blocks.1.mlp.expert_out", position: 2 });

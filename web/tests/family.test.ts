@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { capsOf, declarationOf, familyLabel, familyOf, GPT2_CAPABILITIES, type Capabilities } from "../src/lib/family";
 import { FAMILIES } from "../src/lib/generated/names";
 import { lessonFor } from "../src/lessons/choose";
-import { hasView, normsOf } from "../src/lib/views";
+import { hasStage, normsOf } from "../src/lib/pipeline";
 
 const rotary: Capabilities = {
   norm: "rms", norm_offset: false, positions: "rope", qkv: "split", mlp: "gated", qk_norm: false, sandwich_norm: false,
@@ -36,8 +36,8 @@ describe("a model's family", () => {
     const caps = capsOf(unknown);
     expect(caps).toEqual(unknown.capabilities);
     expect(caps).not.toEqual(GPT2_CAPABILITIES);
-    expect(hasView("rope", caps) && hasView("gqa", caps) && hasView("qknorm", caps)).toBe(true);
-    expect(hasView("window", caps)).toBe(false);
+    expect(hasStage("rope", caps) && hasStage("gqa", caps) && hasStage("qknorm", caps)).toBe(true);
+    expect(hasStage("window", caps)).toBe(false);
     expect(normsOf(caps)).toEqual(["ln1", "ln2", "ln_final"]);
     expect(lessonFor(false, "overview", caps)).toBe("stable"); // QK-norm: the chapter on it
     expect(lessonFor(false, "overview", rotary)).toBe("modern");

@@ -1,7 +1,7 @@
 // Which lesson the lesson button opens on the page the learner is on: the page bundles this, not the lessons
 // (lessons/index.ts, loaded with the card when a lesson opens).
 import type { Capabilities } from "../lib/family";
-import type { ViewId } from "../lib/views";
+import type { StageId } from "../lib/pipeline";
 
 /** The lessons' ids (each lesson's `id`; lessons/index.ts maps every one to its lesson). */
 export type LessonId = "gpt2" | "seq2seq" | "experiments" | "modern" | "stable" | "why" | "moe";
@@ -10,7 +10,7 @@ export type LessonId = "gpt2" | "seq2seq" | "experiments" | "modern" | "stable" 
  *  model's capabilities the chapter on mixtures of experts (Mixtral, Qwen3-MoE, OLMoE: before the next rule, since a
  *  Qwen3-MoE has QK-norm too and its experts are what is new), the chapter on QK-norm, sandwich norms and local layers
  *  (Qwen3, Gemma 3), the chapter on today's models for the other rotary models (the Llama family), or GPT-2's. */
-export function lessonFor(seq2seq: boolean, view: ViewId, caps?: Capabilities): LessonId {
+export function lessonFor(seq2seq: boolean, view: StageId, caps?: Capabilities): LessonId {
   if (seq2seq) return "seq2seq";
   if (view === "experiments") return "experiments";
   if (view === "attribution") return "why";

@@ -1,6 +1,6 @@
 // The Experiments area's guided lesson: interventions on the loaded decoder (GPT-2 or Llama family) told with
 // the numbers the panels show: head importance and roles, switching a head off, pruning, the logit lens and word
-// arithmetic. Each step fetches what it quotes through the panels' own loaders (views/experiments/store.svelte.ts),
+// arithmetic. Each step fetches what it quotes through the panels' own loaders (pages/experiments/store.svelte.ts),
 // so the panel and the card show one answer, and chooses its example from the data: the head experiments run on
 // the learner's text when the model predicts it (a loss under half of ln V, the loss of a uniform guess), else on
 // a text small models predict well, which the panel then shows; the head, the layer, the habit and the analogy
@@ -16,7 +16,7 @@ import { app } from "../lib/state.svelte";
 import {
   ablateHead, ablationFor, headsInput, headsOf, importanceOf, inputKey, lensOf, loadAnalogy, loadHeads,
   loadImportance, loadLens, loadPrune, xp, type Arithmetic, type Metric, type TextChoice, type XInput, type XTab,
-} from "../views/experiments/store.svelte";
+} from "../pages/experiments/store.svelte";
 
 /** A text small models predict well (counting), for the head experiments when the learner's text is not one. */
 export const EXAMPLE_TEXT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,";

@@ -18,7 +18,7 @@ import { dec, int, pct, term, token, word } from "../lib/lessonFormat";
 import { paramCounts } from "../lib/params";
 import { app, DEFAULT_SAMPLING } from "../lib/state.svelte";
 import { decodeTensor, row, type Tensor } from "../lib/tensor";
-import { specsFor, viewSpecs, type LnWhich, type ViewId } from "../lib/views";
+import { specsFor, stageSpecs, type LnWhich, type StageId } from "../lib/pipeline";
 
 // -- the reference model ---------------------------------------------------------------------------------------
 
@@ -49,11 +49,11 @@ function tokAt(id: string, i: number, at?: string): Value {
 }
 const focusTok = (id = "focus-token") => tokAt(id, app.pos);
 
-/** The tensors of a view for the current focus, by their names in `viewSpecs` (the same specs as the view's, so the
+/** The tensors of a view for the current focus, by their names in `stageSpecs` (the same specs as the view's, so the
  *  same cached answers). */
-function viewTensors(view: ViewId, ln?: LnWhich): Record<string, Tensor | undefined> {
+function viewTensors(view: StageId, ln?: LnWhich): Record<string, Tensor | undefined> {
   const f = app.focus();
-  return Object.fromEntries(Object.entries(viewSpecs(view, ln ? { ...f, ln } : f)).map(([k, s]) => [k, app.tensor(s)]));
+  return Object.fromEntries(Object.entries(stageSpecs(view, ln ? { ...f, ln } : f)).map(([k, s]) => [k, app.tensor(s)]));
 }
 
 /** The first index of the largest (sign 1) or smallest (sign −1) of a[0..upto]: the keys a query sees. */
@@ -94,7 +94,7 @@ function request(specs: TensorSpec[]): void {
   if (missing.length) queueMicrotask(() => chunks(missing, PER_REQUEST).forEach((c) => void app.ensure(c)));
 }
 
-function show(view: ViewId, ln?: LnWhich) {
+function show(view: StageId, ln?: LnWhich) {
   app.view = view;
   if (ln) app.ln = ln;
   mark();

@@ -11,9 +11,9 @@ import { claim, either, say, val, type Lesson, type LessonStep, type Sentence, t
 import { dec, int, pct, token, word } from "../lib/lessonFormat";
 import { bytesPerValue, formatBytes } from "../lib/rope";
 import { app } from "../lib/state.svelte";
-import { specsFor } from "../lib/views";
+import { specsFor } from "../lib/pipeline";
 import type { Tensor } from "../lib/tensor";
-import { ropeDemo } from "../components/views/ropeDemo.svelte";
+import { ropeDemo } from "../stages/ropeDemo.svelte";
 
 // -- names, checked against the Llama family's tables (a misspelt name is a type error) ---------------
 

@@ -13,8 +13,8 @@ import { claim, either, say, val as value, type Lesson, type LessonStep, type Se
 import { dec, int, percent, token, word } from "../lib/lessonFormat";
 import { app } from "../lib/state.svelte";
 import type { Tensor } from "../lib/tensor";
-import { specsFor, type ViewId } from "../lib/views";
-import { ablateExpert, expertAblationFor, xp } from "../views/experiments/store.svelte";
+import { specsFor, type StageId } from "../lib/pipeline";
+import { ablateExpert, expertAblationFor, xp } from "../pages/experiments/store.svelte";
 
 const cfg = (): ModelConfigOut | undefined => app.trace?.config;
 const caps = () => app.caps;
@@ -34,11 +34,11 @@ const tok = (id: string, i: number, at?: string): Value | null => {
 const focusTok = (id = "focus-token") => tok(id, app.pos);
 
 /** The experts view, where the model has it (the chapter opens only for models with experts). */
-const EXPERTS = "experts" satisfies ViewId;
+const EXPERTS = "experts" satisfies StageId;
 /** `at` only while the experts view shows block `l` (the view follows the focus block). */
 const atIf = (l: number, name: string) => (app.view === EXPERTS && app.layer === l ? name : undefined);
 
-async function show(view: ViewId): Promise<void> {
+async function show(view: StageId): Promise<void> {
   app.view = view;
   if (app.trace) await app.ensure(specsFor(view, app.focus()));
 }
@@ -449,7 +449,7 @@ async function toLeastEven(): Promise<void> {
 const input = () => (app.trace ? { model: app.trace.model, ids: app.trace.token_ids } : null);
 
 /** Open the Experiments area's experts panel with the busiest expert of the focus block taken out (the panel and the
- *  card show one answer, views/experiments/store.svelte.ts); an expert the learner took out since is kept. */
+ *  card show one answer, pages/experiments/store.svelte.ts); an expert the learner took out since is kept. */
 async function enterAblate(): Promise<void> {
   toMoeBlock();
   const l = layer(), inp = input();

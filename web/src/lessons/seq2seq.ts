@@ -10,8 +10,8 @@ import { isKey } from "../lib/i18n";
 import { claim, say, val, type Lesson, type LessonStep, type Text, type Value, type Var } from "../lib/lesson";
 import { dec, int, pct, term, word } from "../lib/lessonFormat";
 import type { DecodeOut } from "../lib/generated/api";
-import { s2s, type Tab } from "../views/seq2seq/state.svelte";
-import { s2sViews } from "../views/seq2seq/views.svelte";
+import { s2s, type Tab } from "../pages/seq2seq/state.svelte";
+import { s2sViews } from "../pages/seq2seq/views.svelte";
 
 // -- the numbers the steps read ------------------------------------------------------------------------
 

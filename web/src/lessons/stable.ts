@@ -13,7 +13,7 @@ import { dec, int, token, word } from "../lib/lessonFormat";
 import { bytesPerValue, formatBytes } from "../lib/rope";
 import { app } from "../lib/state.svelte";
 import type { Tensor } from "../lib/tensor";
-import { specsFor, viewSpecs, type ViewId } from "../lib/views";
+import { specsFor, stageSpecs, type StageId } from "../lib/pipeline";
 
 const cfg = (): ModelConfigOut | undefined => app.trace?.config;
 const caps = () => app.caps;
@@ -34,14 +34,14 @@ const localGlobal = (nl: number, ng: number) => ({
   global: nLayers("n-global", ng, "lesson.stable.nGlobalOne", "lesson.stable.nGlobal"),
 });
 
-async function show(view: ViewId): Promise<void> {
+async function show(view: StageId): Promise<void> {
   app.view = view;
   if (app.trace) await app.ensure(specsFor(view, app.focus()));
 }
 
-/** A view's tensor by its name in viewSpecs (the focus as it is now). */
-const get = (view: ViewId, key: string): Tensor | undefined => {
-  const spec = viewSpecs(view, app.focus())[key];
+/** A view's tensor by its name in stageSpecs (the focus as it is now). */
+const get = (view: StageId, key: string): Tensor | undefined => {
+  const spec = stageSpecs(view, app.focus())[key];
   return spec ? app.tensor(spec) : undefined;
 };
 

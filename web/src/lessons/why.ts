@@ -1,8 +1,8 @@
 // The "Why this token" lesson: which parts made the model say what it says. The logit of a prediction as a sum of
 // what every part wrote, the largest contributions, one head's job, then activation patching as a controlled
 // experiment, what a clean/corrupted pair must share, and what its grids show. Told with the numbers the panels show
-// (views/attribution/store.svelte.ts), for the learner's text and focus; the patching runs on an example pair chosen
-// for the loaded model (views/attribution/pairs.ts): one whose answer moves when it can, and the text says when the
+// (pages/attribution/store.svelte.ts), for the learner's text and focus; the patching runs on an example pair chosen
+// for the loaded model (pages/attribution/pairs.ts): one whose answer moves when it can, and the text says when the
 // model cannot follow any. Its words are in the catalogues ("lesson.why.*"); web/tests/lessons/claims.why.ts checks
 // every claim on many texts and models.
 import { tick } from "svelte";
@@ -10,10 +10,10 @@ import type { AttributeOut, PatchIn, PatchOut, TensorSpec } from "../lib/generat
 import { claim, either, say, type Lesson, type LessonStep, type Text, type Value } from "../lib/lesson";
 import { dec, int, term, token, word } from "../lib/lessonFormat";
 import { app } from "../lib/state.svelte";
-import { why } from "../views/attribution/api";
+import { why } from "../pages/attribution/api";
 import { SvelteMap } from "svelte/reactivity";
-import { choosePair, type CheckedPair } from "../views/attribution/pairs";
-import { PATCH_KINDS, whyStore } from "../views/attribution/store.svelte";
+import { choosePair, type CheckedPair } from "../pages/attribution/pairs";
+import { PATCH_KINDS, whyStore } from "../pages/attribution/store.svelte";
 
 const modelName = () => app.trace?.model ?? "";
 const model = () => word("model", modelName());

@@ -8,7 +8,7 @@ import type { ModelInfo, NextTokenOut, SamplingIn, TensorSpec, TraceOut } from "
 import { translate, type Lang, type MessageKey } from "./i18n";
 import { capsOf, familyOf, type Capabilities, type Family } from "./family";
 import { decodeTensor, type Tensor } from "./tensor";
-import { hasView, normsOf, specsFor, type LnWhich, type ViewId } from "./views";
+import { hasStage, normsOf, specsFor, type LnWhich, type StageId } from "./pipeline";
 import { snapshot } from "../snapshot/static";
 import examples from "./examples.json";
 import type { LessonId } from "../lessons/choose";
@@ -47,7 +47,7 @@ class AppState {
   model = $state<string | null>(null);
   trace = $state.raw<TraceOut | null>(null);
   next = $state.raw<NextTokenOut | null>(null);
-  view = $state<ViewId>("tokens");
+  view = $state<StageId>("tokens");
   layer = $state(0);
   head = $state(0);
   pos = $state(0);
@@ -189,7 +189,7 @@ class AppState {
       // e.g. RoPE before a switch to GPT-2, asks for nothing in advance)
       const cfg = this.models.find((m) => m.name === (this.model ?? this.trace?.model))?.config
         ?? (this.trace && this.trace.model === this.model ? this.trace.config : null);
-      const include = cfg && hasView(this.view, capsOf(cfg))
+      const include = cfg && hasStage(this.view, capsOf(cfg))
         ? specsFor(this.view, { ...this.focus(), pos: -1, nTokens: 0, caps: capsOf(cfg) }).map(wire) : [];
       const tr = await api.trace({ model: this.model, ...input, truncate: this.truncate, sampling: this.sampling,
         top_n: APP_TOP_N, include }, ctl.signal);
@@ -246,7 +246,7 @@ class AppState {
     }
     this.trace = tr;
     this.next = tr.next;
-    if (!hasView(this.view, capsOf(tr.config))) this.view = "attention"; // e.g. RoPE, and now a GPT-2 model
+    if (!hasStage(this.view, capsOf(tr.config))) this.view = "attention"; // e.g. RoPE, and now a GPT-2 model
     if (!normsOf(capsOf(tr.config)).includes(this.ln)) this.ln = "ln1"; // a sandwich norm, and now a model without
     this.tensors = map;
     if (keepLast || this.pos >= T) this.pos = T - 1;

@@ -12,17 +12,17 @@
 // The same code serves the live app and a snapshot, whose API calls are answered from the data it carries;
 // a snapshot keeps its own text and model.
 import { snapshot } from "../snapshot/static";
-import { mode, s2s, TABS, type Tab } from "../views/seq2seq/state.svelte";
+import { mode, s2s, TABS, type Tab } from "../pages/seq2seq/state.svelte";
 import { capsOf } from "./family";
 import { MAX_TEXT_CHARS } from "./generated/limits";
 import { app } from "./state.svelte";
-import { hasView, normsOf, VIEWS, type LnWhich, type ViewId } from "./views";
+import { hasStage, normsOf, STAGES, type LnWhich, type StageId } from "./pipeline";
 
 /** What a link asks for; a part that is absent or not even of the right form is undefined. */
 export interface Link {
   text?: string;
   model?: string;
-  view?: ViewId;
+  view?: StageId;
   layer?: number;
   head?: number;
   pos?: number;
@@ -59,7 +59,7 @@ export function readLink(href: string): Link {
   return {
     text: text ? capText(text) : undefined,
     model: word("model"),
-    view: (VIEWS as readonly string[]).includes(view ?? "") ? (view as ViewId) : undefined,
+    view: (STAGES as readonly string[]).includes(view ?? "") ? (view as StageId) : undefined,
     layer: index(p.get("layer")),
     head: index(p.get("head")),
     pos: index(p.get("pos")),
@@ -106,7 +106,7 @@ export async function openLink(link: Link): Promise<void> {
   const before = app.models.find((m) => m.name === app.model)?.config ?? null;
   const focus = (cfg: NonNullable<typeof before>) => {
     const caps = capsOf(cfg);
-    if (link.view !== undefined && hasView(link.view, caps)) app.view = link.view;
+    if (link.view !== undefined && hasStage(link.view, caps)) app.view = link.view;
     if (link.layer !== undefined && link.layer < cfg.n_layer) app.layer = link.layer;
     if (link.head !== undefined && link.head < cfg.n_head) app.head = link.head;
     if (link.ln !== undefined && (normsOf(caps) as string[]).includes(link.ln)) app.ln = link.ln as LnWhich;

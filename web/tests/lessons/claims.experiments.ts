@@ -9,8 +9,8 @@ import type { Value } from "../../src/lib/lesson";
 import {
   ANALOGIES, EXAMPLE_TEXT, PREDICTED, PRUNE_DIP, PRUNE_RISE, ROLE_THRESHOLD, ROLES, SMALL_CHANGE, STANDS_OUT,
 } from "../../src/lessons/experiments";
-import { analysis } from "../../src/views/experiments/api";
-import { headsInput, type XInput } from "../../src/views/experiments/store.svelte";
+import { analysis } from "../../src/pages/experiments/api";
+import { headsInput, type XInput } from "../../src/pages/experiments/store.svelte";
 import type { Check, ClaimContext } from "./claims";
 
 const num = (v: Value | undefined) => Number(v?.raw);

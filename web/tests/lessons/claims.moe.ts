@@ -10,7 +10,7 @@ import type { ModelConfigOut } from "../../src/lib/generated/api";
 import type { MessageKey } from "../../src/lib/i18n";
 import type { Value } from "../../src/lib/lesson";
 import { decodeTensor, type Tensor } from "../../src/lib/tensor";
-import { analysis } from "../../src/views/experiments/api";
+import { analysis } from "../../src/pages/experiments/api";
 import type { Check, ClaimContext } from "./claims";
 
 const num = (v: Value | undefined) => Number(v?.raw);

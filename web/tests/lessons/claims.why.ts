@@ -9,7 +9,7 @@ import type { AttributeOut, ModelConfigOut, PatchOut, TensorSpec } from "../../s
 import type { MessageKey } from "../../src/lib/i18n";
 import type { Value } from "../../src/lib/lesson";
 import { decodeTensor } from "../../src/lib/tensor";
-import { PAIRS } from "../../src/views/attribution/pairs";
+import { PAIRS } from "../../src/pages/attribution/pairs";
 import type { Check, ClaimContext } from "./claims";
 
 type V = Record<string, Value>;

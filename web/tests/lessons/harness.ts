@@ -7,7 +7,7 @@ import type { TensorSpec } from "../../src/lib/generated/api";
 import type { Lesson, LessonStep, Text } from "../../src/lib/lesson";
 import { app } from "../../src/lib/state.svelte";
 import { decodeTensor, type Tensor } from "../../src/lib/tensor";
-import { specsFor } from "../../src/lib/views";
+import { specsFor } from "../../src/lib/pipeline";
 import { api } from "../../src/lib/client";
 
 /** Trace `text` as the page does when it is typed (focus on the last token, layer 0, head 0, default sampling). */

@@ -1,5 +1,5 @@
 // Every step of the encoder-decoder lesson (src/lessons/seq2seq.ts) on the inputs below, across the page's
-// tasks, the way the card runs it: the page's state (views/seq2seq/state.svelte.ts) decodes the source on the
+// tasks, the way the card runs it: the page's state (pages/seq2seq/state.svelte.ts) decodes the source on the
 // server under test, each step's `enter` puts the page in its state and fetches what it reads, and its text
 // is then checked like every lesson's (check.ts: placeholders, claims, number format). Where a step has a
 // task, the test does it too (drags the slider, steps the decoder, types a wrong reference, sets the beam) and
@@ -8,9 +8,9 @@ import { tick } from "svelte";
 import { describe, expect, it } from "vitest";
 import { seq2seqLesson } from "../../src/lessons/seq2seq";
 import type { LessonStep, Text } from "../../src/lib/lesson";
-import { s2sApi } from "../../src/views/seq2seq/api";
-import { COMPARE_BEAMS, s2s } from "../../src/views/seq2seq/state.svelte";
-import { s2sViews } from "../../src/views/seq2seq/views.svelte";
+import { s2sApi } from "../../src/pages/seq2seq/api";
+import { COMPARE_BEAMS, s2s } from "../../src/pages/seq2seq/state.svelte";
+import { s2sViews } from "../../src/pages/seq2seq/views.svelte";
 import { problems } from "./check";
 import type { ClaimContext, Seq2SeqClaimContext } from "./claims";
 

@@ -3,11 +3,11 @@
 // another text, the clean prompt is traced first, so the view opens on the run the cell was taken from.
 import { tick } from "svelte";
 import { app } from "../../lib/state.svelte";
-import type { ViewId } from "../../lib/views";
+import type { StageId } from "../../lib/pipeline";
 
 export type Part = "embed" | "pos_embed" | "head" | "attn_bias" | "mlp" | "expert" | "resid_pre" | "attn_out" | "mlp_out";
 
-const VIEW_OF: Record<Part, ViewId> = {
+const VIEW_OF: Record<Part, StageId> = {
   embed: "embedding", pos_embed: "embedding", head: "attention", attn_bias: "heads", mlp: "mlp", expert: "experts",
   resid_pre: "residual", attn_out: "heads", mlp_out: "mlp",
 };

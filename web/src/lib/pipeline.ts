@@ -1,21 +1,22 @@
-// The pipeline's views, in order, and the tensors each one shows for the current layer, head and
-// focus token, by name (`{input, rms, normalized, out}`): a view reads `tensors.rms`, never `vals[1]`. The
-// app asks for these along with the trace, so one round trip updates the view. Which views a model has and
-// which tensors hold each stage follow its capabilities (family.ts), not its family's name.
+// The pipeline's stages, in order, and the tensors each one shows for the current layer, head and
+// focus token, by name (`{input, rms, normalized, out}`): a stage reads `tensors.rms`, never `vals[1]`. The
+// app asks for these along with the trace, so one round trip updates the stage. Which stages a model has and
+// which tensors hold each stage follow its capabilities (family.ts), not its family's name. The component that
+// draws each stage is in src/stages/index.ts.
 import { blockName } from "./generated/names";
 import type { TensorSpec } from "./generated/api";
 import { hasExperts, isLocal, type Capabilities } from "./family";
 
-export const VIEWS = [
+export const STAGES = [
   "overview", "tokens", "embedding", "blocks", "layernorm", "qkv", "qknorm", "rope", "gqa", "attention", "window", "heads",
   "residual", "mlp", "experts", "output", "experiments", "attribution",
 ] as const;
-export type ViewId = (typeof VIEWS)[number];
+export type StageId = (typeof STAGES)[number];
 
-/** Whether a model with these capabilities has this view: rotary positions (RoPE), shared key/value heads
+/** Whether a model with these capabilities has this stage: rotary positions (RoPE), shared key/value heads
  *  (GQA), QK-norm, local layers (the sliding window), a mixture of experts (the experts' routing). */
-export function hasView(view: ViewId, caps: Capabilities): boolean {
-  switch (view) {
+export function hasStage(stage: StageId, caps: Capabilities): boolean {
+  switch (stage) {
     case "rope": return caps.positions === "rope";
     case "gqa": return caps.positions === "rope";
     case "qknorm": return caps.qk_norm;
@@ -53,15 +54,15 @@ export function groupOf(h: number, nHead: number, nKvHeads: number): number[] {
 
 export type NamedSpecs = Record<string, TensorSpec>;
 
-/** The tensors of `view`, by what each one is. Their order is the views' (and the older lessons') reading order. */
-export function viewSpecs(view: ViewId, f: Focus): NamedSpecs {
+/** The tensors of `stage`, by what each one is. Their order is the stages' (and the older lessons') reading order. */
+export function stageSpecs(stage: StageId, f: Focus): NamedSpecs {
   const L = f.layer, h = f.head, p = f.pos, c = f.caps;
   const b = (s: string) => `blocks.${L}.${s}`;
   const rope = c.positions === "rope";
   // the vector entering block 0: token + position embedding (learned positions), the token embedding (RoPE
   // brings position in inside attention), times sqrt(d_model) where the family scales it
   const embedded = c.embed_scale ? "embed.scaled" : rope ? "embed.token" : "embed.sum";
-  switch (view) {
+  switch (stage) {
     case "tokens":
     case "blocks":
     case "experiments": // asks /api/analysis itself
@@ -156,7 +157,7 @@ export function viewSpecs(view: ViewId, f: Focus): NamedSpecs {
   }
 }
 
-/** The tensors of `view` as a list, for fetching them (in `viewSpecs`' order). */
-export function specsFor(view: ViewId, f: Focus): TensorSpec[] {
-  return Object.values(viewSpecs(view, f));
+/** The tensors of `stage` as a list, for fetching them (in `stageSpecs`' order). */
+export function specsFor(stage: StageId, f: Focus): TensorSpec[] {
+  return Object.values(stageSpecs(stage, f));
 }
