@@ -1,0 +1,461 @@
+"""How a trace answers for a block's internals without keeping them: the block is run again, when one of its values
+is first asked for, on the residual stream that entered it, by the recorded forward the pass itself ran
+(`Decoder.forward_block`). The same code on the same inputs gives the pass's own numbers, bit for bit.
+
+A trace keeps what is small and shared by every view: the residual stream entering each block (L x T x D), the
+last block's output and the last position's logits. The stages outside the blocks (the embeddings, the rotation
+angles, the final norm's) are computed again too, by the pass's own code (`outside_values`), unless a patch edited
+them. A block's internals (queries, keys, patterns, MLP activations, and whatever else the block's
+recorded forward records) come from a `BlockSource`, the recipe of the passes that made the trace:
+
+- `RecordedPass`: one forward pass. Block `layer` runs again on its recorded input (`resid_pre`, already patched),
+  with the pass's other patches on that block, at the pass's positions (the rotation's offset), after the keys and
+  values of the positions before them where the pass read a KV cache;
+- `Merged`: a trace continued from a KV cache (`merge_traces`): the prefix's block and the continuation's, the
+  continuation reading the prefix's keys and values, merged as the recorded values are (`merge_values`);
+- `Cut`: a trace's first n positions (`truncate_trace`): the block at its full length, cut as the recorded values
+  are (`cut_values`): a block run on fewer positions may round differently.
+
+What depends on the model's weights, mask, window and dtype is the block's own code, run where its weights are.
+Patches must be functions of the value they replace alone: a recomputed block calls them again.
+Recomputed blocks are kept in a `BlockCache` (the least recently used goes first), one per trace or one that a
+server shares among its traces, under their recipe's key: a `Merged` or `Cut` recipe reads the blocks of the
+recipes it is made of from there where they are kept whole (`kept_or_run`), so the block of a text edited at its
+end runs for the new positions only when the beginning's block was viewed before the edit.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .models.decoder import Decoder, device_of
+from .models.kv_cache import KV, KVCache, empty_in_one_storage
+from .models.recorder import Patch, Recorder
+from .names import FAMILY_NAMES, describe, parse_name
+
+BlockValues = dict[str, Tensor]  # one block's recorded values by full name ("blocks.3.attn.q"), batch dimension dropped
+
+# per family: the queries and keys whose products are the attention scores (names.DERIVATIONS)
+SCORE_INPUTS: dict[str, tuple[str, ...]] = {f: t.derivations["attn.scores"].sources for f, t in FAMILY_NAMES.items()}
+
+
+def attention_scores(q: Tensor, k: Tensor) -> Tensor:
+    """Raw scores (H, T, S) of queries q (H, T, Dh) against keys k (G, S, Dh), with the forward
+    pass's own product: each group of H / G query heads against its key/value head in one batched
+    product (grouped-query attention; G = H is head by head)."""
+    G, (H, T, Dh) = k.shape[0], q.shape
+    return torch.bmm(q.reshape(G, H // G * T, Dh), k.transpose(1, 2)).view(H, T, -1)
+
+
+# -- cutting and merging recorded values (the trace's kept ones, and a recomputed block's) -------------------------
+
+
+def cut_values(values: Mapping[str, Tensor], n: int, family: str) -> dict[str, Tensor]:
+    """Every value cut to the first `n` positions (query and key dimensions alike), as views."""
+    out: dict[str, Tensor] = {}
+    for name, v in values.items():
+        dims, _ = describe(name, family)
+        if len(dims) != v.dim():
+            raise ValueError(f"{name}: {v.dim()} dimensions where its description has {len(dims)}")
+        out[name] = v[tuple(slice(0, n) if d in ("T", "S") else slice(None) for d in dims)]
+    return out
+
+
+def merge_values(prefix: Mapping[str, Tensor], new: Mapping[str, Tensor], family: str) -> dict[str, Tensor]:
+    """The values of prefix + new positions, where `new` was computed with a KV cache holding the prefix: the
+    prefix's score rows get their entries for the new keys (computed, then hidden by the mask: pattern 0)."""
+    values: dict[str, Tensor] = {}
+    for name, a in prefix.items():
+        b = new.get(name)
+        if b is None:  # recorded in one pass only (logits a patch asked for): the merged trace derives it
+            continue
+        dims, _ = describe(name, family)
+        if "S" in dims and "T" not in dims:  # keys, values: the new trace already spans every position
+            values[name] = b
+            continue
+        if "S" in dims:  # (H, T, S) scores or pattern: extend the old rows to the new keys
+            layer = parse_name(name, family).layer
+            n_new = b.shape[-1] - a.shape[-1]
+            if name.endswith("attn.scores"):
+                q_name, k_name = SCORE_INPUTS[family]
+                k_new = new[f"blocks.{layer}.{k_name}"][:, -n_new:, :]  # (H or G, n_new, Dh)
+                extra = attention_scores(prefix[f"blocks.{layer}.{q_name}"], k_new)
+            else:
+                extra = a.new_zeros(*a.shape[:-1], n_new)
+            a = torch.cat([a, extra], dim=-1)
+        values[name] = torch.cat([a, b], dim=dims.index("T"))
+    return values
+
+
+# -- the recipes ---------------------------------------------------------------------------------------------------
+
+
+class BlockSource:
+    """The recipe of a trace's block internals: the residual stream entering each block, and each block's values
+    computed again on demand."""
+
+    net: Decoder
+    start: int  # the position of the first token covered
+    n_tokens: int  # how many positions are covered
+    passes: int  # how many forward passes the recipe runs for one block
+    key: object  # its blocks' key in a BlockCache: (key, layer)
+
+    def entering(self, layer: int) -> Tensor:
+        """(T, D): the residual stream entering block `layer` (its `resid_pre`), as the pass recorded it."""
+        raise NotImplementedError
+
+    def block(self, layer: int, until: str | None = None, cache: BlockCache | None = None) -> BlockValues:
+        """Every value block `layer`'s recorded forward records, as the pass recorded them; with `until` (a stage,
+        "attn.pattern"), only those recorded up to that one, the block run no further. `cache`: where the blocks of
+        the recipes this one is made of may be kept whole (a continued trace's beginning, viewed before it was
+        edited): those are read, not run again."""
+        raise NotImplementedError
+
+    def kept_or_run(self, layer: int, until: str | None, cache: BlockCache | None) -> BlockValues:
+        """Block `layer` as `cache` keeps it whole for this recipe, else run (as far as `until`)."""
+        kept = None if cache is None else cache.peek((self.key, layer))
+        return kept if kept is not None else self.block(layer, until, cache)
+
+    def patched(self, name: str) -> bool:
+        """Whether a pass of the recipe patched the value `name` (a derived stage is then recorded)."""
+        raise NotImplementedError
+
+    def patched_under(self, prefix: str) -> bool:
+        """Whether a pass of the recipe patched a value whose name begins with `prefix` ("embed.")."""
+        raise NotImplementedError
+
+    def output_is_next_input(self, layer: int) -> bool:
+        """Whether block `layer`'s `resid_post` is the next block's `resid_pre` itself: no patch edits the latter, and
+        both blocks are on one device (a device map moves the stream between them, so the next input is a copy)."""
+        here = next(self.net.blocks[layer].parameters()).device
+        return not self.patched(f"blocks.{layer + 1}.resid_pre") and self.entering(layer + 1).device == here
+
+    def tensors(self) -> Iterator[Tensor]:
+        """The tensors the recipe holds (for the memory a trace takes)."""
+        raise NotImplementedError
+
+    def kv(self, layer: int, cache: BlockCache | None = None) -> KV:
+        """Block `layer`'s keys (as attention uses them: rotated, where it rotates) and values (G, S, Dh), from the
+        block run again as far as its values (or kept whole in `cache`): what a continuation of this trace reads
+        from its KV cache."""
+        return kv_of(self.kept_or_run(layer, KV_LAST, cache), layer, self.net)
+
+
+KV_LAST = "attn.v"  # attention records its keys, then its values, before it attends: a block run this far has both
+
+
+def kv_of(values: BlockValues, layer: int, net: Decoder) -> KV:
+    """The keys (as attention uses them) and values of block `layer` among its recorded values."""
+    return values[f"blocks.{layer}.{net.cached_keys}"], values[f"blocks.{layer}.attn.v"]
+
+
+class _Recorded(Exception):  # noqa: N818 (not an error: the stage asked for is recorded, the block goes no further)
+    pass
+
+
+def _stop(value: Tensor) -> Tensor:
+    raise _Recorded
+
+
+@dataclass(frozen=True)
+class CachedKV:
+    """The keys and values (G, S, Dh) per block that a pass read from a caller's KV cache: views of the cache's
+    buffers, which only grow (a later step writes after them)."""
+
+    layers: tuple[KV, ...]
+
+    def kv(self, layer: int, cache: BlockCache | None = None) -> KV:
+        return self.layers[layer]
+
+
+Past = BlockSource | CachedKV  # where a pass's block finds the keys and values of the positions before it
+
+
+class RecordedPass(BlockSource):
+    """One recorded forward pass over positions start..start+T-1: each block's input, the pass's patches, and the
+    keys and values of the positions before `start` (None when the pass began at 0)."""
+
+    def __init__(self, net: Decoder, inputs: tuple[Tensor, ...], start: int, patches: Mapping[str, Patch],
+                 past: Past | None) -> None:
+        if (past is None) != (start == 0):
+            raise ValueError("a pass after position 0 needs the keys and values of the positions before it")
+        self.net, self.inputs, self.start, self.past = net, inputs, start, past
+        self.patches = dict(patches)
+        self.n_tokens = inputs[0].shape[0]
+        self.passes = 1
+        self.key = object()
+
+    def entering(self, layer: int) -> Tensor:
+        return self.inputs[layer]
+
+    def patched(self, name: str) -> bool:
+        return name in self.patches
+
+    def patched_under(self, prefix: str) -> bool:
+        return any(k.startswith(prefix) for k in self.patches) or (
+            isinstance(self.past, BlockSource) and self.past.patched_under(prefix))
+
+    def tensors(self) -> Iterator[Tensor]:
+        yield from self.inputs
+        if isinstance(self.past, CachedKV):
+            for k, v in self.past.layers:
+                yield from (k, v)
+        elif self.past is not None:
+            yield from self.past.tensors()
+
+    def block(self, layer: int, until: str | None = None, cache: BlockCache | None = None,
+              past: KV | None = None) -> BlockValues:
+        """Block `layer` run again (as far as `until`); `past`: the keys and values before `start` when the caller
+        has them at hand."""
+        prefix = f"blocks.{layer}."
+        # the input is recorded after its patch: applying that patch again would apply it twice
+        patches = {k: p for k, p in self.patches.items() if k.startswith(prefix) and k != prefix + "resid_pre"}
+        if past is None and self.past is not None:
+            past = self.past.kv(layer, cache)
+        values: dict[str, Tensor] = {}
+        block = self.net.blocks[layer]
+        device = next(block.parameters()).device
+        # a copy: the block records its input, and a view of the trace's one storage would count all of it as its own
+        x = self.inputs[layer].to(device, copy=True)[None]
+        rec = Recorder(values, prefix, patches, observers=None if until is None else {prefix + until: _stop})
+        with torch.inference_mode():
+            slot = None if past is None else KVCache([(past[0].to(device)[None], past[1].to(device)[None])]).slot(0)
+            try:
+                self.net.forward_block(layer, x, start=self.start, rec=rec, past=slot)
+            except _Recorded:
+                pass
+        return {k: v[0] for k, v in values.items()}
+
+
+class Merged(BlockSource):
+    """A trace from position 0 continued by a pass that read its keys and values from a KV cache."""
+
+    def __init__(self, prefix: BlockSource, new: RecordedPass) -> None:
+        if prefix.start != 0 or new.start != prefix.n_tokens:
+            raise ValueError("the new pass must continue the prefix")
+        self.prefix, self.new, self.net = prefix, new, prefix.net
+        self.start, self.n_tokens = 0, prefix.n_tokens + new.n_tokens
+        self.passes = prefix.passes + new.passes
+        self.key = object()
+
+    def entering(self, layer: int) -> Tensor:
+        return torch.cat([self.prefix.entering(layer), self.new.entering(layer)])
+
+    def patched(self, name: str) -> bool:
+        return self.prefix.patched(name) or self.new.patched(name)
+
+    def patched_under(self, prefix: str) -> bool:
+        return self.prefix.patched_under(prefix) or self.new.patched_under(prefix)
+
+    def tensors(self) -> Iterator[Tensor]:
+        yield from self.prefix.tensors()
+        yield from self.new.tensors()
+
+    def block(self, layer: int, until: str | None = None, cache: BlockCache | None = None) -> BlockValues:
+        before = self.prefix.kept_or_run(layer, until, cache)
+        past = None
+        if self.new.past is self.prefix:  # the continuation reads the prefix's keys and values: the block just run's
+            k, v = f"blocks.{layer}.{self.net.cached_keys}", f"blocks.{layer}.attn.v"
+            past = (before[k], before[v]) if k in before and v in before else self.prefix.kv(layer, cache)
+        return merge_values(before, self.new.block(layer, until, cache, past), self.net.config.family)
+
+
+class Cut(BlockSource):
+    """A trace's first `n` positions."""
+
+    def __init__(self, source: BlockSource, n: int) -> None:
+        if source.start != 0 or not 0 < n <= source.n_tokens:
+            raise ValueError(f"cannot cut {source.n_tokens} positions from {source.start} to {n}")
+        self.source, self.net, self.start, self.n_tokens, self.passes = source, source.net, 0, n, source.passes
+        self.key = object()
+
+    def entering(self, layer: int) -> Tensor:
+        return self.source.entering(layer)[: self.n_tokens]
+
+    def patched(self, name: str) -> bool:
+        return self.source.patched(name)
+
+    def patched_under(self, prefix: str) -> bool:
+        return self.source.patched_under(prefix)
+
+    def tensors(self) -> Iterator[Tensor]:
+        return self.source.tensors()
+
+    def block(self, layer: int, until: str | None = None, cache: BlockCache | None = None) -> BlockValues:
+        return cut_values(self.source.kept_or_run(layer, until, cache), self.n_tokens, self.net.config.family)
+
+
+# -- the stages outside the blocks -----------------------------------------------------------------------------------
+
+# the parts of the forward outside the blocks whose stages a trace computes again when asked (cheap: a lookup, the
+# angles, one norm), unless a pass patched them; GPT-2 small's shape, 1000 tokens: 12 MB of the 50 a trace holds
+OUTSIDE = ("embed", "rope", "ln_final")
+
+
+def outside_part(name: str) -> str | None:
+    """The part outside the blocks (OUTSIDE) that records `name` ("ln_final.out": "ln_final"), or None."""
+    head, dot, _ = name.partition(".")
+    return head if dot and head in OUTSIDE else None
+
+
+def outside_values(net: Decoder, part: str, ids: list[int], start: int, last_output: Tensor) -> BlockValues:
+    """The stages of `part` (OUTSIDE) for token ids at positions start..start+T-1, by the pass's own code, batch
+    dimension dropped: the embeddings of the ids, the rotation angles of the positions, the final norm of the last
+    block's output `last_output` (T, D). Unpatched: a trace keeps a part a pass patched."""
+    values: dict[str, Tensor] = {}
+    rec = Recorder(values)
+    with torch.inference_mode():
+        if part == "embed":
+            net.embed_tokens(torch.tensor([ids], device=device_of(net.embed)), start, rec)
+        elif part == "rope":
+            net.rotations(1, start, len(ids), last_output.dtype, device_of(net.embed), rec)
+        elif part == "ln_final":
+            # a copy, as a block's input: a view of the trace's one storage would count all of it as the norm's
+            net.ln_final(last_output.to(device_of(net.ln_final), copy=True)[None], rec.scope("ln_final"))
+        else:
+            raise KeyError(f"{part!r} is not a part outside the blocks ({', '.join(OUTSIDE)})")
+    return {k: v[0] for k, v in values.items()}
+
+
+class PrefixCache(KVCache):
+    """The KV cache of a trace's positions for a pass that continues it, each block's keys and values fetched
+    (from the trace: kept, or its block run again) when the pass reaches that block."""
+
+    def __init__(self, length: int, kv: Callable[[int], KV]) -> None:
+        super().__init__()
+        self._length, self._kv = length, kv
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    def extend(self, layer: int, k: Tensor, v: Tensor) -> KV:
+        pk, pv = self._kv(layer)  # (G, S, Dh)
+        return torch.cat([pk.to(k.device)[None], k], dim=2), torch.cat([pv.to(v.device)[None], v], dim=2)
+
+
+# -- the cache of recomputed blocks --------------------------------------------------------------------------------
+
+
+def packed(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """The tensors copied into one storage per device and dtype, each a view of it: what a trace keeps, allocated in
+    one piece after the pass, rather than in pieces scattered among the pass's freed working memory, which the
+    allocator can then reuse whole for the next pass (kept pieces in between would fragment it: measured, 1000
+    tokens on GPT-2 small's shape, 30 MB of resident memory per kept trace beyond the 50 MB its tensors hold)."""
+    views = empty_in_one_storage([(tuple(t.shape), t.device, t.dtype) for t in tensors.values()])
+    out: dict[str, Tensor] = {}
+    for (name, t), view in zip(tensors.items(), views, strict=True):
+        view.copy_(t)
+        out[name] = view
+    return out
+
+
+def storage_sizes(tensors: Iterator[Tensor] | list[Tensor]) -> dict[Hashable, int]:
+    """The storages the tensors use and their bytes, each storage once (views share theirs), keyed by where they
+    are (device, address): traces that share a storage (a continued trace holds its beginning's) share its key."""
+    seen: dict[Hashable, int] = {}
+    for t in tensors:
+        s = t.untyped_storage()
+        try:
+            key, size = (t.device, s.data_ptr()), s.nbytes()
+        except RuntimeError:  # a tensor subclass that wraps another (no storage of its own): its own bytes
+            key, size = id(t), t.numel() * t.element_size()
+        seen[key] = max(seen.get(key, 0), size)
+    return seen
+
+
+def storage_nbytes(tensors: Iterator[Tensor] | list[Tensor]) -> int:
+    """The bytes the tensors' storages take, each storage counted once (views share theirs)."""
+    return sum(storage_sizes(tensors).values())
+
+
+class BlockCache:
+    """Recently recomputed blocks, the least recently used dropped first once there are more than `max_blocks` or
+    they take more than `max_bytes` (the one computed last is always kept). Thread-safe: a block that two threads
+    ask for at once is computed once."""
+
+    def __init__(self, max_blocks: int | None = 2, max_bytes: int | None = None) -> None:
+        if (max_blocks is not None and max_blocks < 1) or (max_bytes is not None and max_bytes < 0):
+            raise ValueError("a block cache keeps at least one block")
+        self.max_blocks, self.max_bytes = max_blocks, max_bytes
+        self._items: OrderedDict[Hashable, tuple[BlockValues, int]] = OrderedDict()
+        self._inflight: dict[Hashable, Future[BlockValues]] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: Hashable, compute: Callable[[], BlockValues]) -> BlockValues:
+        """The block under `key`, computed by `compute()` when it is not kept."""
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self.hits += 1
+                self._items.move_to_end(key)
+                return hit[0]
+            self.misses += 1
+            pending = self._inflight.get(key)
+            if pending is None:
+                mine = self._inflight[key] = Future()
+        if pending is not None:  # another thread computes it now
+            return pending.result()
+        try:
+            values = compute()
+            mine.set_result(values)
+        except BaseException as e:
+            mine.set_exception(e)
+            raise
+        finally:
+            with self._lock:
+                del self._inflight[key]
+        self.put(key, values)
+        return values
+
+    def peek(self, key: Hashable) -> BlockValues | None:
+        """The block under `key` if it is kept (nothing computed, nothing counted)."""
+        with self._lock:
+            hit = self._items.get(key)
+            return None if hit is None else hit[0]
+
+    def put(self, key: Hashable, values: BlockValues) -> None:
+        """Keep `values` under `key` as the most recent block (a pass that recorded a block whole hands it over)."""
+        size = storage_nbytes(list(values.values()))
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._items[key] = (values, size)
+            self._bytes += size
+            self._evict()
+
+    def resize(self, max_bytes: int) -> None:
+        """Keep at most `max_bytes` from now on (the least recently used blocks go now if they take more; the one
+        computed last stays)."""
+        if max_bytes < 0:
+            raise ValueError("a block cache's budget cannot be negative")
+        with self._lock:
+            self.max_bytes = max_bytes
+            self._evict()
+
+    def _evict(self) -> None:  # under the lock
+        while len(self._items) > 1 and ((self.max_blocks is not None and len(self._items) > self.max_blocks)
+                                        or (self.max_bytes is not None and self._bytes > self.max_bytes)):
+            _, (_, n) = self._items.popitem(last=False)
+            self._bytes -= n
+
+    def stats(self) -> dict[str, int | float]:
+        return {"blocks": len(self._items), "mb": round(self._bytes / 2**20, 1), "hits": self.hits,
+                "misses": self.misses}
