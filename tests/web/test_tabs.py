@@ -14,12 +14,13 @@ pytestmark = pytest.mark.browser
 
 def state(page, prefix: str) -> tuple[list[str], list[str], str]:
     """The tab bar's selected tabs, the tabs in the Tab order, and the focused element's test id."""
-    return page.evaluate("""p => {
+    selected, in_order, focused = page.evaluate("""p => {
         const tabs = [...document.querySelectorAll(`[data-testid^="${p}-"][role=tab]`)];
         const id = (b) => b.dataset.testid.slice(p.length + 1);
         return [tabs.filter((b) => b.getAttribute("aria-selected") === "true").map(id),
                 tabs.filter((b) => b.tabIndex === 0).map(id), document.activeElement?.dataset?.testid ?? ""];
     }""", prefix)
+    return selected, in_order, focused
 
 
 def walk(page, prefix: str, ids: list[str]) -> None:
