@@ -15,6 +15,20 @@ export class ApiError extends Error {
   }
 }
 
+/** The server's error as an ApiError: `body` is an error answer's body or an error carried inside an answer (a
+ *  streamed line, a download job), in ErrorOut's shape: the English `detail`, the `code` and its `params`. The one
+ *  place the page reads the server's errors; a body not of that shape gives `fallback` as the message. */
+export function apiError(status: number, body: unknown, fallback = ""): ApiError {
+  const out = (body !== null && typeof body === "object" ? body : {}) as Partial<ErrorOut>;
+  return new ApiError(status, out.detail || fallback, out.code ?? null, out.params ?? {});
+}
+
+/** An answer other than 2xx as an ApiError; one whose body is not JSON keeps its status line. */
+export async function errorOf(res: Response): Promise<ApiError> {
+  const body: unknown = await res.json().catch(() => null);
+  return apiError(res.status, body, `${res.status} ${res.statusText}`);
+}
+
 /** Where the time of one API call went (ms, from performance.now()), for the benchmarks: `server` is the
  *  server's own Server-Timing (forward pass "model", "encode", "serialise"). */
 export interface CallTiming {
@@ -59,16 +73,7 @@ export async function call<T>(path: string, body?: unknown, signal?: AbortSignal
     signal,
   });
   const headers = performance.now();
-  if (!res.ok) {
-    let err = new ApiError(res.status, `${res.status} ${res.statusText}`);
-    try {
-      const out = (await res.json()) as ErrorOut;
-      err = new ApiError(res.status, out.detail || err.message, out.code ?? null, out.params ?? {});
-    } catch {
-      /* not JSON: keep the status line */
-    }
-    throw err;
-  }
+  if (!res.ok) throw await errorOf(res);
   const binary = (res.headers.get("content-type") ?? "").startsWith(BINARY_MEDIA_TYPE);
   let out: T, bytes: number, done: number;
   if (binary) {

@@ -1,10 +1,8 @@
 // Calls to /api/attribution through the app's one `call` (so an offline snapshot can answer them later), and the
 // patching's streamed answer: progress lines after each batch of patched runs, then the result. Aborting the
 // signal closes the connection, and the server stops the runs at its next batch.
-import { ApiError, call } from "../../lib/client";
-import type {
-  AttributeIn, AttributeOut, ErrorOut, PatchIn, PatchLine, PatchOut, TokensIn, TokensOut,
-} from "../../lib/generated/api";
+import { ApiError, apiError, call, errorOf } from "../../lib/client";
+import type { AttributeIn, AttributeOut, PatchIn, PatchLine, PatchOut, TokensIn, TokensOut } from "../../lib/generated/api";
 import { snapshot } from "../../snapshot/static";
 
 const NDJSON = "application/x-ndjson";
@@ -45,21 +43,12 @@ export async function patchStreamed(b: PatchIn, onProgress: (done: number, total
   const res = await fetch("api/attribution/patch", {
     method: "POST", headers: { "content-type": "application/json", accept: NDJSON }, body: JSON.stringify(b), signal,
   });
-  if (!res.ok) {
-    let err = new ApiError(res.status, `${res.status} ${res.statusText}`);
-    try {
-      const out = (await res.json()) as ErrorOut;
-      err = new ApiError(res.status, out.detail || err.message, out.code ?? null, out.params ?? {});
-    } catch {
-      /* not JSON: keep the status line */
-    }
-    throw err;
-  }
+  if (!res.ok) throw await errorOf(res);
   for await (const text of lines(res)) {
     const line = JSON.parse(text) as PatchLine;
     if (line.progress) onProgress(line.progress.done, line.progress.total);
     else if (line.result) return line.result;
-    else if (line.error) throw new ApiError(line.error.status, line.error.detail, line.error.code, line.error.params ?? {});
+    else if (line.error) throw apiError(line.error.status, line.error);
   }
   throw new ApiError(502, "the patching's answer ended before its result");
 }
