@@ -475,6 +475,18 @@ def block_name(layer: int, suffix: str) -> str:
     return f"blocks.{layer}.{suffix}"
 
 
+def block_prefix(layer: int) -> str:
+    """`block_prefix(3) -> "blocks.3."`: what every name of block 3 begins with (a recorder's scope)."""
+    return f"blocks.{layer}."
+
+
+def layer_of(name: str) -> int | None:
+    """The block a full name belongs to (`"blocks.3.attn.pattern" -> 3`), in any family's scheme; None for a name
+    outside the blocks (or no name at all: the caller refuses those in a sentence of its own)."""
+    parts = name.split(".", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[0] == "blocks" and parts[1].isdigit() else None
+
+
 @dataclass(frozen=True)
 class ParsedName:
     layer: int | None  # None for names outside the blocks
