@@ -1,6 +1,6 @@
-"""What recomputing a block's internals on demand (`recompute.py`) costs and saves, against recording every value
-eagerly (`trace_ids(eager=True)`, what a trace did before), measured in one run on GPT-2 small's shape (random
-weights, float32):
+"""What recomputing a block's internals on demand (`memo/recipes.py`) costs and saves, against recording every value
+eagerly (`trace_ids(memory=memo.EAGER)`, what a trace did before), measured in one run on GPT-2 small's shape
+(random weights, float32):
 
   memory     resident memory of kept traces of --long tokens (random ids), per trace: the process's resident set
              after keeping --kept traces less before, divided by --kept, and what each trace after the first adds
@@ -13,9 +13,9 @@ weights, float32):
              also of a trace continued from a KV cache (its last 10 positions)
   attribute  direct logit attribution at --lengths[0] tokens (it reads every block's heads)
   server     how many traces of 128 tokens the server's default trace cache budget holds: today's cache with
-             eagerly recorded traces, and the `Explainer` (traces with their keys and values kept, which it drops
+             eagerly recorded traces, and the `TraceStore` (traces with their keys and values kept, which it drops
              under pressure, and what the traces leave of the budget for blocks run again); and what the
-             `Explainer` spends on a new text of 128 tokens, on that text with its last two tokens edited, and on
+             `TraceStore` spends on a new text of 128 tokens, on that text with its last two tokens edited, and on
              a token generated after it (the last two continue the cached trace)
 
 Contenders are interleaved round by round so that drift hits all alike; times are medians (CPU seconds of this
@@ -60,21 +60,22 @@ def random_ids(n: int, seed: int, vocab: int = 50257) -> list[int]:
 def memory_child(folder: str, mode: str, n: int, kept: int) -> None:
     """In a fresh process: the resident memory and tensor bytes of `kept` traces of `n` tokens kept at once."""
     from transformer_explainer import load_model
+    from transformer_explainer.memo import Memory
 
     torch.set_num_threads(1)
     model = load_model(folder, allow_download=False)
     model.last_logits(random_ids(8, 99))  # the model's own first-call allocations are not the trace's
     before = rss_mb()
-    traces = [model.trace_ids(random_ids(n, 0), eager=mode == "eager")]
+    traces = [model.trace_ids(random_ids(n, 0), memory=Memory(eager=mode == "eager"))]
     first = rss_mb()  # the pass's working memory, which the allocator keeps, and one trace
-    traces += [model.trace_ids(random_ids(n, seed), eager=mode == "eager") for seed in range(1, kept)]
+    traces += [model.trace_ids(random_ids(n, seed), memory=Memory(eager=mode == "eager")) for seed in range(1, kept)]
     after = rss_mb()
     out = {"rss_per_trace_mb": (after - before) / kept, "tensor_mb": traces[0].nbytes() / 2**20,
            "rss_each_more_mb": (after - first) / max(1, kept - 1)}
     if mode == "recompute":
         traces[0][f"blocks.{model.config.n_layer // 2}.attn.pattern"]  # one block's view open
         out["rss_with_view_mb"] = (rss_mb() - before) / kept
-        out["block_mb"] = traces[0].block_cache.nbytes / 2**20
+        out["block_mb"] = traces[0].memory.block_cache.nbytes / 2**20
     print(json.dumps(out))
 
 
@@ -132,9 +133,10 @@ def main() -> None:
           f"; torch threads {args.threads}")
 
     from transformer_explainer import load_model
+    from transformer_explainer.memo import EAGER, Memory
+    from transformer_explainer.memo.store import TraceCache, TraceStore, trace_nbytes
     from transformer_explainer.models.recorder import Recorder
     from transformer_explainer.server import defaults
-    from transformer_explainer.server.service import Explainer, TraceCache, trace_nbytes
     from transformer_explainer.trace import Trace
 
     rows: list[tuple[str, str, str, str]] = []  # what, before (eager), after (recompute), target
@@ -159,7 +161,7 @@ def main() -> None:
     for T in args.lengths:
         ids = random_ids(T, T)
         t = timed({"logits": lambda ids=ids: model.last_logits(ids),
-                   "eager": lambda ids=ids: model.trace_ids(ids, eager=True),
+                   "eager": lambda ids=ids: model.trace_ids(ids, memory=EAGER),
                    "recompute": lambda ids=ids: model.trace_ids(ids)}, args.reps)
         lg = t["logits"]
         rows.append((f"logits() at {T} tokens, ms CPU (wall)", "", f"{lg[0] * 1e3:.0f} ({lg[1] * 1e3:.0f})", ""))
@@ -180,9 +182,9 @@ def main() -> None:
         fresh["trace"] = model.trace_ids(ids)
 
     def new_continued() -> None:
-        fresh["continued"] = model.extend_trace(model.trace_ids(ids[:-10], keep_kv=True), ids[-10:])
+        fresh["continued"] = model.extend_trace(model.trace_ids(ids[:-10], memory=Memory(keep_kv=True)), ids[-10:])
 
-    x = model.trace_ids(ids, eager=True)[f"blocks.{layer}.resid_pre"][None]
+    x = model.trace_ids(ids, memory=EAGER)[f"blocks.{layer}.resid_pre"][None]
 
     def block_forward() -> None:
         with torch.inference_mode():
@@ -201,7 +203,7 @@ def main() -> None:
     # attribution reads every block's heads
     T = args.lengths[0]
     ids = random_ids(T, 3)
-    eager_tr = model.trace_ids(ids, eager=True)
+    eager_tr = model.trace_ids(ids, memory=EAGER)
     t = timed({"eager": lambda: model.attribute(eager_tr), "recompute": lambda: model.attribute(fresh["trace"])},
               max(3, args.reps // 2), {"recompute": lambda: fresh.update(trace=model.trace_ids(ids))})
     rows.append((f"attribute() at {T} tokens, ms CPU (recompute: every block run again)",
@@ -209,20 +211,20 @@ def main() -> None:
 
     # the server's default budget, with traces of 128 tokens
     budget = defaults.CACHE_MB * 2**20
-    eager_size = trace_nbytes(model.trace_ids(random_ids(128, 0), eager=True))
+    eager_size = trace_nbytes(model.trace_ids(random_ids(128, 0), memory=EAGER))
     lazy_size = trace_nbytes(model.trace_ids(random_ids(128, 0)))
-    kv_size = trace_nbytes(model.trace_ids(random_ids(128, 0), keep_kv=True))
+    kv_size = trace_nbytes(model.trace_ids(random_ids(128, 0), memory=Memory(keep_kv=True)))
     before = TraceCache(budget)  # today's: the whole budget for eagerly recorded traces
     for seed in range(budget // eager_size + 3):
-        before.put(("m", (seed,)), model.trace_ids(random_ids(128, seed), eager=True))
-    explainer = Explainer(budget)
+        before.put(("m", (seed,)), model.trace_ids(random_ids(128, seed), memory=EAGER))
+    explainer = TraceStore(budget)
     for seed in range(budget // lazy_size + 8):  # more than it can hold
-        explainer.trace("m", model, random_ids(128, 1000 + seed))
+        explainer.get("m", model, random_ids(128, 1000 + seed))
     held = [explainer.cache.get(("m", tuple(random_ids(128, 1000 + s))), count_miss=False)
             for s in range(budget // lazy_size + 8)]
     kept = [t for t in held if t is not None]
     rows.append((f"traces of 128 tokens held by the default {defaults.CACHE_MB} MB", f"{len(before)}",
-                 f"{len(kept)} ({sum(t.kv is not None for t in kept)} with keys and values)", ">= 20"))
+                 f"{len(kept)} ({sum(t.memory.kv is not None for t in kept)} with keys and values)", ">= 20"))
     rows.append(("  MB per trace of 128 tokens (after: without / with keys and values)", f"{eager_size / 2**20:.1f}",
                  f"{lazy_size / 2**20:.1f} / {kv_size / 2**20:.1f}", ""))
 
@@ -237,10 +239,10 @@ def main() -> None:
 
     def traced_text() -> None:
         new_text()
-        state["trace"] = explainer.trace("m", model, state["ids"])[0]
+        state["trace"] = explainer.get("m", model, state["ids"])[0]
 
-    t = timed({"new": lambda: explainer.trace("m", model, state["ids"]),
-               "edited": lambda: explainer.trace("m", model, state["ids"][:-2] + [11, 12]),
+    t = timed({"new": lambda: explainer.get("m", model, state["ids"]),
+               "edited": lambda: explainer.get("m", model, state["ids"][:-2] + [11, 12]),
                "generated": lambda: explainer.extend("m", model, state["trace"], 11)},
               max(3, args.reps // 2), {"new": new_text, "edited": traced_text, "generated": traced_text})
     for k, what in (("new", "a new text of 128 tokens (one pass)"),

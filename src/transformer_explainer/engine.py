@@ -4,8 +4,8 @@ Python API, the CLI and the web app."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -19,6 +19,8 @@ from .errors import CheckpointError, InputError
 from .loading.checkpoint import load_decoder, resolve_dtype, stored_dtype
 from .loading.resolve import ResolvedModel, resolve
 from .loading.tokenizer import TextTokenizer
+from .memo.plan import Memory, PassMemory
+from .memo.recipes import KV_LAST, CachedKV, Past, PrefixCache, kv_of
 from .models.decode import DecodeStep
 from .models.decoder import Decoder
 from .models.kv_cache import KVCache
@@ -34,22 +36,8 @@ from .models.placement import (
 )
 from .models.recorder import Patch, Recorder
 from .patching import KINDS, Kind, Patching, activation_patching, check_kinds
-from .recompute import (
-    KV_LAST,
-    OUTSIDE,
-    BlockCache,
-    BlockSource,
-    CachedKV,
-    Past,
-    PrefixCache,
-    RecordedPass,
-    kv_of,
-    outside_part,
-    packed,
-    storage_sizes,
-)
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
-from .trace import Observe, Trace, keep_summary, merge_traces
+from .trace import Trace, merge_traces, with_text
 
 log = logging.getLogger(__name__)
 
@@ -198,100 +186,43 @@ class ExplainerModel:
     def trace(self, text: str, *, truncate: bool = False) -> Trace:
         """Every intermediate value of the forward pass over `text`, by name."""
         ids = self.encode(text, truncate=truncate)
-        return self.trace_ids(ids, text=text)
+        return with_text(self.trace_ids(ids), text)
 
     @torch.inference_mode()
-    def trace_ids(self, ids: list[int], *, text: str | None = None, cache: KVCache | None = None,
-                  prefix_ids: list[int] | None = None, patches: dict[str, Patch] | None = None,
-                  eager: bool = False, keep_kv: bool = False, observe: Observe | None = None,
-                  block_cache: BlockCache | None = None, keep_blocks: Collection[int] = ()) -> Trace:
-        """Trace token ids. With a `cache` holding `prefix_ids`, only the new positions are computed
-        and traced (their attention still covers the whole prefix); the cache is extended.
+    def trace_ids(self, ids: list[int], *, cache: KVCache | None = None, patches: dict[str, Patch] | None = None,
+                  memory: Memory | None = None) -> Trace:
+        """Trace token ids. With a `cache` holding ids already (`KVCache.ids`: those a trace over it ran), only the
+        new positions are computed and traced (their attention still covers the whole prefix); the cache is
+        extended. The trace's text is the ids decoded (`trace` keeps the text it was given).
 
         `patches` maps activation names to functions that replace the value as it is computed (with
         the batch dimension, e.g. (1, H, T, Dh) for `blocks.3.attn.z`): the trace of an intervention.
         A patch must depend on its value alone: a block's internals are computed again, patches and all, when
-        they are first read. `eager` keeps every intermediate instead (the reference for that recomputation,
-        at the memory of every value). `keep_kv` keeps each block's keys and values, so that `extend_trace`
-        continues the trace without running its blocks again. `observe` (name -> function of that value, or
-        several) keeps each function's result as the pass computes the value (`Trace.observation`), so that a small
-        summary of a block's value costs no recomputation. `block_cache`: where recomputed blocks are kept
-        (default: two per trace; a server shares one among its traces). `keep_blocks`: blocks whose values the
-        pass hands to the block cache as it records them (those a view is about to read).
+        they are first read. `memory`: what the pass keeps beyond each block's input, and where (`memo.Memory`;
+        `memo.EAGER` keeps every intermediate).
         """
         past = None
         if cache is not None and cache.length:  # views of the cache's buffers, which later steps only extend
             past = CachedKV(tuple((k[0], v[0]) for k, v in cache.layers))
-        return self._trace(ids, text=text, cache=cache, prefix_ids=prefix_ids, patches=patches, past=past,
-                           eager=eager, keep_kv=keep_kv, observe=observe, block_cache=block_cache,
-                           keep_blocks=keep_blocks)
+        return self._trace(ids, cache, patches, past, memory or Memory())
 
-    def _trace(self, ids: list[int], *, text: str | None, cache: KVCache | None, prefix_ids: list[int] | None,
-               patches: dict[str, Patch] | None, past: Past | None, eager: bool, keep_kv: bool,
-               observe: Observe | None, block_cache: BlockCache | None,
-               keep_blocks: Collection[int] = ()) -> Trace:
+    def _trace(self, ids: list[int], cache: KVCache | None, patches: dict[str, Patch] | None, past: Past | None,
+               memory: Memory) -> Trace:
         self._check_ids(ids, cache)
-        L = self.config.n_layer
-        inputs = [f"blocks.{i}.resid_pre" for i in range(L)]
-        kv_names = [(f"blocks.{i}.{self.net.cached_keys}", f"blocks.{i}.attn.v") for i in range(L)]
-        kept = {*inputs, f"blocks.{L - 1}.resid_post", *(n for pair in kv_names if keep_kv for n in pair)}
-        wanted = {n: (f,) if callable(f) else tuple(f) for n, f in (observe or {}).items()}
-        # each name's functions of its value, the batch dimension dropped
-        start = cache.length if cache is not None else 0
-        observers = {n: (lambda v, fs=fs: tuple(keep_summary(f, f(v[0]), start) for f in fs))
-                     for n, fs in wanted.items()}
-        handing = sorted({i for i in keep_blocks if 0 <= i < L})
-        whole = tuple(f"blocks.{i}." for i in handing)
-
-        # the stages outside the blocks are computed again on access (`recompute.outside_values`), unless a pass of
-        # the trace patched them (the beginning's, when it continues one whose stages are kept)
-        outside = {p for p in OUTSIDE if any(k.startswith(p + ".") for k in patches or {})
-                   or (isinstance(past, BlockSource) and past.patched_under(p + "."))}
-
-        def keep(name: str) -> bool:
-            if name.startswith("blocks."):
-                return name in kept or name.startswith(whole)
-            part = outside_part(name)
-            return part is None or part in outside
-
-        rec = Recorder(patches=patches, observers=observers, keep=None if eager else keep)
+        prefix = [] if cache is None else list(cache.ids)
+        start = len(prefix)
+        if cache is not None and cache.length != start:
+            raise InputError(f"the KV cache holds {cache.length} positions but the ids of {start}: trace into it "
+                             f"from its first position, so that it knows the ids it holds")
+        plan = PassMemory(self.net, memory, patches, past, start)
+        rec = plan.recorder()
         last = self.net(self._input(ids), cache=cache, rec=rec, logits_for="last")[0, -1]
-        values = {k: v[0] for k, v in rec.values.items()}  # drop the batch dimension
-        handed = {} if eager else {i: {k: v for k, v in values.items() if k.startswith(f"blocks.{i}.")}
-                                   for i in handing}
-        blocks = kv = None
-        if keep_kv:
-            kv = [(values[k], values[v]) if eager else (values.pop(k), values.pop(v)) for k, v in kv_names]
-        if not eager:  # what is kept, in one storage (the keys and values in one of their own, to be dropped alone)
-            values = packed({k: v for k, v in values.items() if not k.startswith("blocks.") or k in kept})
-            flat_kv = [t for pair in kv or [] for t in pair]
-            # (a cache with room for the pass, `KVCache.with_room`, holds them in one piece already: kept as they are)
-            if kv is not None and len(storage_sizes(flat_kv)) > len({(t.device, t.dtype) for t in flat_kv}):
-                flat = packed({str(i): t for i, t in enumerate(flat_kv)})
-                kv = [(flat[str(2 * i)], flat[str(2 * i + 1)]) for i in range(L)]
-        if not eager:
-            blocks = RecordedPass(self.net, tuple(values.pop(n) for n in inputs), start, patches or {}, past)
-        prefix = list(prefix_ids or [])
-        trace = Trace(
-            model_name=self.name,
-            config=self.config,
-            text=text if text is not None else self.tokenizer.decode(prefix + ids),
-            token_ids=list(ids),
-            tokens=self.tokenizer.token_texts(ids),
-            values=values,
-            start=len(prefix),
-            prefix_ids=prefix,
-            unembed=self.net.weight("unembed.W_U"),
-            last_logits=last,
-            blocks=blocks,
-            kv=kv,
-            block_cache=BlockCache() if block_cache is None else block_cache,
-            observations={(n, f): out for n, fs in wanted.items() if n in rec.observed
-                          for f, out in zip(fs, rec.observed[n], strict=True)},
-        )
-        for i, block in handed.items():
-            trace.keep_block(i, block)
-        return trace
+        if cache is not None:
+            cache.ids.extend(ids)
+        return Trace(model_name=self.name, config=self.config, text=self.tokenizer.decode(prefix + ids),
+                     token_ids=list(ids), tokens=self.tokenizer.token_texts(ids),
+                     memory=plan.values(rec, ids, self.net.weight("unembed.W_U"), last), start=start,
+                     prefix_ids=prefix)
 
     def _input(self, ids: list[int]) -> Tensor:
         """Token ids (1, T) on the device the model reads them on."""
@@ -470,21 +401,21 @@ class ExplainerModel:
         return self.net(self._input(ids), logits_for="last")[0, -1]
 
     @torch.inference_mode()
-    def extend_trace(self, prefix: Trace, new_ids: list[int], *, keep_kv: bool = False,
-                     block_cache: BlockCache | None = None, observe: Observe | None = None) -> Trace:
+    def extend_trace(self, prefix: Trace, new_ids: list[int], *, memory: Memory | None = None) -> Trace:
         """The trace of `prefix`'s tokens + `new_ids`, computing only the new positions: the prefix's
         keys and values are the KV cache (kept in the trace, or its blocks run again for them). Equal to
-        tracing the whole sequence, to float rounding; `keep_kv`, `block_cache`, `observe` as for `trace_ids` (the new
-        positions' values observed; a `RowSummary` the prefix kept too is joined to the prefix's rows)."""
-        kept = prefix.kv  # read once: a server may drop it meanwhile
+        tracing the whole sequence, to float rounding. `memory` as for `trace_ids` (the new positions' values
+        observed; a `RowSummary` the prefix kept too is joined to the prefix's rows); a trace continued keeps what
+        its beginning kept: every intermediate when that one was recorded eagerly (`memory.eager` aside)."""
+        values = prefix.memory
+        kept = values.kv  # read once: a server may drop it meanwhile
         if kept is not None:
             cache: KVCache = KVCache.with_room([(k[None], v[None]) for k, v in kept], len(new_ids))
         else:  # each block run again as far as its keys and values
-            cache = PrefixCache(prefix.n_tokens, lambda i: kv_of(prefix.block_until(i, KV_LAST), i, self.net))
-        new = self._trace(new_ids, text=None, cache=cache, prefix_ids=prefix.token_ids, patches=None,
-                          past=prefix.blocks, eager=prefix.blocks is None, keep_kv=keep_kv, observe=observe,
-                          block_cache=block_cache)
-        return merge_traces(prefix, new)
+            cache = PrefixCache(prefix.n_tokens, lambda i: kv_of(values.block_until(i, KV_LAST), i, self.net))
+        cache.ids = list(prefix.token_ids)
+        memory = replace(memory or Memory(), eager=values.blocks is None)
+        return merge_traces(prefix, self._trace(new_ids, cache, None, values.blocks, memory))
 
     def residual_logits(self, x: Tensor) -> Tensor:
         """The logits (T, V) the model would give were the residual stream `x` (T, D) its last: the

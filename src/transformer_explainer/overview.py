@@ -5,7 +5,6 @@ the offline snapshot stores them, so both agree value for value."""
 
 from __future__ import annotations
 
-import functools
 import math
 import random
 import time
@@ -15,20 +14,13 @@ from torch import Tensor
 
 from .analysis.cost import pass_gflop
 from .config import DecoderConfig
-from .encoding import (
-    encode_array,
-    encode_u8,
-    group_size,
-    key_group_sums,
-    lower_triangle_u8,
-    pooled_pattern,
-    query_group_means,
-)
+from .encoding import encode_array, encode_u8, group_size, lower_triangle_u8, pooled_pattern, query_group_means
 from .engine import ExplainerModel
 from .errors import InputError
 from .families.hf import SLIDING
 from .limits import MIN_TEMPERATURE
-from .names import names_for
+from .memo.summaries import THUMBNAIL, key_sums_at
+from .names import block_name, names_for
 from .sampling import SamplingParams, make_generator, next_token_distribution
 from .schemas import (
     AttentionOverview,
@@ -49,9 +41,8 @@ from .schemas import (
     TraceOut,
 )
 from .slicing import activation_tensors
-from .trace import RowSummary, Summary, Trace
+from .trace import Trace
 
-THUMBNAIL = 32  # attention overview thumbnails are at most 32 x 32
 HIST_BINS = 64
 
 
@@ -60,44 +51,12 @@ def pattern_thumbnail(pattern: Tensor) -> Tensor:
     return pooled_pattern(pattern, THUMBNAIL)
 
 
-@functools.cache
-def key_sums_at(g: int) -> RowSummary:
-    """What a pass keeps of a block's pattern for the overview of a text whose cells hold `g` positions: each
-    query's mass per group of g keys, row by row, so that a trace cut or continued keeps its rows."""
-    return RowSummary(lambda pattern: key_group_sums(pattern, g), f"key sums per {g} positions", group=g)
-
-
-# a text is edited at its end by a few tokens at a time: a pass keeps the overview's rows for the texts up to this many
-# tokens shorter or longer too, where their cells hold another number of positions (128 tokens: 4 per cell, 129: 5),
-# so that the next edit's overview runs no block even where it crosses such a length
-EDIT_MARGIN = 4
-
-
-def grids_near(n_tokens: int) -> tuple[int, ...]:
-    """The positions per thumbnail cell of the texts within EDIT_MARGIN tokens of `n_tokens` (mostly one number)."""
-    return tuple(sorted({group_size(max(1, n), THUMBNAIL)
-                         for n in (n_tokens - EDIT_MARGIN, n_tokens, n_tokens + EDIT_MARGIN)}))
-
-
-def overview_summaries(n_layer: int, n_tokens: int) -> dict[str, tuple[Summary, ...]]:
-    """What the overview reads of every block of a text of `n_tokens`, and of the texts a few tokens shorter or longer
-    (`grids_near`), for a pass to compute as it goes (`trace_ids(observe=...)`): a trace then keeps it, and the
-    overview of the text, or of the text continued or cut a little, runs no block again."""
-    fns = tuple(key_sums_at(g) for g in grids_near(n_tokens))
-    return {f"blocks.{i}.attn.pattern": fns for i in range(n_layer)}
-
-
-def overview_summary(n_tokens: int) -> Summary:
-    """What the overview of a text of `n_tokens` reads of each block's pattern."""
-    return key_sums_at(group_size(n_tokens, THUMBNAIL))
-
-
 def overview_thumbnails(trace: Trace) -> Tensor:
     """(L, H, n, n) on the CPU: every block's pattern thumbnail, from what the pass kept of it (else its block run
     as far as the pattern), reduced where the block's values are, then copied."""
     g = group_size(trace.n_tokens, THUMBNAIL)
-    fn = key_sums_at(g)  # overview_summary(trace.n_tokens)
-    return torch.stack([query_group_means(trace.observation(f"blocks.{i}.attn.pattern", fn), g).cpu()
+    fn = key_sums_at(g)  # memo.summaries.overview_summary(trace.n_tokens)
+    return torch.stack([query_group_means(trace.memory.observation(block_name(i, "attn.pattern"), fn), g).cpu()
                         for i in range(trace.config.n_layer)])
 
 
@@ -213,8 +172,8 @@ def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated:
     nxt = next_token_out(model, trace.next_token_logits(), sampling, top_n, trace.n_tokens - 1)
     thumbs = overview_thumbnails(trace)
     size = thumbs.shape[-1]
-    norms = [trace[f"blocks.{i}.resid_pre"].norm(dim=-1).cpu() for i in range(cfg.n_layer)]
-    norms.append(trace[f"blocks.{cfg.n_layer - 1}.resid_post"].norm(dim=-1).cpu())
+    norms = [trace[block_name(i, "resid_pre")].norm(dim=-1).cpu() for i in range(cfg.n_layer)]
+    norms.append(trace[block_name(cfg.n_layer - 1, "resid_post")].norm(dim=-1).cpu())
     resid = torch.stack(norms)
     t_done = time.perf_counter()
     return TraceOut(

@@ -213,8 +213,9 @@ def test_merged_trace_with_recorded_scores(model):
     L = model.config.n_layer
     from transformer_explainer.models.kv_cache import KVCache
 
-    cache = KVCache([(prefix[f"blocks.{i}.attn.rot_k"][None], prefix[f"blocks.{i}.attn.v"][None]) for i in range(L)])
-    new = model.trace_ids(ids[-2:], cache=cache, prefix_ids=prefix.token_ids, patches=keep)
+    cache = KVCache([(prefix[f"blocks.{i}.attn.rot_k"][None], prefix[f"blocks.{i}.attn.v"][None]) for i in range(L)],
+                    ids=prefix.token_ids)
+    new = model.trace_ids(ids[-2:], cache=cache, patches=keep)
     merged = merge_traces(prefix, new)
     full = model.trace_ids(ids)
     torch.testing.assert_close(merged["blocks.0.attn.scores"], full["blocks.0.attn.scores"], atol=1e-5, rtol=1e-5)

@@ -62,7 +62,7 @@ def test_kv_cache_step_trace_equals_full_trace(tiny_model):
     full = tiny_model.trace_ids(ids)
     cache = KVCache()
     tiny_model.trace_ids(ids[:-1], cache=cache)
-    step = tiny_model.trace_ids(ids[-1:], cache=cache, prefix_ids=ids[:-1])
+    step = tiny_model.trace_ids(ids[-1:], cache=cache)
     assert step.start == len(ids) - 1
     for name in ("blocks.1.attn.pattern", "blocks.1.resid_post", "logits", "blocks.0.attn.masked_scores"):
         torch.testing.assert_close(step[name][..., -1:, :] if "attn" in name else step[name],

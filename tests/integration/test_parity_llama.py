@@ -185,7 +185,7 @@ def test_kv_cache_step_trace_equals_full_trace(llama_family_dir: Path):
     full = model.trace_ids(ids)
     cache = KVCache()
     model.trace_ids(ids[:-3], cache=cache)
-    step = model.trace_ids(ids[-3:], cache=cache, prefix_ids=ids[:-3])
+    step = model.trace_ids(ids[-3:], cache=cache)
     assert step.start == 9 and step["rope.angles"].shape[0] == 3
     torch.testing.assert_close(step["rope.angles"], full["rope.angles"][-3:], atol=0, rtol=0)
     for name in ("blocks.1.attn.pattern", "blocks.1.attn.masked_scores", "blocks.1.resid_post", "logits"):

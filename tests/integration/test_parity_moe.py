@@ -245,7 +245,7 @@ def test_kv_cache_steps_and_extended_traces_equal_the_full_trace(moe_family_dir:
     full = model.trace_ids(ids)
     cache = KVCache()
     model.trace_ids(ids[:-3], cache=cache)
-    step = model.trace_ids(ids[-3:], cache=cache, prefix_ids=ids[:-3])
+    step = model.trace_ids(ids[-3:], cache=cache)
     assert step.start == 21
     for name in ("blocks.0.attn.pattern", "blocks.1.mlp.router_probs", "blocks.3.mlp.expert_out", "logits",
                  "blocks.3.resid_post", "blocks.1.mlp.expert_weights"):

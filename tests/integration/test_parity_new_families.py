@@ -212,7 +212,7 @@ def test_kv_cache_steps_and_extended_traces_equal_the_full_trace(new_family_dir:
     full = model.trace_ids(ids)
     cache = KVCache()
     model.trace_ids(ids[:-3], cache=cache)
-    step = model.trace_ids(ids[-3:], cache=cache, prefix_ids=ids[:-3])
+    step = model.trace_ids(ids[-3:], cache=cache)
     assert step.start == 9
     for name in ("blocks.0.attn.pattern", "blocks.0.attn.masked_scores", "blocks.1.attn.pattern", "logits",
                  "blocks.3.resid_post", "blocks.2.attn.q_norm.out"):

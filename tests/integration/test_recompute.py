@@ -1,4 +1,4 @@
-"""A trace keeps each block's input and runs the block again when its internals are asked for (`recompute.py`).
+"""A trace keeps each block's input and runs the block again when its internals are asked for (`memo/recipes.py`).
 Every name of such a trace must equal the same trace recorded eagerly (every intermediate kept during the pass),
 bit for bit: for every family (GPT-2, Llama, Qwen2, Mistral, Qwen3, Gemma 3 with a window shorter than the texts),
 at several lengths (128: the recorded attention in blocks of queries), after a KV-cache prefix, continued from a
@@ -13,10 +13,10 @@ import torch
 
 from tests.conftest import DECODER_FIXTURES, make_hf_gpt2, make_hf_llama_family
 from transformer_explainer import load_model
+from transformer_explainer.memo import EAGER, BlockCache, Memory
 from transformer_explainer.models.kv_cache import KVCache
 from transformer_explainer.names import FAMILY_NAMES
 from transformer_explainer.overview import pattern_thumbnail
-from transformer_explainer.recompute import BlockCache
 from transformer_explainer.trace import Trace, truncate_trace
 
 FAMILIES = ["gpt2", *DECODER_FIXTURES]
@@ -45,11 +45,11 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 def assert_same_bits(recomputed: Trace, recorded: Trace) -> None:
     """Every name: the same shape, dtype and bytes; the recomputed trace keeps no block's internals."""
-    assert recorded.blocks is None and recomputed.blocks is not None
+    assert recorded.memory.blocks is None and recomputed.memory.blocks is not None
     assert recomputed.names() == recorded.names()
     assert recomputed.token_ids == recorded.token_ids and recomputed.start == recorded.start
     L = recomputed.config.n_layer
-    assert all(not n.startswith("blocks.") or n == f"blocks.{L - 1}.resid_post" for n in recomputed.values)
+    assert all(not n.startswith("blocks.") or n == f"blocks.{L - 1}.resid_post" for n in recomputed.memory.kept)
     for name in recorded.names():
         a, b = recomputed[name], recorded[name]
         assert a.shape == b.shape and a.dtype == b.dtype, name
@@ -67,10 +67,10 @@ def test_the_fixture_is_what_it_claims(model):
 @pytest.mark.parametrize("T", [1, 7, 128])
 def test_a_recomputed_trace_equals_the_recorded_one(model, T):
     ids = _ids(T, model.config.vocab_size, seed=T)
-    lazy, eager = model.trace_ids(ids), model.trace_ids(ids, eager=True)
+    lazy, eager = model.trace_ids(ids), model.trace_ids(ids, memory=EAGER)
     assert_same_bits(lazy, eager)
     # the stages outside the blocks too are computed again: the trace keeps the last block's output alone
-    assert set(model.trace_ids(ids).values) == {f"blocks.{model.config.n_layer - 1}.resid_post"}
+    assert set(model.trace_ids(ids).memory.kept) == {f"blocks.{model.config.n_layer - 1}.resid_post"}
     # a block read again comes from the block cache: the same tensors, not another run
     name = "blocks.1.attn.pattern"
     assert lazy[name] is lazy[name]
@@ -80,12 +80,12 @@ def test_a_recomputed_trace_equals_the_recorded_one(model, T):
     fresh["blocks.1.resid_pre"]
     if "blocks.1.attn.kv_head" in fresh:
         fresh["blocks.1.attn.kv_head"]
-    assert len(fresh.block_cache) == 0
+    assert len(fresh.memory.block_cache) == 0
     # a block the pass hands over as it records it: the same values, nothing run again
-    handed = model.trace_ids(ids, keep_blocks=[1])
-    assert len(handed.block_cache) == 1
+    handed = model.trace_ids(ids, memory=Memory(keep_blocks=[1]))
+    assert len(handed.memory.block_cache) == 1
     handed[name]
-    assert handed.block_cache.misses == 0
+    assert handed.memory.block_cache.misses == 0
     assert_same_bits(handed, eager)
 
 
@@ -96,9 +96,9 @@ def test_after_a_kv_cache_prefix(model):
     traces = []
     for eager in (False, True):
         cache = KVCache(capacity=128)
-        model.trace_ids(ids[:100], cache=cache, eager=eager)
-        step = model.trace_ids(ids[100:], cache=cache, prefix_ids=ids[:100], eager=eager)
-        model.trace_ids(ids[:5], cache=cache, prefix_ids=ids, eager=eager)  # the cache goes on growing
+        model.trace_ids(ids[:100], cache=cache, memory=Memory(eager=eager))
+        step = model.trace_ids(ids[100:], cache=cache, memory=Memory(eager=eager))
+        model.trace_ids(ids[:5], cache=cache, memory=Memory(eager=eager))  # the cache goes on growing
         traces.append(step)
     assert traces[0].start == 100
     assert_same_bits(*traces)
@@ -111,10 +111,10 @@ def test_continued_and_cut_traces(model, keep_kv):
     ids = _ids(128, model.config.vocab_size, seed=2)
 
     def made(eager: bool) -> list[Trace]:
-        full = model.trace_ids(ids, eager=eager, keep_kv=keep_kv)
-        head = model.trace_ids(ids[:90], eager=eager, keep_kv=keep_kv)
-        continued = model.extend_trace(head, ids[90:120], keep_kv=keep_kv)
-        twice = model.extend_trace(continued, ids[120:], keep_kv=keep_kv)
+        full = model.trace_ids(ids, memory=Memory(eager=eager, keep_kv=keep_kv))
+        head = model.trace_ids(ids[:90], memory=Memory(eager=eager, keep_kv=keep_kv))
+        continued = model.extend_trace(head, ids[90:120], memory=Memory(keep_kv=keep_kv))
+        twice = model.extend_trace(continued, ids[120:], memory=Memory(keep_kv=keep_kv))
         cut = truncate_trace(full, 70)
         edited = model.extend_trace(cut, ids[70:100])
         return [continued, twice, cut, edited, truncate_trace(twice, 100)]
@@ -137,27 +137,27 @@ def test_with_patches(model):
                "blocks.1.attn.pattern": lambda p: p, "blocks.0.attn.scores": lambda s: s,
                "ln_final.out": lambda x: x + 0.25, "embed.token": lambda x: x * 1.25}
     ids = _ids(70, model.config.vocab_size, seed=3)
-    lazy, eager = model.trace_ids(ids, patches=patches), model.trace_ids(ids, patches=patches, eager=True)
+    lazy, eager = model.trace_ids(ids, patches=patches), model.trace_ids(ids, patches=patches, memory=EAGER)
     assert_same_bits(lazy, eager)
-    assert_same_bits(model.trace_ids(ids, patches=patches, keep_blocks=[0, 1]), eager)
+    assert_same_bits(model.trace_ids(ids, patches=patches, memory=Memory(keep_blocks=[0, 1])), eager)
     plain = model.trace_ids(ids)
     assert not torch.equal(lazy["blocks.1.resid_pre"], plain["blocks.1.resid_pre"])
     assert not torch.equal(lazy["blocks.0.resid_post"], lazy["blocks.1.resid_pre"])  # the patch sits between them
     assert R >= 1 and "blocks.0.attn.scores" in lazy.block(0)
     # the parts outside the blocks a patch edited are kept as the pass recorded them, the others computed again
-    assert "ln_final.out" in lazy.values and "embed.token" in lazy.values
-    assert not any(n.startswith("rope.") for n in lazy.values)
+    assert "ln_final.out" in lazy.memory.kept and "embed.token" in lazy.memory.kept
+    assert not any(n.startswith("rope.") for n in lazy.memory.kept)
     # a patched trace continued: the continuation has no patches, the prefix's blocks keep theirs (and its
     # continuation keeps the stages outside the blocks the prefix kept, to be joined to them)
     continued = model.extend_trace(lazy, ids[:9])
-    assert "embed.token" in continued.values and "ln_final.out" in continued.values
+    assert "embed.token" in continued.memory.kept and "ln_final.out" in continued.memory.kept
     assert_same_bits(continued, model.extend_trace(eager, ids[:9]))
 
 
 def test_in_bfloat16(folder):
     model = load_model(str(folder), allow_download=False, dtype="bfloat16")
     ids = _ids(128, model.config.vocab_size, seed=4)
-    lazy, eager = model.trace_ids(ids), model.trace_ids(ids, eager=True)
+    lazy, eager = model.trace_ids(ids), model.trace_ids(ids, memory=EAGER)
     assert lazy["blocks.0.attn.q"].dtype == torch.bfloat16
     assert_same_bits(lazy, eager)
     assert_same_bits(model.extend_trace(truncate_trace(lazy, 64), ids[64:100]),
@@ -170,32 +170,32 @@ def test_values_observed_during_the_pass(model):
     L = model.config.n_layer
     ids = _ids(128, model.config.vocab_size, seed=5)  # the pattern computed in blocks of queries
     names = [f"blocks.{i}.attn.pattern" for i in range(L)]
-    lazy = model.trace_ids(ids, observe={n: pattern_thumbnail for n in names})
-    eager = model.trace_ids(ids, eager=True)
+    lazy = model.trace_ids(ids, memory=Memory(observe={n: pattern_thumbnail for n in names}))
+    eager = model.trace_ids(ids, memory=EAGER)
     for n in names:
-        assert (n, pattern_thumbnail) in lazy.observations
-        assert torch.equal(lazy.observation(n, pattern_thumbnail), pattern_thumbnail(eager[n]))
-    assert len(lazy.block_cache) == 0  # nothing was run again for them
+        assert (n, pattern_thumbnail) in lazy.memory.observations
+        assert torch.equal(lazy.memory.observation(n, pattern_thumbnail), pattern_thumbnail(eager[n]))
+    assert len(lazy.memory.block_cache) == 0  # nothing was run again for them
     # a continued trace observes them afterwards, each block run only as far as its pattern
     merged = model.extend_trace(model.trace_ids(ids[:100]), ids[100:])
-    merged_eager = model.extend_trace(model.trace_ids(ids[:100], eager=True), ids[100:])
+    merged_eager = model.extend_trace(model.trace_ids(ids[:100], memory=EAGER), ids[100:])
     for n in names:
-        assert torch.equal(merged.observe(n, pattern_thumbnail), pattern_thumbnail(merged_eager[n]))
-    assert len(merged.block_cache) == 0
-    partial = merged.block_until(0, "attn.pattern")
+        assert torch.equal(merged.memory.observe(n, pattern_thumbnail), pattern_thumbnail(merged_eager[n]))
+    assert len(merged.memory.block_cache) == 0
+    partial = merged.memory.block_until(0, "attn.pattern")
     assert "blocks.0.attn.pattern" in partial and "blocks.0.mlp_out" not in partial
     assert torch.equal(_bits(partial["blocks.0.attn.pattern"]), _bits(merged_eager["blocks.0.attn.pattern"]))
 
 
 def test_materialized_holds_every_value(model):
     ids = _ids(20, model.config.vocab_size, seed=6)
-    lazy, eager = model.trace_ids(ids), model.trace_ids(ids, eager=True)
+    lazy, eager = model.trace_ids(ids), model.trace_ids(ids, memory=EAGER)
     full = lazy.materialized()
-    assert full.blocks is None and set(full.values) == set(eager.values)
-    for n in eager.values:
-        assert torch.equal(_bits(full.values[n]), _bits(eager.values[n])), n
+    assert full.memory.blocks is None and set(full.memory.kept) == set(eager.memory.kept)
+    for n in eager.memory.kept:
+        assert torch.equal(_bits(full.memory.kept[n]), _bits(eager.memory.kept[n])), n
     stages = FAMILY_NAMES[model.config.family].block_activations
-    assert any(f"blocks.0.{s}" in full.values for s in stages if s != "resid_pre")
+    assert any(f"blocks.0.{s}" in full.memory.kept for s in stages if s != "resid_pre")
 
 
 @pytest.mark.parametrize(("kept", "cut", "total"),
@@ -207,25 +207,27 @@ def test_a_continued_trace_keeps_the_overview_rows_of_its_beginning(model, kept,
     texts a few tokens longer or shorter too, where their cells hold another number of positions (30 tokens: 1 per
     cell, 34: 2; 64: 2, 66: 3). Further off (60 tokens: 2 per cell, 70: 3), no rows are joined, and the overview
     runs the blocks as far as their patterns."""
-    from transformer_explainer.overview import overview_summaries, overview_summary, overview_thumbnails
+    from transformer_explainer.memo.summaries import overview_summaries, overview_summary
+    from transformer_explainer.overview import overview_thumbnails
 
     L = model.config.n_layer
     ids = _ids(total, model.config.vocab_size, seed=11)
-    beginning = model.trace_ids(ids[:kept], keep_kv=True, observe=overview_summaries(L, kept))
+    beginning = model.trace_ids(ids[:kept], memory=Memory(keep_kv=True, observe=overview_summaries(L, kept)))
     if cut is not None:
         beginning = truncate_trace(beginning, cut)
     start = cut or kept
-    merged = model.extend_trace(beginning, ids[start:], keep_kv=True, observe=overview_summaries(L, total))
+    merged = model.extend_trace(beginning, ids[start:],
+                                memory=Memory(keep_kv=True, observe=overview_summaries(L, total)))
     fn = overview_summary(total)
-    joined = all((f"blocks.{i}.attn.pattern", fn) in merged.observations for i in range(L))
+    joined = all((f"blocks.{i}.attn.pattern", fn) in merged.memory.observations for i in range(L))
     assert joined == ((kept, total) in {(100, 110), (100, 97), (30, 40), (64, 66)})
-    whole = model.trace_ids(ids, eager=True)
+    whole = model.trace_ids(ids, memory=EAGER)
     reference = torch.stack([pattern_thumbnail(whole[f"blocks.{i}.attn.pattern"]) for i in range(L)])
     got = overview_thumbnails(merged)
     assert got.shape == reference.shape
     torch.testing.assert_close(got, reference, atol=1e-5, rtol=0)  # a continuation equals the whole to rounding
     if joined:
-        assert len(merged.block_cache) == 0
+        assert len(merged.memory.block_cache) == 0
 
 
 def test_a_continued_trace_reads_its_beginnings_blocks_kept_whole(model):
@@ -234,21 +236,23 @@ def test_a_continued_trace_reads_its_beginnings_blocks_kept_whole(model):
     the same numbers, bit for bit, with only the new positions run."""
     ids = _ids(100, model.config.vocab_size, seed=12)
     edited = ids[:92] + _ids(8, model.config.vocab_size, seed=13)
-    first = model.trace_ids(ids, keep_kv=True, block_cache=BlockCache(max_blocks=None))  # a server's: shared
+    # a server's block cache: shared
+    first = model.trace_ids(ids, memory=Memory(keep_kv=True, block_cache=BlockCache(max_blocks=None)))
     first["blocks.1.attn.pattern"]  # viewed: block 1 kept whole
     runs: list[int] = []
-    recorded = first.blocks.block
+    recorded = first.memory.blocks.block
 
     def counted(layer, until=None, cache=None, past=None):
         runs.append(layer)
         return recorded(layer, until, cache, past)
 
-    first.blocks.block = counted
-    second = model.extend_trace(truncate_trace(first, 92), edited[92:], keep_kv=True,
-                                block_cache=first.block_cache)
-    third = model.extend_trace(second, [5, 6], block_cache=first.block_cache)  # a token generated: twice continued
+    first.memory.blocks.block = counted
+    second = model.extend_trace(truncate_trace(first, 92), edited[92:],
+                                memory=Memory(keep_kv=True, block_cache=first.memory.block_cache))
+    # a token generated: twice continued
+    third = model.extend_trace(second, [5, 6], memory=Memory(block_cache=first.memory.block_cache))
     # the same recipe recorded eagerly (a continuation rounds as the whole text need not)
-    second_eager = model.extend_trace(truncate_trace(model.trace_ids(ids, eager=True), 92), edited[92:])
+    second_eager = model.extend_trace(truncate_trace(model.trace_ids(ids, memory=EAGER), 92), edited[92:])
     for layer in (1, 0):
         for stage in ("attn.pattern", "mlp_out"):
             name = f"blocks.{layer}.{stage}"
@@ -263,19 +267,20 @@ def test_a_continuation_keeps_its_keys_and_values_in_one_piece(model):
     """A trace continued from one with its keys and values writes the new positions' into a cache made with room for
     them (`KVCache.with_room`): every block's lies in one storage of exactly their size, kept without another copy,
     the same numbers as the eagerly recorded continuation's."""
+    from transformer_explainer.memo.block_cache import storage_sizes
     from transformer_explainer.models.kv_cache import KVCache
-    from transformer_explainer.recompute import storage_sizes
 
     ids = _ids(60, model.config.vocab_size, seed=14)
-    head = model.trace_ids(ids[:50], keep_kv=True)
-    continued = model.extend_trace(head, ids[50:], keep_kv=True)
-    flat = [t for pair in continued.kv for t in pair]
+    head = model.trace_ids(ids[:50], memory=Memory(keep_kv=True))
+    continued = model.extend_trace(head, ids[50:], memory=Memory(keep_kv=True))
+    flat = [t for pair in continued.memory.kv for t in pair]
     sizes = storage_sizes(flat)
     assert len(sizes) == 1 and sum(sizes.values()) == sum(t.numel() * t.element_size() for t in flat)
-    eager = model.extend_trace(model.trace_ids(ids[:50], eager=True, keep_kv=True), ids[50:], keep_kv=True)
-    for (k, v), (ek, ev) in zip(continued.kv, eager.kv, strict=True):
+    eager = model.extend_trace(model.trace_ids(ids[:50], memory=Memory(eager=True, keep_kv=True)), ids[50:],
+                               memory=Memory(keep_kv=True))
+    for (k, v), (ek, ev) in zip(continued.memory.kv, eager.memory.kv, strict=True):
         assert torch.equal(_bits(k), _bits(ek)) and torch.equal(_bits(v), _bits(ev)) and k.shape[1] == 60
     # the cache itself: the beginning copied in, the room after it, one piece per device and dtype
-    cache = KVCache.with_room([(k[None], v[None]) for k, v in head.kv], 10)
+    cache = KVCache.with_room([(k[None], v[None]) for k, v in head.memory.kv], 10)
     assert cache.length == 50 and len(storage_sizes([t for pair in cache._buffers for t in pair])) == 1
-    assert all(torch.equal(k[0], hk) for (k, _), (hk, _) in zip(cache.layers, head.kv, strict=True))
+    assert all(torch.equal(k[0], hk) for (k, _), (hk, _) in zip(cache.layers, head.memory.kv, strict=True))

@@ -46,7 +46,7 @@ def test_cached_continuation_round_trips(tiny_model, tmp_path: Path):
     ids = tiny_model.encode("one two three four")
     cache = KVCache()
     tiny_model.trace_ids(ids[:2], cache=cache)
-    cont = tiny_model.trace_ids(ids[2:], cache=cache, prefix_ids=ids[:2])
+    cont = tiny_model.trace_ids(ids[2:], cache=cache)
     back = load_npz(save_npz(cont, tmp_path / "cont.npz"))
     assert back.start == 2 and back.prefix_ids == ids[:2]
     assert torch.equal(back["blocks.0.attn.pattern"], cont["blocks.0.attn.pattern"])

@@ -1,4 +1,4 @@
-"""The cache of blocks a trace runs again (`recompute.BlockCache`): bounded by a count and by bytes, the block run
+"""The cache of blocks a trace runs again (`memo.BlockCache`): bounded by a count and by bytes, the block run
 last always kept, and a block asked for by several threads at once run once."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from transformer_explainer.recompute import BlockCache, storage_nbytes
+from transformer_explainer.memo.block_cache import BlockCache, storage_nbytes
 
 
 def block(n: int) -> dict[str, torch.Tensor]:

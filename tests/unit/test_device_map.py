@@ -142,15 +142,15 @@ def test_a_model_placed_by_accelerates_map_gives_the_unmapped_numbers(folder):
     with simulated_device():
         model.place({p: SIM if d == 0 else torch.device(d) for p, d in inferred.items()})
         trace, ref = model.trace(text), cpu.trace(text)
-        for name in trace.values:
+        for name in trace.memory.kept:
             part = ".".join(name.split(".")[:2]) if name.startswith("blocks.") else None
             if part is not None:
-                assert on_sim(trace.values[name]) == (inferred[part] == 0), name
-            assert torch.equal(trace.values[name].cpu(), ref.values[name]), name
+                assert on_sim(trace.memory.kept[name]) == (inferred[part] == 0), name
+            assert torch.equal(trace.memory.kept[name].cpu(), ref.memory.kept[name]), name
         ids = cpu.encode(text)
         extended = model.extend_trace(model.trace_ids(ids[:3]), ids[3:])
         ref_extended = cpu.extend_trace(cpu.trace_ids(ids[:3]), ids[3:])
-        assert all(torch.equal(extended[n].cpu(), ref_extended[n]) for n in ref_extended.values)
+        assert all(torch.equal(extended[n].cpu(), ref_extended[n]) for n in ref_extended.memory.kept)
         greedy = SamplingParams(temperature=0)
         assert list(model.generate_ids(ids, 5, greedy, stop_at_eos=False)) == list(
             cpu.generate_ids(ids, 5, greedy, stop_at_eos=False))

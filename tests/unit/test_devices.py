@@ -147,9 +147,9 @@ def test_kv_cache_and_continued_traces_stay_on_the_device(model_name, request, c
     model.trace_ids(ids[:4], cache=cache)
     for i, (k, v) in enumerate(cache.layers):
         assert _on(k, model.device_map[f"blocks.{i}"]) and _on(v, model.device_map[f"blocks.{i}"])
-    step = model.trace_ids(ids[4:], cache=cache, prefix_ids=ids[:4])
-    ref = cpu.trace_ids(ids[4:], cache=_cpu_cache(cpu, ids[:4]), prefix_ids=ids[:4])
-    for name in step.values:
+    step = model.trace_ids(ids[4:], cache=cache)
+    ref = cpu.trace_ids(ids[4:], cache=_cpu_cache(cpu, ids[:4]))
+    for name in step.memory.kept:
         assert _equal(step[name], ref[name]), name
     extended, ref_extended = model.extend_trace(model.trace_ids(ids[:4]), ids[4:]), cpu.extend_trace(
         cpu.trace_ids(ids[:4]), ids[4:])

@@ -156,7 +156,7 @@ def test_generate_step_computes_only_the_new_position(client, tiny_model):
     chosen = post(client, "/api/generate", ids=first["token_ids"], token_id=11).json()
     assert chosen["chosen"] and chosen["trace"]["token_ids"][-1] == 11
     # a prefix that is no longer cached is computed again, and the answer says so
-    explainer = client.app.state.explainer
+    explainer = client.app.state.traces
     kept, explainer.cache = explainer.cache, type(explainer.cache)(max_bytes=0)
     try:
         again = post(client, "/api/generate", ids=first["token_ids"], token_id=11).json()
@@ -172,8 +172,9 @@ def test_merged_trace_equals_full_trace(tiny_model):
     ids = tiny_model.encode(TEXT)
     prefix = tiny_model.trace_ids(ids[:-2])
     L = tiny_model.config.n_layer
-    cache = KVCache([(prefix[f"blocks.{i}.attn.k"][None], prefix[f"blocks.{i}.attn.v"][None]) for i in range(L)])
-    new = tiny_model.trace_ids(ids[-2:], cache=cache, prefix_ids=ids[:-2])
+    cache = KVCache([(prefix[f"blocks.{i}.attn.k"][None], prefix[f"blocks.{i}.attn.v"][None]) for i in range(L)],
+                    ids=ids[:-2])
+    new = tiny_model.trace_ids(ids[-2:], cache=cache)
     merged = merge_traces(prefix, new)
     full = tiny_model.trace_ids(ids)
     extended = tiny_model.extend_trace(prefix, ids[-2:])  # the engine builds the cache itself
@@ -344,7 +345,7 @@ def test_queue_full_gives_503_with_retry_after(tiny_model):
 
 
 def test_trace_cache_is_bounded(tiny_model):
-    from transformer_explainer.server.service import TraceCache, trace_nbytes
+    from transformer_explainer.memo.store import TraceCache, trace_nbytes
 
     traces = [tiny_model.trace(TEXT) for _ in range(5)]
     size = trace_nbytes(traces[0])
@@ -361,13 +362,13 @@ def test_trace_cache_is_bounded(tiny_model):
 def test_trace_cache_counts_what_traces_share_once(tiny_model):
     """A trace continued from a cached one holds that one's residual streams: the two together cost those once, and
     so does one trace kept under two keys. Forgetting one of them frees only what it alone held."""
-    from transformer_explainer.recompute import storage_nbytes
-    from transformer_explainer.server.service import TraceCache, trace_nbytes
+    from transformer_explainer.memo.block_cache import storage_nbytes
+    from transformer_explainer.memo.store import TraceCache, trace_nbytes
 
     ids = tiny_model.encode(TEXT)
     first = tiny_model.trace_ids(ids[:-2])
     longer = tiny_model.extend_trace(first, ids[-2:])
-    shared = storage_nbytes(list(first.blocks.tensors()))
+    shared = storage_nbytes(list(first.memory.blocks.tensors()))
     assert shared > 0
     cache = TraceCache(max_bytes=10 * trace_nbytes(longer))
     cache.put(("m", (0,)), first)
@@ -386,12 +387,14 @@ def test_trace_cache_keeps_the_newest_traces_keys_and_values(tiny_model):
     """The newest traces keep their keys and values (what continuing them reads) while those take at most their share
     of the budget (a quarter by default), the newest trace's always; older traces drop theirs; over the budget the
     oldest traces go."""
-    from transformer_explainer.server.service import KV_SHARE, TraceCache, trace_nbytes
+    from transformer_explainer.memo import Memory
+    from transformer_explainer.memo.costs import KV_SHARE
+    from transformer_explainer.memo.store import TraceCache, trace_nbytes
 
     assert TraceCache(KV_SHARE * 1000).max_kv_bytes == 1000
 
     ids = tiny_model.encode(TEXT)
-    traces = [tiny_model.trace_ids(ids, keep_kv=True) for _ in range(5)]
+    traces = [tiny_model.trace_ids(ids, memory=Memory(keep_kv=True)) for _ in range(5)]
     with_kv, without = trace_nbytes(traces[0]), trace_nbytes(tiny_model.trace_ids(ids))
     kv = with_kv - without
     assert kv > 0
@@ -399,22 +402,22 @@ def test_trace_cache_keeps_the_newest_traces_keys_and_values(tiny_model):
     for i, tr in enumerate(traces):
         roomy.put(("m", (i,)), tr)
     assert len(roomy) == 5 and roomy.nbytes <= roomy.max_bytes
-    assert [tr.kv is not None for tr in traces] == [False, False, False, True, True]
+    assert [tr.memory.kv is not None for tr in traces] == [False, False, False, True, True]
 
-    traces = [tiny_model.trace_ids(ids, keep_kv=True) for _ in range(5)]
+    traces = [tiny_model.trace_ids(ids, memory=Memory(keep_kv=True)) for _ in range(5)]
     tight = TraceCache(max_bytes=with_kv + 3 * without, max_kv_bytes=0)  # no share: the newest keeps its own
     for i, tr in enumerate(traces):
         tight.put(("m", (i,)), tr)
     assert len(tight) == 4 and tight.nbytes <= tight.max_bytes and tight.get(("m", (0,))) is None
-    assert traces[-1].kv is not None and all(tr.kv is None for tr in traces[1:-1])
+    assert traces[-1].memory.kv is not None and all(tr.memory.kv is None for tr in traces[1:-1])
 
 
 def test_generating_from_a_trace_without_its_keys_and_values_continues_it(client, tiny_model):
     """The cache dropped the trace's keys and values: the generated token's pass reads them from the trace's blocks
     run again as far as their values (cheaper than tracing the text whole), and the answer is the same."""
     first = post(client, "/api/trace", text=TEXT + " again").json()
-    cached = client.app.state.explainer.cache.get(("tiny", tuple(first["token_ids"])))
-    cached.drop_kv()  # as the cache does under pressure
+    cached = client.app.state.traces.cache.get(("tiny", tuple(first["token_ids"])))
+    cached.memory.drop_kv()  # as the cache does under pressure
     d = post(client, "/api/generate", ids=first["token_ids"], token_id=11,
              include=[{"name": "blocks.1.attn.pattern", "head": 0, "dtype": "float32"}]).json()
     n = len(first["token_ids"])
@@ -487,16 +490,19 @@ def test_an_older_trace_sheds_what_only_continuing_it_reads(tiny_model):
     """A pass keeps the overview's rows for texts a few tokens longer or shorter too where their cells hold another
     number of positions (31 tokens: 1 per cell, 35: 2); an older trace forgets them with its keys and values, and
     keeps its own overview's rows, so its overview still runs no block."""
-    from transformer_explainer.overview import key_sums_at, overview_summary, overview_thumbnails
-    from transformer_explainer.server.service import Explainer, shed_continuation
+    from transformer_explainer.memo.costs import shed_continuation
+    from transformer_explainer.memo.store import TraceStore
+    from transformer_explainer.memo.summaries import key_sums_at, overview_summary
+    from transformer_explainer.overview import overview_thumbnails
 
     ids = random_ids(31, tiny_model.config.vocab_size, seed=5)
-    trace, _ = Explainer(2**30).trace("tiny", tiny_model, ids)
-    grids = {fn for _, fn in trace.observations}
-    assert grids == {key_sums_at(1), key_sums_at(2)} and trace.kv is not None
+    trace, _ = TraceStore(2**30).get("tiny", tiny_model, ids)
+    grids = {fn for _, fn in trace.memory.observations}
+    assert grids == {key_sums_at(1), key_sums_at(2)} and trace.memory.kv is not None
     before, thumbs = trace.nbytes(), overview_thumbnails(trace)
     shed_continuation(trace)
-    assert trace.kv is None and {fn for _, fn in trace.observations} == {overview_summary(31)} == {key_sums_at(1)}
+    assert trace.memory.kv is None
+    assert {fn for _, fn in trace.memory.observations} == {overview_summary(31)} == {key_sums_at(1)}
     assert trace.nbytes() < before
     torch.testing.assert_close(overview_thumbnails(trace), thumbs, atol=0, rtol=0)
-    assert len(trace.block_cache) == 0  # no block ran for it
+    assert len(trace.memory.block_cache) == 0  # no block ran for it

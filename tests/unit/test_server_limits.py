@@ -15,10 +15,10 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from transformer_explainer.recompute import storage_nbytes
+from transformer_explainer.memo.block_cache import storage_nbytes
+from transformer_explainer.memo.store import TraceStore
 from transformer_explainer.server import ModelRegistry, ServerSettings, create_app
 from transformer_explainer.server.pool import Busy, ModelPool
-from transformer_explainer.server.service import Explainer
 
 TEXT = "The quick brown fox jumps over the lazy dog"
 JSON = {"content-type": "application/json"}
@@ -299,14 +299,14 @@ def test_analyses_have_a_lane_of_their_own():
 
 def assert_same_trace(a, b, atol=1e-5):
     assert a.token_ids == b.token_ids and a.tokens == b.tokens and a.text == b.text and a.start == b.start == 0
-    assert a.names() == b.names() and a.values.keys() == b.values.keys()
+    assert a.names() == b.names() and a.memory.kept.keys() == b.memory.kept.keys()
     for name in b.names():
         assert a[name].shape == b[name].shape, name
         torch.testing.assert_close(a[name], b[name], atol=atol, rtol=1e-4, msg=name)
 
 
 def test_same_text_at_once_is_computed_once(tiny_model, monkeypatch):
-    explainer = Explainer(2**28)
+    explainer = TraceStore(2**28)
     calls = []
     started, release = threading.Event(), threading.Event()
     real = tiny_model.trace_ids
@@ -320,9 +320,9 @@ def test_same_text_at_once_is_computed_once(tiny_model, monkeypatch):
     monkeypatch.setattr(tiny_model, "trace_ids", slow_trace)
     ids = tiny_model.encode(TEXT)
     with ThreadPoolExecutor(3) as ex:
-        first = ex.submit(explainer.trace, "tiny", tiny_model, ids)
+        first = ex.submit(explainer.get, "tiny", tiny_model, ids)
         started.wait(10)
-        others = [ex.submit(explainer.trace, "tiny", tiny_model, ids) for _ in range(2)]
+        others = [ex.submit(explainer.get, "tiny", tiny_model, ids) for _ in range(2)]
         threading.Event().wait(0.1)
         release.set()
         results = [first.result(), *(f.result() for f in others)]
@@ -332,7 +332,7 @@ def test_same_text_at_once_is_computed_once(tiny_model, monkeypatch):
 
 
 def test_a_longer_text_reuses_the_trace_of_its_prefix(client, tiny_model):
-    explainer = client.app.state.explainer
+    explainer = client.app.state.traces
     include = [{"name": "blocks.1.attn.pattern", "head": 0, "dtype": "float32"}]
     short = client.post("/api/trace", json={"text": "The quick brown", "include": include}).json()
     n0 = len(short["token_ids"])
@@ -342,7 +342,7 @@ def test_a_longer_text_reuses_the_trace_of_its_prefix(client, tiny_model):
     assert longer["computed_positions"] == [n0, len(longer["token_ids"])]  # only the new positions
     assert explainer.blocks.misses == runs  # the overview's patterns: each block run only as far as its pattern
     got = explainer.cache.get(("tiny", tuple(longer["token_ids"])))
-    assert got.kv is not None  # to be continued in turn
+    assert got.memory.kv is not None  # to be continued in turn
     assert_same_trace(got, tiny_model.trace_ids(longer["token_ids"]), atol=1e-4)
 
 
@@ -354,7 +354,7 @@ def test_an_edited_end_continues_the_trace_of_the_shared_beginning(client, tiny_
     shared = next(i for i, (a, b) in enumerate(zip(first["token_ids"], edited["token_ids"], strict=False)) if a != b)
     assert 2 * shared >= len(edited["token_ids"])
     assert edited["computed_positions"] == [shared, len(edited["token_ids"])]
-    got = client.app.state.explainer.cache.get(("tiny", tuple(edited["token_ids"])))
+    got = client.app.state.traces.cache.get(("tiny", tuple(edited["token_ids"])))
     assert_same_trace(got, tiny_model.trace_ids(edited["token_ids"]), atol=1e-4)
     # a text that shares less than half of its ids (here 2 of 5) is traced whole
     other = client.post("/api/trace", json={"text": "The quick cat sat down"}).json()
@@ -369,10 +369,10 @@ def test_a_trace_continued_often_is_traced_whole_and_one_without_its_keys_and_va
     Without its keys and values a beginning is continued where that costs less than tracing the text whole (each
     block of the beginning run as far as its values, in each of its passes: `continuation_cost`): one of a single
     pass is, one of many is not; either way the values equal the text's own trace."""
-    from transformer_explainer.server.service import MAX_PASSES
+    from transformer_explainer.memo.costs import MAX_PASSES
 
     with TestClient(create_app({"tiny": tiny_model}, ServerSettings())) as client:  # no token limit: long texts
-        explainer = client.app.state.explainer
+        explainer = client.app.state.traces
         text, cached = "A red", []
         words = " apple fell from a tree in the old garden of the house by the river".split(" ")[1:]
         assert len(words) > MAX_PASSES
@@ -381,23 +381,23 @@ def test_a_trace_continued_often_is_traced_whole_and_one_without_its_keys_and_va
             d = client.post("/api/trace", json={"text": text}).json()
             assert "token_ids" in d, d
             cached.append(explainer.cache.get(("tiny", tuple(d["token_ids"]))))
-            assert cached[-1].blocks.passes <= MAX_PASSES
-        assert [t.blocks.passes for t in cached[:MAX_PASSES]] == list(range(1, MAX_PASSES + 1))
+            assert cached[-1].memory.blocks.passes <= MAX_PASSES
+        assert [t.memory.blocks.passes for t in cached[:MAX_PASSES]] == list(range(1, MAX_PASSES + 1))
         for t in cached:
-            t.drop_kv()  # as the cache does under pressure
+            t.memory.drop_kv()  # as the cache does under pressure
         # many passes without keys and values: dearer than the whole text
         d = client.post("/api/trace", json={"text": text + " now"}).json()
         n = len(d["token_ids"])
         assert d["computed_positions"] == [0, n]
         whole = explainer.cache.get(("tiny", tuple(d["token_ids"])))
-        assert whole.blocks.passes == 1
-        whole.drop_kv()
+        assert whole.memory.blocks.passes == 1
+        whole.memory.drop_kv()
         # one pass without them: continued, each block of the beginning run as far as its values
         d = client.post("/api/trace", json={"text": text + " now and then"}).json()
         m = len(d["token_ids"])
         assert d["computed_positions"] == [n, m] and m > n
         got = explainer.cache.get(("tiny", tuple(d["token_ids"])))
-        assert got.blocks.passes == 2
+        assert got.memory.blocks.passes == 2
         assert_same_trace(got, tiny_model.trace_ids(d["token_ids"]), atol=1e-4)
 
 
@@ -510,20 +510,20 @@ def test_blocks_run_again_keep_what_the_traces_leave_of_the_budget(tiny_model):
     within the budget."""
     long_ids = tiny_model.encode(" ".join([TEXT] * 10))[:100]
     short_ids = tiny_model.encode("Once upon a time")
-    alone = Explainer(2**30)
-    tr, _ = alone.trace("tiny", tiny_model, long_ids)
+    alone = TraceStore(2**30)
+    tr, _ = alone.get("tiny", tiny_model, long_ids)
     long_bytes, block_bytes = alone.cache.nbytes, storage_nbytes(list(tr.block(0).values()))
-    alone.trace("tiny", tiny_model, short_ids)
+    alone.get("tiny", tiny_model, short_ids)
     short_bytes = alone.cache.nbytes - long_bytes
     n = tiny_model.config.n_layer
     budget = long_bytes + n * block_bytes + short_bytes // 2  # room for every block of the long text's trace
     assert budget // 4 < n * block_bytes  # more than a quarter of the budget: a fixed share held fewer
-    explainer = Explainer(budget)
-    tr, _ = explainer.trace("tiny", tiny_model, long_ids)
+    explainer = TraceStore(budget)
+    tr, _ = explainer.get("tiny", tiny_model, long_ids)
     for layer in range(n):
         tr.block(layer)
     assert len(explainer.blocks) == n and explainer.blocks.nbytes == n * block_bytes
-    explainer.trace("tiny", tiny_model, short_ids)  # traces come: the blocks give their room back
+    explainer.get("tiny", tiny_model, short_ids)  # traces come: the blocks give their room back
     assert explainer.cache.nbytes == long_bytes + short_bytes  # both traces kept
     assert explainer.blocks.max_bytes == budget - explainer.cache.nbytes
     assert len(explainer.blocks) == n - 1

@@ -148,9 +148,9 @@ def test_patch_changes_downstream(tiny_model):
 def test_logits_derived_on_access_equal_the_recorded_ones(tiny_model, trace):
     """A trace computes the last position's logits in the pass and derives every position's on
     access; a patch on `logits` makes the pass record them all. The three agree."""
-    assert "logits" not in trace.values and trace.last_logits is not None
+    assert "logits" not in trace.memory.kept and trace.memory.last_logits is not None
     recorded = tiny_model.trace_ids(trace.token_ids, patches={"logits": lambda x: x})
-    assert "logits" in recorded.values
+    assert "logits" in recorded.memory.kept
     torch.testing.assert_close(trace["logits"], recorded["logits"], atol=1e-5, rtol=0)
     torch.testing.assert_close(trace.next_token_logits(), recorded.next_token_logits(), atol=1e-5, rtol=0)
     assert trace["logits"].shape == (trace.n_tokens, tiny_model.config.vocab_size)
@@ -200,12 +200,12 @@ def test_a_truncated_trace_equals_the_trace_of_its_tokens(tiny_model):
     full = tiny_model.trace_ids(ids)
     for n in (1, 5, len(ids)):
         cut, alone = truncate_trace(full, n), tiny_model.trace_ids(ids[:n])
-        assert cut.token_ids == ids[:n] and set(cut.values) == set(alone.values)
-        for name in alone.values:
+        assert cut.token_ids == ids[:n] and set(cut.memory.kept) == set(alone.memory.kept)
+        for name in alone.memory.kept:
             torch.testing.assert_close(cut[name], alone[name], atol=1e-5, rtol=0, msg=name)
         torch.testing.assert_close(cut.next_token_logits(), alone.next_token_logits(), atol=1e-4, rtol=0)
     continued = tiny_model.extend_trace(truncate_trace(full, 5), ids[5:])
-    for name in full.values:
+    for name in full.memory.kept:
         torch.testing.assert_close(continued[name], full[name], atol=1e-5, rtol=0, msg=name)
     with pytest.raises(ValueError):
         truncate_trace(full, 0)

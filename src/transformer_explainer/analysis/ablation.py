@@ -36,7 +36,7 @@ from ..engine import ExplainerModel
 from ..errors import InputError
 from ..models.recorder import Patch
 from ..names import block_name
-from ..trace import Trace
+from ..trace import Trace, with_text
 from .reference import REFERENCE_TEXTS
 
 log = logging.getLogger(__name__)
@@ -294,7 +294,7 @@ def _run(model: ExplainerModel, ids: list[int], heads: list[Head], mode: Ablatio
     if between_passes is not None:
         between_passes()
     patches = {**(ablation_patches(heads, mode, means) if heads else {}), **expert_removal_patches(experts)}
-    return model.trace_ids(ids, text=text, patches=patches or None)
+    return with_text(model.trace_ids(ids, patches=patches or None), text)
 
 
 def ablate(model: ExplainerModel, text: str | Sequence[int], heads: Iterable[Head] = (), *,
@@ -311,7 +311,7 @@ def ablate(model: ExplainerModel, text: str | Sequence[int], heads: Iterable[Hea
     txt = text if isinstance(text, str) else None
     if mode == "mean" and means is None and heads:
         means = head_means(model)
-    clean = model.trace_ids(ids, text=txt)
+    clean = with_text(model.trace_ids(ids), txt)
     ablated = _run(model, ids, heads, mode, means, txt, experts=removed)
     has_loss = len(ids) >= 2
     return AblationResult(

@@ -16,6 +16,7 @@ import torch
 from ..config import DecoderConfig
 from ..errors import InputError
 from ..loading.checkpoint import atomic_write_bytes, atomic_writer
+from ..memo import TraceValues
 from ..names import describe
 from ..trace import Trace
 
@@ -84,13 +85,14 @@ def load_npz(path: str | Path) -> Trace:
         raise InputError(f"{path} could not be read as a trace export: {e}") from None
     if meta.get("format") != FORMAT:
         raise InputError(f"{path} is not a trace export")
+    config = DecoderConfig.from_dict(meta["config"])
     return Trace(
         model_name=meta["model_name"],
-        config=DecoderConfig.from_dict(meta["config"]),
+        config=config,
         text=meta["text"],
         token_ids=meta["token_ids"],
         tokens=meta["tokens"],
-        values=values,
+        memory=TraceValues(config=config, token_ids=meta["token_ids"], start=meta["start"], kept=values),
         start=meta["start"],
         prefix_ids=meta["prefix_ids"],
     )

@@ -35,11 +35,13 @@ class KVCache:
     copies only its own position instead of concatenating the whole history again (`torch.cat`
     per block per step makes generation quadratic in copies). `capacity`: positions to reserve when
     a buffer is made, e.g. prompt + new tokens; 0 reserves exactly what is stored (the buffer then
-    grows, by copying, when a later call goes beyond it).
+    grows, by copying, when a later call goes beyond it). `ids`: the token ids of the cached positions, where a
+    trace ran over them (`ExplainerModel.trace_ids` appends its own): a later trace into the cache knows its prefix.
     """
 
     layers: list[KV] = field(default_factory=list)
     capacity: int = 0
+    ids: list[int] = field(default_factory=list)
     _buffers: list[KV | None] = field(default_factory=list, init=False, repr=False)
 
     @classmethod

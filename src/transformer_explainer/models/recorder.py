@@ -9,8 +9,9 @@ such passes, batched).
 
 A recorder that stores takes the recorded path everywhere, but it may keep only some names (`keep`): a
 trace keeps each block's input and recomputes the block's internals when they are asked for
-(`recompute.py`). Observers (name -> function) see a value as it is recorded and keep what they return
-(`observed`), e.g. a small summary of a value the recorder does not keep.
+(`memo/recipes.py`). Observers (name -> function) see a value as it is recorded and keep what they return
+(`observed`), e.g. a small summary of a value the recorder does not keep. A recorder made with `stop_after` ends the
+pass once it has recorded that name (`run`): a block run again only as far as the stage a view reads.
 """
 
 from __future__ import annotations
@@ -24,13 +25,17 @@ Patch = Callable[[Tensor], Tensor]
 Observer = Callable[[Tensor], Any]  # what it returns is kept as is (a tensor, or several)
 
 
+class StopRecording(Exception):  # noqa: N818 (not an error: the value asked for is recorded, the pass goes no further)
+    """Raised by a recorder made with `stop_after` once it has recorded that name; `Recorder.run` catches it."""
+
+
 class Recorder:
     """A view, under a name prefix, onto one pass's table of recorded tensors and its patches."""
 
     def __init__(self, values: dict[str, Tensor] | None = None, prefix: str = "",
                  patches: Mapping[str, Patch] | None = None, *, store: bool = True,
                  keep: Callable[[str], bool] | None = None, observers: Mapping[str, Observer] | None = None,
-                 observed: dict[str, Any] | None = None) -> None:
+                 observed: dict[str, Any] | None = None, stop_after: str | None = None) -> None:
         self.values: dict[str, Tensor] = {} if values is None else values
         self.patches: Mapping[str, Patch] = {} if patches is None else patches
         self.prefix = prefix
@@ -38,11 +43,12 @@ class Recorder:
         self.keep = keep  # which full names to store (None: every one)
         self.observers: Mapping[str, Observer] = {} if observers is None else observers
         self.observed: dict[str, Any] = {} if observed is None else observed
+        self.stop_after = stop_after  # the full name after whose recording the pass ends (None: it runs to its end)
 
     def scope(self, name: str) -> Recorder:
         """A recorder that writes under `prefix + name + "."`."""
         return Recorder(self.values, f"{self.prefix}{name}.", self.patches, store=self.store, keep=self.keep,
-                        observers=self.observers, observed=self.observed)
+                        observers=self.observers, observed=self.observed, stop_after=self.stop_after)
 
     def reaches(self, name: str) -> bool:
         """Whether this recorder does anything under `prefix + name + "."`: it stores, or a patch is there."""
@@ -61,7 +67,16 @@ class Recorder:
         observer = self.observers.get(full)
         if observer is not None:
             self.observed[full] = observer(value.detach())
+        if full == self.stop_after:
+            raise StopRecording
         return value
+
+    def run(self, forward: Callable[[], Any]) -> None:
+        """Run a pass recorded by this recorder: to its end, or until `stop_after` is recorded."""
+        try:
+            forward()
+        except StopRecording:
+            pass
 
     def records(self, name: str) -> bool:
         """Whether a value recorded under `name` is kept, observed or patched: when it is none of these, the caller

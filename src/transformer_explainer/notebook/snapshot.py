@@ -52,7 +52,7 @@ from ..loading.checkpoint import atomic_write_bytes
 from ..names import FAMILY_NAMES, NameTable, block_name, describe
 from ..overview import config_out, trace_overview
 from ..schemas import ModelInfo, ModelList, SamplingIn
-from ..trace import Trace
+from ..trace import Trace, with_text
 from ..web_bundle import package_static_dir
 from .snapshot_attribution import SnapshotAttribution
 
@@ -219,7 +219,7 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     head ablations, then one attribution per earlier position while they fit), e.g. a progress bar's update."""
     languages = check_languages(languages)
     if trace.start != 0:  # a generation step's trace covers only its new positions: trace it all
-        trace = model.trace_ids(list(trace.prefix_ids) + list(trace.token_ids), text=trace.text)
+        trace = with_text(model.trace_ids(list(trace.prefix_ids) + list(trace.token_ids)), trace.text)
     trace = trace.materialized()  # the page stores stage by stage across blocks: run each block once
     sampling = SamplingIn(**APP_SAMPLING)
     t0 = time.perf_counter()

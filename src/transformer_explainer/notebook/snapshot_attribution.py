@@ -36,9 +36,9 @@ CANDIDATES = APP_TOP_K  # the last position's likeliest tokens carried: those th
 def _with_logits(trace: Trace) -> Trace:
     """The trace with its (T, V) logits computed once: a trace without them recomputes them all on each access,
     once per attribution asked of it. The same product, so the same numbers."""
-    if "logits" in trace.values:
+    if "logits" in trace.memory.kept:
         return trace
-    return dataclasses.replace(trace, values={**trace.values, "logits": trace["logits"]})
+    return dataclasses.replace(trace, memory=trace.memory.keeping({"logits": trace["logits"]}))
 
 
 def _entry(a: Attribution) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The ASGI app: the JSON API over an `Explainer`, and the packaged web UI.
+"""The ASGI app: the JSON API over a `memo.TraceStore`, and the packaged web UI.
 
 `create_app({"name": model})` serves models already loaded (tests, notebooks); the CLI passes a
 `ModelRegistry` that also lists the built-in and cached models and loads them on first use.
@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..engine import ExplainerModel
 from ..errors import CheckpointError, ExplainerError, InputError, ModelNotFoundError, ParamValue, coded, error_answer
+from ..memo.store import TraceStore
 from ..schemas import ErrorOut
 from ..web_bundle import package_static_dir
 from . import defaults
@@ -43,7 +44,6 @@ from .pool import Busy, ModelPool
 from .registry import ModelRegistry
 from .routes import analysis, attribution, core, seq2seq
 from .security import AccessSettings
-from .service import Explainer
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     registry = models if isinstance(models, ModelRegistry) else ModelRegistry.from_models(models, default)
     pool = ModelPool(settings.model_threads, settings.max_queue, settings.request_timeout_s,
                      light_workers=settings.light_threads, thread_budget=settings.thread_budget)
-    explainer = Explainer(settings.trace_cache_mb * 2**20)
+    traces = TraceStore(settings.trace_cache_mb * 2**20)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -284,8 +284,8 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     app = FastAPI(title="transformer-explainer", version="1", docs_url=None, redoc_url=None, lifespan=lifespan,
                   openapi_url="/api/openapi.json",
                   description="Every intermediate value of a GPT-2 or Llama-family model for your text, by name.")
-    app.state.context = ServerContext(registry, pool, explainer, settings.max_tokens, settings.max_analysis_gflop)
-    app.state.registry, app.state.pool, app.state.explainer = registry, pool, explainer
+    app.state.context = ServerContext(registry, pool, traces, settings.max_tokens, settings.max_analysis_gflop)
+    app.state.registry, app.state.pool, app.state.traces = registry, pool, traces
     install_error_handlers(app)
     app.include_router(core.router, prefix="/api", responses=ERRORS)
     app.include_router(analysis.router, prefix="/api/analysis", responses=ERRORS)

@@ -15,11 +15,11 @@ from fastapi import Depends, Request
 from ..engine import ExplainerModel
 from ..errors import InputError
 from ..inputs import Resolved, resolve_input, token_limit
+from ..memo.store import TraceStore
 from ..schemas import InputIn
 from .pool import ModelPool, OverShare
 from .registry import ModelRegistry
 from .security import SWITCHES_KEY, ModelSwitches
-from .service import Explainer
 
 T = TypeVar("T")
 
@@ -34,7 +34,7 @@ LIGHT_CHARS_PER_TOKEN = 6
 class ServerContext:
     registry: ModelRegistry
     pool: ModelPool
-    explainer: Explainer
+    traces: TraceStore
     max_tokens: int | None = None  # tokens per request; None: the model's context length
     max_analysis_gflop: float | None = None  # the largest analysis a request may ask for (analysis/cost.py)
     switches: ModelSwitches | None = None  # the models the request's client is loading; None: no per-client limits

@@ -62,7 +62,7 @@ def _input(ctx: ServerContext, body: InputIn) -> tuple[str, ExplainerModel, list
 
 
 def _trace(ctx: ServerContext, name: str, m: ExplainerModel, ids: list[int]) -> Trace:
-    return ctx.explainer.trace(name, m, ids)[0]
+    return ctx.traces.get(name, m, ids)[0]
 
 
 async def _run(ctx: ServerContext, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:

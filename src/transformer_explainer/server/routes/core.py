@@ -39,7 +39,6 @@ from ...schemas import (
 from ...slicing import activation_tensors, check_activations_fit, weight_tensors
 from ...trace import Trace
 from ..context import Context, ServerContext
-from ..service import blocks_named
 
 router = APIRouter()
 
@@ -64,7 +63,7 @@ async def with_trace(ctx: ServerContext, body: InputIn, finish: Callable[[Traced
     """Find the trace of the request's input and `finish` with it: in the light lane when the trace
     is in memory (no forward pass), else in the model lane, once the `tensors` the answer will hold
     are known to fit in it (no pass is run for an answer that would be refused)."""
-    explainer = ctx.explainer
+    traces = ctx.traces
     if ctx.is_light(body.model, body.text):
         def light() -> T | None:
             t0 = time.perf_counter()
@@ -73,7 +72,7 @@ async def with_trace(ctx: ServerContext, body: InputIn, finish: Callable[[Traced
                 return None
             name, m = found
             res = ctx.resolve(m, body)
-            hit = explainer.cache.get((name, tuple(res.ids)), count_miss=False)  # the model lane counts it
+            hit = traces.cached(name, res.ids, count_miss=False)  # the model lane counts it
             n = len(res.ids)
             return None if hit is None else finish(Traced(name, m, res, hit, [n, n], t0, time.perf_counter()))
 
@@ -86,7 +85,7 @@ async def with_trace(ctx: ServerContext, body: InputIn, finish: Callable[[Traced
         name, m = ctx.lookup(body.model)
         res = ctx.resolve(m, body)
         check_activations_fit(m.config, len(res.ids), tensors or [])
-        tr, computed = explainer.trace(name, m, res.ids, blocks=blocks_named(t.name for t in tensors or []))
+        tr, computed = traces.get(name, m, res.ids, wanting=[t.name for t in tensors or []])
         return finish(Traced(name, m, res, tr, computed, t0, time.perf_counter()))
 
     return await ctx.pool.run(heavy)
@@ -118,7 +117,7 @@ def model_info(ctx: ServerContext, name: str) -> ModelInfo:
 @router.get("/health", response_model=HealthOut)
 async def health(ctx: Context) -> dict[str, Any]:
     return {"status": "ok", "pending": ctx.pool.pending, "pending_light": ctx.pool.pending_light,
-            "cache": ctx.explainer.cache.stats()}
+            "cache": ctx.traces.stats()}
 
 
 @router.get("/models", response_model=ModelList)
@@ -181,7 +180,7 @@ async def next_token(body: NextTokenIn, ctx: Context) -> NextTokenOut:
             return None
         name, m = found
         res = ctx.resolve(m, body)
-        cached = ctx.explainer.cache.get((name, tuple(res.ids)), count_miss=not cached_only)
+        cached = ctx.traces.cached(name, res.ids, count_miss=not cached_only)
         if cached is None and cached_only:
             return None
         # without a trace, the fast path: no recording, logits of the last position only
@@ -205,10 +204,10 @@ async def generate(body: GenerateIn, ctx: Context) -> GenerateOut:
         res = ctx.resolve(m, body)
         check_room_to_generate(m, len(res.ids), ctx.max_tokens)
         check_activations_fit(m.config, len(res.ids) + 1, body.include)
-        prefix, prefix_computed = ctx.explainer.trace(name, m, res.ids)
+        prefix, prefix_computed = ctx.traces.get(name, m, res.ids)
         tok = choose_next(m, prefix.next_token_logits(), body.sampling, body.token_id)
-        merged, first = ctx.explainer.extend(name, m, prefix, tok.id, cached=prefix_computed[0] == len(res.ids),
-                                             blocks=blocks_named(t.name for t in body.include))
+        merged, first = ctx.traces.extend(name, m, prefix, tok.id, cached=prefix_computed[0] == len(res.ids),
+                                          wanting=[t.name for t in body.include])
         t1 = time.perf_counter()
         n = len(res.ids)
         # normally only the new position; more when the prefix, or its keys and values, were no longer kept

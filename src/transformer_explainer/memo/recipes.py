@@ -1,6 +1,7 @@
-"""How a trace answers for a block's internals without keeping them: the block is run again, when one of its values
-is first asked for, on the residual stream that entered it, by the recorded forward the pass itself ran
-(`Decoder.forward_block`). The same code on the same inputs gives the pass's own numbers, bit for bit.
+"""The recipes of a trace's values: how a trace answers for a block's internals without keeping them. The block is
+run again, when one of its values is first asked for, on the residual stream that entered it, by the recorded forward
+the pass itself ran (`Decoder.forward_block`). The same code on the same inputs gives the pass's own numbers,
+bit for bit.
 
 A trace keeps what is small and shared by every view: the residual stream entering each block (L x T x D), the
 last block's output and the last position's logits. The stages outside the blocks (the embeddings, the rotation
@@ -18,29 +19,25 @@ recorded forward records) come from a `BlockSource`, the recipe of the passes th
 
 What depends on the model's weights, mask, window and dtype is the block's own code, run where its weights are.
 Patches must be functions of the value they replace alone: a recomputed block calls them again.
-Recomputed blocks are kept in a `BlockCache` (the least recently used goes first), one per trace or one that a
-server shares among its traces, under their recipe's key: a `Merged` or `Cut` recipe reads the blocks of the
+Recomputed blocks are kept in a `BlockCache` (`block_cache.py`: the least recently used goes first), one per trace or
+one that a server shares among its traces, under their recipe's key: a `Merged` or `Cut` recipe reads the blocks of the
 recipes it is made of from there where they are kept whole (`kept_or_run`), so the block of a text edited at its
 end runs for the new positions only when the beginning's block was viewed before the edit.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Mapping
-from concurrent.futures import Future
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .models.decoder import Decoder, device_of
-from .models.kv_cache import KV, KVCache, empty_in_one_storage
-from .models.recorder import Patch, Recorder
-from .names import FAMILY_NAMES, describe, parse_name
-
-BlockValues = dict[str, Tensor]  # one block's recorded values by full name ("blocks.3.attn.q"), batch dimension dropped
+from ..models.decoder import Decoder, device_of
+from ..models.kv_cache import KV, KVCache
+from ..models.recorder import Patch, Recorder
+from ..names import FAMILY_NAMES, block_name, block_prefix, describe, parse_name
+from .block_cache import BlockCache, BlockValues
 
 # per family: the queries and keys whose products are the attention scores (names.DERIVATIONS)
 SCORE_INPUTS: dict[str, tuple[str, ...]] = {f: t.derivations["attn.scores"].sources for f, t in FAMILY_NAMES.items()}
@@ -85,8 +82,8 @@ def merge_values(prefix: Mapping[str, Tensor], new: Mapping[str, Tensor], family
             n_new = b.shape[-1] - a.shape[-1]
             if name.endswith("attn.scores"):
                 q_name, k_name = SCORE_INPUTS[family]
-                k_new = new[f"blocks.{layer}.{k_name}"][:, -n_new:, :]  # (H or G, n_new, Dh)
-                extra = attention_scores(prefix[f"blocks.{layer}.{q_name}"], k_new)
+                k_new = new[block_name(layer, k_name)][:, -n_new:, :]  # (H or G, n_new, Dh)
+                extra = attention_scores(prefix[block_name(layer, q_name)], k_new)
             else:
                 extra = a.new_zeros(*a.shape[:-1], n_new)
             a = torch.cat([a, extra], dim=-1)
@@ -135,7 +132,7 @@ class BlockSource:
         """Whether block `layer`'s `resid_post` is the next block's `resid_pre` itself: no patch edits the latter, and
         both blocks are on one device (a device map moves the stream between them, so the next input is a copy)."""
         here = next(self.net.blocks[layer].parameters()).device
-        return not self.patched(f"blocks.{layer + 1}.resid_pre") and self.entering(layer + 1).device == here
+        return not self.patched(block_name(layer + 1, "resid_pre")) and self.entering(layer + 1).device == here
 
     def tensors(self) -> Iterator[Tensor]:
         """The tensors the recipe holds (for the memory a trace takes)."""
@@ -153,15 +150,7 @@ KV_LAST = "attn.v"  # attention records its keys, then its values, before it att
 
 def kv_of(values: BlockValues, layer: int, net: Decoder) -> KV:
     """The keys (as attention uses them) and values of block `layer` among its recorded values."""
-    return values[f"blocks.{layer}.{net.cached_keys}"], values[f"blocks.{layer}.attn.v"]
-
-
-class _Recorded(Exception):  # noqa: N818 (not an error: the stage asked for is recorded, the block goes no further)
-    pass
-
-
-def _stop(value: Tensor) -> Tensor:
-    raise _Recorded
+    return values[block_name(layer, net.cached_keys)], values[block_name(layer, "attn.v")]
 
 
 @dataclass(frozen=True)
@@ -214,7 +203,7 @@ class RecordedPass(BlockSource):
               past: KV | None = None) -> BlockValues:
         """Block `layer` run again (as far as `until`); `past`: the keys and values before `start` when the caller
         has them at hand."""
-        prefix = f"blocks.{layer}."
+        prefix = block_prefix(layer)
         # the input is recorded after its patch: applying that patch again would apply it twice
         patches = {k: p for k, p in self.patches.items() if k.startswith(prefix) and k != prefix + "resid_pre"}
         if past is None and self.past is not None:
@@ -224,13 +213,10 @@ class RecordedPass(BlockSource):
         device = next(block.parameters()).device
         # a copy: the block records its input, and a view of the trace's one storage would count all of it as its own
         x = self.inputs[layer].to(device, copy=True)[None]
-        rec = Recorder(values, prefix, patches, observers=None if until is None else {prefix + until: _stop})
+        rec = Recorder(values, prefix, patches, stop_after=None if until is None else prefix + until)
         with torch.inference_mode():
             slot = None if past is None else KVCache([(past[0].to(device)[None], past[1].to(device)[None])]).slot(0)
-            try:
-                self.net.forward_block(layer, x, start=self.start, rec=rec, past=slot)
-            except _Recorded:
-                pass
+            rec.run(lambda: self.net.forward_block(layer, x, start=self.start, rec=rec, past=slot))
         return {k: v[0] for k, v in values.items()}
 
 
@@ -262,7 +248,7 @@ class Merged(BlockSource):
         before = self.prefix.kept_or_run(layer, until, cache)
         past = None
         if self.new.past is self.prefix:  # the continuation reads the prefix's keys and values: the block just run's
-            k, v = f"blocks.{layer}.{self.net.cached_keys}", f"blocks.{layer}.attn.v"
+            k, v = block_name(layer, self.net.cached_keys), block_name(layer, "attn.v")
             past = (before[k], before[v]) if k in before and v in before else self.prefix.kv(layer, cache)
         return merge_values(before, self.new.block(layer, until, cache, past), self.net.config.family)
 
@@ -339,123 +325,3 @@ class PrefixCache(KVCache):
     def extend(self, layer: int, k: Tensor, v: Tensor) -> KV:
         pk, pv = self._kv(layer)  # (G, S, Dh)
         return torch.cat([pk.to(k.device)[None], k], dim=2), torch.cat([pv.to(v.device)[None], v], dim=2)
-
-
-# -- the cache of recomputed blocks --------------------------------------------------------------------------------
-
-
-def packed(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """The tensors copied into one storage per device and dtype, each a view of it: what a trace keeps, allocated in
-    one piece after the pass, rather than in pieces scattered among the pass's freed working memory, which the
-    allocator can then reuse whole for the next pass (kept pieces in between would fragment it: measured, 1000
-    tokens on GPT-2 small's shape, 30 MB of resident memory per kept trace beyond the 50 MB its tensors hold)."""
-    views = empty_in_one_storage([(tuple(t.shape), t.device, t.dtype) for t in tensors.values()])
-    out: dict[str, Tensor] = {}
-    for (name, t), view in zip(tensors.items(), views, strict=True):
-        view.copy_(t)
-        out[name] = view
-    return out
-
-
-def storage_sizes(tensors: Iterator[Tensor] | list[Tensor]) -> dict[Hashable, int]:
-    """The storages the tensors use and their bytes, each storage once (views share theirs), keyed by where they
-    are (device, address): traces that share a storage (a continued trace holds its beginning's) share its key."""
-    seen: dict[Hashable, int] = {}
-    for t in tensors:
-        s = t.untyped_storage()
-        try:
-            key, size = (t.device, s.data_ptr()), s.nbytes()
-        except RuntimeError:  # a tensor subclass that wraps another (no storage of its own): its own bytes
-            key, size = id(t), t.numel() * t.element_size()
-        seen[key] = max(seen.get(key, 0), size)
-    return seen
-
-
-def storage_nbytes(tensors: Iterator[Tensor] | list[Tensor]) -> int:
-    """The bytes the tensors' storages take, each storage counted once (views share theirs)."""
-    return sum(storage_sizes(tensors).values())
-
-
-class BlockCache:
-    """Recently recomputed blocks, the least recently used dropped first once there are more than `max_blocks` or
-    they take more than `max_bytes` (the one computed last is always kept). Thread-safe: a block that two threads
-    ask for at once is computed once."""
-
-    def __init__(self, max_blocks: int | None = 2, max_bytes: int | None = None) -> None:
-        if (max_blocks is not None and max_blocks < 1) or (max_bytes is not None and max_bytes < 0):
-            raise ValueError("a block cache keeps at least one block")
-        self.max_blocks, self.max_bytes = max_blocks, max_bytes
-        self._items: OrderedDict[Hashable, tuple[BlockValues, int]] = OrderedDict()
-        self._inflight: dict[Hashable, Future[BlockValues]] = {}
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = self.misses = 0
-
-    @property
-    def nbytes(self) -> int:
-        return self._bytes
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def get(self, key: Hashable, compute: Callable[[], BlockValues]) -> BlockValues:
-        """The block under `key`, computed by `compute()` when it is not kept."""
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is not None:
-                self.hits += 1
-                self._items.move_to_end(key)
-                return hit[0]
-            self.misses += 1
-            pending = self._inflight.get(key)
-            if pending is None:
-                mine = self._inflight[key] = Future()
-        if pending is not None:  # another thread computes it now
-            return pending.result()
-        try:
-            values = compute()
-            mine.set_result(values)
-        except BaseException as e:
-            mine.set_exception(e)
-            raise
-        finally:
-            with self._lock:
-                del self._inflight[key]
-        self.put(key, values)
-        return values
-
-    def peek(self, key: Hashable) -> BlockValues | None:
-        """The block under `key` if it is kept (nothing computed, nothing counted)."""
-        with self._lock:
-            hit = self._items.get(key)
-            return None if hit is None else hit[0]
-
-    def put(self, key: Hashable, values: BlockValues) -> None:
-        """Keep `values` under `key` as the most recent block (a pass that recorded a block whole hands it over)."""
-        size = storage_nbytes(list(values.values()))
-        with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self._bytes -= old[1]
-            self._items[key] = (values, size)
-            self._bytes += size
-            self._evict()
-
-    def resize(self, max_bytes: int) -> None:
-        """Keep at most `max_bytes` from now on (the least recently used blocks go now if they take more; the one
-        computed last stays)."""
-        if max_bytes < 0:
-            raise ValueError("a block cache's budget cannot be negative")
-        with self._lock:
-            self.max_bytes = max_bytes
-            self._evict()
-
-    def _evict(self) -> None:  # under the lock
-        while len(self._items) > 1 and ((self.max_blocks is not None and len(self._items) > self.max_blocks)
-                                        or (self.max_bytes is not None and self._bytes > self.max_bytes)):
-            _, (_, n) = self._items.popitem(last=False)
-            self._bytes -= n
-
-    def stats(self) -> dict[str, int | float]:
-        return {"blocks": len(self._items), "mb": round(self._bytes / 2**20, 1), "hits": self.hits,
-                "misses": self.misses}
