@@ -29,6 +29,7 @@ from .devices import float64_device
 from .errors import InputError
 from .loading.tokenizer import TextTokenizer
 from .models.decoder import Decoder
+from .names import block_name
 from .trace import Trace
 
 Kind = Literal["embed", "pos_embed", "head", "attn_bias", "mlp", "expert"]
@@ -179,29 +180,29 @@ def direct_logit_attribution(net: Decoder, tokenizer: TextTokenizer, trace: Trac
     heads = torch.zeros(L, H, dtype=f64, device="cpu")  # the answer
     experts = torch.zeros(L, cfg.n_experts, dtype=f64, device="cpu") if cfg.n_experts is not None else None
     for layer in range(L):
-        W_O = net.weight(f"blocks.{layer}.attn.W_O")  # (H, Dh, D)
+        W_O = net.weight(block_name(layer, "attn.W_O"))  # (H, Dh, D)
         there = float64_device(W_O.device)
-        z = trace[f"blocks.{layer}.attn.z"][:, p].to(there, f64)  # (H, Dh)
+        z = trace[block_name(layer, "attn.z")][:, p].to(there, f64)  # (H, Dh)
         per_head = torch.einsum("hd,hde->he", z, W_O.to(there, f64))  # (H, D): what each head wrote at p
         if cfg.arch.sandwich_norm:  # the norm after attention, its scale frozen at p too: linear in each head
-            per_head = per_head * (net.weight(f"blocks.{layer}.ln1_post.w").to(there, f64)
-                                   / trace[f"blocks.{layer}.ln1_post.rms"][p].to(there, f64))
+            per_head = per_head * (net.weight(block_name(layer, "ln1_post.w")).to(there, f64)
+                                   / trace[block_name(layer, "ln1_post.rms")][p].to(there, f64))
         if layer_norm:
             per_head = per_head - per_head.mean(-1, keepdim=True)
         heads[layer] = per_head.to(here) @ along
         comps += [Component("head", layer, h, float(heads[layer, h])) for h in range(H)]
-        if f"blocks.{layer}.attn.b_O" in weights:
-            comps.append(Component("attn_bias", layer, None, contribution(net.weight(f"blocks.{layer}.attn.b_O"))))
+        if block_name(layer, "attn.b_O") in weights:
+            b_O = net.weight(block_name(layer, "attn.b_O"))
+            comps.append(Component("attn_bias", layer, None, contribution(b_O)))
         if experts is not None and cfg.has_experts(layer):  # each chosen expert's output times its weight
-            mlp = f"blocks.{layer}.mlp."
-            chosen = trace[mlp + "expert_indices"][p].tolist()
-            written = (trace[mlp + "expert_weights"][p].to(here, f64)[:, None]
-                       * trace[mlp + "expert_out"][p].to(here, f64))
+            chosen = trace[block_name(layer, "mlp.expert_indices")][p].tolist()
+            written = (trace[block_name(layer, "mlp.expert_weights")][p].to(here, f64)[:, None]
+                       * trace[block_name(layer, "mlp.expert_out")][p].to(here, f64))
             for e, part in zip(chosen, (written @ along).tolist(), strict=True):
                 experts[layer, e] = part
                 comps.append(Component("expert", layer, None, float(part), expert=e))
         else:
-            comps.append(Component("mlp", layer, None, contribution(trace[f"blocks.{layer}.mlp_out"][p])))
+            comps.append(Component("mlp", layer, None, contribution(trace[block_name(layer, "mlp_out")][p])))
 
     logits = trace["logits"][p].to(here, f64)
     metric = float(logits[t] - (logits[v] if v is not None else 0))

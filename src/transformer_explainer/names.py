@@ -475,6 +475,17 @@ def block_name(layer: int, suffix: str) -> str:
     return f"blocks.{layer}.{suffix}"
 
 
+def block_part(layer: int) -> str:
+    """`block_part(3) -> "blocks.3"`: block 3 as one part of the model (a recorder's scope, a device map's key)."""
+    return f"blocks.{layer}"
+
+
+def blocks_label(layers: str, suffix: str) -> str:
+    """A stage of several blocks, as a list shows it: `blocks_label("*", "attn.q") -> "blocks.*.attn.q"`,
+    `blocks_label("1-5", "attn.q") -> "blocks.1-5.attn.q"`."""
+    return f"blocks.{layers}.{suffix}"
+
+
 def block_prefix(layer: int) -> str:
     """`block_prefix(3) -> "blocks.3."`: what every name of block 3 begins with (a recorder's scope)."""
     return f"blocks.{layer}."

@@ -27,6 +27,7 @@ from .config import DecoderConfig
 from .errors import InputError
 from .models.decoder import Decoder
 from .models.recorder import Recorder
+from .names import block_name
 from .trace import Trace
 
 Kind = Literal["resid_pre", "attn_out", "mlp_out", "heads"]
@@ -124,7 +125,7 @@ def patched_metrics(net: Decoder, ids: list[int], layer: int, kind: Kind, cells:
     With `resid` (T, D), the corrupted run's residual stream entering block `layer`, the runs start there."""
     B, device = len(cells), net.embed.weight.device  # the ids go where the embedding is
     rows = torch.arange(B, device=clean.device)
-    patches = {f"blocks.{layer}.{SITE[kind]}": _replace(rows, list(cells), clean)}
+    patches = {block_name(layer, SITE[kind]): _replace(rows, list(cells), clean)}
     batch = torch.tensor([ids] * B, device=device)
     rec = Recorder(patches=patches, store=False)
     if resid is None:
@@ -144,7 +145,7 @@ def residuals_entering_blocks(net: Decoder, ids: list[int]) -> list[Tensor]:
         out.append(x[0].clone())
         return x
 
-    patches = {f"blocks.{i}.resid_pre": keep for i in range(net.config.n_layer)}
+    patches = {block_name(i, "resid_pre"): keep for i in range(net.config.n_layer)}
     net(torch.tensor([ids], device=net.embed.weight.device), rec=Recorder(patches=patches, store=False),
         logits_for="last")
     return out
@@ -179,7 +180,7 @@ def activation_patching(net: Decoder, clean: Trace, corrupted_ids: list[int], co
     done = 0
     entering = residuals_entering_blocks(net, corrupted_ids)  # the same for every patched run of a block
     # the clean values block by block: a trace runs each block again once for all of its sites
-    clean_values = {(k, layer): clean[f"blocks.{layer}.{SITE[k]}"] for layer in range(L) for k in what}
+    clean_values = {(k, layer): clean[block_name(layer, SITE[k])] for layer in range(L) for k in what}
     for kind, layer in jobs:
         value = clean_values[kind, layer]
         n = H if kind == "heads" else T

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ..config import DecoderConfig
 from ..families.hf import FULL, SLIDING
-from ..names import is_weight, parse_name, weight_names
+from ..names import block_part, is_weight, parse_name, weight_names
 from .kernels import Linear, inference_layout_
 from .kv_cache import KV, KVCache, KVSlot
 from .layers import (
@@ -230,7 +230,7 @@ class Decoder(nn.Module):
         for i in range(start_layer, c.n_layer):
             block = self.blocks[i]
             x, rope = _moved(x, ropes, device_of(block))
-            x, _ = block(x, rope.get(c.layer_type(i)), scope(rec, f"blocks.{i}"),
+            x, _ = block(x, rope.get(c.layer_type(i)), scope(rec, block_part(i)),
                          None if cache is None else cache.slot(i))
         if logits_for == "last" and rec is None:
             x = x[:, -1:, :]

@@ -22,6 +22,7 @@ from torch import nn
 
 from ..devices import resolve_device
 from ..errors import InputError
+from ..names import block_part
 from .decoder import Decoder, device_of
 
 DeviceMap = dict[str, torch.device]  # our top-level module name ("embed", "blocks.3", ...) -> its device
@@ -35,7 +36,7 @@ _ACCELERATE_NAMES = {"embed": "wte", "unembed": "lm_head"}
 def part_names(net: Decoder) -> list[str]:
     """The parts a map places, in the order of the computation."""
     names = ["embed"] + (["pos_embed"] if net.pos_embed is not None else [])
-    return names + [f"blocks.{i}" for i in range(net.config.n_layer)] + ["ln_final", "unembed"]
+    return names + [block_part(i) for i in range(net.config.n_layer)] + ["ln_final", "unembed"]
 
 
 def current_map(net: Decoder) -> DeviceMap:
@@ -109,7 +110,7 @@ def expand_map(net: Decoder, given: Mapping[str, MapValue]) -> dict[str, MapValu
                                  f"(the embedding, each block, the final norm, the unembedding)")
             raise InputError(f"the device map names {key!r}, which is no part of this model; the parts are "
                              f"embed, {'pos_embed, ' if 'pos_embed' in parts else ''}blocks.0 ... "
-                             f"blocks.{net.config.n_layer - 1}, ln_final and unembed")
+                             f"{block_part(net.config.n_layer - 1)}, ln_final and unembed")
     out = {}
     for part in parts:
         keys = [k for k in given if k == "" or part == k or part.startswith(k + ".")]

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from ..models.layers import LayerNorm
 from ..models.recorder import Recorder, scope
+from ..names import block_part
 from .config import Seq2SeqConfig
 
 
@@ -194,7 +195,7 @@ class Encoder(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor, rec: Recorder | None = None) -> Tensor:
         for i, block in enumerate(self.blocks):
-            x = block(x, mask, scope(rec, f"blocks.{i}"))
+            x = block(x, mask, scope(rec, block_part(i)))
         return x  # post-LN: the last block already ends in a LayerNorm, so none is added here
 
 
@@ -206,7 +207,7 @@ class Decoder(nn.Module):
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor,
                 rec: Recorder | None = None) -> Tensor:
         for i, block in enumerate(self.blocks):
-            x = block(x, memory, src_mask, tgt_mask, scope(rec, f"blocks.{i}"))
+            x = block(x, memory, src_mask, tgt_mask, scope(rec, block_part(i)))
         return x
 
 

@@ -16,6 +16,7 @@ from torch import Tensor
 from ..loading.tokenizer import TextTokenizer
 from ..models.decoder import Decoder
 from ..models.recorder import Recorder
+from ..names import block_name
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +161,7 @@ class MoeLMTask(LMTask):
             kept.append(logits)
             return logits
 
-        rec = Recorder(patches={f"blocks.{i}.mlp.router_logits": keep for i in c.moe_layers}, store=False)
+        rec = Recorder(patches={block_name(i, "mlp.router_logits"): keep for i in c.moe_layers}, store=False)
         logits = model(x, rec=rec)
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         return ce + self.aux_loss_coef * load_balancing_loss(kept, c.n_experts, c.top_k)
