@@ -4,19 +4,22 @@ Names follow TransformerLens (`blocks.3.attn.pattern`, `blocks.3.resid_post`, `l
 table feeds the Python trace, the JSON API and the TypeScript types of the web app, so nothing else
 builds a name by hand.
 
-One table per model family (`FAMILY_NAMES`, the key its declaration in `families/` has): GPT-2 (the
-tables without a prefix), the Llama family (Llama, Qwen2, Mistral; `LLAMA_`: RMSNorm, rotary positions,
-grouped-query attention, the gated MLP), Qwen3 (`QWEN3_`: the Llama family's names and QK-norm's) and
-Gemma 3 (`GEMMA3_`: Qwen3's and the sandwich norms', the scaled embedding, the local layers' rotation), and
-the mixtures of experts: Mixtral (`MIXTRAL_`: the Llama family's attention, the router and the experts in
-place of the MLP), Qwen3-MoE (`QWEN3_MOE_`: Qwen3's, the router and the experts, and the dense MLP's names
-for its blocks without experts) and OLMoE (`OLMOE_`: Mixtral's, with QK-norm over all heads together).
+One table per model family (`FAMILY_NAMES`, the key its declaration in `families/` has), derived from the
+declaration (`name_table`), so that a family is declared once: GPT-2's tables (those without a prefix), or
+for the rotary RMSNorm families the Llama family's (`LLAMA_`: RMSNorm, rotary positions, grouped-query
+attention, the gated MLP) with what each of the declaration's options adds or changes: QK-norm per head
+(Qwen3, Gemma 3) or over the whole projection (OLMoE), Gemma 3's sandwich and 1 + weight norms, scaled
+embedding, local layers and GeGLU, a mixture of experts' router and experts (Mixtral, Qwen3-MoE, OLMoE;
+Qwen3-MoE's blocks without experts keep the dense MLP's names), and the biases the checkpoints may have.
 Stages the families share keep one name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from .families import FAMILIES, Architecture, Family
 
 # Per-block activations: suffix -> (dims, what it is). Dims use: T query positions, S key positions
 # (S = T without a cache), H heads, G key/value heads, D d_model, Dh head dim, R = Dh/2 rotation
@@ -218,14 +221,16 @@ LLAMA_GLOBAL_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-# -- Qwen3: the Llama family's names, and QK-norm's ------------------------------------------------------
+# -- what a family's options add to the Llama family's names (`name_table` composes them) -----------------------
 
-def _with(table: dict[str, tuple[tuple[str, ...], str]], after: str | None = None,
-          add: dict[str, tuple[tuple[str, ...], str]] | None = None,
-          replace: dict[str, tuple[tuple[str, ...], str]] | None = None) -> dict[str, tuple[tuple[str, ...], str]]:
+Entry = tuple[tuple[str, ...], str]  # (dims, what it is)
+
+
+def _with(table: dict[str, Entry], after: str | None = None, add: dict[str, Entry] | None = None,
+          replace: dict[str, Entry] | None = None) -> dict[str, Entry]:
     """A copy of `table` (its order kept) with entries replaced, and `add` inserted after `after` (at the end
-    when None): the tables of a family that grows out of another."""
-    out: dict[str, tuple[tuple[str, ...], str]] = {}
+    when None)."""
+    out: dict[str, Entry] = {}
     for key, entry in table.items():
         out[key] = (replace or {}).get(key, entry)
         if key == after:
@@ -235,7 +240,12 @@ def _with(table: dict[str, tuple[tuple[str, ...], str]], after: str | None = Non
     return out
 
 
-QK_NORM_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
+def _without(table: dict[str, Entry], *keys: str) -> dict[str, Entry]:
+    return {k: v for k, v in table.items() if k not in keys}
+
+
+# QK-norm: an RMSNorm over each head's query and key (Qwen3, Gemma 3), before the rotation
+QK_NORM_ACTIVATIONS: dict[str, Entry] = {
     "attn.q_norm.rms": (("H", "T"), "root mean square of each head's query at each position, sqrt(mean(q^2) + eps): "
                                     "what QK-norm divides it by"),
     "attn.q_norm.normalized": (("H", "T", "Dh"), "q / rms"),
@@ -246,36 +256,54 @@ QK_NORM_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "attn.k_norm.out": (("G", "T", "Dh"), "k / rms * scale: each key brought to a fixed size, before the rotation"
                                           + KV_SLICE),
 }
-QWEN3_BLOCK_ACTIVATIONS = _with(LLAMA_BLOCK_ACTIVATIONS, after="attn.k", add=QK_NORM_ACTIVATIONS, replace={
+# OLMoE's QK-norm is one RMSNorm over the whole query projection (all heads side by side), one over the keys'
+QK_NORM_OVER_PROJECTION_ACTIVATIONS: dict[str, Entry] = {
+    "attn.q_norm.rms": (("T",), "root mean square of all heads' queries together at each position, over the "
+                                "H*Dh values: what QK-norm divides them by"),
+    "attn.q_norm.normalized": (("T", "H*Dh"), "the queries / rms, the heads side by side"),
+    "attn.q_norm.out": (("T", "H*Dh"), "normalized * scale: every head's query brought to a fixed size together, "
+                                       "before the split into heads and the rotation"),
+    "attn.k_norm.rms": (("T",), "root mean square of all key/value heads' keys together at each new position"),
+    "attn.k_norm.normalized": (("T", "G*Dh"), "the keys / rms, the key/value heads side by side"),
+    "attn.k_norm.out": (("T", "G*Dh"), "normalized * scale: the keys brought to a fixed size together, before the "
+                                       "rotation"),
+}
+QK_NORMED_QKV: dict[str, Entry] = {  # the queries and keys around the norm
     "attn.q": (("H", "T", "Dh"), "queries, ln1.out @ W_Q, split into heads, before their norm and the rotation"),
     "attn.k": (("G", "T", "Dh"), "keys of the new positions before their norm and the rotation, one set per "
                                  "key/value head" + KV_SLICE),
     "attn.rot_q": (("H", "T", "Dh"), "the normed queries rotated by their position's angles (RoPE)"),
     "attn.rot_k": (("G", "S", "Dh"), "the normed keys rotated by their position's angles (RoPE): what the cache "
                                      "keeps" + KV_SLICE),
-})
-QWEN3_GLOBAL_ACTIVATIONS = LLAMA_GLOBAL_ACTIVATIONS
-def _without(table: dict[str, tuple[tuple[str, ...], str]], *keys: str) -> dict[str, tuple[tuple[str, ...], str]]:
-    return {k: v for k, v in table.items() if k not in keys}
-
-
-MLP_BIASES = ("mlp.b_gate", "mlp.b_in", "mlp.b_out")
-QWEN3_BLOCK_WEIGHTS = _with(_without(LLAMA_BLOCK_WEIGHTS, *MLP_BIASES), after="attn.b_V", add={
+}
+QK_NORM_WEIGHTS: dict[str, Entry] = {
     "attn.q_norm.w": (("Dh",), "QK-norm's scale of the queries, the same for every head"),
     "attn.k_norm.w": (("Dh",), "QK-norm's scale of the keys, the same for every head"),
-}, replace={
-    "attn.b_Q": (("H", "Dh"), "query bias per head (with attention_bias; absent where the model has none)"),
-    "attn.b_K": (("G", "Dh"), "key bias per key/value head (with attention_bias)" + KV_SLICE),
-    "attn.b_V": (("G", "Dh"), "value bias per key/value head (with attention_bias)" + KV_SLICE),
-    "attn.b_O": (("D",), "output projection bias (with attention_bias)"),
-})
-QWEN3_GLOBAL_WEIGHTS = LLAMA_GLOBAL_WEIGHTS
-QWEN3_DERIVATIONS = LLAMA_DERIVATIONS
+}
+QK_NORM_OVER_PROJECTION_WEIGHTS: dict[str, Entry] = {
+    "attn.q_norm.w": (("H*Dh",), "QK-norm's scale of the queries, one per value of the whole projection"),
+    "attn.k_norm.w": (("G*Dh",), "QK-norm's scale of the keys, one per value of the whole projection"),
+}
+
+# the biases a family's checkpoints may have (`Family.biases`): each with the option that adds it
+BIASES: dict[str, dict[str, Entry]] = {
+    "qkv": {"attn.b_Q": (("H", "Dh"), "query bias per head"),
+            "attn.b_K": (("G", "Dh"), "key bias per key/value head"),
+            "attn.b_V": (("G", "Dh"), "value bias per key/value head")},
+    "o": {"attn.b_O": (("D",), "output projection bias")},
+    "mlp": {"mlp.b_gate": (("M",), "MLP gate bias"), "mlp.b_in": (("M",), "MLP up bias"),
+            "mlp.b_out": (("D",), "MLP down bias")},
+}
+BIAS_AFTER = {"attn.b_Q": "attn.W_V", "attn.b_O": "attn.W_O", "mlp.b_gate": "mlp.W_gate", "mlp.b_in": "mlp.W_in",
+              "mlp.b_out": "mlp.W_out"}  # where each group's first bias goes (the next ones follow it)
+ATTN_BIASES = ("attn.b_Q", "attn.b_K", "attn.b_V", "attn.b_O")
+MLP_BIASES = ("mlp.b_gate", "mlp.b_in", "mlp.b_out")
+DENSE_MLP_WEIGHTS = ("mlp.W_gate", "mlp.W_in", "mlp.W_out")
 
 
-# -- Gemma 3: Qwen3's names, the sandwich norms', the scaled embedding, the local layers' rotation -----------
-
-def _rms_stages(prefix: str, what: str) -> dict[str, tuple[tuple[str, ...], str]]:
+# Gemma 3: norms that scale by 1 + weight, a norm after attention and after the MLP (sandwich), the scaled
+# embedding, local layers with their own rotation, scores scaled by query_pre_attn_scalar, GeGLU
+def _rms_stages(prefix: str, what: str) -> dict[str, Entry]:
     return {
         f"{prefix}.rms": (("T",), f"root mean square of each position's vector, {what}"),
         f"{prefix}.normalized": (("T", "D"), "x / rms"),
@@ -283,61 +311,55 @@ def _rms_stages(prefix: str, what: str) -> dict[str, tuple[tuple[str, ...], str]
     }
 
 
-GEMMA3_BLOCK_ACTIVATIONS = _with(
-    _with(
-        _with(QWEN3_BLOCK_ACTIVATIONS, after="attn.concat", add={
-            "attn.out": (("T", "D"), "concat @ W_O: attention's output, before its norm (ln1_post)"),
-            **_rms_stages("ln1_post", "the norm after attention"),
-        }),
-        after="mlp.post", add={
-            "mlp.out": (("T", "D"), "mlp.post @ W_out: the MLP's output, before its norm (ln2_post)"),
-            **_rms_stages("ln2_post", "the norm after the MLP"),
-        }),
-    replace={
-        "ln1.out": (("T", "D"), "normalized * (1 + weight): the attention input"),
-        "ln2.out": (("T", "D"), "normalized * (1 + weight): the MLP input"),
-        "attn.q_norm.out": (("H", "T", "Dh"), "q / rms * (1 + weight): each head's query brought to a fixed size, "
-                                              "before the rotation"),
-        "attn.k_norm.out": (("G", "T", "Dh"), "k / rms * (1 + weight): each key brought to a fixed size, before the "
-                                              "rotation" + KV_SLICE),
-        "attn.scaled_scores": (("H", "T", "S"), "scores / sqrt(query_pre_attn_scalar)"),
-        "attn.masked_scores": (("H", "T", "S"), "scaled scores with -inf where the key is after the query, and in a "
-                                                "local layer where it is sliding_window or more positions before it"),
-        "attn_out": (("T", "D"), "ln1_post.out: what attention adds to the residual stream"),
-        "mlp.act": (("T", "M"), "GELU(gate), tanh approximation: GeGLU's gate"),
-        "mlp_out": (("T", "D"), "ln2_post.out: what the MLP adds to the residual stream"),
-    })
-GEMMA3_GLOBAL_ACTIVATIONS = _with(LLAMA_GLOBAL_ACTIVATIONS, after="rope.angles", add={
-    "rope.local_angles": (("T", "R"), "the same for the local (sliding-window) layers, whose rotary base is their "
-                                      "own (rope_local_base_freq)"),
-    "embed.scaled": (("T", "D"), "embed.token * sqrt(d_model), rounded to the model's dtype: the input of block 0"),
-}, replace={
-    "embed.token": (("T", "D"), "row of the token embedding matrix W_E for each token, before the scaling"),
-    "rope.angles": (("T", "R"), "rotation angle of each position for each pair of a head's dimensions, in the "
-                                "global layers: position * frequency (base rope_theta)"),
-    "ln_final.out": (("T", "D"), "normalized * (1 + weight): the unembedding input"),
-})
-GEMMA3_BLOCK_WEIGHTS = _with(_with(_without(QWEN3_BLOCK_WEIGHTS, "attn.b_Q", "attn.b_K", "attn.b_V", "attn.b_O"),
-                                   after="attn.W_O", add={
-    "ln1_post.w": (("D",), "the norm after attention: its effective scale, 1 + weight"),
-}), add={"ln2_post.w": (("D",), "the norm after the MLP: its effective scale, 1 + weight")}, replace={
+SANDWICH_AFTER_ATTENTION: dict[str, Entry] = {
+    "attn.out": (("T", "D"), "concat @ W_O: attention's output, before its norm (ln1_post)"),
+    **_rms_stages("ln1_post", "the norm after attention"),
+}
+SANDWICH_AFTER_MLP: dict[str, Entry] = {
+    "mlp.out": (("T", "D"), "mlp.post @ W_out: the MLP's output, before its norm (ln2_post)"),
+    **_rms_stages("ln2_post", "the norm after the MLP"),
+}
+SANDWICH_OUTPUTS: dict[str, Entry] = {
+    "attn_out": (("T", "D"), "ln1_post.out: what attention adds to the residual stream"),
+    "mlp_out": (("T", "D"), "ln2_post.out: what the MLP adds to the residual stream"),
+}
+OFFSET_NORM_OUTPUTS: dict[str, Entry] = {
+    "ln1.out": (("T", "D"), "normalized * (1 + weight): the attention input"),
+    "ln2.out": (("T", "D"), "normalized * (1 + weight): the MLP input"),
+}
+OFFSET_QK_NORM_OUTPUTS: dict[str, Entry] = {
+    "attn.q_norm.out": (("H", "T", "Dh"), "q / rms * (1 + weight): each head's query brought to a fixed size, "
+                                          "before the rotation"),
+    "attn.k_norm.out": (("G", "T", "Dh"), "k / rms * (1 + weight): each key brought to a fixed size, before the "
+                                          "rotation" + KV_SLICE),
+}
+OFFSET_NORM_WEIGHTS: dict[str, Entry] = {
     "ln1.w": (("D",), "first RMSNorm: its effective scale, 1 + weight (the checkpoint stores the weight)"),
     "ln2.w": (("D",), "the norm before the MLP: its effective scale, 1 + weight"),
     "attn.q_norm.w": (("Dh",), "QK-norm's effective scale of the queries, 1 + weight, the same for every head"),
     "attn.k_norm.w": (("Dh",), "QK-norm's effective scale of the keys, 1 + weight, the same for every head"),
-})
-GEMMA3_GLOBAL_WEIGHTS = _with(LLAMA_GLOBAL_WEIGHTS, replace={
-    "ln_final.w": (("D",), "final RMSNorm: its effective scale, 1 + weight"),
-})
-GEMMA3_DERIVATIONS: dict[str, Derivation] = {
-    **LLAMA_DERIVATIONS,
-    "embed.scaled": Derivation("same", ("blocks.0.resid_pre",)),
 }
+SCALED_BY_QUERY_PRE_ATTN_SCALAR: Entry = (("H", "T", "S"), "scores / sqrt(query_pre_attn_scalar)")
+MASKED_IN_LOCAL_LAYERS: Entry = (("H", "T", "S"), "scaled scores with -inf where the key is after the query, and "
+                                                  "in a local layer where it is sliding_window or more positions "
+                                                  "before it")
+GEGLU_ACT: Entry = (("T", "M"), "GELU(gate), tanh approximation: GeGLU's gate")
+LOCAL_ANGLES: dict[str, Entry] = {
+    "rope.local_angles": (("T", "R"), "the same for the local (sliding-window) layers, whose rotary base is their "
+                                      "own (rope_local_base_freq)"),
+}
+GLOBAL_LAYERS_ANGLES: Entry = (("T", "R"), "rotation angle of each position for each pair of a head's dimensions, "
+                                           "in the global layers: position * frequency (base rope_theta)")
+SCALED_EMBEDDING: dict[str, Entry] = {
+    "embed.scaled": (("T", "D"), "embed.token * sqrt(d_model), rounded to the model's dtype: the input of block 0"),
+}
+TOKEN_BEFORE_SCALING: Entry = (("T", "D"), "row of the token embedding matrix W_E for each token, before the scaling")
+OFFSET_FINAL_NORM_OUT: Entry = (("T", "D"), "normalized * (1 + weight): the unembedding input")
+OFFSET_FINAL_NORM_WEIGHT: Entry = (("D",), "final RMSNorm: its effective scale, 1 + weight")
 
 
-# -- mixtures of experts: Mixtral (the Llama family's attention), Qwen3-MoE (Qwen3's), OLMoE -------------------
-
-MOE_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
+# mixtures of experts (Mixtral, Qwen3-MoE, OLMoE): the router and the experts in place of the dense MLP
+MOE_ACTIVATIONS: dict[str, Entry] = {
     "mlp.router_logits": (("T", "E"), "ln2.out @ W_router: the router's score of each expert for each token"),
     "mlp.router_probs": (("T", "E"), "softmax over all experts of the router logits, in float32: each token's "
                                      "probability of each expert"),
@@ -351,66 +373,37 @@ MOE_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 MOE_STAGES = tuple(MOE_ACTIVATIONS)
 DENSE_MLP_STAGES = ("mlp.gate", "mlp.up", "mlp.act", "mlp.post")
-MOE_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
+MOE_WEIGHTS: dict[str, Entry] = {
     "mlp.W_router": (("D", "E"), "the router: ln2.out @ W_router gives each expert's score (router_logits)"),
     "mlp.experts.W_gate": (("E", "D", "M"), "each expert's gate projection (M: an expert's width)"),
     "mlp.experts.W_in": (("E", "D", "M"), "each expert's up projection (the linear branch)"),
     "mlp.experts.W_out": (("E", "M", "D"), "each expert's down projection back to d_model"),
 }
-MOE_MLP_OUT = (("T", "D"), "mlp.out: what the mixture of experts adds to the residual stream")
-ALL_MLP_WEIGHTS = ("mlp.W_gate", "mlp.b_gate", "mlp.W_in", "mlp.b_in", "mlp.W_out", "mlp.b_out")
-ATTN_BIASES = ("attn.b_Q", "attn.b_K", "attn.b_V", "attn.b_O")
-
-MIXTRAL_BLOCK_ACTIVATIONS = _with(_without(LLAMA_BLOCK_ACTIVATIONS, *DENSE_MLP_STAGES), after="ln2.out",
-                                  add=MOE_ACTIVATIONS, replace={"mlp_out": MOE_MLP_OUT})
-MIXTRAL_BLOCK_WEIGHTS = _with(_without(LLAMA_BLOCK_WEIGHTS, *ALL_MLP_WEIGHTS, *ATTN_BIASES), add=MOE_WEIGHTS)
-
-QWEN3_MOE_BLOCK_ACTIVATIONS = _with(QWEN3_BLOCK_ACTIVATIONS, after="mlp.post", add=MOE_ACTIVATIONS, replace={
+MOE_MLP_OUT: Entry = (("T", "D"), "mlp.out: what the mixture of experts adds to the residual stream")
+# a mixture some of whose blocks have a dense MLP (Qwen3-MoE): the dense stages and weights say so
+DENSE_BLOCKS_STAGES: dict[str, Entry] = {
     "mlp.gate": (("T", "M"), "blocks without experts: ln2.out @ W_gate, the gate before its activation"),
     "mlp.up": (("T", "M"), "blocks without experts: ln2.out @ W_in, the linear branch"),
     "mlp.act": (("T", "M"), "blocks without experts: SiLU(gate) = gate * sigmoid(gate)"),
     "mlp.post": (("T", "M"), "blocks without experts: act * up, the gated hidden layer"),
     "mlp_out": (("T", "D"), "what the MLP adds to the residual stream: mlp.out in a block with experts, "
                             "mlp.post @ W_out in one without"),
-})
-QWEN3_MOE_BLOCK_WEIGHTS = _with(QWEN3_BLOCK_WEIGHTS, add=MOE_WEIGHTS, replace={
+}
+DENSE_BLOCKS_WEIGHTS: dict[str, Entry] = {
     "mlp.W_gate": (("D", "M"), "blocks without experts: the MLP's gate projection"),
     "mlp.W_in": (("D", "M"), "blocks without experts: the MLP's up projection"),
     "mlp.W_out": (("M", "D"), "blocks without experts: the MLP's down projection"),
-})
-
-# OLMoE's QK-norm is one RMSNorm over the whole query projection (all heads side by side), one over the keys'
-OLMOE_QK_NORM_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
-    "attn.q_norm.rms": (("T",), "root mean square of all heads' queries together at each position, over the "
-                                "H*Dh values: what QK-norm divides them by"),
-    "attn.q_norm.normalized": (("T", "H*Dh"), "the queries / rms, the heads side by side"),
-    "attn.q_norm.out": (("T", "H*Dh"), "normalized * scale: every head's query brought to a fixed size together, "
-                                       "before the split into heads and the rotation"),
-    "attn.k_norm.rms": (("T",), "root mean square of all key/value heads' keys together at each new position"),
-    "attn.k_norm.normalized": (("T", "G*Dh"), "the keys / rms, the key/value heads side by side"),
-    "attn.k_norm.out": (("T", "G*Dh"), "normalized * scale: the keys brought to a fixed size together, before the "
-                                       "rotation"),
 }
-OLMOE_BLOCK_ACTIVATIONS = _with(MIXTRAL_BLOCK_ACTIVATIONS, after="attn.k", add=OLMOE_QK_NORM_ACTIVATIONS, replace={
-    "attn.q": QWEN3_BLOCK_ACTIVATIONS["attn.q"],
-    "attn.k": QWEN3_BLOCK_ACTIVATIONS["attn.k"],
-    "attn.rot_q": QWEN3_BLOCK_ACTIVATIONS["attn.rot_q"],
-    "attn.rot_k": QWEN3_BLOCK_ACTIVATIONS["attn.rot_k"],
-})
-OLMOE_BLOCK_WEIGHTS = _with(_without(QWEN3_BLOCK_WEIGHTS, *ALL_MLP_WEIGHTS), add=MOE_WEIGHTS, replace={
-    "attn.q_norm.w": (("H*Dh",), "QK-norm's scale of the queries, one per value of the whole projection"),
-    "attn.k_norm.w": (("G*Dh",), "QK-norm's scale of the keys, one per value of the whole projection"),
-})
 
 
 @dataclass(frozen=True)
 class NameTable:
     """The names one model family answers."""
 
-    block_activations: dict[str, tuple[tuple[str, ...], str]]
-    global_activations: dict[str, tuple[tuple[str, ...], str]]
-    block_weights: dict[str, tuple[tuple[str, ...], str]]
-    global_weights: dict[str, tuple[tuple[str, ...], str]]
+    block_activations: dict[str, Entry]
+    global_activations: dict[str, Entry]
+    block_weights: dict[str, Entry]
+    global_weights: dict[str, Entry]
     derivations: dict[str, Derivation]  # stages computed from recorded ones
     globals_before_blocks: tuple[str, ...]  # the global activations computed before block 0
     # a family whose blocks may have experts or a dense MLP (Qwen3-MoE): the stages only the one kind has
@@ -428,24 +421,99 @@ class NameTable:
         return recorded_sources(self.derivations)
 
 
-FAMILY_NAMES: dict[str, NameTable] = {
-    "gpt2": NameTable(BLOCK_ACTIVATIONS, GLOBAL_ACTIVATIONS, BLOCK_WEIGHTS, GLOBAL_WEIGHTS, DERIVATIONS,
-                      ("embed.token", "embed.position", "embed.sum")),
-    "llama": NameTable(LLAMA_BLOCK_ACTIVATIONS, LLAMA_GLOBAL_ACTIVATIONS, LLAMA_BLOCK_WEIGHTS, LLAMA_GLOBAL_WEIGHTS,
-                       LLAMA_DERIVATIONS, ("embed.token", "rope.angles")),
-    "qwen3": NameTable(QWEN3_BLOCK_ACTIVATIONS, QWEN3_GLOBAL_ACTIVATIONS, QWEN3_BLOCK_WEIGHTS, QWEN3_GLOBAL_WEIGHTS,
-                       QWEN3_DERIVATIONS, ("embed.token", "rope.angles")),
-    "gemma3": NameTable(GEMMA3_BLOCK_ACTIVATIONS, GEMMA3_GLOBAL_ACTIVATIONS, GEMMA3_BLOCK_WEIGHTS,
-                        GEMMA3_GLOBAL_WEIGHTS, GEMMA3_DERIVATIONS,
-                        ("embed.token", "rope.angles", "rope.local_angles", "embed.scaled")),
-    "mixtral": NameTable(MIXTRAL_BLOCK_ACTIVATIONS, LLAMA_GLOBAL_ACTIVATIONS, MIXTRAL_BLOCK_WEIGHTS,
-                         LLAMA_GLOBAL_WEIGHTS, LLAMA_DERIVATIONS, ("embed.token", "rope.angles"), MOE_STAGES),
-    "qwen3_moe": NameTable(QWEN3_MOE_BLOCK_ACTIVATIONS, QWEN3_GLOBAL_ACTIVATIONS, QWEN3_MOE_BLOCK_WEIGHTS,
-                           QWEN3_GLOBAL_WEIGHTS, QWEN3_DERIVATIONS, ("embed.token", "rope.angles"), MOE_STAGES,
-                           DENSE_MLP_STAGES),
-    "olmoe": NameTable(OLMOE_BLOCK_ACTIVATIONS, LLAMA_GLOBAL_ACTIVATIONS, OLMOE_BLOCK_WEIGHTS, LLAMA_GLOBAL_WEIGHTS,
-                       LLAMA_DERIVATIONS, ("embed.token", "rope.angles"), MOE_STAGES),
-}
+GPT2_ARCH = Architecture(norm="layer", positions="learned", qkv="fused", mlp="gelu")
+
+
+def name_table(family: Family) -> NameTable:
+    """The names a family answers, from its declaration: GPT-2's tables for its architecture; for the rotary
+    RMSNorm families, the Llama family's tables with what each option of the declaration adds or changes
+    (QK-norm, the sandwich and 1 + weight norms, the scaled embedding, local layers, the attention scale,
+    GeGLU, a mixture of experts, the biases its checkpoints may have)."""
+    a = family.arch
+    if a.norm == "layer":
+        if a != GPT2_ARCH:
+            raise ValueError(f"{family.label}: names are written for LayerNorm with GPT-2's parts only")
+        return NameTable(BLOCK_ACTIVATIONS, GLOBAL_ACTIVATIONS, BLOCK_WEIGHTS, GLOBAL_WEIGHTS, DERIVATIONS,
+                         ("embed.token", "embed.position", "embed.sum"))
+    if a.positions != "rope" or a.qkv != "split" or a.mlp == "gelu":
+        raise ValueError(f"{family.label}: names are written for RMSNorm with rotary positions, q, k and v "
+                         "projected apart, and a gated MLP or experts")
+    acts = dict(LLAMA_BLOCK_ACTIVATIONS)
+    weights = _without(LLAMA_BLOCK_WEIGHTS, *ATTN_BIASES, *MLP_BIASES)
+    if a.qk_norm:
+        over_projection = a.qk_norm_scope == "projection"
+        acts = _with(acts, after="attn.k", replace=QK_NORMED_QKV,
+                     add=QK_NORM_OVER_PROJECTION_ACTIVATIONS if over_projection else QK_NORM_ACTIVATIONS)
+        weights = _with(weights, after="attn.W_V",
+                        add=QK_NORM_OVER_PROJECTION_WEIGHTS if over_projection else QK_NORM_WEIGHTS)
+    if a.sandwich_norm:
+        acts = _with(_with(acts, after="attn.concat", add=SANDWICH_AFTER_ATTENTION), after="mlp.post",
+                     add=SANDWICH_AFTER_MLP, replace=SANDWICH_OUTPUTS)
+        weights = _with(_with(weights, after="attn.W_O", add={
+            "ln1_post.w": (("D",), "the norm after attention: its effective scale, 1 + weight"),
+        }), add={"ln2_post.w": (("D",), "the norm after the MLP: its effective scale, 1 + weight")})
+    if a.norm_offset:
+        acts = _with(acts, replace={**OFFSET_NORM_OUTPUTS, **(OFFSET_QK_NORM_OUTPUTS if a.qk_norm else {})})
+        weights = _with(weights, replace=OFFSET_NORM_WEIGHTS)
+    if family.scores_scaled_by == "query_pre_attn_scalar":
+        acts = _with(acts, replace={"attn.scaled_scores": SCALED_BY_QUERY_PRE_ATTN_SCALAR})
+    if family.local_layers:
+        acts = _with(acts, replace={"attn.masked_scores": MASKED_IN_LOCAL_LAYERS})
+    if family.gated_activation == "gelu_tanh":
+        acts = _with(acts, replace={"mlp.act": GEGLU_ACT})
+    if a.mlp == "moe":
+        if family.dense_blocks:  # the dense MLP's stages and weights stay, for the blocks without experts
+            acts = _with(acts, after="mlp.post", add=MOE_ACTIVATIONS, replace=DENSE_BLOCKS_STAGES)
+            weights = _with(weights, replace=DENSE_BLOCKS_WEIGHTS)
+        else:
+            acts = _with(_without(acts, *DENSE_MLP_STAGES), after="ln2.out", add=MOE_ACTIVATIONS,
+                         replace={"mlp_out": MOE_MLP_OUT})
+            weights = _without(weights, *DENSE_MLP_WEIGHTS)
+        weights = _with(weights, add=MOE_WEIGHTS)
+    weights = _with_biases(weights, family.biases)
+
+    globals_ = dict(LLAMA_GLOBAL_ACTIVATIONS)
+    before = ("embed.token", "rope.angles")
+    if family.local_layers:
+        globals_ = _with(globals_, after="rope.angles", add=LOCAL_ANGLES,
+                         replace={"rope.angles": GLOBAL_LAYERS_ANGLES})
+        before += tuple(LOCAL_ANGLES)
+    derivations = dict(LLAMA_DERIVATIONS)
+    if a.embed_scale:
+        after = "rope.local_angles" if family.local_layers else "rope.angles"
+        globals_ = _with(globals_, after=after, add=SCALED_EMBEDDING,
+                         replace={"embed.token": TOKEN_BEFORE_SCALING})
+        before += tuple(SCALED_EMBEDDING)
+        derivations["embed.scaled"] = Derivation("same", ("blocks.0.resid_pre",))
+    global_weights = dict(LLAMA_GLOBAL_WEIGHTS)
+    if a.norm_offset:
+        globals_ = _with(globals_, replace={"ln_final.out": OFFSET_FINAL_NORM_OUT})
+        global_weights = _with(global_weights, replace={"ln_final.w": OFFSET_FINAL_NORM_WEIGHT})
+    moe = a.mlp == "moe"
+    return NameTable(acts, globals_, weights, global_weights, derivations, before,
+                     MOE_STAGES if moe else (), DENSE_MLP_STAGES if moe and family.dense_blocks else ())
+
+
+def _with_biases(weights: dict[str, Entry], biases: Mapping[str, str]) -> dict[str, Entry]:
+    """`weights` with the biases a family's checkpoints may have, each after its matrix and saying which option
+    adds it; the first of each option's biases says too that a model without the option has none."""
+    said: set[str] = set()
+    for group, option in biases.items():
+        previous = BIAS_AFTER[next(iter(BIASES[group]))]
+        if previous not in weights:  # a mixture of experts' MLP has no dense biases
+            continue
+        for name, (dims, what) in BIASES[group].items():
+            note = option if option in said else f"{option}; absent where the model has none"
+            said.add(option)
+            previous = BIAS_AFTER.get(name, previous)
+            what = f"{what} ({note})" + (KV_SLICE if "G" in dims else "")
+            weights = _with(weights, after=previous, add={name: (dims, what)})
+            previous = name
+    return weights
+
+
+# One table per family (`families.FAMILIES`, in its order), derived from its declaration.
+FAMILY_NAMES: dict[str, NameTable] = {name: name_table(f) for name, f in FAMILIES.items()}
 
 # How `head` (query head h of the model's H) slices a tensor: at the first of these dims the tensor
 # has, by the rule named. "query_head": index h itself; "kv_head_of_query": the key/value head that

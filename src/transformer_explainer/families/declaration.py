@@ -1,11 +1,12 @@
 """What a model family is: one declaration that says how its HF config maps to ours, which parts build
 its blocks, which HF parameter name each of our parameters has, and so what it can show (its
-capabilities, which the web app branches on). Its trace names are its entry in `names.FAMILY_NAMES`.
+capabilities, which the web app branches on). Its trace names are derived from the declaration
+(`names.name_table`: from `arch` and the naming facts below it) into `names.FAMILY_NAMES`.
 
 The model (`models/decoder.py`) is one composed decoder for every family: it reads the family's
-`Architecture` and builds each block from the parts named there. Adding a dense family is a file in
-this package (its declaration), its entry in `names.py`, and parts in `models/layers.py` only where it
-needs a kind of norm, attention or MLP that no family had before.
+`Architecture` and builds each block from the parts named there. Adding a family is a file in this
+package (its declaration) and its line in `FAMILIES` (`__init__.py`), with parts in `models/layers.py` and
+names in `names.py` only where it needs a kind of norm, attention or MLP that no family had before.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def _fill(pattern: str, m: re.Match[str]) -> str:
 class Family:
     """One model family, declared once."""
 
-    name: str  # our name for it: the key of names.FAMILY_NAMES and of the web app's tables
+    name: str  # our name for it: the key of FAMILIES, names.FAMILY_NAMES and the web app's tables
     label: str  # how people write it ("Gemma 3")
     architectures: Mapping[str, str]  # HF model_type -> the CausalLM class its checkpoints name
     arch: Architecture
@@ -94,6 +95,14 @@ class Family:
     base_prefix: str = ""  # HF's base model prefix: a bare base model's checkpoint lacks it
     ignored: tuple[str, ...] = ()  # suffixes of tensors a checkpoint may carry that are not weights (old buffers)
     special_tokens: bool = True  # BOS / EOS from tokenizer_config.json and config.json (GPT-2 has only its own)
+    # What its trace and weight names say beyond `arch` (`names.name_table` derives the family's names from these):
+    # the biases its checkpoints may have, "qkv" (on q, k and v), "o" (attention's output) or "mlp", each with the
+    # config option that adds it ("Llama with mlp_bias"); biases with the same option are one group
+    biases: Mapping[str, str] = field(default_factory=dict)
+    gated_activation: Literal["silu", "gelu_tanh"] = "silu"  # the gate's: SiLU (SwiGLU) or tanh-GELU (GeGLU)
+    scores_scaled_by: Literal["head_dim", "query_pre_attn_scalar"] = "head_dim"  # scores / sqrt(this)
+    local_layers: bool = False  # local and global layers alternate, each kind with its own rotary base (Gemma 3)
+    dense_blocks: bool = False  # a mixture of experts some of whose blocks may have a dense MLP (Qwen3-MoE)
 
     @cached_property
     def _patterns(self) -> list[tuple[re.Pattern[str], str, re.Pattern[str], str]]:

@@ -106,4 +106,7 @@ GEMMA3 = Family(
     check=check,
     config_keys={**LLAMA_CONFIG_KEYS, "rope_local_theta": "rope_local_base_freq"},
     base_prefix="model.",
+    gated_activation="gelu_tanh",
+    scores_scaled_by="query_pre_attn_scalar",
+    local_layers=True,
 )

@@ -123,4 +123,5 @@ LLAMA = Family(
     config_keys=LLAMA_CONFIG_KEYS,
     base_prefix="model.",
     ignored=("rotary_emb.inv_freq",),  # an old buffer
+    biases={"qkv": "Qwen2", "o": "Llama with attention_bias", "mlp": "Llama with mlp_bias"},
 )

@@ -79,4 +79,5 @@ OLMOE = Family(
     check=check,
     config_keys={**LLAMA_CONFIG_KEYS, **MOE_CONFIG_KEYS, "n_experts": "num_experts"},
     base_prefix="model.",
+    biases={"qkv": "with attention_bias", "o": "with attention_bias"},
 )

@@ -74,4 +74,5 @@ QWEN3 = Family(
     check=check,
     config_keys=LLAMA_CONFIG_KEYS,
     base_prefix="model.",
+    biases={"qkv": "with attention_bias", "o": "with attention_bias"},
 )

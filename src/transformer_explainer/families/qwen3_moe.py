@@ -111,4 +111,6 @@ QWEN3_MOE = Family(
     config_keys={**LLAMA_CONFIG_KEYS, **MOE_CONFIG_KEYS, "n_experts": "num_experts",
                  "d_expert": "moe_intermediate_size"},
     base_prefix="model.",
+    biases={"qkv": "with attention_bias", "o": "with attention_bias"},
+    dense_blocks=True,  # mlp_only_layers
 )
