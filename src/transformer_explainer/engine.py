@@ -217,8 +217,8 @@ class ExplainerModel:
         plan = PassMemory(self.net, memory, patches, past, start)
         rec = plan.recorder()
         last = self.net(self._input(ids), cache=cache, rec=rec, logits_for="last")[0, -1]
-        if cache is not None:
-            cache.ids.extend(ids)
+        if cache is not None:  # a new list: the one it held may be a trace's own (`KVCache(ids=trace.token_ids)`)
+            cache.ids = [*cache.ids, *ids]
         return Trace(model_name=self.name, config=self.config, text=self.tokenizer.decode(prefix + ids),
                      token_ids=list(ids), tokens=self.tokenizer.token_texts(ids),
                      memory=plan.values(rec, ids, self.net.weight("unembed.W_U"), last), start=start,

@@ -41,6 +41,16 @@ def test_a_kv_cache_remembers_the_ids_a_trace_put_in_it(tiny_model):
     assert step.text == tiny_model.tokenizer.decode(ids)
 
 
+def test_a_step_leaves_the_ids_it_was_given_alone(tiny_model):
+    ids = tiny_model.encode(TEXT)
+    first = tiny_model.trace_ids(ids[:4])
+    L = tiny_model.config.n_layer
+    cache = KVCache([(first[f"blocks.{i}.attn.k"][None], first[f"blocks.{i}.attn.v"][None]) for i in range(L)],
+                    ids=first.token_ids)
+    tiny_model.trace_ids(ids[4:], cache=cache)
+    assert first.token_ids == ids[:4] and cache.ids == ids
+
+
 def test_a_cache_filled_without_its_ids_is_refused_in_a_sentence(tiny_model):
     ids = tiny_model.encode(TEXT)
     cache = KVCache()
