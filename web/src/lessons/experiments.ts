@@ -8,8 +8,8 @@
 // web/tests/lessons/claims.experiments.ts); the words are in the catalogue under lesson.experiments.*.
 import { tick } from "svelte";
 import { SvelteSet } from "svelte/reactivity";
-import { api, call } from "../lib/client";
-import type { AblateOut, AnalogyOut, HeadsOut, ImportanceOut, LensOut, PruneOut, TokensOut } from "../lib/generated/api";
+import { api } from "../lib/client";
+import type { AblateOut, AnalogyOut, HeadsOut, ImportanceOut, LensOut, PruneOut } from "../lib/generated/api";
 import { claim, either, say, type Lesson, type LessonStep, type Sentence, type Text, type Value } from "../lib/lesson";
 import { dec, int, pct, token, word } from "../lib/lessonFormat";
 import { app } from "../lib/state.svelte";
@@ -17,6 +17,7 @@ import {
   ablateHead, ablationFor, headsInput, headsOf, importanceOf, inputKey, lensOf, loadAnalogy, loadHeads,
   loadImportance, loadLens, loadPrune, xp, type Arithmetic, type Metric, type TextChoice, type XInput, type XTab,
 } from "../pages/experiments/store.svelte";
+import { argBest, entry, lookUpAll } from "./reader";
 
 /** A text small models predict well (counting), for the head experiments when the learner's text is not one. */
 export const EXAMPLE_TEXT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,";
@@ -126,9 +127,8 @@ function imp(): ImportanceOut | null {
 
 /** The head whose ablation raises the loss most (the map's first), as [layer, head]. */
 function topHead(m: ImportanceOut): [number, number] {
-  let best: [number, number] = [0, 0];
-  m.loss_change.forEach((row, l) => row.forEach((v, h) => { if (v > m.loss_change[best[0]][best[1]]) best = [l, h]; }));
-  return best;
+  const n = m.loss_change[0]?.length || 1, i = argBest(m.loss_change.flat());
+  return [Math.floor(i / n), i % n];
 }
 
 // -- the steps -----------------------------------------------------------------------------------------
@@ -264,8 +264,7 @@ function pruningText(): Text {
     out.push(claim("lesson.experiments.pruning.knee", { safe: int("exp-prune-safe", knee), total: N, clean, rise,
       next: dec("exp-prune-knee-loss", losses[knee], "exp-prune") }));
   } else out.push(claim("lesson.experiments.pruning.noKnee", { total: N, clean, rise, end }));
-  let low = 0;
-  losses.forEach((x, i) => { if (x < losses[low]) low = i; });
+  const low = argBest(losses, losses.length - 1, -1);
   out.push(either(losses[low] < P.clean_loss * (1 - PRUNE_DIP), "lesson.experiments.pruning.dips",
     "lesson.experiments.pruning.noDip", { off: int("exp-prune-low-at", low + 1), low: dec("exp-prune-low", losses[low], "exp-prune"),
       clean, dip: dec("exp-prune-dip", PRUNE_DIP * 100) }));
@@ -305,8 +304,7 @@ function lensText(): Text {
     out.push(claim("lesson.experiments.lens.firstFrom", { pred,
       block: int("exp-lens-first-block", from - 1, `exp-lens-rank-${from}`) }));
   }
-  let peak = 0;
-  rows.forEach((r, i) => { if (r.target_prob > rows[peak].target_prob) peak = i; });
+  const peak = argBest(rows.map((r) => r.target_prob));
   if (peak !== last) {
     out.push(peak === 0
       ? claim("lesson.experiments.lens.peakEmbeddings", { pred, peak: pct("exp-lens-peak-prob", rows[peak].target_prob, "exp-lens-prob-0"),
@@ -322,18 +320,15 @@ function lensText(): Text {
 // -- word arithmetic ------------------------------------------------------------------------------------
 
 /** Which of `words` (each with its leading space) are one token of the model's vocabulary, as the explorer takes
- *  them: asked of /api/attribution/tokens, which tokenizes any text (the explorer would refuse a word of several
- *  tokens with a 422), one word at a time. Null when the server could not say (an offline snapshot, a failure). */
+ *  them (it would refuse a word of several tokens with a 422): reader.ts's `lookUpAll`. Null when the server could
+ *  not say of one of them (an offline snapshot, a failure). */
 async function oneTokens(model: string, words: string[]): Promise<Map<string, boolean> | null> {
+  await lookUpAll(words, model, true);
   const out = new Map<string, boolean>();
-  try {
-    for (const w of words) {
-      const t = await call<TokensOut>("attribution/tokens", { model, texts: [w] });
-      const ids = t.texts[0].ids, own = t.bos_id !== null && ids[0] === t.bos_id ? ids.slice(1) : ids;
-      out.set(w, own.length === 1);
-    }
-  } catch {
-    return null;
+  for (const w of words) {
+    const e = entry(w, model);
+    if (e === undefined || e === "unknown") return null;
+    out.set(w, e !== null);
   }
   return out;
 }

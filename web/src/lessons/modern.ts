@@ -4,16 +4,17 @@
 // model that runs is named with its sizes; GPT-2's and other models' figures are given as theirs. A sentence that
 // depends on the numbers is a claim (checked by web/tests/lessons/claims.modern.ts) with the other wording beside
 // it; a paper's finding names the paper. The words are in the catalogue under lesson.modern.*.
-import type { ModelConfigOut, ModelInfo, TensorSpec } from "../lib/generated/api";
+import type { ModelConfigOut, TensorSpec } from "../lib/generated/api";
 import type { LLAMA_BLOCK_ACTIVATIONS, LLAMA_GLOBAL_ACTIVATIONS } from "../lib/generated/names";
 import type { MessageKey } from "../lib/i18n";
 import { claim, either, say, val, type Lesson, type LessonStep, type Sentence, type Text, type Value } from "../lib/lesson";
 import { dec, int, pct, token, word } from "../lib/lessonFormat";
-import { bytesPerValue, formatBytes } from "../lib/rope";
 import { app } from "../lib/state.svelte";
-import { specsFor } from "../lib/pipeline";
 import type { Tensor } from "../lib/tensor";
 import { ropeDemo } from "../stages/ropeDemo.svelte";
+import {
+  argAbsMax, argBest, bytesOf, cfg, dot, ensureInfo, focusToken, info, nTok, showLoaded, sigmoid, size, tokenAt,
+} from "./reader";
 
 // -- names, checked against the Llama family's tables (a misspelt name is a type error) ---------------
 
@@ -28,41 +29,8 @@ const get = (s: Spec): Tensor | undefined => app.tensor(s);
 
 // -- values -----------------------------------------------------------------------------------------
 
-const cfg = (): ModelConfigOut | undefined => app.trace?.config;
-const nTok = () => app.trace?.token_ids.length ?? 0;
-/** The loaded model as /api/models describes it (its source and parameter count). */
-const info = (): ModelInfo | undefined => app.models.find((m) => m.name === app.trace?.model);
-/** /api/models again when it does not yet know the loaded model's size (a model loaded after the page). */
-async function ensureInfo(): Promise<void> {
-  if (app.trace && info()?.n_params == null) await app.loadModels();
-}
-const tok = (id: string, i: number, at?: string): Value | null => {
-  const t = app.trace?.tokens[i];
-  return t ? token(id, t.text, t.id, at) : null;
-};
-const focusTok = (id = "focus-token") => tok(id, app.pos);
-/** A size in bytes, as the grouped-query view prints it (binary units). */
-const size = (id: string, b: number, at?: string): Value => val(id, formatBytes(b), b, at);
-/** Bytes of one number in the model's dtype (the KV cache is kept in it too). */
-const bytesOf = (dtype: string | undefined) => bytesPerValue(dtype) ?? 4;
 /** A flag of the config, as the config writes it. */
 const flag = (id: string, b: boolean): Value => val(id, String(b), String(b));
-
-function argAbsMax(a: ArrayLike<number>): number {
-  let best = 0;
-  for (let j = 1; j < a.length; j++) if (Math.abs(a[j]) > Math.abs(a[best])) best = j;
-  return best;
-}
-const sigmoid = (x: number) => 1 / (1 + Math.exp(-x));
-
-// -- the app's state for a step ------------------------------------------------------------------------
-
-/** Open `view` and wait for the tensors it shows: the card places itself once the view has its final size. */
-async function show(view: typeof app.view, ln?: typeof app.ln): Promise<void> {
-  app.view = view;
-  if (ln) app.ln = ln;
-  if (app.trace) await app.ensure(specsFor(view, app.focus()));
-}
 
 // -- rotary positions ------------------------------------------------------------------------------------
 
@@ -84,12 +52,6 @@ export function rotate(x: ArrayLike<number>, angle: ArrayLike<number>): Float64A
   }
   return out;
 }
-
-const dot = (a: ArrayLike<number>, b: ArrayLike<number>) => {
-  let s = 0;
-  for (let i = 0; i < a.length; i++) s += a[i] * b[i];
-  return s;
-};
 
 /** How far the relative-distance step moves the query and the key together: the view's demonstration shows this
  *  shift (less where the context ends sooner), and the text follows the demonstration when the learner moves it. */
@@ -114,7 +76,7 @@ const SOURCE: Record<string, MessageKey> = {
 };
 
 function bigPicture(): Text {
-  const c = cfg(), f = focusTok(), m = info();
+  const c = cfg(), f = focusToken(), m = info();
   if (!c || !f || m?.n_params == null) return [];
   const H = c.n_head, G = c.n_kv_heads || H;
   const out: Text = [say("lesson.modern.intro.model", {
@@ -140,7 +102,7 @@ function biases(c: ModelConfigOut): Sentence {
 }
 
 function noPositionTable(): Text {
-  const f = focusTok(), we = get({ name: "embed.token", position: app.pos, dtype: "float32" });
+  const f = focusToken(), we = get({ name: "embed.token", position: app.pos, dtype: "float32" });
   const x = get({ name: blk("resid_pre", 0), position: app.pos, dtype: "float32" });
   if (!f || !we || !x) return [];
   const same = we.data.length === x.data.length && we.data.every((v, i) => v === x.data[i]);
@@ -154,7 +116,7 @@ function noPositionTable(): Text {
 }
 
 function rmsnorm(): Text {
-  const c = cfg(), f = focusTok(), x = get({ name: blk("resid_pre"), position: app.pos, dtype: "float32" });
+  const c = cfg(), f = focusToken(), x = get({ name: blk("resid_pre"), position: app.pos, dtype: "float32" });
   const rms = get({ name: blk("ln1.rms"), dtype: "float32" });
   if (!c || !f || !x || !rms) return [];
   const mean = x.data.reduce((s, v) => s + v, 0) / x.data.length;
@@ -180,7 +142,7 @@ function qkvBias(): Text {
 }
 
 function ropeAngles(): Text {
-  const c = cfg(), f = focusTok(), angles = get(anglesSpec());
+  const c = cfg(), f = focusToken(), angles = get(anglesSpec());
   if (!c || !f || !angles) return [];
   const R = angles.shape[1], row = angles.data.subarray(app.pos * R, (app.pos + 1) * R), theta = c.rope_theta ?? 10000;
   const out: Text = [say("lesson.modern.ropeAngles.what", { dh: int("d-head", c.head_dim), pairs: int("n-pairs", R),
@@ -205,14 +167,14 @@ function ropeAngles(): Text {
 }
 
 function ropeRelative(): Text {
-  const c = cfg(), f = focusTok(), angles = get(anglesSpec());
+  const c = cfg(), f = focusToken(), angles = get(anglesSpec());
   const q = get({ name: blk("attn.q"), head: app.head, position: app.pos, dtype: "float32" });
   const k = get({ name: blk("attn.k"), position: prevPos(), dtype: "float32" });
   const kvh = get({ name: blk("attn.kv_head") });
   const scores = get({ name: blk("attn.scores"), head: app.head, position: app.pos, dtype: "float32" });
   if (!c || !f || !angles || !q || !k || !kvh || !scores) return [];
   const w = frequencies(angles), j = prevPos(), g = kvh.data[app.head];
-  const other = tok("key-token", j)!;
+  const other = tokenAt("key-token", j)!;
   const out: Text = [say("lesson.modern.ropeRel.why")];
   out.push(claim(app.pos === j ? "lesson.modern.ropeRel.scoreSelf" : "lesson.modern.ropeRel.score", { head: int("head", app.head),
     token: f, key: other, distance: int("distance", app.pos - j), score: dec("score-real", scores.data[j], "rope-real") }));
@@ -257,14 +219,13 @@ function kvCache(): Text {
 }
 
 function attention(): Text {
-  const c = cfg(), f = focusTok(), w = get({ name: blk("attn.pattern"), head: app.head, position: app.pos, dtype: "float32" });
+  const c = cfg(), f = focusToken(), w = get({ name: blk("attn.pattern"), head: app.head, position: app.pos, dtype: "float32" });
   if (!c || !f || !w) return [];
-  let best = 0;
-  for (let j = 1; j <= app.pos && j < w.data.length; j++) if (w.data[j] > w.data[best]) best = j;
+  const best = argBest(w.data, app.pos);
   const out: Text = [say("lesson.modern.attn.same", { dh: int("d-head", c.head_dim) })];
   out.push(app.pos === 0 ? claim("lesson.modern.attn.onlySelf", { head: int("head", app.head), token: f,
     weight: dec("top-weight", w.data[0], "attn-pattern") })
-    : claim("lesson.modern.attn.top", { head: int("head", app.head), token: f, key: tok("top-key", best, "attn-pattern")!,
+    : claim("lesson.modern.attn.top", { head: int("head", app.head), token: f, key: tokenAt("top-key", best, "attn-pattern")!,
       weight: dec("top-weight", w.data[best], "attn-pattern") }));
   out.push(say("lesson.modern.attn.rest"));
   return out;
@@ -273,7 +234,7 @@ function attention(): Text {
 const MLP_PARTS = ["mlp.gate", "mlp.up", "mlp.act", "mlp.post"] as const;
 
 function swiglu(): Text {
-  const c = cfg(), f = focusTok();
+  const c = cfg(), f = focusToken();
   const [gate, up, act, post] = MLP_PARTS.map((s) => get({ name: blk(s), position: app.pos, dtype: "float32" }));
   if (!c || !f || !gate || !up || !act || !post) return [];
   const u = argAbsMax(post.data), g = gate.data[u], a = act.data[u];
@@ -351,19 +312,19 @@ function precision(): Text {
 const steps: LessonStep[] = [
   { id: "big-picture", target: "", enter: ensureInfo, title: "lesson.modern.intro.title", body: bigPicture },
   {
-    id: "no-position-table", target: "emb-token", enter: () => show("embedding"),
+    id: "no-position-table", target: "emb-token", enter: () => showLoaded("embedding"),
     needs: () => [spec({ name: "embed.token", position: app.pos, dtype: "float32" }),
       spec({ name: blk("resid_pre", 0), position: app.pos, dtype: "float32" })],
     title: "lesson.modern.noPos.title", body: noPositionTable,
   },
   {
-    id: "rmsnorm", target: "ln-stats", enter: () => show("layernorm", "ln1"),
+    id: "rmsnorm", target: "ln-stats", enter: () => showLoaded("layernorm", "ln1"),
     needs: () => [spec({ name: blk("resid_pre"), position: app.pos, dtype: "float32" }), spec({ name: blk("ln1.rms"), dtype: "float32" })],
     title: "lesson.modern.rms.title", body: rmsnorm,
   },
-  { id: "qkv-bias", target: "qkv-mats", enter: () => show("qkv"), title: "lesson.modern.qkv.title", body: qkvBias },
+  { id: "qkv-bias", target: "qkv-mats", enter: () => showLoaded("qkv"), title: "lesson.modern.qkv.title", body: qkvBias },
   {
-    id: "rope-angles", target: "rope-angles", enter: () => show("rope"), needs: () => [spec(anglesSpec())],
+    id: "rope-angles", target: "rope-angles", enter: () => showLoaded("rope"), needs: () => [spec(anglesSpec())],
     title: "lesson.modern.ropeAngles.title", body: ropeAngles,
   },
   {
@@ -374,32 +335,32 @@ const steps: LessonStep[] = [
       ropeDemo.m = app.pos;
       ropeDemo.n = prevPos();
       ropeDemo.s = ROPE_SHIFT;
-      await show("rope");
+      await showLoaded("rope");
     },
     needs: ropeSpecs, title: "lesson.modern.ropeRel.title", body: ropeRelative,
   },
   {
-    id: "gqa", target: "gqa-groups", enter: () => show("gqa"), needs: () => [spec({ name: blk("attn.kv_head") })],
+    id: "gqa", target: "gqa-groups", enter: () => showLoaded("gqa"), needs: () => [spec({ name: blk("attn.kv_head") })],
     title: "lesson.modern.gqa.title", body: gqa,
   },
-  { id: "kv-cache", target: "gqa-memory", enter: () => show("gqa"), title: "lesson.modern.kv.title", body: kvCache },
+  { id: "kv-cache", target: "gqa-memory", enter: () => showLoaded("gqa"), title: "lesson.modern.kv.title", body: kvCache },
   {
-    id: "attention", target: "attn-pattern", enter: () => show("attention"),
+    id: "attention", target: "attn-pattern", enter: () => showLoaded("attention"),
     needs: () => [spec({ name: blk("attn.pattern"), head: app.head, position: app.pos, dtype: "float32" })],
     title: "lesson.modern.attn.title", body: attention,
   },
   {
-    id: "swiglu", target: "mlp-pre", enter: () => show("mlp"),
+    id: "swiglu", target: "mlp-pre", enter: () => showLoaded("mlp"),
     needs: () => MLP_PARTS.map((s) => spec({ name: blk(s), position: app.pos, dtype: "float32" })),
     title: "lesson.modern.swiglu.title", body: swiglu,
   },
-  { id: "mlp-width", target: "mlp-pre", enter: () => show("mlp"), title: "lesson.modern.width.title", body: mlpWidth },
+  { id: "mlp-width", target: "mlp-pre", enter: () => showLoaded("mlp"), title: "lesson.modern.width.title", body: mlpWidth },
   {
     id: "unembed", target: "logits",
-    enter: async () => { app.pos = Math.max(0, nTok() - 1); await show("output"); await ensureInfo(); },
+    enter: async () => { app.pos = Math.max(0, nTok() - 1); await showLoaded("output"); await ensureInfo(); },
     title: "lesson.modern.unembed.title", body: unembed,
   },
-  { id: "precision", target: "", enter: async () => { await show("output"); await ensureInfo(); }, title: "lesson.modern.precision.title", body: precision },
+  { id: "precision", target: "", enter: async () => { await showLoaded("output"); await ensureInfo(); }, title: "lesson.modern.precision.title", body: precision },
 ];
 
 export const modernLesson: Lesson = {

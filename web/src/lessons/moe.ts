@@ -7,19 +7,17 @@
 // sizes from /api/models, the trace's tensors through the views' API, one ablation from /api/analysis/ablate). A
 // sentence that depends on the numbers is a claim, checked by web/tests/lessons/claims.moe.ts, with the other wording
 // beside it; a paper's finding names the paper. The words are under lesson.moe.*.
-import type { ModelConfigOut, ModelInfo, TensorSpec } from "../lib/generated/api";
+import type { ModelConfigOut, TensorSpec } from "../lib/generated/api";
 import type { MessageKey } from "../lib/i18n";
 import { claim, either, say, val as value, type Lesson, type LessonStep, type Sentence, type Text, type Value, type Var } from "../lib/lesson";
 import { dec, int, percent, token, word } from "../lib/lessonFormat";
 import { app } from "../lib/state.svelte";
 import type { Tensor } from "../lib/tensor";
-import { specsFor, type StageId } from "../lib/pipeline";
+import type { StageId } from "../lib/pipeline";
 import { ablateExpert, expertAblationFor, xp } from "../pages/experiments/store.svelte";
+import { argBest, cfg, ensure, ensureInfo, focusToken, info, norm, nTok, ranked, showLoaded } from "./reader";
 
-const cfg = (): ModelConfigOut | undefined => app.trace?.config;
 const caps = () => app.caps;
-const info = (): ModelInfo | undefined => app.models.find((m) => m.name === app.trace?.model);
-const nTok = () => app.trace?.token_ids.length ?? 0;
 const E = () => caps().n_experts ?? 0;
 const K = () => caps().top_k ?? 0;
 const moeLayers = (): number[] => caps().moe_layers ?? [];
@@ -27,25 +25,11 @@ const isMoe = (l: number) => moeLayers().includes(l);
 /** The block the text speaks of: the focus block when it has experts (a Qwen3-MoE may have dense blocks). */
 const layer = (): number | null => (isMoe(app.layer) ? app.layer : null);
 
-const tok = (id: string, i: number, at?: string): Value | null => {
-  const t = app.trace?.tokens[i];
-  return t ? token(id, t.text, t.id, at) : null;
-};
-const focusTok = (id = "focus-token") => tok(id, app.pos);
-
 /** The experts view, where the model has it (the chapter opens only for models with experts). */
 const EXPERTS = "experts" satisfies StageId;
 /** `at` only while the experts view shows block `l` (the view follows the focus block). */
 const atIf = (l: number, name: string) => (app.view === EXPERTS && app.layer === l ? name : undefined);
 
-async function show(view: StageId): Promise<void> {
-  app.view = view;
-  if (app.trace) await app.ensure(specsFor(view, app.focus()));
-}
-/** /api/models again when it does not yet know the loaded model's size (a model loaded after the page). */
-async function ensureInfo(): Promise<void> {
-  if (app.trace && info()?.n_active_params == null) await app.loadModels();
-}
 /** Put the focus on a block with experts (the first) when it is on one without. */
 function toMoeBlock(): void {
   if (!isMoe(app.layer) && moeLayers().length) app.layer = moeLayers()[0];
@@ -69,20 +53,12 @@ const blockSpecs = (l: number | null): TensorSpec[] => (l === null ? [] : [S.log
   S.chosen(l), S.weights(l), S.out(l), S.mlpOut(l)]);
 const allChosen = (): TensorSpec[] => moeLayers().map(S.chosen);
 
-function norm(a: ArrayLike<number>, from = 0, to = a.length): number {
-  let s = 0;
-  for (let i = from; i < to; i++) s += a[i] * a[i];
-  return Math.sqrt(s);
-}
-/** The experts in order of `xs`, largest first (ties: the lower index first). */
-const ranked = (xs: ArrayLike<number>) => Array.from(xs, (_, i) => i).sort((i, j) => xs[j] - xs[i] || i - j);
 /** How many of the text's (token, choice) pairs each expert got in block `l`. */
 function counts(chosen: Tensor): number[] {
   const c = new Array<number>(E()).fill(0);
   for (const e of chosen.data) c[e]++;
   return c;
 }
-const argMax = (xs: number[]) => xs.reduce((best, x, i) => (x > xs[best] ? i : best), 0);
 /** Every expert with the largest count (a tie gives several), in order. */
 const tops = (xs: number[]) => xs.flatMap((x, i) => (x === Math.max(...xs) ? [i] : []));
 /** The share of block `l`'s choices on the text that its busiest expert got (NaN before the tensor is here). */
@@ -95,7 +71,7 @@ function busiestShare(l: number): number {
 function leastEven(): number | null {
   const ml = moeLayers(), shares = ml.map(busiestShare);
   if (!ml.length || shares.some(Number.isNaN)) return null;
-  return ml[argMax(shares)];
+  return ml[argBest(shares)];
 }
 /** A share as a percentage to 3 significant digits, trailing zeros kept ("25.0%" where the panel shows "24.95%"). */
 const pct = (id: string, p: number, at?: string): Value =>
@@ -123,7 +99,7 @@ const dense = (l: number): Text => [claim("lesson.moe.dense", { layer: int("laye
 // -- the steps ---------------------------------------------------------------------------------------------
 
 function intro(): Text {
-  const c = cfg(), m = info(), f = focusTok();
+  const c = cfg(), m = info(), f = focusToken();
   if (!c || !f || m?.n_params == null) return [];
   const ml = moeLayers(), L = c.n_layer;
   const denseBlocks = Array.from({ length: L }, (_, l) => l).filter((l) => !isMoe(l));
@@ -160,7 +136,7 @@ function cost(): Text {
 }
 
 function router(): Text {
-  const c = cfg(), f = focusTok(), l = layer();
+  const c = cfg(), f = focusToken(), l = layer();
   if (!c || !f) return [];
   if (l === null) return dense(app.layer);
   const z = get(S.logits(l)), p = get(S.probs(l));
@@ -176,7 +152,7 @@ function router(): Text {
 }
 
 function topk(): Text {
-  const f = focusTok(), l = layer();
+  const f = focusToken(), l = layer();
   if (!f) return [];
   if (l === null) return dense(app.layer);
   const p = get(S.probs(l)), idx = get(S.chosen(l)), w = get(S.weights(l));
@@ -201,7 +177,7 @@ function topk(): Text {
 }
 
 function sum(): Text {
-  const f = focusTok(), l = layer(), c = cfg();
+  const f = focusToken(), l = layer(), c = cfg();
   if (!f || !c) return [];
   if (l === null) return dense(app.layer);
   const out = get(S.out(l)), w = get(S.weights(l)), idx = get(S.chosen(l)), y = get(S.mlpOut(l));
@@ -238,7 +214,7 @@ function load(): Text {
   const most = tops(n), top = most[0], unused = n.flatMap((x, i) => (x === 0 ? [i] : []));
   const summed = new Array<number>(e).fill(0);
   for (let j = 0; j < idx.data.length; j++) summed[idx.data[j]] += w.data[j];
-  const heavy = argMax(summed);
+  const heavy = argBest(summed);
   const base = { n: int("n-tokens", T), layer: int("layer", l), pairs: int("n-pairs", N), k: int("top-k", k),
     fair: dec("fair-share", N / e), got: int("busiest-count", n[top], at), share: pct("busiest-share", n[top] / N, at) };
   const out: Text = [
@@ -265,7 +241,7 @@ function load(): Text {
   if (ml.length > 1) {
     const shares = ml.map(busiestShare);
     if (!shares.some(Number.isNaN)) {
-      const hi = argMax(shares), lo = argMax(shares.map((x) => -x));
+      const hi = argBest(shares), lo = argBest(shares.map((x) => -x));
       out.push(shares[hi] === shares[lo]
         ? claim("lesson.moe.load.blocksSame", { m: int("n-moe", ml.length), share: pct("blocks-share", shares[hi]) })
         : claim("lesson.moe.load.blocks", { m: int("n-moe", ml.length), lo: pct("blocks-lo", shares[lo]),
@@ -290,7 +266,7 @@ function balance(): Text {
   if (l === null) return dense(app.layer);
   const idx = get(S.chosen(l)), probs = get(S.probsAll(l));
   if (!idx || !probs) return [];
-  const { f, P, loss } = balanceLoss(idx, probs), top = argMax(counts(idx)), k = K(), e = E();
+  const { f, P, loss } = balanceLoss(idx, probs), top = argBest(counts(idx)), k = K(), e = E();
   const out: Text = [
     say("lesson.moe.balance.what", { e: int("n-experts", e), k: int("top-k", k) }),
     claim("lesson.moe.balance.here", { layer: int("layer", l), x: expert("busiest", top), f: dec("busiest-f", f[top]),
@@ -347,7 +323,7 @@ function clearestKind(): KindCase | null | undefined {
       if (mine.length < MIN_KIND || T - mine.length < MIN_KIND) continue;
       const firsts = new Array<number>(E()).fill(0);
       for (const t of mine) firsts[idx.data[t * k]]++;
-      const e = argMax(firsts);
+      const e = argBest(firsts);
       let mo = 0;
       for (let t = 0; t < T; t++) if (kinds[t] !== kind && idx.data[t * k] === e) mo++;
       const c = { kind, layer: l, e, n: mine.length, m: firsts[e], no: T - mine.length, mo };
@@ -378,7 +354,7 @@ function special(): Text {
 }
 
 function layersStep(): Text {
-  const f = focusTok(), ml = moeLayers(), k = K();
+  const f = focusToken(), ml = moeLayers(), k = K();
   if (!f || !ml.length) return [];
   const idx = ml.map((l) => get(S.chosen(l)));
   if (idx.some((t) => !t)) return [];
@@ -434,15 +410,15 @@ function params(): Text {
 /** The expert of block `l` the text sends most tokens to (the one whose removal moves most of them). */
 function busiest(l: number): number | null {
   const idx = get(S.chosen(l));
-  return idx ? argMax(counts(idx)) : null;
+  return idx ? argBest(counts(idx)) : null;
 }
 
 /** Open the experts view on the block whose load on the text is least even (the loss that follows is about load). */
 async function toLeastEven(): Promise<void> {
-  await app.ensure(allChosen());
+  await ensure(allChosen());
   const l = leastEven();
   if (l !== null) app.layer = l; else toMoeBlock();
-  await show(EXPERTS);
+  await showLoaded(EXPERTS);
 }
 
 /** The text as the Experiments area's analyses take it. */
@@ -454,7 +430,7 @@ async function enterAblate(): Promise<void> {
   toMoeBlock();
   const l = layer(), inp = input();
   if (l === null || !inp) return;
-  await app.ensure([S.chosen(l)]);
+  await ensure([S.chosen(l)]);
   xp.tab = "experts";
   app.view = "experiments";
   const e = busiest(l);
@@ -497,7 +473,7 @@ function summary(): Text {
   const n = idx.map((t) => counts(t!)), idle = n.map((c) => c.filter((x) => x === 0).length);
   const share = n.map((c, i) => Math.max(...c) / idx[i]!.data.length);
   const score = ml.map((_, i) => idle[i] * 2 + share[i]); // most idle experts first, then the largest busiest share
-  const i = argMax(score), vars = { layer: int("end-layer", ml[i]), share: pct("end-share", share[i]), even: pct("even-share", 1 / e),
+  const i = argBest(score), vars = { layer: int("end-layer", ml[i]), share: pct("end-share", share[i]), even: pct("even-share", 1 / e),
     u: int("end-idle", idle[i]), e: int("n-experts", e) };
   return [
     say("lesson.moe.end.papers"),
@@ -513,33 +489,33 @@ function step(s: Omit<LessonStep, "target" | "controls"> & { target: string; con
 }
 
 const STEPS: LessonStep[] = [
-  step({ id: "intro", target: "arch", title: "lesson.moe.intro.title", enter: async () => { await ensureInfo(); await show("overview"); },
+  step({ id: "intro", target: "arch", title: "lesson.moe.intro.title", enter: async () => { await ensureInfo("n_active_params"); await showLoaded("overview"); },
     body: intro }),
   step({ id: "cost", target: "experts-params", title: "lesson.moe.cost.title",
-    enter: async () => { toMoeBlock(); await show(EXPERTS); }, body: cost }),
+    enter: async () => { toMoeBlock(); await showLoaded(EXPERTS); }, body: cost }),
   step({ id: "router", target: "experts-path", title: "lesson.moe.router.title",
-    enter: async () => { app.layer = moeLayers()[0] ?? 0; await show(EXPERTS); }, needs: () => blockSpecs(layer()), body: router }),
+    enter: async () => { app.layer = moeLayers()[0] ?? 0; await showLoaded(EXPERTS); }, needs: () => blockSpecs(layer()), body: router }),
   step({ id: "topk", target: "experts-path", title: "lesson.moe.topk.title",
-    enter: async () => { toMoeBlock(); await show(EXPERTS); }, needs: () => blockSpecs(layer()), body: topk }),
+    enter: async () => { toMoeBlock(); await showLoaded(EXPERTS); }, needs: () => blockSpecs(layer()), body: topk }),
   step({ id: "sum", target: "experts-path", title: "lesson.moe.sum.title",
-    enter: async () => { toMoeBlock(); await show(EXPERTS); }, needs: () => blockSpecs(layer()), body: sum }),
+    enter: async () => { toMoeBlock(); await showLoaded(EXPERTS); }, needs: () => blockSpecs(layer()), body: sum }),
   step({ id: "load", target: "experts-load", title: "lesson.moe.load.title", enter: toLeastEven,
     needs: () => [...allChosen(), ...blockSpecs(layer())], body: load }),
   step({ id: "balance", target: "experts-load", title: "lesson.moe.balance.title",
-    enter: async () => { await toLeastEven(); await ensureInfo(); }, needs: () => blockSpecs(layer()), body: balance }),
+    enter: async () => { await toLeastEven(); await ensureInfo("n_active_params"); }, needs: () => blockSpecs(layer()), body: balance }),
   step({ id: "special", target: "experts-routing", title: "lesson.moe.special.title",
     enter: async () => {
-      await app.ensure(allChosen());
+      await ensure(allChosen());
       const c = clearestKind();
       if (c) app.layer = c.layer; else toMoeBlock();
-      await show(EXPERTS);
+      await showLoaded(EXPERTS);
     },
     needs: allChosen, body: special, task: () => [say("lesson.moe.special.task")] }),
   step({ id: "layers", target: "experts-layer", title: "lesson.moe.layers.title",
-    enter: async () => { toMoeBlock(); await show(EXPERTS); }, needs: () => [...allChosen(), ...blockSpecs(layer())], body: layersStep,
+    enter: async () => { toMoeBlock(); await showLoaded(EXPERTS); }, needs: () => [...allChosen(), ...blockSpecs(layer())], body: layersStep,
     task: () => [say("lesson.moe.layers.task")] }),
   step({ id: "params", target: "experts-params", title: "lesson.moe.params.title",
-    enter: async () => { await ensureInfo(); toMoeBlock(); await show(EXPERTS); }, body: params }),
+    enter: async () => { await ensureInfo("n_active_params"); toMoeBlock(); await showLoaded(EXPERTS); }, body: params }),
   step({ id: "ablate", target: "exp-expert-ablation", title: "lesson.moe.ablate.title", enter: enterAblate,
     needs: () => (xp.expertAblated ? [S.chosen(xp.expertAblated[0])] : []), body: ablate,
     controls: () => ["exp-experts"], task: () => [say("lesson.moe.ablate.task")] }),

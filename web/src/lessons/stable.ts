@@ -5,25 +5,17 @@
 // says so of the model that runs. A sentence that depends on the numbers is a claim, checked by
 // web/tests/lessons/claims.stable.ts, with the other wording beside it; a paper's finding names the paper. Which
 // lesson a model opens is its capabilities' choice (lessons/index.ts). The words are under lesson.stable.*.
-import type { ModelConfigOut, ModelInfo, TensorSpec } from "../lib/generated/api";
+import type { TensorSpec } from "../lib/generated/api";
 import { isLocal } from "../lib/family";
 import type { MessageKey } from "../lib/i18n";
-import { claim, either, say, val, type Lesson, type LessonStep, type Sentence, type Text, type Value } from "../lib/lesson";
-import { dec, int, token, word } from "../lib/lessonFormat";
-import { bytesPerValue, formatBytes } from "../lib/rope";
+import { claim, either, say, type Lesson, type LessonStep, type Sentence, type Text } from "../lib/lesson";
+import { dec, int, word } from "../lib/lessonFormat";
 import { app } from "../lib/state.svelte";
 import type { Tensor } from "../lib/tensor";
 import { specsFor, stageSpecs, type StageId } from "../lib/pipeline";
+import { absMax, bytesOf, cfg, ensureWeights, focusToken, info, norm, nTok, showLoaded, size } from "./reader";
 
-const cfg = (): ModelConfigOut | undefined => app.trace?.config;
 const caps = () => app.caps;
-const info = (): ModelInfo | undefined => app.models.find((m) => m.name === app.trace?.model);
-const nTok = () => app.trace?.token_ids.length ?? 0;
-const focusTok = (id = "focus-token"): Value | null => {
-  const t = app.trace?.tokens[app.pos];
-  return t ? token(id, t.text, t.id) : null;
-};
-const size = (id: string, b: number, at?: string): Value => val(id, formatBytes(b), b, at);
 const nLocal = () => caps().layer_types.filter((k) => k === "sliding_attention").length;
 const firstLocal = () => Math.max(0, caps().layer_types.indexOf("sliding_attention"));
 /** "3 local layers", "1 global layer": a count of layers with its noun agreeing (the catalogue's own forms). */
@@ -34,30 +26,24 @@ const localGlobal = (nl: number, ng: number) => ({
   global: nLayers("n-global", ng, "lesson.stable.nGlobalOne", "lesson.stable.nGlobal"),
 });
 
-async function show(view: StageId): Promise<void> {
-  app.view = view;
-  if (app.trace) await app.ensure(specsFor(view, app.focus()));
-}
-
 /** A view's tensor by its name in stageSpecs (the focus as it is now). */
 const get = (view: StageId, key: string): Tensor | undefined => {
   const spec = stageSpecs(view, app.focus())[key];
   return spec ? app.tensor(spec) : undefined;
 };
 
+/** The length of row `row` of a tensor (along its last dimension); NaN before the tensor is here. */
 function len(t: Tensor | undefined, row = 0): number {
   if (!t) return NaN;
   const d = t.shape[t.shape.length - 1];
-  let s = 0;
-  for (let j = row * d; j < (row + 1) * d; j++) s += t.data[j] * t.data[j];
-  return Math.sqrt(s);
+  return norm(t.data, row * d, (row + 1) * d);
 }
 const ratio = (xs: number[]) => Math.max(...xs) / Math.max(1e-30, Math.min(...xs));
 
 // -- the steps ---------------------------------------------------------------------------------------------
 
 function intro(): Text {
-  const c = cfg(), m = info(), f = focusTok();
+  const c = cfg(), m = info(), f = focusToken();
   if (!c || !f || m?.n_params == null) return [];
   const k = caps(), nl = nLocal();
   return [
@@ -77,7 +63,7 @@ function intro(): Text {
 }
 
 function qkNorm(): Text {
-  const c = cfg(), f = focusTok();
+  const c = cfg(), f = focusToken();
   if (c && f && !caps().qk_norm) return [claim("lesson.stable.qk.none")];
   const q = get("qknorm", "q"), qn = get("qknorm", "qNormed"), rms = get("qknorm", "qRms");
   if (!c || !f || !q || !qn || !rms) return [];
@@ -98,7 +84,6 @@ function qkNorm(): Text {
 /** The effective scales of block `layer`'s QK-norms (Gemma's: 1 + weight), one per head dimension, shared by the heads. */
 const normScales = (layer: number): TensorSpec[] =>
   ["attn.q_norm.w", "attn.k_norm.w"].map((w) => ({ name: `blocks.${layer}.${w}` }));
-const absMax = (t: Tensor) => t.data.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
 
 /** The attention scale as the model sets it: 1/√d_head, or 1/√s with Gemma's query_pre_attn_scalar s. */
 function scaleIs(a: number, dh: number): Sentence {
@@ -108,7 +93,7 @@ function scaleIs(a: number, dh: number): Sentence {
 }
 
 function qkBound(): Text {
-  const c = cfg(), f = focusTok(), qn = get("qknorm", "qNormed"), kn = get("qknorm", "kNormed"), sc = get("qknorm", "scaled");
+  const c = cfg(), f = focusToken(), qn = get("qknorm", "qNormed"), kn = get("qknorm", "kNormed"), sc = get("qknorm", "scaled");
   const [wq, wk] = normScales(app.layer).map((s) => app.weight(s));
   if (!c || !f || !qn || !kn || !sc || !wq || !wk || !caps().qk_norm) return [];
   const p = app.pos, a = caps().attn_scale, dh = c.head_dim;
@@ -132,7 +117,7 @@ function qkBound(): Text {
 }
 
 function sandwich(): Text {
-  const c = cfg(), f = focusTok();
+  const c = cfg(), f = focusToken();
   if (!c || !f) return [];
   if (!caps().sandwich_norm) return [claim("lesson.stable.sw.none", { type: word("model-type", c.model_type ?? "") })];
   const raw = get("residual", "attnRaw"), normed = get("residual", "attn"), pre = get("residual", "pre");
@@ -147,7 +132,7 @@ function sandwich(): Text {
 
 /** The same for the MLP's branch, and why the norms are there (only where the model has them). */
 function sandwichMlp(): Text {
-  const f = focusTok(), raw = get("residual", "mlpRaw"), normed = get("residual", "mlp");
+  const f = focusToken(), raw = get("residual", "mlpRaw"), normed = get("residual", "mlp");
   if (!f || !raw || !normed || !caps().sandwich_norm) return [];
   return [
     either(len(normed) < len(raw), "lesson.stable.sw.mlpShrinks", "lesson.stable.sw.mlpGrows", { layer: int("layer", app.layer),
@@ -173,7 +158,7 @@ function beyond(row: Tensor, p: number, w: number): number {
 }
 
 function windowStep(): Text {
-  const c = cfg(), f = focusTok();
+  const c = cfg(), f = focusToken();
   if (!c || !f) return [];
   const k = caps(), nl = nLocal(), T = nTok();
   if (!nl || k.local_window === null) return [claim("lesson.stable.win.none", { layers: int("n-layer", c.n_layer) })];
@@ -191,7 +176,7 @@ function windowStep(): Text {
 /** The focus head's real pattern in the first local layer and in the global layer after it, whichever layer the
  *  learner has switched to since: what the first puts beyond the window (nothing), what the second puts there. */
 function patternStep(): Text {
-  const f = focusTok(), k = caps(), w = k.local_window;
+  const f = focusToken(), k = caps(), w = k.local_window;
   if (!f || w === null) return [];
   if (app.pos < w) {
     return [claim("lesson.stable.win.nearStart", { token: f, pos: int("pos", app.pos), w: int("window", w) })];
@@ -209,7 +194,7 @@ function patternStep(): Text {
 function memory(): Text {
   const c = cfg();
   if (!c) return [];
-  const k = caps(), nl = nLocal(), L = c.n_layer, G = c.n_kv_heads || c.n_head, b = bytesPerValue(c.dtype) ?? 4;
+  const k = caps(), nl = nLocal(), L = c.n_layer, G = c.n_kv_heads || c.n_head, b = bytesOf(c.dtype);
   const per = 2 * G * c.head_dim * b, n = c.block_size;
   if (!nl || k.local_window === null) {
     return [claim("lesson.stable.mem.noWindow", { per: size("per-token", L * per, "gqa-memory"), ctx: int("ctx", n),
@@ -243,15 +228,15 @@ function step(s: Omit<LessonStep, "target" | "controls" | "title"> & { target: (
 const local = () => nLocal() > 0 && caps().local_window !== null;
 
 const STEPS: LessonStep[] = [
-  step({ id: "intro", target: () => "arch", title: "lesson.stable.intro.title", enter: () => show("overview"),
+  step({ id: "intro", target: () => "arch", title: "lesson.stable.intro.title", enter: () => showLoaded("overview"),
     body: intro }),
   step({ id: "qk-norm", target: () => (caps().qk_norm ? "qk-query" : "qkv-mats"), title: "lesson.stable.qk.title",
-    enter: async () => { app.layer = 0; app.head = 0; await show(caps().qk_norm ? "qknorm" : "qkv"); },
+    enter: async () => { app.layer = 0; app.head = 0; await showLoaded(caps().qk_norm ? "qknorm" : "qkv"); },
     needs: () => (caps().qk_norm ? specsFor("qknorm", app.focus()) : []), body: qkNorm }),
   step({ id: "qk-bound", target: () => (caps().qk_norm ? "qk-bound" : "qkv-mats"), title: "lesson.stable.qkBound.title",
     enter: async () => {
-      await show(caps().qk_norm ? "qknorm" : "qkv");
-      if (caps().qk_norm) await app.ensureWeights(normScales(app.layer));
+      await showLoaded(caps().qk_norm ? "qknorm" : "qkv");
+      if (caps().qk_norm) await ensureWeights(normScales(app.layer));
     },
     needs: () => (caps().qk_norm ? specsFor("qknorm", app.focus()) : []),
     body: () => (cfg() && !caps().qk_norm ? [claim("lesson.stable.qk.none")] : qkBound()),
@@ -260,16 +245,16 @@ const STEPS: LessonStep[] = [
   step({ id: "qk-why", target: () => "", title: "lesson.stable.qkWhy.title",
     body: () => [say("lesson.stable.qk.preNorm"), say("lesson.stable.qk.papers")] }),
   step({ id: "sandwich", target: () => "resid-attn", title: "lesson.stable.sw.title",
-    enter: async () => { app.layer = 0; await show("residual"); }, needs: () => specsFor("residual", app.focus()),
+    enter: async () => { app.layer = 0; await showLoaded("residual"); }, needs: () => specsFor("residual", app.focus()),
     body: sandwich }),
   step({ id: "sandwich-mlp", target: () => "resid-mlp", title: "lesson.stable.swMlp.title",
-    enter: async () => { app.layer = 0; await show("residual"); }, needs: () => specsFor("residual", app.focus()),
+    enter: async () => { app.layer = 0; await showLoaded("residual"); }, needs: () => specsFor("residual", app.focus()),
     body: sandwichMlp }),
   step({ id: "window", target: () => (local() ? "window-sliding" : "attn-pattern"), title: "lesson.stable.win.title",
-    enter: async () => { if (local()) { app.layer = firstLocal(); await show("window"); } else await show("attention"); },
+    enter: async () => { if (local()) { app.layer = firstLocal(); await showLoaded("window"); } else await showLoaded("attention"); },
     body: windowStep }),
   step({ id: "window-pattern", target: () => "window-pattern", title: "lesson.stable.winPattern.title",
-      enter: async () => { app.layer = firstLocal(); await show("window"); },
+      enter: async () => { app.layer = firstLocal(); await showLoaded("window"); },
       needs: () => [...specsFor("window", app.focus()), rowSpec(firstLocal()),
         ...(globalAfterLocal() >= 0 ? [rowSpec(globalAfterLocal())] : [])],
       body: patternStep,
@@ -279,7 +264,7 @@ const STEPS: LessonStep[] = [
         : []),
       done: () => !isLocal(caps(), app.layer) }),
   step({ id: "memory", target: () => (local() ? "window-memory" : "gqa-memory"), title: () => (local() ? "lesson.stable.mem.title" : "lesson.stable.mem.titleNoWindow"),
-    enter: () => show(local() ? "window" : "gqa"), body: memory }),
+    enter: () => showLoaded(local() ? "window" : "gqa"), body: memory }),
   step({ id: "summary", target: () => "", title: "lesson.stable.end.title", body: () => [say("lesson.stable.end.body")] }),
 ];
 

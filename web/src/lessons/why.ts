@@ -7,13 +7,14 @@
 // every claim on many texts and models.
 import { tick } from "svelte";
 import type { AttributeOut, PatchIn, PatchOut, TensorSpec } from "../lib/generated/api";
-import { claim, either, say, type Lesson, type LessonStep, type Text, type Value } from "../lib/lesson";
+import { claim, either, say, type Lesson, type LessonStep, type Text } from "../lib/lesson";
 import { dec, int, term, token, word } from "../lib/lessonFormat";
 import { app } from "../lib/state.svelte";
 import { why } from "../pages/attribution/api";
 import { SvelteMap } from "svelte/reactivity";
 import { choosePair, type CheckedPair } from "../pages/attribution/pairs";
 import { PATCH_KINDS, whyStore } from "../pages/attribution/store.svelte";
+import { ensure, tokAt } from "./reader";
 
 const modelName = () => app.trace?.model ?? "";
 const model = () => word("model", modelName());
@@ -31,10 +32,6 @@ async function openDla(): Promise<void> {
 }
 
 const attr = (): AttributeOut | null => whyStore.current();
-const tokAt = (id: string, i: number, at?: string): Value => {
-  const t = app.trace?.tokens[i];
-  return t ? token(id, t.text, t.id, at) : word(id, "");
-};
 const label = (l: number, h: number) => `L${l} H${h}`;
 
 /** The head that adds the most to the logit (null when none adds anything). */
@@ -110,7 +107,6 @@ const changedAt = (p: PatchOut) => p.clean_ids.findIndex((id, i) => id !== p.cor
 const pairVars = (ex: CheckedPair) => ({ cleanText: word("clean-text", ex.pair.clean),
   corruptedText: word("corrupted-text", ex.pair.corrupted), answerId: int("answer-id", ex.answer),
   wrongId: int("wrong-id", ex.wrong) });
-const vis = (id: string, text: string, tokenId: number, at?: string) => token(id, text, tokenId, at);
 
 // -- the steps ---------------------------------------------------------------------------------------------
 
@@ -178,7 +174,7 @@ const steps: LessonStep[] = [
     enter: async () => {
       await openDla();
       const a = attr(), b = a && bestHead(a);
-      if (b) await app.ensure([patternSpec(b.layer, b.head)]);
+      if (b) await ensure([patternSpec(b.layer, b.head)]);
     },
     needs: () => {
       const a = attr(), b = a && bestHead(a);
@@ -226,15 +222,15 @@ const steps: LessonStep[] = [
       const s = shown();
       if (!s) return [];
       const { ex, p } = s;
-      const answer = vis("answer", p.answer.text, p.answer.id, "patch-metrics");
-      const wrong = vis("wrong", p.wrong.text, p.wrong.id, "patch-metrics");
+      const answer = token("answer", p.answer.text, p.answer.id, "patch-metrics");
+      const wrong = token("wrong", p.wrong.text, p.wrong.id, "patch-metrics");
       return [
         say("lesson.why.patch.idea"),
         claim("lesson.why.patch.metrics", { ...pairVars(ex), model: model(), answer, wrong,
           clean: dec("m-clean", p.clean, "patch-metrics"), corrupted: dec("m-corrupted", p.corrupted, "patch-metrics") }),
         either(ex.moves, "lesson.why.patch.moves", "lesson.why.patch.stays", { ...pairVars(ex), model: model(), answer, wrong,
           diff: dec("m-diff", p.clean - p.corrupted),
-          topClean: vis("top-clean", ex.topClean.text, ex.topClean.id), topCorrupted: vis("top-corrupted", ex.topCorrupted.text,
+          topClean: token("top-clean", ex.topClean.text, ex.topClean.id), topCorrupted: token("top-corrupted", ex.topCorrupted.text,
             ex.topCorrupted.id) }),
       ];
     },
@@ -251,8 +247,8 @@ const steps: LessonStep[] = [
       const { ex, p } = s, c = changedAt(p);
       return [
         claim("lesson.why.pair.lines", { ...pairVars(ex), n: int("n-tokens", p.clean_ids.length, "patch-lengths"), pos: int("changed-pos", c, "patch-lengths"),
-          a: vis("a", p.clean_tokens[c], p.clean_ids[c], "patch-lengths"),
-          b: vis("b", p.corrupted_tokens[c], p.corrupted_ids[c], "patch-lengths") }),
+          a: token("a", p.clean_tokens[c], p.clean_ids[c], "patch-lengths"),
+          b: token("b", p.corrupted_tokens[c], p.corrupted_ids[c], "patch-lengths") }),
         say("lesson.why.pair.why"),
       ];
     },
@@ -313,7 +309,7 @@ const steps: LessonStep[] = [
           v: dec("patch-head-v", best, "patch-heads") }),
         either(best >= 0.5, "lesson.why.heads.one", "lesson.why.heads.spread", { ...pairVars(ex), head }),
         either(agree, "lesson.why.heads.agree", "lesson.why.heads.disagree", { ...pairVars(ex), head,
-          answer: vis("answer", p.answer.text, p.answer.id), wrong: vis("wrong", p.wrong.text, p.wrong.id) }),
+          answer: token("answer", p.answer.text, p.answer.id), wrong: token("wrong", p.wrong.text, p.wrong.id) }),
         say("lesson.why.heads.end"),
       ];
     },

@@ -49,6 +49,11 @@ export const int = (id: string, n: number, at?: string): Value => val(id, comma(
 /** A token's text with its spaces visible; `raw` is the token id. */
 export const token = (id: string, text: string, tokenId: number, at?: string): Value =>
   val(id, visible(text) || `#${tokenId}`, tokenId, at);
+/** A token known by its text (an encoder-decoder's vocabulary), its spaces visible as the views show them; `raw` is
+ *  the text. */
+export const tokenText = (id: string, text: string, at?: string): Value => val(id, visible(text), text, at);
+/** An output (or source) text; an empty one shows as ∅, as the views show it. */
+export const outputText = (id: string, text: string, at?: string): Value => val(id, text || "∅", text, at);
 /** A name or other text (a model's name, an expert, a head "L2 H5"). */
 export const word = (id: string, text: string, at?: string): Value => val(id, text, text, at);
 
