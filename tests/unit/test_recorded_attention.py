@@ -1,7 +1,7 @@
-"""`recorded_attention` (the trace's explicit attention) against the textbook formula, on the paths it
-takes: one product, or blocks of queries each against only the keys it may see (long inputs), with
-and without cached positions, shared key/value heads, bfloat16, and experiments that patch the scores
-or the pattern."""
+"""The trace's explicit attention (`Attention.attend`, and `kernels.blocked_attention` for long inputs, as
+`kernels.attention_variant` chooses) against the textbook formula, on the paths it takes: one product, or
+blocks of queries each against only the keys it may see (long inputs), with and without cached positions,
+shared key/value heads, bfloat16, and experiments that patch the scores or the pattern."""
 
 from __future__ import annotations
 
@@ -10,8 +10,23 @@ import math
 import pytest
 import torch
 
-from transformer_explainer.models.kernels import _query_blocks, recorded_attention
+from transformer_explainer.config import DecoderConfig
+from transformer_explainer.models.kernels import _query_blocks, attention_variant, blocked_attention
+from transformer_explainer.models.layers import Attention
 from transformer_explainer.models.recorder import Recorder
+
+
+def recorded_attention(q, k, v, rec, softmax_in_float32=False):
+    """Attention as a recorded forward pass computes it: the variant `attention_variant` picks, with the
+    options of a model whose heads have q's shapes (scores scaled by 1 / sqrt(Dh), no window)."""
+    H, Dh, G = q.shape[1], q.shape[3], k.shape[1]
+    config = DecoderConfig(model_type="llama", activation="silu", n_head=H, n_kv_heads=G, n_embd=H * Dh,
+                           vocab_size=8, block_size=8, n_layer=1)
+    attn = Attention(config, 0).eval()
+    attn.softmax_in_float32 = softmax_in_float32
+    if attention_variant(rec, q.shape[2], k.shape[2], training=False) == "blocked":
+        return blocked_attention(q, k, v, rec, scale=attn.attn_scale, softmax_in_float32=softmax_in_float32)
+    return attn.attend(q, k, v, rec)
 
 
 def reference(q, k, v, softmax_in_float32=False):

@@ -1,16 +1,17 @@
 """The speed-only code, kept out of the model a learner reads (`layers.py`, `decoder.py`): the same numbers
-as the plain maths, computed faster.
+as the plain maths, computed faster. The plain attention is `layers.Attention.attend`; `attention_variant`
+is the one place that chooses a faster one.
 
 - `linear` / `Linear`: a one-row product (a generation step) split over the cores where the BLAS would
   run it on one, with the weights kept input-major in memory (`inference_layout_`);
 - `fused_attention`: attention through torch's fused kernel (nothing recorded);
-- `recorded_attention`: attention step by step, recording the pattern, in blocks of queries that each
-  multiply only the keys they may see.
+- `blocked_attention`: a long text's attention recorded in blocks of queries that each multiply only the
+  keys they may see.
 """
 
 from __future__ import annotations
 
-import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -92,11 +93,6 @@ def hidden_keys(t_query: int, t_key: int, window: int | None = None, device: tor
     return hidden
 
 
-def causal_mask(t_query: int, t_key: int, device: torch.device | None = None) -> Tensor:
-    """`hidden_keys` without a window: True where the key lies after the query."""
-    return hidden_keys(t_query, t_key, None, device)
-
-
 def fused_attention(q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None, scale: float | None = None,
                     dropout_p: float = 0.0) -> Tensor:
     """softmax(q k^T * scale + mask) v through torch's fused kernel: q (B, H, T, Dh), k and v (B, G, S, Dh),
@@ -114,34 +110,45 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, *, window: int | None = Non
 
 
 def _query_blocks(T: int, S: int) -> int:
-    """How many blocks of queries `recorded_attention` splits T queries into (1: no split). Each block
+    """How many blocks of queries `blocked_attention` splits T queries into (1: no split). Each block
     multiplies only the keys its last query may see, so about (n + 1) / 2n of the full product is
     computed; blocks of at least 64 queries keep each product large enough to run at full rate."""
     return min(8, T // 64) if S >= T else 1
 
 
-def recorded_attention(q: Tensor, k: Tensor, v: Tensor, rec: Recorder, *, scale: float | None = None,
-                       window: int | None = None, softmax_in_float32: bool = False,
-                       dropout: nn.Module | None = None) -> Tensor:
-    """Causal attention step by step, recording the pattern (B, H, T, S) and the output `z` (B, H, T, Dh).
+AttentionVariant = Literal["fused", "blocked", "plain"]
 
-    q is (B, H, T, Dh); k and v are (B, G, S, Dh) with G dividing H: query head h reads key/value head
-    h // (H / G) (G = H for GPT-2). The T queries are the last T of the S positions (a KV cache holds
-    the others). Scores are multiplied by `scale` (None: 1/sqrt(Dh)), get -inf where the key is hidden
-    (after the query, or outside a local `window`), as transformers adds the mask, and are softmaxed
-    (in float32 with `softmax_in_float32`, as the rotary families' attention does).
 
-    Long inputs go in blocks of queries: a block multiplies only the keys its queries may see, and the
-    pattern elsewhere is filled with the zeros softmax would give there; the same values up to float
-    rounding, with about half the attention's work. Raw scores are not stored (the trace recomputes
-    them from q and k) unless an experiment patches them, and a patch on `scores` or `pattern` takes the
-    one-product path, so the patched values are what `z` is computed from.
+def attention_variant(rec: Recorder | None, T: int, S: int, *, training: bool) -> AttentionVariant:
+    """How attention computes T queries against S keys, the one place that chooses:
+
+    - "fused": nothing to record or patch, so torch's fused kernel (`fused_attention`);
+    - "blocked": a long text recorded, so blocks of queries against only the keys they see
+      (`blocked_attention`: the same numbers up to float rounding, about half the work);
+    - "plain": the maths step by step (`layers.Attention.attend`), whenever an experiment patches the
+      scores or the pattern, dropout is on (training), or the text is short.
+    """
+    if rec is None:
+        return "fused"
+    if _query_blocks(T, S) > 1 and not training and not rec.wants("scores") and not rec.wants("pattern"):
+        return "blocked"
+    return "plain"
+
+
+def blocked_attention(q: Tensor, k: Tensor, v: Tensor, rec: Recorder, *, scale: float,
+                      window: int | None = None, softmax_in_float32: bool = False) -> Tensor:
+    """`Attention.attend`'s maths for a long text, recording the pattern (B, H, T, S) and `z` (B, H, T, Dh)
+    (`attention_variant` says when). q (B, H, T, Dh); k and v (B, G, S, Dh), query head h reading key/value
+    head h // (H / G); the T queries are the last T of the S positions.
+
+    The queries go in blocks: a block multiplies only the keys its queries may see, and the pattern
+    elsewhere is filled with the zeros softmax would give there; the same values up to float rounding. The
+    whole pattern is written only where the record keeps, observes or patches it: z needs only each block's
+    part. No patch reaches the scores or the pattern here (those take the plain path).
     """
     B, H, T, Dh = q.shape
     G, S = k.shape[1], k.shape[2]
     R = H // G  # query heads per key/value head: heads g*R .. g*R+R-1 read key/value head g
-    if scale is None:
-        scale = 1.0 / math.sqrt(Dh)
     bias = torch.zeros(T, S, dtype=q.dtype, device=q.device).masked_fill_(hidden_keys(T, S, window, q.device),
                                                                          float("-inf"))
     kg, vg = k.reshape(B * G, S, Dh), v.reshape(B * G, S, Dh)
@@ -156,29 +163,13 @@ def recorded_attention(q: Tensor, k: Tensor, v: Tensor, rec: Recorder, *, scale:
         mask = mask if R == 1 else mask.repeat(R, 1)
         if q.dtype == torch.float32:  # scale and mask fused into the product: -inf + anything = -inf
             return torch.baddbmm(mask, qg, keys.transpose(1, 2), alpha=scale)
-        # bfloat16: round where transformers' eager attention rounds (the product, then the scaled product),
-        # so that a bf16 trace has its numbers exactly
+        # bfloat16: round where transformers' eager attention rounds (the product, then the scaled product)
         return torch.bmm(qg, keys.transpose(1, 2)) * scale + mask
 
-    blocks = _query_blocks(T, S)
-    if blocks < 2 or dropout is not None or rec.wants("scores") or rec.wants("pattern"):
-        qg = q.reshape(B * G, R * T, Dh)  # each group's queries stacked: one product per key/value head
-        if rec.wants("scores"):  # an experiment edits the raw scores
-            scores = rec.derived("scores", torch.bmm(qg, kg.transpose(1, 2)).view(B, H, T, S))
-            masked = scores * scale + bias
-        else:
-            masked = masked_scores(qg, kg, bias).view(B, H, T, S)
-        pattern = rec("pattern", softmax(masked))
-        if dropout is not None:
-            pattern = dropout(pattern)
-        z = torch.bmm(pattern.reshape(B * G, R * T, S), vg)
-        return rec("z", z.view(B, H, T, Dh))
-
-    # the whole pattern only where the record keeps or observes it: z needs only each block's part
     pattern = torch.empty(B, H, T, S, dtype=q.dtype, device=q.device) if rec.records("pattern") else None
     z = torch.empty(B, H, T, Dh, dtype=q.dtype, device=q.device)
     z_g, q_g = z.view(B * G, R, T, Dh), q.reshape(B * G, R, T, Dh)
-    size = -(-T // blocks)
+    size = -(-T // _query_blocks(T, S))
     for a in range(0, T, size):
         b = min(T, a + size)
         n, seen = b - a, S - T + b  # this block's queries, and the keys the last of them sees

@@ -4,7 +4,8 @@ declaration says (`families/`); `decoder.py` composes them.
 
 Every module has one forward with an optional `rec`: with `rec=None` it takes the fast path (fused
 kernels, nothing kept); with a `Recorder` it computes each step explicitly and records it by name.
-The speed-only code (the one-row product, fused and blocked attention) is in `kernels.py`.
+The attention maths is `Attention.attend`; the speed-only code (the one-row product, fused and blocked
+attention, and `attention_variant`, which chooses between them) is in `kernels.py`.
 
 Numerics follow transformers' implementation of each family, so the numbers agree in float32 and in
 bfloat16: RMSNorm and the rotation angles are computed in float32 and cast back; softmax runs in
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import DecoderConfig, RopeScaling
-from .kernels import Linear, fused_attention, recorded_attention
+from .kernels import Linear, attention_variant, blocked_attention, fused_attention, hidden_keys
 from .kv_cache import KV, KVSlot
 from .recorder import Recorder, scope
 
@@ -180,7 +181,8 @@ class Attention(nn.Module):
         self.o_proj = Linear(H * Dh, D, bias=config.out_bias)
         self.rotary = a.positions == "rope"
         self.window = config.window(layer)  # None: every earlier position
-        self.scale = None if config.query_pre_attn_scalar is None else config.attn_scale  # None: 1 / sqrt(Dh)
+        self.attn_scale = config.attn_scale  # 1 / sqrt(Dh), or Gemma's 1 / sqrt(query_pre_attn_scalar)
+        self.scale = None if config.query_pre_attn_scalar is None else config.attn_scale  # the fused kernel's: None
         self.softmax_in_float32 = a.softmax_in_float32
         self.dropout = config.dropout  # training only (GPT-2's); inactive at inference
         self.attn_dropout = nn.Dropout(config.dropout)
@@ -220,22 +222,55 @@ class Attention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         if past is not None:
             k, v = past.extend(k, v)  # (B, G, S, Dh): the cached positions, then these
-        if rec is None:
+        variant = attention_variant(rec, T, k.shape[2], training=self.training)
+        if variant == "fused":
             z = fused_attention(q, k, v, window=self.window, scale=self.scale,
                                 dropout_p=self.dropout if self.training else 0.0)
         else:
+            assert rec is not None
             if self.rotary:
                 q, k = rec("rot_q", q), rec("rot_k", k)
             else:
                 k = rec("k", k)
             v = rec("v", v)
-            z = recorded_attention(q, k, v, rec, scale=self.scale, window=self.window,
-                                   softmax_in_float32=self.softmax_in_float32,
-                                   dropout=self.attn_dropout if self.training else None)
+            if variant == "blocked":
+                z = blocked_attention(q, k, v, rec, scale=self.attn_scale, window=self.window,
+                                      softmax_in_float32=self.softmax_in_float32)
+            else:
+                z = self.attend(q, k, v, rec)
         y = self.o_proj(z.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))  # heads side by side
         if self.training and self.dropout:
             y = self.resid_dropout(y)
         return y, (k, v)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, rec: Recorder) -> Tensor:
+        """softmax(q k^T * scale + mask) v, each step recorded: the attention maths. q is (B, H, T, Dh); k and
+        v are (B, G, S, Dh), query head h reading key/value head h // (H / G). The T queries are the last T of
+        the S positions (a KV cache holds the others). Raw scores are not stored (the trace recomputes them
+        from q and k) unless an experiment patches them. `kernels.blocked_attention` computes the same for
+        long texts, faster."""
+        B, H, T, Dh = q.shape
+        G, S = k.shape[1], k.shape[2]
+        # each key/value head's H / G query heads stacked: one product per key/value head
+        qg, kg, vg = q.reshape(B * G, H // G * T, Dh), k.reshape(B * G, S, Dh), v.reshape(B * G, S, Dh)
+        # 0 where the query sees the key; -inf where the key lies after it, or outside a local window
+        mask = torch.zeros(T, S, dtype=q.dtype, device=q.device).masked_fill_(
+            hidden_keys(T, S, self.window, q.device), float("-inf"))
+        if q.dtype != torch.float32 or rec.wants("scores"):
+            scores = rec.derived("scores", torch.bmm(qg, kg.transpose(1, 2)).view(B, H, T, S))  # q k^T, (B, H, T, S)
+            masked = scores * self.attn_scale + mask  # rounded step by step, as transformers' eager attention is
+        else:  # float32: the same in one product, the scale and the mask fused in
+            masked = torch.baddbmm(mask.repeat(H // G, 1), qg, kg.transpose(1, 2), alpha=self.attn_scale)
+        masked = masked.view(B, H, T, S)
+        if self.softmax_in_float32 and q.dtype != torch.float32:  # the rotary families, as transformers has it
+            pattern = torch.softmax(masked, dim=-1, dtype=torch.float32).to(q.dtype)
+        else:
+            pattern = torch.softmax(masked, dim=-1)
+        pattern = rec("pattern", pattern)  # (B, H, T, S): each row sums to 1
+        if self.training:
+            pattern = self.attn_dropout(pattern)
+        z = torch.bmm(pattern.reshape(B * G, H // G * T, S), vg)  # each query's weighted sum of the values
+        return rec("z", z.view(B, H, T, Dh))
 
 
 def _join_heads(x: Tensor) -> Tensor:
