@@ -4,7 +4,8 @@ options, the MLP's kind: dense or a mixture of experts) the family's declaration
 `families/`); the parts are in `layers.py`.
 
 Our parameter names follow the trace's (`blocks.3.ln1.weight` is the norm that records
-`blocks.3.ln1.out`); each family's declaration maps them to its checkpoints' names, key for key.
+`blocks.3.ln1.out`); each family's declaration maps them to its checkpoints' names, key for key. The weights
+under TransformerLens's names (`blocks.3.attn.W_Q`, (H, D, Dh)) are read off the parameters by `weights.py`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from torch import Tensor, nn
 
 from ..config import DecoderConfig
 from ..families.hf import FULL, SLIDING
-from ..names import block_part, is_weight, parse_name, weight_names
+from ..names import block_part
+from . import weights
 from .kernels import Linear, inference_layout_
 from .kv_cache import KV, KVCache, KVSlot
 from .layers import (
@@ -244,119 +246,16 @@ class Decoder(nn.Module):
             return self.unembed(x[:, -1:, :])
         return rec("logits", self.unembed(x))
 
-    # -- weights by name -----------------------------------------------------------------------------------
+    # -- weights by name (`weights.py`) ------------------------------------------------------------------
 
     def weight_names(self) -> list[str]:
         """Every weight name this model has (biases only where it has them; the experts' in blocks with experts)."""
-        return [n for n in weight_names(self.config.n_layer, self.config.family) if self._has(n)]
-
-    def _has(self, name: str) -> bool:
-        p = parse_name(name, self.config.family)
-        if p.suffix.startswith("mlp.experts."):  # without stacking every expert's matrix to find out
-            return isinstance(self.blocks[p.layer].mlp, MoeMLP)
-        return self._parameter(name) is not None
-
-    @torch.no_grad()
-    def expert_weight(self, name: str, expert: int) -> Tensor:
-        """One expert's matrix of a stacked expert weight (`blocks.3.mlp.experts.W_in`, expert 5 -> (D, M)): a view
-        of the live parameter, without stacking the others."""
-        p = parse_name(name, self.config.family)
-        mlp = self.blocks[p.layer].mlp if p.layer is not None and 0 <= p.layer < self.config.n_layer else None
-        if not p.suffix.startswith("mlp.experts.") or not isinstance(mlp, MoeMLP):
-            raise KeyError(f"{name!r} is not a weight of a block with experts")
-        if not 0 <= expert < len(mlp.experts):
-            raise KeyError(f"{name!r}: expert {expert} is outside 0..{len(mlp.experts) - 1}")
-        proj = {"W_gate": "gate_proj", "W_in": "up_proj", "W_out": "down_proj"}[p.suffix.rsplit(".", 1)[1]]
-        return getattr(mlp.experts[expert], proj).weight.T.detach()
+        return weights.weight_names(self)
 
     def weight(self, name: str) -> Tensor:
-        """A parameter in TransformerLens layout, e.g. `blocks.3.attn.W_K` -> (G, D, Dh); views of the live
-        parameters where the layout allows (detached), so nothing is copied. A norm's scale is what it
-        multiplies by (1 + weight for Gemma's)."""
-        p = parse_name(name, self.config.family)  # KeyError outside the family's names
-        if not is_weight(p.suffix, self.config.family):
-            raise KeyError(f"{name!r} is an activation, not a weight")
-        if p.layer is not None and not 0 <= p.layer < self.config.n_layer:
-            raise KeyError(f"{name!r}: the model has {self.config.n_layer} blocks")
-        t = self._parameter(name)
-        if t is None:
-            raise KeyError(f"{name!r}: this model has no such bias")
-        return t
+        """A parameter in TransformerLens layout, e.g. `blocks.3.attn.W_K` -> (G, D, Dh) (`weights.weight`)."""
+        return weights.weight(self, name)
 
-    @torch.no_grad()
-    def _parameter(self, name: str) -> Tensor | None:
-        """`weight(name)` for a name of the family's table, or None where this model lacks it (a bias)."""
-        c = self.config
-        H, G, D, Dh = c.n_head, c.n_kv_heads, c.n_embd, c.head_dim
-        assert G is not None and Dh is not None
-        p = parse_name(name, c.family)
-        if p.layer is None:
-            table = {
-                "embed.W_E": lambda: self.embed.weight,
-                "embed.W_pos": lambda: None if self.pos_embed is None else self.pos_embed.weight,
-                "ln_final.w": lambda: self.ln_final.scale,
-                "ln_final.b": lambda: getattr(self.ln_final, "bias", None),
-                "unembed.W_U": lambda: self.unembed.weight.T,
-            }
-            t = table[name]()
-            return None if t is None else t.detach()
-        b = self.blocks[p.layer]
-        a = b.attn
-        sizes = {"Q": H * Dh, "K": G * Dh, "V": G * Dh}
-        heads = {"Q": H, "K": G, "V": G}
-
-        def projection(which: str, bias: bool) -> Tensor | None:
-            if hasattr(a, "qkv_proj"):  # rows of the fused projection: Q's, then K's, then V's
-                begin = {"Q": 0, "K": H * Dh, "V": (H + G) * Dh}[which]
-                t = a.qkv_proj.bias if bias else a.qkv_proj.weight
-                if t is None:
-                    return None
-                t = t[begin:begin + sizes[which]]
-            else:
-                proj = {"Q": a.q_proj, "K": a.k_proj, "V": a.v_proj}[which]
-                t = proj.bias if bias else proj.weight
-                if t is None:
-                    return None
-            if bias:
-                return t.view(heads[which], Dh)
-            return t.T.reshape(D, heads[which], Dh).permute(1, 0, 2)  # (heads, D, Dh)
-
-        def norm_of(module: nn.Module | None, what: str) -> Tensor | None:
-            if module is None:
-                return None
-            return module.scale if what == "w" else getattr(module, "bias", None)
-
-        s = p.suffix
-        if s.startswith(("attn.W_", "attn.b_")) and s[-1] in sizes:
-            t = projection(s[-1], s.startswith("attn.b_"))
-        elif s.endswith((".w", ".b")):  # a norm's scale or shift
-            where, what = s.rsplit(".", 1)
-            modules = {"ln1": b.ln1, "ln2": b.ln2, "ln1_post": b.ln1_post, "ln2_post": b.ln2_post,
-                       "attn.q_norm": getattr(a, "q_norm", None), "attn.k_norm": getattr(a, "k_norm", None)}
-            t = norm_of(modules[where], what)
-        elif s.startswith("mlp.experts."):  # every expert's matrix, stacked: (E, D, M) or (E, M, D)
-            if not isinstance(b.mlp, MoeMLP):
-                return None
-            t = torch.stack([self.expert_weight(name, e) for e in range(len(b.mlp.experts))])
-        else:
-            mlp = b.mlp
-
-            def transposed(module: nn.Module | None) -> Tensor | None:
-                return None if module is None else module.weight.T
-
-            def part(attr: str) -> nn.Module | None:  # a dense MLP's projection; None in a mixture of experts
-                return getattr(mlp, attr, None) if not isinstance(mlp, MoeMLP) else None
-
-            table = {
-                "attn.W_O": lambda: a.o_proj.weight.T.reshape(H, Dh, D),
-                "attn.b_O": lambda: a.o_proj.bias,
-                "mlp.W_in": lambda: transposed(part("up_proj")),
-                "mlp.b_in": lambda: getattr(part("up_proj"), "bias", None),
-                "mlp.W_out": lambda: transposed(part("down_proj")),
-                "mlp.b_out": lambda: getattr(part("down_proj"), "bias", None),
-                "mlp.W_gate": lambda: transposed(part("gate_proj")),
-                "mlp.b_gate": lambda: getattr(part("gate_proj"), "bias", None),
-                "mlp.W_router": lambda: mlp.router.weight.T if isinstance(mlp, MoeMLP) else None,
-            }
-            t = table[s]()
-        return None if t is None else t.detach()
+    def expert_weight(self, name: str, expert: int) -> Tensor:
+        """One expert's matrix of a stacked expert weight, e.g. `blocks.3.mlp.experts.W_in`, 5 -> (D, M)."""
+        return weights.expert_weight(self, name, expert)
