@@ -1,0 +1,31 @@
+"""The bridge: any transformers decoder recorded through transformers' own modules, no code per family.
+
+How it works:
+- attention.py registers `te_record` with transformers' `AttentionInterface` (and the eager mask with
+  `AttentionMaskInterface`). It calls through to the model's own eager attention function and records what that
+  call sees and returns: queries and keys after the model's norms and rotations, values, the mask as applied
+  (local windows included), the scores the softmax reads, the pattern, z, and a sink's logit and weight.
+- structure.py finds the parts by the model's own accessors and each layer's children by class: the embedding,
+  the decoder layers, each layer's mixers (attention, linear attention, short convolution, state space) and MLP,
+  and the unembedding.
+- hooks.py puts forward hooks on those parts: resid_pre, resid_post, attn_out, mlp_out, a non-attention mixer's
+  input and output, embed.token, ln_final.out (the unembedding's input).
+- record.py runs one forward: the model is switched to `te_record` and hooked while calls are in flight, and
+  set back after the last one; resid_mid is found where the layer has one (record.resid_mid).
+- state.py holds one call's values in a recorder reached through a context variable, so concurrent calls on one
+  model keep their values apart; vocabulary.py declares the names (TransformerLens's, as names.py).
+- load.py refuses, in one sentence, what is not a decoder transformers implements (remote code never runs).
+
+The values are transformers' own, so they equal its forward by construction; tests/integration/test_bridge.py
+checks it anyway, family by family.
+"""
+
+from .attention import ATTENTION_NAME, record_attention, register
+from .load import check_config, load_decoder
+from .record import LayerKind, Recording, record
+from .structure import Structure, find_structure
+from .vocabulary import GENERIC_BLOCK_ACTIVATIONS, GENERIC_GLOBAL_ACTIVATIONS, generic_block_name
+
+__all__ = ["ATTENTION_NAME", "GENERIC_BLOCK_ACTIVATIONS", "GENERIC_GLOBAL_ACTIVATIONS", "LayerKind", "Recording",
+           "Structure", "check_config", "find_structure", "generic_block_name", "load_decoder", "record",
+           "record_attention", "register"]

@@ -1,0 +1,91 @@
+"""The recording attention function, registered with transformers' `AttentionInterface` as `te_record`.
+
+A model whose `attn_implementation` is `te_record` calls `record_attention` where it would call an attention
+kernel. It calls through to the model's own eager function (`eager_attention_forward` of the module's own
+modeling file: a sink, a soft cap or any other change a family makes to eager attention is the family's own
+code), returns what that returns, and, when a recorder is current, records from the same call: the queries,
+keys and values it was given (after the model's norms and rotations), the mask as applied, the scores the
+softmax reads, the pattern eager returns, z (pattern @ V per head) and a sink's logit and weight.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+
+from ..errors import CheckpointError
+from .state import Recorder, current
+
+ATTENTION_NAME = "te_record"
+
+
+@functools.cache
+def _eager_of(cls: type) -> Callable[..., tuple[torch.Tensor, torch.Tensor | None]]:
+    """The eager attention function of the modeling file that defines `cls`."""
+    for klass in cls.__mro__:
+        fn = getattr(sys.modules.get(klass.__module__), "eager_attention_forward", None)
+        if callable(fn):
+            return fn
+    raise CheckpointError(f"{cls.__name__} has no eager attention function in transformers to record through.")
+
+
+def record_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The model's own eager attention, recording its inputs and results into the current recorder."""
+    out, weights = _eager_of(type(module))(module, query, key, value, attention_mask, **kwargs)
+    rec = current()
+    if rec is not None:
+        layer = rec_layer(rec, module)
+        if layer is not None:
+            _record(rec, layer, module, query, key, value, attention_mask, kwargs, out, weights)
+    return out, weights
+
+
+def rec_layer(rec: Recorder, module: torch.nn.Module) -> int | None:
+    """The layer index of an attention module in the recorded model (the recorder's map, then `layer_idx`)."""
+    layer = rec.layer_of.get(id(module))
+    return layer if layer is not None else getattr(module, "layer_idx", None)
+
+
+def _record(rec: Recorder, layer: int, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+            value: torch.Tensor, mask: torch.Tensor | None, kwargs: dict[str, Any], out: torch.Tensor,
+            weights: torch.Tensor | None) -> None:
+    q, k, v = query[0], key[0], value[0]  # (H, T, Dh), (G, S, Dh), (G, S, Dv)
+    scaling = kwargs.get("scaling")
+    if scaling is None:
+        scaling = getattr(module, "scaling", None) or q.shape[-1] ** -0.5
+    kr = k.repeat_interleave(q.shape[0] // k.shape[0], dim=0)  # repeat_kv: query head h reads kv head h // (H/G)
+    scores = torch.matmul(q, kr.transpose(-1, -2)) * scaling
+    softcap = kwargs.get("softcap")
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
+    if mask is not None:
+        applied = mask[0, 0, :, : k.shape[-2]] if mask.dtype != torch.bool else torch.where(
+            mask[0, 0, :, : k.shape[-2]], 0.0, torch.finfo(scores.dtype).min).to(scores.dtype)
+        scores = scores + applied
+        rec.put(layer, "attn.mask", applied)
+    rec.put(layer, "attn.q", q)
+    rec.put(layer, "attn.k", k)
+    rec.put(layer, "attn.v", v)
+    rec.put(layer, "attn.masked_scores", scores)
+    rec.put(layer, "attn.z", out[0].transpose(0, 1))
+    if weights is not None:
+        rec.put(layer, "attn.pattern", weights[0])
+    sinks = kwargs.get("s_aux", getattr(module, "sinks", None))
+    if isinstance(sinks, torch.Tensor) and weights is not None:
+        rec.put(layer, "attn.sink", sinks)
+        rec.put(layer, "attn.sink_weight", 1.0 - weights[0].sum(-1))
+    rec.windows[layer] = kwargs.get("sliding_window", getattr(module, "sliding_window", None))
+
+
+def register() -> str:
+    """Register `te_record` (and the eager mask it reads) with transformers; idempotent. Returns the name."""
+    AttentionInterface.register(ATTENTION_NAME, record_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, eager_mask)
+    return ATTENTION_NAME

@@ -1,0 +1,63 @@
+"""Which checkpoints the bridge opens, and loading one with the recording attention.
+
+A checkpoint opens when transformers knows its model_type as a causal language model that is neither an
+encoder nor an encoder-decoder, and its config asks for no code of its own (remote code is never run).
+Anything else is refused with one sentence (a CheckpointError).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import CheckpointError
+from . import attention
+
+
+def check_config(config: Mapping[str, Any]) -> str:
+    """The model_type of a decoder the bridge can open, or a CheckpointError saying why not."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    model_type = config.get("model_type")
+    if "auto_map" in config:
+        raise CheckpointError("This checkpoint asks for code of its own (auto_map, remote code), which is never run "
+                              "here; only model types that transformers itself implements open.")
+    if not isinstance(model_type, str) or not model_type:
+        raise CheckpointError("The checkpoint's config.json names no model_type.")
+    if model_type not in CONFIG_MAPPING_NAMES:
+        raise CheckpointError(f"transformers does not know the model_type {model_type!r}.")
+    if config.get("is_encoder_decoder") or model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        raise CheckpointError(f"{model_type!r} is an encoder or encoder-decoder model; the bridge opens decoder-only "
+                              "language models.")
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise CheckpointError(f"transformers has no causal language model for the model_type {model_type!r} (it is "
+                              "not a text decoder).")
+    return model_type
+
+
+def load_decoder(path: str | Path, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """Load the checkpoint folder `path` with attention through the bridge (`te_record`), in eval mode; refuses
+    (CheckpointError) what `check_config` refuses. The model's forward without a recording is its eager one."""
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(path)
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{folder} has no readable config.json ({e}).") from e
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{folder}/config.json is not a JSON object.")
+    check_config(config)
+    name = attention.register()
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation=name, dtype=dtype,
+                                                 trust_remote_code=False)
+    return model.eval()
