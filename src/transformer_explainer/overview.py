@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -160,16 +161,32 @@ def pass_cost(cfg: DecoderConfig, n_tokens: int) -> PassCostOut:
                        gflop_all_experts=pass_gflop(cfg, n_tokens, experts_per_token=cfg.n_experts))
 
 
-def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated: bool, sampling: SamplingIn,
-                   top_n: int, include: list[TensorSpec], computed: list[int], t0: float, t_traced: float
-                   ) -> TraceOut:
-    """What the app shows first for a trace. `computed`: [first, last + 1) of the positions the
-    forward pass computed for it; `t0`, `t_traced`: when the request began and when its trace was
-    ready (perf_counter seconds), for the timings."""
+@dataclass(frozen=True)
+class Found:
+    """How a request's trace was found, for the overview's facts and timings."""
+
+    truncated: bool  # the input was cut to its last tokens to fit the model's context
+    computed: list[int]  # [first, last + 1) of the positions the forward pass computed for it
+    seconds: float = 0.0  # the time finding it took: the lookup, the tokenization and the pass
+
+
+@dataclass(frozen=True)
+class OverviewAsk:
+    """What a request (`TraceIn`, `GenerateIn`) asks the overview for."""
+
+    sampling: SamplingIn  # how the next-token answer samples
+    top_n: int  # its candidates
+    include: list[TensorSpec] = field(default_factory=list)  # the tensors the answer holds
+
+
+def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, ask: OverviewAsk, found: Found) -> TraceOut:
+    """What the app shows first for a trace of the model called `name`: what `ask` asks for (the sampling and
+    number of candidates of the next-token answer, the tensors to include), with how the trace was `found`."""
+    t_traced = time.perf_counter()
     cfg = model.config
     tok = model.tokenizer
-    tensors = activation_tensors(trace, include)
-    nxt = next_token_out(model, trace.next_token_logits(), sampling, top_n, trace.n_tokens - 1)
+    tensors = activation_tensors(trace, ask.include)
+    nxt = next_token_out(model, trace.next_token_logits(), ask.sampling, ask.top_n, trace.n_tokens - 1)
     thumbs = overview_thumbnails(trace)
     size = thumbs.shape[-1]
     norms = [trace[block_name(i, "resid_pre")].norm(dim=-1).cpu() for i in range(cfg.n_layer)]
@@ -184,7 +201,7 @@ def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated:
                                                                                strict=True)],
         char_groups=[CharGroupOut(start=g.start, end=g.end, text=g.text) for g in tok.char_groups(trace.token_ids)],
         start=trace.start,
-        truncated=truncated,
+        truncated=found.truncated,
         context_length=model.context_length,
         config=config_out(model),
         next=nxt,
@@ -194,7 +211,7 @@ def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, truncated:
         resid_norms=EncodedTensor(name="resid_norms", dims=["L", "T"], shape=list(resid.shape), dtype="float32",
                                   data=encode_array(resid, "float32")),
         tensors=tensors,
-        computed_positions=computed,
+        computed_positions=found.computed,
         cost=pass_cost(cfg, trace.start + trace.n_tokens),
-        timings_ms={"model": round((t_traced - t0) * 1e3, 2), "encode": round((t_done - t_traced) * 1e3, 2)},
+        timings_ms={"model": round(found.seconds * 1e3, 2), "encode": round((t_done - t_traced) * 1e3, 2)},
     )

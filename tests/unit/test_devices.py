@@ -216,7 +216,7 @@ def test_every_analysis_answers_on_the_device_as_on_the_cpu(model_name, request,
 @pytest.mark.parametrize("model_name", ["sim", "split"])
 def test_the_answers_the_server_encodes_copy_only_their_slices(model_name, request, cpu, cpu_generators):
     pytest.importorskip("pydantic")
-    from transformer_explainer.overview import trace_overview
+    from transformer_explainer.overview import Found, OverviewAsk, trace_overview
     from transformer_explainer.schemas import SamplingIn, TensorSpec
     from transformer_explainer.slicing import activation_tensors, weight_tensors
 
@@ -228,8 +228,8 @@ def test_the_answers_the_server_encodes_copy_only_their_slices(model_name, reque
 
     def answers(m):
         trace = m.trace(long_text)
-        out = trace_overview("tiny", m, trace, truncated=False, sampling=SamplingIn(temperature=0.7, seed=1), top_n=5,
-                             include=specs, computed=[0, trace.n_tokens], t0=0.0, t_traced=0.0).model_dump()
+        ask = OverviewAsk(SamplingIn(temperature=0.7, seed=1), top_n=5, include=specs)
+        out = trace_overview("tiny", m, trace, ask=ask, found=Found(False, [0, trace.n_tokens])).model_dump()
         out.pop("timings_ms")
         return out, activation_tensors(trace, specs), weight_tensors(m, weights)
 

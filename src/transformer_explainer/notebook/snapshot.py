@@ -25,7 +25,6 @@ import json
 import logging
 import math
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +48,8 @@ from ..engine import ExplainerModel
 from ..errors import InputError
 from ..limits import ABLATION_TOP, APP_TOP_K, APP_TOP_N, DEFAULT_SEED, LENS_TOP, MAX_TOKENS_LIST, NEIGHBOURS
 from ..loading.checkpoint import atomic_write_bytes
-from ..names import FAMILY_NAMES, NameTable, block_name, describe
-from ..overview import config_out, trace_overview
+from ..names import FAMILY_NAMES, NameTable, block_name, blocks_label, describe
+from ..overview import Found, OverviewAsk, config_out, trace_overview
 from ..schemas import ModelInfo, ModelList, SamplingIn
 from ..trace import Trace, with_text
 from ..web_bundle import package_static_dir
@@ -221,10 +220,8 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     if trace.start != 0:  # a generation step's trace covers only its new positions: trace it all
         trace = with_text(model.trace_ids(list(trace.prefix_ids) + list(trace.token_ids)), trace.text)
     trace = trace.materialized()  # the page stores stage by stage across blocks: run each block once
-    sampling = SamplingIn(**APP_SAMPLING)
-    t0 = time.perf_counter()
-    overview = trace_overview(model.name, model, trace, truncated=False, sampling=sampling, top_n=APP_TOP_N,
-                              include=[], computed=[0, trace.n_tokens], t0=t0, t_traced=t0)
+    ask = OverviewAsk(SamplingIn(**APP_SAMPLING), top_n=APP_TOP_N)
+    overview = trace_overview(model.name, model, trace, ask=ask, found=Found(False, [0, trace.n_tokens]))
     models = ModelList(default=model.name, models=[ModelInfo(name=model.name, source=model.source, loaded=True,
                                                              default=True, config=config_out(model),
                                                              n_params=model.net.num_params(),
@@ -237,7 +234,7 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     weights = {n: _stored(model.weight(n), describe(n, family)[0]) for n in small if n in has}
     data: dict[str, Any] = {
         "format": FORMAT, "version": VERSION, "models": models.model_dump(), "trace": overview.model_dump(),
-        "sampling": sampling.model_dump(), "top_n": APP_TOP_N, "tensors": {},
+        "sampling": ask.sampling.model_dump(), "top_n": APP_TOP_N, "tensors": {},
         # each block's resid_post is the next block's resid_pre (the same tensor): only the last is stored
         "aliases": {block_name(i, "resid_post"): block_name(i + 1, "resid_pre") for i in range(L - 1)},
         "weights": weights, "omitted": [], "languages": languages, "cjk_font": cjk_font,
@@ -252,9 +249,9 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     precise = PRECISE[family]
     groups: list[tuple[str, list[str], bool]] = [(n, [n], False) for n in global_first]
     answered = set(trace.names())  # a mixture's blocks answer their MLP's stages: experts' or a dense MLP's
-    groups += [(f"blocks.*.{s}", [n for i in (range(L) if s != "resid_post" else [L - 1])
+    groups += [(blocks_label("*", s), [n for i in (range(L) if s != "resid_post" else [L - 1])
                                   if (n := block_name(i, s)) in answered], False) for s in block_order]
-    groups += [(f"blocks.*.{s}", [block_name(i, s) for i in range(L)], True) for s in LARGE_WEIGHTS]
+    groups += [(blocks_label("*", s), [block_name(i, s) for i in range(L)], True) for s in LARGE_WEIGHTS]
     kept: list[str] = []
     omitted: list[str] = []
     wanted = 0  # what everything left out would have added
@@ -277,7 +274,8 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     # block by block from the first, each with its queries and keys (2 x T x D: less than the scores beyond a few
     # tokens), rather than not at all.
     by_stage = {label: names for label, names, _ in groups}
-    pattern, scores = by_stage.get("blocks.*.attn.pattern", []), by_stage.get("blocks.*.attn.scores", [])
+    pattern = by_stage.get(blocks_label("*", "attn.pattern"), [])
+    scores = by_stage.get(blocks_label("*", "attn.scores"), [])
     sources = FAMILY_NAMES[family].derivations["attn.scores"].sources
     for label, names, is_weight in groups:
         if not names:
@@ -325,7 +323,7 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
 
 def _blocks(first: int, last: int, stage: str) -> str:
     """A run of blocks' stage, as the snapshot lists it ("blocks.0.attn.q", "blocks.1-5.attn.q")."""
-    return f"blocks.{first}.{stage}" if first == last else f"blocks.{first}-{last}.{stage}"
+    return block_name(first, stage) if first == last else blocks_label(f"{first}-{last}", stage)
 
 
 def _stage(name: str) -> str:

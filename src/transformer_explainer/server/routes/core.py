@@ -17,7 +17,7 @@ from ...encoding import pack_binary
 from ...engine import ExplainerModel
 from ...inputs import Resolved, check_room_to_generate
 from ...media import BINARY_MEDIA_TYPE
-from ...overview import choose_next, config_out, names_out, next_token_out, trace_overview
+from ...overview import Found, OverviewAsk, choose_next, config_out, names_out, next_token_out, trace_overview
 from ...schemas import (
     FamilyName,
     GenerateIn,
@@ -56,6 +56,10 @@ class Traced:
     computed: list[int]  # [first, last + 1) of the positions computed for it
     t0: float
     t_traced: float
+
+    @property
+    def found(self) -> Found:
+        return Found(self.res.truncated, self.computed, self.t_traced - self.t0)
 
 
 async def with_trace(ctx: ServerContext, body: InputIn, finish: Callable[[Traced], T],
@@ -142,9 +146,8 @@ async def names(family: FamilyName = "gpt2") -> NamesOut:
 @router.post("/trace", response_model=TraceOut)
 async def trace(body: TraceIn, request: Request, ctx: Context) -> Response:
     def finish(t: Traced) -> Response:
-        out = trace_overview(t.name, t.model, t.trace, truncated=t.res.truncated, sampling=body.sampling,
-                             top_n=body.top_n, include=body.include, computed=t.computed, t0=t.t0,
-                             t_traced=t.t_traced)
+        ask = OverviewAsk(body.sampling, body.top_n, body.include)
+        out = trace_overview(t.name, t.model, t.trace, ask=ask, found=t.found)
         return answer(out, request, out.timings_ms)
 
     return await with_trace(ctx, body, finish, body.include)
@@ -212,8 +215,8 @@ async def generate(body: GenerateIn, ctx: Context) -> GenerateOut:
         n = len(res.ids)
         # normally only the new position; more when the prefix, or its keys and values, were no longer kept
         computed = [min(prefix_computed[0], first), n + 1]
-        out = trace_overview(name, m, merged, truncated=res.truncated, sampling=body.sampling, top_n=body.top_n,
-                             include=body.include, computed=computed, t0=t0, t_traced=t1)
+        out = trace_overview(name, m, merged, ask=OverviewAsk(body.sampling, body.top_n, body.include),
+                             found=Found(res.truncated, computed, t1 - t0))
         return GenerateOut(token=tok, chosen=body.token_id is not None, trace=out)
 
     return await ctx.pool.run(work)
