@@ -7,10 +7,11 @@ builds a name by hand.
 One table per model family (`FAMILY_NAMES`, the key its declaration in `families/` has), derived from the
 declaration (`name_table`), so that a family is declared once: GPT-2's tables (those without a prefix), or
 for the rotary RMSNorm families the Llama family's (`LLAMA_`: RMSNorm, rotary positions, grouped-query
-attention, the gated MLP) with what each of the declaration's options adds or changes: QK-norm per head
-(Qwen3, Gemma 3) or over the whole projection (OLMoE), Gemma 3's sandwich and 1 + weight norms, scaled
-embedding, local layers and GeGLU, a mixture of experts' router and experts (Mixtral, Qwen3-MoE, OLMoE;
-Qwen3-MoE's blocks without experts keep the dense MLP's names), and the biases the checkpoints may have.
+attention, the gated MLP) with what each of the declaration's options adds or changes (`name_options.py`):
+QK-norm per head (Qwen3, Gemma 3) or over the whole projection (OLMoE), Gemma 3's sandwich and 1 + weight
+norms, scaled embedding, local layers and GeGLU, a mixture of experts' router and experts (Mixtral,
+Qwen3-MoE, OLMoE; Qwen3-MoE's blocks without experts keep the dense MLP's names), and the biases the
+checkpoints may have.
 Stages the families share keep one name.
 """
 
@@ -20,6 +21,42 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .families import FAMILIES, Architecture, Family
+from .name_options import (
+    ATTN_BIASES,
+    BIAS_AFTER,
+    BIASES,
+    DENSE_BLOCKS_STAGES,
+    DENSE_BLOCKS_WEIGHTS,
+    DENSE_MLP_STAGES,
+    DENSE_MLP_WEIGHTS,
+    GEGLU_ACT,
+    GLOBAL_LAYERS_ANGLES,
+    KV_SLICE,
+    LOCAL_ANGLES,
+    MASKED_IN_LOCAL_LAYERS,
+    MLP_BIASES,
+    MOE_ACTIVATIONS,
+    MOE_MLP_OUT,
+    MOE_STAGES,
+    MOE_WEIGHTS,
+    OFFSET_FINAL_NORM_OUT,
+    OFFSET_FINAL_NORM_WEIGHT,
+    OFFSET_NORM_OUTPUTS,
+    OFFSET_NORM_WEIGHTS,
+    OFFSET_QK_NORM_OUTPUTS,
+    QK_NORM_ACTIVATIONS,
+    QK_NORM_OVER_PROJECTION_ACTIVATIONS,
+    QK_NORM_OVER_PROJECTION_WEIGHTS,
+    QK_NORM_WEIGHTS,
+    QK_NORMED_QKV,
+    SANDWICH_AFTER_ATTENTION,
+    SANDWICH_AFTER_MLP,
+    SANDWICH_OUTPUTS,
+    SCALED_BY_QUERY_PRE_ATTN_SCALAR,
+    SCALED_EMBEDDING,
+    TOKEN_BEFORE_SCALING,
+    Entry,
+)
 
 # Per-block activations: suffix -> (dims, what it is). Dims use: T query positions, S key positions
 # (S = T without a cache), H heads, G key/value heads, D d_model, Dh head dim, R = Dh/2 rotation
@@ -140,10 +177,6 @@ GLOBAL_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
 
 # -- the Llama family (Llama, Qwen2, Mistral) ----------------------------------------------------------
 
-# Tensors with a G (key/value head) dim are sliced by query head, as the attention reads them: asking
-# for head h gives key/value head h // (H / G), the one query head h shares with its group.
-KV_SLICE = "; asking for head h gives key/value head h // (H / G), the one query head h reads"
-
 LLAMA_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "resid_pre": (("T", "D"), "residual stream entering the block"),
     "ln1.rms": (("T",), "root mean square of each position's vector, sqrt(mean(x^2) + eps), first RMSNorm"),
@@ -223,9 +256,6 @@ LLAMA_GLOBAL_WEIGHTS: dict[str, tuple[tuple[str, ...], str]] = {
 
 # -- what a family's options add to the Llama family's names (`name_table` composes them) -----------------------
 
-Entry = tuple[tuple[str, ...], str]  # (dims, what it is)
-
-
 def _with(table: dict[str, Entry], after: str | None = None, add: dict[str, Entry] | None = None,
           replace: dict[str, Entry] | None = None) -> dict[str, Entry]:
     """A copy of `table` (its order kept) with entries replaced, and `add` inserted after `after` (at the end
@@ -242,158 +272,6 @@ def _with(table: dict[str, Entry], after: str | None = None, add: dict[str, Entr
 
 def _without(table: dict[str, Entry], *keys: str) -> dict[str, Entry]:
     return {k: v for k, v in table.items() if k not in keys}
-
-
-# QK-norm: an RMSNorm over each head's query and key (Qwen3, Gemma 3), before the rotation
-QK_NORM_ACTIVATIONS: dict[str, Entry] = {
-    "attn.q_norm.rms": (("H", "T"), "root mean square of each head's query at each position, sqrt(mean(q^2) + eps): "
-                                    "what QK-norm divides it by"),
-    "attn.q_norm.normalized": (("H", "T", "Dh"), "q / rms"),
-    "attn.q_norm.out": (("H", "T", "Dh"), "q / rms * scale: each head's query brought to a fixed size, "
-                                          "before the rotation"),
-    "attn.k_norm.rms": (("G", "T"), "root mean square of each key/value head's key at each new position" + KV_SLICE),
-    "attn.k_norm.normalized": (("G", "T", "Dh"), "k / rms" + KV_SLICE),
-    "attn.k_norm.out": (("G", "T", "Dh"), "k / rms * scale: each key brought to a fixed size, before the rotation"
-                                          + KV_SLICE),
-}
-# OLMoE's QK-norm is one RMSNorm over the whole query projection (all heads side by side), one over the keys'
-QK_NORM_OVER_PROJECTION_ACTIVATIONS: dict[str, Entry] = {
-    "attn.q_norm.rms": (("T",), "root mean square of all heads' queries together at each position, over the "
-                                "H*Dh values: what QK-norm divides them by"),
-    "attn.q_norm.normalized": (("T", "H*Dh"), "the queries / rms, the heads side by side"),
-    "attn.q_norm.out": (("T", "H*Dh"), "normalized * scale: every head's query brought to a fixed size together, "
-                                       "before the split into heads and the rotation"),
-    "attn.k_norm.rms": (("T",), "root mean square of all key/value heads' keys together at each new position"),
-    "attn.k_norm.normalized": (("T", "G*Dh"), "the keys / rms, the key/value heads side by side"),
-    "attn.k_norm.out": (("T", "G*Dh"), "normalized * scale: the keys brought to a fixed size together, before the "
-                                       "rotation"),
-}
-QK_NORMED_QKV: dict[str, Entry] = {  # the queries and keys around the norm
-    "attn.q": (("H", "T", "Dh"), "queries, ln1.out @ W_Q, split into heads, before their norm and the rotation"),
-    "attn.k": (("G", "T", "Dh"), "keys of the new positions before their norm and the rotation, one set per "
-                                 "key/value head" + KV_SLICE),
-    "attn.rot_q": (("H", "T", "Dh"), "the normed queries rotated by their position's angles (RoPE)"),
-    "attn.rot_k": (("G", "S", "Dh"), "the normed keys rotated by their position's angles (RoPE): what the cache "
-                                     "keeps" + KV_SLICE),
-}
-QK_NORM_WEIGHTS: dict[str, Entry] = {
-    "attn.q_norm.w": (("Dh",), "QK-norm's scale of the queries, the same for every head"),
-    "attn.k_norm.w": (("Dh",), "QK-norm's scale of the keys, the same for every head"),
-}
-QK_NORM_OVER_PROJECTION_WEIGHTS: dict[str, Entry] = {
-    "attn.q_norm.w": (("H*Dh",), "QK-norm's scale of the queries, one per value of the whole projection"),
-    "attn.k_norm.w": (("G*Dh",), "QK-norm's scale of the keys, one per value of the whole projection"),
-}
-
-# the biases a family's checkpoints may have (`Family.biases`): each with the option that adds it
-BIASES: dict[str, dict[str, Entry]] = {
-    "qkv": {"attn.b_Q": (("H", "Dh"), "query bias per head"),
-            "attn.b_K": (("G", "Dh"), "key bias per key/value head"),
-            "attn.b_V": (("G", "Dh"), "value bias per key/value head")},
-    "o": {"attn.b_O": (("D",), "output projection bias")},
-    "mlp": {"mlp.b_gate": (("M",), "MLP gate bias"), "mlp.b_in": (("M",), "MLP up bias"),
-            "mlp.b_out": (("D",), "MLP down bias")},
-}
-BIAS_AFTER = {"attn.b_Q": "attn.W_V", "attn.b_O": "attn.W_O", "mlp.b_gate": "mlp.W_gate", "mlp.b_in": "mlp.W_in",
-              "mlp.b_out": "mlp.W_out"}  # where each group's first bias goes (the next ones follow it)
-ATTN_BIASES = ("attn.b_Q", "attn.b_K", "attn.b_V", "attn.b_O")
-MLP_BIASES = ("mlp.b_gate", "mlp.b_in", "mlp.b_out")
-DENSE_MLP_WEIGHTS = ("mlp.W_gate", "mlp.W_in", "mlp.W_out")
-
-
-# Gemma 3: norms that scale by 1 + weight, a norm after attention and after the MLP (sandwich), the scaled
-# embedding, local layers with their own rotation, scores scaled by query_pre_attn_scalar, GeGLU
-def _rms_stages(prefix: str, what: str) -> dict[str, Entry]:
-    return {
-        f"{prefix}.rms": (("T",), f"root mean square of each position's vector, {what}"),
-        f"{prefix}.normalized": (("T", "D"), "x / rms"),
-        f"{prefix}.out": (("T", "D"), "normalized * (1 + weight)"),
-    }
-
-
-SANDWICH_AFTER_ATTENTION: dict[str, Entry] = {
-    "attn.out": (("T", "D"), "concat @ W_O: attention's output, before its norm (ln1_post)"),
-    **_rms_stages("ln1_post", "the norm after attention"),
-}
-SANDWICH_AFTER_MLP: dict[str, Entry] = {
-    "mlp.out": (("T", "D"), "mlp.post @ W_out: the MLP's output, before its norm (ln2_post)"),
-    **_rms_stages("ln2_post", "the norm after the MLP"),
-}
-SANDWICH_OUTPUTS: dict[str, Entry] = {
-    "attn_out": (("T", "D"), "ln1_post.out: what attention adds to the residual stream"),
-    "mlp_out": (("T", "D"), "ln2_post.out: what the MLP adds to the residual stream"),
-}
-OFFSET_NORM_OUTPUTS: dict[str, Entry] = {
-    "ln1.out": (("T", "D"), "normalized * (1 + weight): the attention input"),
-    "ln2.out": (("T", "D"), "normalized * (1 + weight): the MLP input"),
-}
-OFFSET_QK_NORM_OUTPUTS: dict[str, Entry] = {
-    "attn.q_norm.out": (("H", "T", "Dh"), "q / rms * (1 + weight): each head's query brought to a fixed size, "
-                                          "before the rotation"),
-    "attn.k_norm.out": (("G", "T", "Dh"), "k / rms * (1 + weight): each key brought to a fixed size, before the "
-                                          "rotation" + KV_SLICE),
-}
-OFFSET_NORM_WEIGHTS: dict[str, Entry] = {
-    "ln1.w": (("D",), "first RMSNorm: its effective scale, 1 + weight (the checkpoint stores the weight)"),
-    "ln2.w": (("D",), "the norm before the MLP: its effective scale, 1 + weight"),
-    "attn.q_norm.w": (("Dh",), "QK-norm's effective scale of the queries, 1 + weight, the same for every head"),
-    "attn.k_norm.w": (("Dh",), "QK-norm's effective scale of the keys, 1 + weight, the same for every head"),
-}
-SCALED_BY_QUERY_PRE_ATTN_SCALAR: Entry = (("H", "T", "S"), "scores / sqrt(query_pre_attn_scalar)")
-MASKED_IN_LOCAL_LAYERS: Entry = (("H", "T", "S"), "scaled scores with -inf where the key is after the query, and "
-                                                  "in a local layer where it is sliding_window or more positions "
-                                                  "before it")
-GEGLU_ACT: Entry = (("T", "M"), "GELU(gate), tanh approximation: GeGLU's gate")
-LOCAL_ANGLES: dict[str, Entry] = {
-    "rope.local_angles": (("T", "R"), "the same for the local (sliding-window) layers, whose rotary base is their "
-                                      "own (rope_local_base_freq)"),
-}
-GLOBAL_LAYERS_ANGLES: Entry = (("T", "R"), "rotation angle of each position for each pair of a head's dimensions, "
-                                           "in the global layers: position * frequency (base rope_theta)")
-SCALED_EMBEDDING: dict[str, Entry] = {
-    "embed.scaled": (("T", "D"), "embed.token * sqrt(d_model), rounded to the model's dtype: the input of block 0"),
-}
-TOKEN_BEFORE_SCALING: Entry = (("T", "D"), "row of the token embedding matrix W_E for each token, before the scaling")
-OFFSET_FINAL_NORM_OUT: Entry = (("T", "D"), "normalized * (1 + weight): the unembedding input")
-OFFSET_FINAL_NORM_WEIGHT: Entry = (("D",), "final RMSNorm: its effective scale, 1 + weight")
-
-
-# mixtures of experts (Mixtral, Qwen3-MoE, OLMoE): the router and the experts in place of the dense MLP
-MOE_ACTIVATIONS: dict[str, Entry] = {
-    "mlp.router_logits": (("T", "E"), "ln2.out @ W_router: the router's score of each expert for each token"),
-    "mlp.router_probs": (("T", "E"), "softmax over all experts of the router logits, in float32: each token's "
-                                     "probability of each expert"),
-    "mlp.expert_indices": (("T", "K"), "the top_k experts each token is sent to, the most probable first"),
-    "mlp.expert_weights": (("T", "K"), "what each chosen expert's output is multiplied by: its probability, "
-                                       "renormalised over the chosen experts to sum to 1 where the model does so "
-                                       "(norm_topk_prob; Mixtral always)"),
-    "mlp.expert_out": (("T", "K", "D"), "each chosen expert's output before its weight: down(SiLU(gate(x)) * up(x)) "
-                                        "with that expert's matrices, x = ln2.out"),
-    "mlp.out": (("T", "D"), "the sum over the chosen experts of expert_weights * expert_out"),
-}
-MOE_STAGES = tuple(MOE_ACTIVATIONS)
-DENSE_MLP_STAGES = ("mlp.gate", "mlp.up", "mlp.act", "mlp.post")
-MOE_WEIGHTS: dict[str, Entry] = {
-    "mlp.W_router": (("D", "E"), "the router: ln2.out @ W_router gives each expert's score (router_logits)"),
-    "mlp.experts.W_gate": (("E", "D", "M"), "each expert's gate projection (M: an expert's width)"),
-    "mlp.experts.W_in": (("E", "D", "M"), "each expert's up projection (the linear branch)"),
-    "mlp.experts.W_out": (("E", "M", "D"), "each expert's down projection back to d_model"),
-}
-MOE_MLP_OUT: Entry = (("T", "D"), "mlp.out: what the mixture of experts adds to the residual stream")
-# a mixture some of whose blocks have a dense MLP (Qwen3-MoE): the dense stages and weights say so
-DENSE_BLOCKS_STAGES: dict[str, Entry] = {
-    "mlp.gate": (("T", "M"), "blocks without experts: ln2.out @ W_gate, the gate before its activation"),
-    "mlp.up": (("T", "M"), "blocks without experts: ln2.out @ W_in, the linear branch"),
-    "mlp.act": (("T", "M"), "blocks without experts: SiLU(gate) = gate * sigmoid(gate)"),
-    "mlp.post": (("T", "M"), "blocks without experts: act * up, the gated hidden layer"),
-    "mlp_out": (("T", "D"), "what the MLP adds to the residual stream: mlp.out in a block with experts, "
-                            "mlp.post @ W_out in one without"),
-}
-DENSE_BLOCKS_WEIGHTS: dict[str, Entry] = {
-    "mlp.W_gate": (("D", "M"), "blocks without experts: the MLP's gate projection"),
-    "mlp.W_in": (("D", "M"), "blocks without experts: the MLP's up projection"),
-    "mlp.W_out": (("M", "D"), "blocks without experts: the MLP's down projection"),
-}
 
 
 @dataclass(frozen=True)
