@@ -57,7 +57,9 @@ FAMILIES: dict[str, dict] = {
                  block_auto_adjust_ff_dim=False),
     "falcon_h1": dict(mamba_d_ssm=64, mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8, mamba_chunk_size=4,
                       mamba_n_groups=1, mamba_expand=1),
-    "gpt_neox": dict(use_parallel_residual=True, rotary_pct=0.5),  # a model_type nobody listed
+    "gpt_neox": dict(use_parallel_residual=True, rotary_pct=0.5),  # model_types nobody listed:
+    "qwen3_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=2),
+    "gpt2": {},
 }
 
 
@@ -83,7 +85,8 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def _reference(model: torch.nn.Module, ids: torch.Tensor):
     """transformers' eager forward with output_attentions and output_hidden_states, plus each layer's output
     from a plain torch hook of the test's own."""
-    layers = model.get_decoder().layers
+    decoder = model.get_decoder()
+    layers = decoder.layers if hasattr(decoder, "layers") else decoder.h  # GPT-2's list is `h`
     outs: dict[int, torch.Tensor] = {}
     handles = [layer.register_forward_hook(
         lambda _m, _a, o, i=i: outs.__setitem__(i, (o[0] if isinstance(o, tuple) else o)[0].detach()))

@@ -51,10 +51,9 @@ class Structure:
 
 
 def _mixer_kind(name: str, child: nn.Module) -> str | None:
+    """A mixer's kind by its class's words (checked before the MLP's: Qwen3MoeAttention says "Moe" too)."""
     cls = type(child).__name__
-    if name in _MLP_NAMES or any(w in cls for w in _MLP_CLASS_WORDS) or "Norm" in cls:
-        return None
-    if not any(True for _ in child.parameters()):
+    if name in _MLP_NAMES or "Norm" in cls or not any(True for _ in child.parameters()):
         return None
     return next((kind for word, kind in _MIXER_KINDS if word in cls), None)
 
@@ -62,7 +61,7 @@ def _mixer_kind(name: str, child: nn.Module) -> str | None:
 def _mlp_name(layer: nn.Module) -> str | None:
     for name, child in layer.named_children():
         cls = type(child).__name__
-        if name in _MLP_NAMES or any(w in cls for w in _MLP_CLASS_WORDS):
+        if name in _MLP_NAMES or (_mixer_kind(name, child) is None and any(w in cls for w in _MLP_CLASS_WORDS)):
             return name
     return None
 
