@@ -91,6 +91,6 @@ def test_derived_stages_follow_the_derivations_table(traces):
             name = stage if is_global else f"blocks.1.{stage}"
             for src in d.sources:
                 parse_name(src if is_global else f"blocks.1.{src}", family)  # KeyError outside the family's names
-            assert name not in tr.values
+            assert name not in tr.memory.kept
             dims, _ = describe(name, family)
             assert tr[name].dim() == len(dims), name
