@@ -197,7 +197,7 @@ class Decoder(nn.Module):
                       past: KVSlot | None = None) -> tuple[Tensor, KV]:
         """Block `layer` alone on `x` (B, T, D), the residual stream entering it at positions start..start+T-1,
         with the rotation `forward` gives that block: how a trace computes a block's internals again from its
-        input (`recompute.py`). `past`: the keys and values of the positions before `start`."""
+        input (`memo/recipes.py`). `past`: the keys and values of the positions before `start`."""
         B, T, _ = x.shape
         rope = self.rotations(B, start, T, x.dtype, x.device, None)
         return self.blocks[layer](x, rope.get(self.config.layer_type(layer)), rec, past)
