@@ -17,7 +17,10 @@ Measures, with the real `transformer-explainer serve` process and Debian's Chrom
     total      input event to painted frame (see CHANGE_JS);  beyond = total - forward (the goal: < 30 ms)
   Each text change is an edit of the last word, 0.5 s after the previous one (a pause in typing, so the
   app runs it at once). Two pages take turns, one asking for binary answers and one for JSON (?json), so
-  both see the same load; medians with the 10th-90th percentile spread.
+  both see the same load; medians with the 10th-90th percentile spread. The edits go round `--texts` texts
+  (3 by default: three learners' texts on one server; 1: one learner typing), each fitted to the length asked
+  (by the server's tokens endpoint), less where an edit of its last word would go over the model's context
+  (`--tokens 1024` on GPT-2: every edit is read whole); each row says the length its texts had.
 
 With --profile, every repeat also makes a second change (another last word) with a Chromium trace recorded
 (CDP Tracing: devtools.timeline, v8.execute), and a second table says where that change's time went:
@@ -35,8 +38,8 @@ With --profile, every repeat also makes a second change (another last word) with
   A traced change runs slower than an untraced one (tracing costs); its own forward and beyond are printed
   beside the parts, and the untraced changes, interleaved with the traced ones, still fill the first table.
 
-    .venv/bin/python benchmarks/web_latency.py [--model DIR] [--repeats 9] [--tokens 32 128] [--views mlp ...]
-                                               [--profile] [--json]
+    .venv/bin/python benchmarks/web_latency.py [--model DIR] [--repeats 9] [--tokens 32 128 1000] [--texts 3]
+                                               [--views mlp ...] [--profile] [--json]
 """
 
 from __future__ import annotations
@@ -100,24 +103,48 @@ def at_url(o: dict, ms: float, t_url_epoch: float) -> float:
     return (o["origin"] + ms) / 1000 - t_url_epoch
 
 
-def fit_tokens(url: str, text: str, n: int) -> str:
-    """Cut or extend `text` to exactly `n` tokens (by the server's own tokenizer)."""
-    def count(t: str) -> int:
-        return len(httpx.post(url + "api/trace", json={"text": t}, timeout=120).json()["token_ids"])
-
-    while count(text) < n:
-        text += " " + TEXTS[len(text) % 3]
-    while count(text) > n:
-        text = text.rsplit(" ", 1)[0]
-    while count(text) < n:
-        text += " and"
-    return text
-
-
 NOVEL = ["apple", "river", "storm", "garden", "engine", "silver", "window", "forest", "planet", "signal", "castle",
          "bridge", "candle", "market", "winter", "letter", "mirror", "valley", "rocket", "harbor", "pencil", "meadow",
          "thunder", "lantern", "compass", "violin", "glacier", "orchard", "canyon", "falcon", "saddle", "marble",
          "coffee", "library", "island", "blanket"]
+
+
+def token_count(client: httpx.Client, text: str) -> tuple[int, int | None]:
+    """How many tokens the server's model reads for `text`, and its limit where the text goes over it (None
+    within it), by the tokens endpoint: no forward pass, and nothing kept in the server's trace cache."""
+    r = client.post("/api/attribution/tokens", json={"texts": [text]}, timeout=120)
+    out = r.json()
+    if r.is_success:
+        return len(out["texts"][0]["ids"]), None
+    if out.get("code") == "prompt_too_long":
+        return int(out["params"]["tokens"]), int(out["params"]["limit"])
+    raise RuntimeError(f"the server did not tokenize a text of {len(text)} characters: {out.get('detail', r.text)}")
+
+
+def fit_tokens(client: httpx.Client, text: str, n: int, words: list[str] = NOVEL) -> str:
+    """Cut or extend `text` to `n` tokens by the server's own tokenizer, fewer where its last word replaced by one
+    of `words` (the edits this benchmark times) would go over the model's context: every edit must be read whole."""
+    def count(t: str) -> int:
+        return token_count(client, t)[0]
+
+    def fit(text: str, n: int) -> str:
+        while count(text) < n:
+            text += " " + TEXTS[len(text) % 3]
+        while count(text) > n:
+            text = text.rsplit(" ", 1)[0]
+        while count(text) < n:
+            text += " and"
+        return text
+
+    while True:
+        text = fit(text, n)
+        beginning = text.rsplit(" ", 1)[0]
+        over = [token_count(client, beginning + " " + w) for w in words]
+        limits = [limit for _, limit in over if limit is not None]
+        if not limits:
+            return text
+        n -= max(tokens for tokens, _ in over) - limits[0]
+
 
 # set the text, wait for the app's run to finish, then for the frame it drew to be painted: the run sets
 # body[data-updates] in a requestAnimationFrame callback, just before the frame with its DOM changes is
@@ -271,6 +298,8 @@ def main() -> int:
     ap.add_argument("--model", type=Path, default=Path("/tmp/te-bench-gpt2-small-shape"))
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--tokens", type=int, nargs="+", default=[32, 128])
+    ap.add_argument("--texts", type=int, default=3, choices=[1, 2, 3],
+                    help="how many texts the edits go round (3: three learners' texts; 1: one learner typing)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
     ap.add_argument("--views", nargs="+", default=list(VIEWS), choices=VIEWS)
     ap.add_argument("--profile", action="store_true",
@@ -307,10 +336,13 @@ def main() -> int:
                     results["page interactive, from the URL"] = "\n" + startup_breakdown(o, t_url_epoch)
                 pages[wire] = page
             for n in args.tokens:
-                base = [fit_tokens(url, t, n) for t in TEXTS]
+                with httpx.Client(base_url=url) as client:
+                    base = [fit_tokens(client, t, n) for t in TEXTS[:args.texts]]
+                    size = max(token_count(client, t)[0] for t in base)
+                k = len(base)
                 for page in pages.values():
-                    page.evaluate(CHANGE_JS, base[1])  # warm the path once
-                changes = 0  # every change this size gets its own (base text, last word): 108 of them
+                    page.evaluate(CHANGE_JS, base[-1])  # warm the path once
+                changes = 0  # every change this size gets its own (base text, last word): 36 per text
                 for view in args.views:
                     rows: dict[str, list[dict[str, float]]] = {w: [] for w in pages}
                     prof: dict[str, list[dict[str, float]]] = {w: [] for w in pages}
@@ -321,14 +353,14 @@ def main() -> int:
                         for wire, page in pages.items():
                             # a last word the server has not seen with this prefix (its trace cache would
                             # make a repeat look faster); the prefix is cached, as it is while typing
-                            word = NOVEL[(changes // 3) % len(NOVEL)]
-                            text = base[changes % 3].rsplit(" ", 1)[0] + " " + word
+                            word = NOVEL[(changes // k) % len(NOVEL)]
+                            text = base[changes % k].rsplit(" ", 1)[0] + " " + word
                             changes += 1
                             page.wait_for_timeout(500)
                             rows[wire].append(breakdown(page.evaluate(CHANGE_JS, text)))
                             if args.profile:  # the same again, another novel word, with a trace recorded
-                                word = NOVEL[(changes // 3 + 17) % len(NOVEL)]
-                                text = base[changes % 3].rsplit(" ", 1)[0] + " " + word
+                                word = NOVEL[(changes // k + 17) % len(NOVEL)]
+                                text = base[changes % k].rsplit(" ", 1)[0] + " " + word
                                 changes += 1
                                 browser.start_tracing(categories=TRACE_CATEGORIES)
                                 page.wait_for_timeout(500)
@@ -337,11 +369,11 @@ def main() -> int:
                                 prof[wire].append(b | {"page": b["beyond"] - b["encode"] - b["serialise"] - b["http"]}
                                                   | trace_parts(browser.stop_tracing(), o))
                     for wire, rs in rows.items():
-                        results[f"{n} tokens, {view}, {wire}"] = {p: summary([r[p] for r in rs]) for p in PARTS} | {
+                        results[f"{size} tokens, {view}, {wire}"] = {p: summary([r[p] for r in rs]) for p in PARTS} | {
                             "bytes": int(statistics.median(r["bytes"] for r in rs))}
                     for wire, rs in prof.items():
                         if rs:
-                            results[f"{n} tokens, {view}, {wire}, traced"] = {
+                            results[f"{size} tokens, {view}, {wire}, traced"] = {
                                 p: summary([r[p] for r in rs]) for p in PROFILE + FLIGHT}
         finally:
             proc.terminate()
