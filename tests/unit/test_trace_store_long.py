@@ -1,0 +1,65 @@
+"""An edit at the end of a long text, up to the whole context, under the memory pressure of GPT-2 small at 1,000
+tokens on the server's default budget (issue 40): there a continuable trace (its block inputs, the overview's rows
+and its keys and values) takes 117 MB of the 192 MB the traces may hold, and its keys and values alone (70 MB)
+more than the quarter of that they may take (`KV_SHARE`). Here a small model with a context of 1,024 and a budget
+scaled to the same proportions: the newest trace keeps its keys and values all the same, so an edit of the last
+word computes its own positions only, and its numbers are a fresh pass's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import make_hf_gpt2, random_ids
+from transformer_explainer.memo.costs import values_of
+from transformer_explainer.memo.store import TraceStore
+
+# GPT-2 small's shape at 1,000 tokens on the default 256 MB: a continuable trace's bytes over the traces' budget
+GPT2_SMALL_SHARE = 117 / 192
+
+
+@pytest.fixture(scope="module")
+def long_model(tmp_path_factory: pytest.TempPathFactory):
+    from transformer_explainer import load_model
+
+    # GPT-2 small's width per head (64), so that the overview's rows weigh what they do there beside the residual
+    # stream; 4 blocks, so that the last block's output does too
+    folder = make_hf_gpt2(Path(tmp_path_factory.mktemp("gpt2-ctx-1024")), n_layer=4, n_head=4, n_embd=256,
+                          n_positions=1024)
+    return load_model(str(folder), allow_download=False)
+
+
+def scaled_store(model, n: int) -> TraceStore:
+    """A store whose traces' budget holds a continuable trace of `n` tokens as GPT-2 small's holds one of 1,000."""
+    probe = TraceStore(2**30)
+    trace, _ = probe.get("m", model, random_ids(n, model.config.vocab_size, 99))
+    nbytes = sum(values_of(trace).storages().values())
+    traces_budget = int(nbytes / GPT2_SMALL_SHARE)
+    return TraceStore(traces_budget * 4 // 3)  # the traces take all but a quarter (BLOCKS_SHARE)
+
+
+def kv_nbytes(trace) -> int:
+    kv = values_of(trace).kv
+    return 0 if kv is None else sum(x.numel() * x.element_size() for pair in kv for x in pair)
+
+
+@pytest.mark.parametrize("n", [1000, 1024])
+def test_an_edit_at_the_end_of_a_long_text_computes_its_own_positions(long_model, n):
+    store = scaled_store(long_model, n)
+    vocab = long_model.config.vocab_size
+    ids = random_ids(n, vocab, 1)
+    trace, computed = store.get("m", long_model, ids, wanting=["blocks.0.attn.pattern"])
+    assert computed == [0, n]
+    assert kv_nbytes(trace) > store.cache.max_kv_bytes  # the pressure of GPT-2 small at 1,000 tokens
+    for k in range(3):  # a learner changing the last word again and again
+        ids = ids[:-2] + random_ids(2, vocab, 10 + k)
+        trace, computed = store.get("m", long_model, ids, wanting=["blocks.0.attn.pattern"])
+        assert computed == [n - 2, n]
+        assert values_of(trace).kv is not None  # the newest keeps them: the next edit continues it too
+        fresh = long_model.trace_ids(ids)
+        torch.testing.assert_close(trace["logits"][-3:], fresh["logits"][-3:], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(trace["blocks.1.attn.pattern"][:, -2:], fresh["blocks.1.attn.pattern"][:, -2:],
+                                   rtol=1e-4, atol=1e-5)
+
