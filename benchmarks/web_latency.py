@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -379,6 +380,7 @@ def main() -> int:
             proc.terminate()
             proc.wait(timeout=20)
             browser.close()
+    results["load average at the end (1, 5, 15 min)"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     for k, v in results.items():
         if not isinstance(v, dict):
             print(f"{k}: {v}")
