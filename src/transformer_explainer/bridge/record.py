@@ -84,8 +84,8 @@ def _session(model: nn.Module) -> Iterator[Structure]:
                 del _SESSIONS[model]
 
 
-def _ids(input_ids: torch.Tensor | list[int], vocab: int | None) -> torch.Tensor:
-    ids = torch.as_tensor(input_ids)
+def _ids(input_ids: torch.Tensor | list[int], vocab: int | None, device: torch.device) -> torch.Tensor:
+    ids = torch.as_tensor(input_ids, device=device)
     if ids.ndim == 2 and ids.shape[0] == 1:
         ids = ids[0]
     if ids.ndim != 1 or ids.numel() == 0 or ids.dtype in (torch.float16, torch.bfloat16, torch.float32,
@@ -123,11 +123,11 @@ def record(model: nn.Module, input_ids: torch.Tensor | list[int]) -> Recording:
     """Run `model` (a transformers `*ForCausalLM`, in eval mode) on one sequence and record every stage the
     bridge sees, under the project's names (`blocks.3.attn.pattern`, `blocks.3.resid_post`, `logits`).
     Safe to call from several threads at once on the same model."""
-    ids = _ids(input_ids, getattr(model.config, "vocab_size", None))
+    ids = _ids(input_ids, getattr(model.config, "vocab_size", None), next(model.parameters()).device)
     with _session(model) as structure:
         rec = Recorder(owner=id(model), layer_of=structure.layer_of())
         with active(rec), torch.no_grad():
-            out = model(input_ids=ids.to(next(model.parameters()).device), use_cache=False)
+            out = model(input_ids=ids, use_cache=False)
     rec.values["logits"] = out.logits[0].detach()
     kinds = []
     for layer in structure.layers:
