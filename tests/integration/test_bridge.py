@@ -21,57 +21,15 @@ from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 from transformer_explainer.bridge import ATTENTION_NAME, check_config, load_decoder, record  # noqa: E402
 from transformer_explainer.errors import CheckpointError, InputError  # noqa: E402
 
+from ..helpers.hf_checkpoints import FAMILIES, write_checkpoint  # noqa: E402
+
 TOL = 1e-5
 T = 11  # tokens: longer than every window below
 
-SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-             head_dim=16, vocab_size=128, max_position_embeddings=128, pad_token_id=0, bos_token_id=1,
-             eos_token_id=2, tie_word_embeddings=False)
-SLIDING = dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"] * 2)
-
-# model_type -> what it needs beyond SMALL (several layer kinds where the family has them)
-FAMILIES: dict[str, dict] = {
-    "llama": {},
-    "qwen3_5_text": dict(layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
-                         linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16,
-                         linear_value_head_dim=16),
-    "qwen3_next": dict(layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
-                       linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16,
-                       linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                       shared_expert_intermediate_size=32),
-    "deepseek_v3": dict(num_key_value_heads=4, head_dim=8, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
-                        qk_nope_head_dim=16, v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2, n_group=2,
-                        topk_group=1, first_k_dense_replace=1, moe_intermediate_size=32),
-    "gpt_oss": dict(num_local_experts=4, num_experts_per_tok=2, **SLIDING),
-    "gemma4_text": dict(**SLIDING, hidden_size_per_layer_input=8, num_kv_shared_layers=2, global_head_dim=16),
-    "olmo3": dict(**SLIDING),
-    "phi3": {},
-    "smollm3": dict(no_rope_layers=[1, 1, 1, 0]),
-    "granite": dict(embedding_multiplier=2.0, residual_multiplier=0.5, logits_scaling=4.0, attention_multiplier=0.2),
-    "exaone4": dict(**SLIDING),
-    "glm4": {},
-    "ernie4_5": {},
-    "seed_oss": {},
-    "apertus": {},
-    "lfm2": dict(layer_types=["conv", "full_attention", "conv", "full_attention"], block_ff_dim=96,
-                 block_auto_adjust_ff_dim=False),
-    "falcon_h1": dict(mamba_d_ssm=64, mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8, mamba_chunk_size=4,
-                      mamba_n_groups=1, mamba_expand=1),
-    "gpt_neox": dict(use_parallel_residual=True, rotary_pct=0.5),  # model_types nobody listed:
-    "qwen3_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=2),
-    "gpt2": {},
-}
 
 
 def _write(model_type: str, folder: Path) -> Path:
-    cfg = AutoConfig.for_model(model_type, **{**SMALL, **FAMILIES[model_type]})
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-    with torch.no_grad():  # random weights of a scale that makes every stage matter
-        for p in model.parameters():
-            p.normal_(0.0, 0.2) if p.ndim > 1 else p.uniform_(0.5, 1.5)
-    model.save_pretrained(folder)
-    return folder
+    return write_checkpoint(model_type, folder)
 
 
 def _ids(seed: int, n: int = T) -> torch.Tensor:

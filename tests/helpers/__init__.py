@@ -1,0 +1,1 @@
+"""Fixture builders shared by several test files (checkpoints written locally, no network)."""
