@@ -393,6 +393,51 @@ def _with_biases(weights: dict[str, Entry], biases: Mapping[str, str]) -> dict[s
 # One table per family (`families.FAMILIES`, in its order), derived from its declaration.
 FAMILY_NAMES: dict[str, NameTable] = {name: name_table(f) for name, f in FAMILIES.items()}
 
+# -- the generic family: any transformers decoder, recorded through its own modules (bridge/) --------------
+# The stages such a model shows: those names.py's families share keep their meaning; the rest (the mask as
+# applied, a sink, a mixer that is not attention) are the bridge's. Dims as above; Dv where values have a width
+# of their own. A layer answers only the stages it has (an attention layer's attn.*, a short convolution's
+# conv.*): `GenericConfig.activation_names`.
+GENERIC_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "resid_pre": (("T", "D"), "residual stream entering the block (the decoder layer's input)"),
+    "attn.q": (("H", "T", "Dh"), "queries as attention uses them: after the model's norms and rotations"),
+    "attn.k": (("G", "S", "Dh"), "keys as attention uses them: after the model's norms and rotations"),
+    "attn.v": (("G", "S", "Dv"), "values"),
+    "attn.mask": (("T", "S"), "the additive mask as the model applies it: 0 where the query may read the key, "
+                  "a large negative number where it may not (a later key, or one outside a local window)"),
+    "attn.masked_scores": (("H", "T", "S"), "q @ k^T times the scale (soft-capped where the model caps), plus the "
+                           "mask: the scores the softmax reads"),
+    "attn.pattern": (("H", "T", "S"), "the weights over the keys, as transformers' eager attention returns them"),
+    "attn.sink": (("H",), "the learned sink logit per head: one more entry in the softmax's denominator"),
+    "attn.sink_weight": (("H", "T"), "the weight the sink takes from each query: 1 - the pattern's row sum"),
+    "attn.z": (("H", "T", "Dv"), "pattern @ V: each head's weighted sum of values, before the output projection"),
+    "attn_out": (("T", "D"), "the attention module's output (after its output projection; before a norm that the "
+                 "layer applies after it, where it has one)"),
+    "linear_attn.in": (("T", "D"), "input of a linear-attention layer (e.g. Gated DeltaNet)"),
+    "linear_attn.out": (("T", "D"), "output of a linear-attention layer"),
+    "conv.in": (("T", "D"), "input of a short-convolution layer"),
+    "conv.out": (("T", "D"), "output of a short-convolution layer"),
+    "ssm.in": (("T", "D"), "input of a state-space layer (e.g. Mamba)"),
+    "ssm.out": (("T", "D"), "output of a state-space layer"),
+    "mixer.in": (("T", "D"), "input of a token mixer of another kind"),
+    "mixer.out": (("T", "D"), "output of a token mixer of another kind"),
+    "resid_mid": (("T", "D"), "the residual stream between the mixing sublayer and the MLP (what the MLP's "
+                  "branch is added to); absent where the layer has no such point (parallel sublayers)"),
+    "mlp_out": (("T", "D"), "the MLP module's output (dense or mixture of experts; before a norm the layer applies "
+                "after it, where it has one)"),
+    "resid_post": (("T", "D"), "the decoder layer's output"),
+}
+
+GENERIC_GLOBAL_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "embed.token": (("T", "D"), "the token embedding module's output (scaled where that module scales)"),
+    "ln_final.out": (("T", "D"), "the input of the unembedding: the final norm's output"),
+    "logits": (("T", "V"), "the model's logits, as its forward returns them (soft-capped where the model caps)"),
+}
+
+GENERIC_NAMES = NameTable(GENERIC_BLOCK_ACTIVATIONS, GENERIC_GLOBAL_ACTIVATIONS, {}, {}, {}, ("embed.token",))
+# Every table by family: the families with code of their own, and "generic" (any transformers decoder).
+NAME_TABLES: dict[str, NameTable] = {**FAMILY_NAMES, "generic": GENERIC_NAMES}
+
 # How `head` (query head h of the model's H) slices a tensor: at the first of these dims the tensor
 # has, by the rule named. "query_head": index h itself; "kv_head_of_query": the key/value head that
 # query head h reads under grouped-query attention, `kv_head_of(h, H, G)`. The server's slicing and the
@@ -409,14 +454,14 @@ def kv_head_of(head: int, n_head: int, n_kv_heads: int) -> int:
 
 
 def names_for(family: str) -> NameTable:
-    if family not in FAMILY_NAMES:
-        raise KeyError(f"unknown model family {family!r}; expected one of {sorted(FAMILY_NAMES)}")
-    return FAMILY_NAMES[family]
+    if family not in NAME_TABLES:
+        raise KeyError(f"unknown model family {family!r}; expected one of {sorted(NAME_TABLES)}")
+    return NAME_TABLES[family]
 
 
 def block_name(layer: int, suffix: str) -> str:
     """`block_name(3, "attn.pattern") -> "blocks.3.attn.pattern"`."""
-    if not any(suffix in t.block_activations or suffix in t.block_weights for t in FAMILY_NAMES.values()):
+    if not any(suffix in t.block_activations or suffix in t.block_weights for t in NAME_TABLES.values()):
         raise KeyError(f"unknown block stage {suffix!r}")
     return f"blocks.{layer}.{suffix}"
 

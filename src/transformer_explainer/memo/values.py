@@ -16,7 +16,7 @@ from torch import Tensor
 from ..config import DecoderConfig
 from ..models.kernels import hidden_keys, linear
 from ..models.kv_cache import KV
-from ..names import FAMILY_NAMES, Derivation, activation_names, block_name, layer_of, parse_name
+from ..names import Derivation, activation_names, block_name, layer_of, names_for, parse_name
 from .block_cache import BlockCache, BlockValues, storage_sizes
 from .recipes import (
     OUTSIDE,
@@ -84,7 +84,7 @@ class TraceValues(Mapping[str, Tensor]):
         key = p.suffix
         if p.layer is not None and not 0 <= p.layer < self.config.n_layer:
             raise KeyError(f"{name!r}: the model has {self.config.n_layer} blocks")
-        derivation = FAMILY_NAMES[family].derivations.get(key)
+        derivation = names_for(family).derivations.get(key)
         # a stage derived from others is recorded only where a patch edited it: the others are what to run again for
         if p.layer is not None and self.blocks is not None and (derivation is None or self.blocks.patched(name)):
             value = self._block_value(p.layer, key, name)
