@@ -69,6 +69,23 @@ def pooled_pattern(pattern: Tensor, size: int) -> Tensor:
     return query_group_means(key_group_sums(pattern, g), g)
 
 
+def lower_triangle(t: Tensor) -> Tensor:
+    """(..., T, S) -> (..., n): the entries of each query row i up to its own position S - T + i (keys 0..i when S =
+    T), row after row: all that a causal attention pattern can hold. `triangle_rows` reads them back."""
+    T, S = t.shape[-2:]
+    rows, cols = torch.tril_indices(T, S, offset=S - T, device=t.device)
+    return t[..., rows, cols]
+
+
+def triangle_rows(values: np.ndarray, shape: list[int] | tuple[int, ...]) -> np.ndarray:
+    """The inverse of `lower_triangle` (tests and Python clients): the (..., T, S) array with zeros above."""
+    T, S = shape[-2:]
+    out = np.zeros(shape, np.float32)
+    rows, cols = np.tril_indices(T, S - T, S)
+    out[..., rows, cols] = values.reshape(*shape[:-2], -1)
+    return out
+
+
 def lower_triangle_u8(thumbs: Tensor) -> np.ndarray:
     """(L, H, n, n) values in [0, 1] -> uint8 (L, H, n(n+1)/2): row i keeps its entries 0..i, which is
     all a causal pattern has."""

@@ -66,6 +66,9 @@ class TensorSpec(Strict):
     # index into the T dim (the query position); negative counts from the end, -1 is the last token
     position: Annotated[int, Field(ge=-MAX_IDS, lt=MAX_IDS)] | None = None
     row: Annotated[int, Field(ge=0)] | None = None  # weights only: index into the first non-head dim
+    # activations whose last dims are (T, S) with nothing above the diagonal (a causal pattern): send each
+    # row's keys up to its own position only, about half the values (refused where an entry above is not 0)
+    triangle: bool = False
     dtype: TensorDtype = "float16"
 
 
@@ -218,6 +221,9 @@ class EncodedTensor(BaseModel):
     kv_head: int | None = None
     position: int | None = None
     row: int | None = None
+    # `data` holds the lower triangle of the last two dims only, row after row (row i: keys 0..S - T + i); the
+    # entries above it are 0. `shape` is the whole tensor's
+    triangle: bool = False
     # the dims left after slicing, from the name scheme (T, S, H, G, D, Dh, R, M, V, P, E, K, ...)
     dims: list[str]
     shape: list[int]

@@ -1,7 +1,11 @@
 """One tensor by its name, or a slice of it (one head, one position, one row), encoded for the JSON
 API: activations from a trace, weights from the model. Bounded per answer: the tensors one request
 asks for may hold `MAX_ELEMENTS` values together, and more is refused, before anything is encoded,
-with a message that says how to ask for less.
+with a message that says how to ask for less. An activation whose last dims are (T, S) with nothing
+above the diagonal (one head's pattern) can be sent as its lower triangle (`triangle`): half the values.
+
+A derived attention stage (scores, scaled, masked: `names.DERIVATIONS`) asked for one head is computed
+for that head alone, by the rule that derives the whole stage: the same numbers at 1/H of the cost.
 
 Names are the model family's (`names.FAMILY_NAMES`). `head` indexes query heads, by the rule of the
 dim that holds heads (`names.HEAD_DIMS`): a tensor with a key/value-head dim G instead (grouped-query
@@ -16,13 +20,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from .config import DecoderConfig
-from .encoding import encode_array
+from .encoding import encode_array, lower_triangle
 from .engine import ExplainerModel
 from .errors import InputError
-from .names import HEAD_DIMS, POSITION_DIMS, describe, is_weight, kv_head_of, parse_name
+from .memo.recipes import attention_scores
+from .models.kernels import hidden_keys
+from .names import HEAD_DIMS, POSITION_DIMS, block_name, describe, is_weight, kv_head_of, names_for, parse_name
 from .schemas import EncodedTensor, TensorSpec
 from .trace import Trace
 
@@ -82,9 +89,17 @@ class _Slice:
 
     def encode(self) -> EncodedTensor:
         s = self.spec
+        t = lower_triangle(self.t) if s.triangle else self.t
         return EncodedTensor(name=s.name, head=s.head, kv_head=self.kv_head, position=s.position, row=s.row,
-                             dims=self.dims, shape=list(self.t.shape), dtype=s.dtype,
-                             data=encode_array(self.t, s.dtype))
+                             triangle=s.triangle, dims=self.dims, shape=list(self.t.shape), dtype=s.dtype,
+                             data=encode_array(t, s.dtype))
+
+    def size(self) -> int:
+        """The values its answer holds: with `triangle`, row i of each (T, S) matrix up to key S - T + i."""
+        if not self.spec.triangle:
+            return self.t.numel()
+        T, S = self.t.shape[-2:]
+        return self.t.numel() // (T * S) * (T * (S - T + 1) + T * (T - 1) // 2)
 
 
 def _check_total(sizes: list[tuple[str, int]]) -> None:
@@ -101,7 +116,7 @@ def _check_total(sizes: list[tuple[str, int]]) -> None:
 
 def _encode_all(slices: list[_Slice]) -> list[EncodedTensor]:
     """The slices encoded, when together they fit in one answer (else InputError, before any is encoded)."""
-    _check_total([(s.spec.name, s.t.numel()) for s in slices])
+    _check_total([(s.spec.name, s.size()) for s in slices])
     return [s.encode() for s in slices]
 
 
@@ -129,8 +144,10 @@ def check_activations_fit(config: DecoderConfig, n_tokens: int, specs: Sequence[
 
 
 def activation_tensors(trace: Trace, specs: Sequence[TensorSpec]) -> list[EncodedTensor]:
-    """The activations `specs` of `trace`, each sliced by its `head` and `position`, within one answer's size."""
-    return _encode_all([_activation_slice(trace, s) for s in specs])
+    """The activations `specs` of `trace`, each sliced by its `head` and `position` (and cut to its lower
+    triangle where asked), within one answer's size."""
+    heads: dict[tuple[int, str, int], Tensor] = {}  # derived stages computed for one head, shared by the specs
+    return _encode_all([_activation_slice(trace, s, heads) for s in specs])
 
 
 def weight_tensors(model: ExplainerModel, specs: Sequence[TensorSpec]) -> list[EncodedTensor]:
@@ -148,7 +165,52 @@ def weight_tensor(model: ExplainerModel, spec: TensorSpec) -> EncodedTensor:
     return weight_tensors(model, [spec])[0]
 
 
-def _activation_slice(trace: Trace, spec: TensorSpec) -> _Slice:
+# the derived attention stages (names.DERIVATION_OPS) that one head's slice can be computed for from that head's
+# sources alone: the scores' product, the scale and the mask, element by element or head by head
+_PER_HEAD_OPS = ("scores", "scale", "causal_mask")
+
+
+def _recorded(trace: Trace, name: str) -> bool:
+    """Whether the trace holds `name` itself rather than deriving it (a stage a patched pass edited)."""
+    memory = trace.memory
+    blocks = getattr(memory, "blocks", None)
+    return name in memory.kept or (blocks is not None and blocks.patched(name))
+
+
+def _derived_head(trace: Trace, layer: int, suffix: str, head: int,
+                  heads: dict[tuple[int, str, int], Tensor]) -> Tensor | None:
+    """(T, S): the derived attention stage `suffix` of block `layer` at query head `head`, computed from that
+    head's sources by the rule that derives the whole stage (memo.values: the same products, the same scale and
+    mask, so the same numbers) at 1/H of its cost; None where `suffix` is not such a stage, or the trace holds it."""
+    cfg = trace.config
+    d = names_for(cfg.family).derivations.get(suffix)
+    if d is None or d.op not in _PER_HEAD_OPS or not 0 <= head < cfg.n_head or _recorded(trace,
+                                                                                       block_name(layer, suffix)):
+        return None
+    key = (layer, suffix, head)
+    if key in heads:
+        return heads[key]
+    if d.op == "scores":
+        q, k = trace[block_name(layer, d.sources[0])], trace[block_name(layer, d.sources[1])]  # (H, T, Dh), (G, S, Dh)
+        per = q.shape[0] // k.shape[0]
+        g = head // per
+        # the group of query heads that reads key/value head g, in one product as attention_scores batches it
+        out = attention_scores(q[g * per:(g + 1) * per], k[g:g + 1])[head - g * per]
+    else:
+        src = _derived_head(trace, layer, d.sources[0], head, heads)
+        if src is None:
+            src = trace[block_name(layer, d.sources[0])][head]
+        if d.op == "scale":
+            out = src * cfg.attn_scale
+        else:
+            t, s = src.shape[-2:]
+            out = src.masked_fill(hidden_keys(t, s, cfg.window(layer), src.device), float("-inf"))
+    heads[key] = out
+    return out
+
+
+def _activation_slice(trace: Trace, spec: TensorSpec,
+                      heads: dict[tuple[int, str, int], Tensor] | None = None) -> _Slice:
     cfg = trace.config
     layer, suffix, dims_t = _parse(spec.name, cfg.family)
     if is_weight(suffix, cfg.family):
@@ -157,14 +219,34 @@ def _activation_slice(trace: Trace, spec: TensorSpec) -> _Slice:
         raise InputError(f"{spec.name}: the model has {cfg.n_layer} blocks (0..{cfg.n_layer - 1})")
     if spec.row is not None:
         raise InputError("`row` applies to weights; for activations use `head` and `position`")
-    t = trace[spec.name]
     dims = list(dims_t)
     kv_head = None
-    if spec.head is not None:
-        t, kv_head = _take_head(t, dims, spec.head, spec.name, cfg)
+    one = None if spec.head is None or layer is None else _derived_head(trace, layer, suffix, spec.head,
+                                                                          {} if heads is None else heads)
+    if one is not None:  # computed for this head alone
+        t = one
+        dims.remove("H")
+    else:
+        t = trace[spec.name]
+        if spec.head is not None:
+            t, kv_head = _take_head(t, dims, spec.head, spec.name, cfg)
     if spec.position is not None:
         t = _take(t, dims, _position_dim(dims), spec.position, "position", spec.name, trace.start)
+    if spec.triangle:
+        _check_triangle(t, dims, spec.name)
     return _Slice(spec, t, dims, kv_head)
+
+
+def _check_triangle(t: Tensor, dims: list[str], name: str) -> None:
+    """InputError unless `t`'s last dims are query and key positions (T, S) and nothing lies above the diagonal
+    (row i holds keys up to its own position, S - T + i): then its lower triangle holds all of it."""
+    if dims[-2:] != ["T", "S"]:
+        raise InputError(f"`triangle` applies to a tensor whose last dims are query and key positions (T, S), such "
+                         f"as one head's attention pattern; {name} sliced so has dims {', '.join(dims) or 'none'}")
+    T, S = t.shape[-2:]
+    if torch.triu(t, diagonal=S - T + 1).any():
+        raise InputError(f"{name} has values above its diagonal (a key after its query): ask for it without "
+                         f"`triangle`")
 
 
 def _weight_slice(model: ExplainerModel, spec: TensorSpec) -> _Slice:
@@ -174,8 +256,8 @@ def _weight_slice(model: ExplainerModel, spec: TensorSpec) -> _Slice:
         raise InputError(f"{spec.name} is an activation: ask POST /api/trace or /api/tensors for it")
     if layer is not None and layer >= cfg.n_layer:
         raise InputError(f"{spec.name}: the model has {cfg.n_layer} blocks")
-    if spec.position is not None:
-        raise InputError("`position` applies to activations; for weights use `head` and `row`")
+    if spec.position is not None or spec.triangle:
+        raise InputError("`position` and `triangle` apply to activations; for weights use `head` and `row`")
     dims = list(dims_t)
     one_expert = spec.row is not None and dims[:1] == ["E"]  # one expert's matrix: the others are not stacked
     try:

@@ -323,6 +323,7 @@ export interface EncodedTensor {
   kv_head?: number | null;
   position?: number | null;
   row?: number | null;
+  triangle?: boolean;
   dims: string[];
   shape: number[];
   dtype: "float16" | "float32";
@@ -768,6 +769,7 @@ export interface TensorSpec {
   head?: number | null;
   position?: number | null;
   row?: number | null;
+  triangle?: boolean;
   dtype?: "float16" | "float32";
 }
 
