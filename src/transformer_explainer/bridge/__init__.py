@@ -7,11 +7,15 @@ How it works:
   (local windows included), the scores the softmax reads, the pattern, z, and a sink's logit and weight.
 - structure.py finds the parts by the model's own accessors and each layer's children by class: the embedding,
   the decoder layers, each layer's mixers (attention, linear attention, short convolution, state space) and MLP,
-  and the unembedding.
+  the final norm and the unembedding.
 - hooks.py puts forward hooks on those parts: resid_pre, resid_post, attn_out, mlp_out, a non-attention mixer's
-  input and output, embed.token, ln_final.out (the unembedding's input).
+  input and output, embed.token, ln_final.out (the unembedding's input). The same hooks (and te_record, for
+  attn.z) apply a call's patches: the value replaced as it is computed, seen with its batch dimension.
 - record.py runs one forward: the model is switched to `te_record` and hooked while calls are in flight, and
-  set back after the last one; resid_mid is found where the layer has one (record.resid_mid).
+  set back after the last one; resid_mid is found where the layer has one (record.resid_mid). `record(model,
+  ids, patches={...})` patches resid_pre, attn_out, attn.z, mlp_out, resid_post; `residual_logits(model, x)` is
+  the logit lens: the model's own code from its final norm on (post-unembedding scalings and soft caps
+  included), reading x instead of the last layer's output.
 - state.py holds one call's values in a recorder reached through a context variable, so concurrent calls on one
   model keep their values apart; vocabulary.py declares the names (TransformerLens's, as names.py).
 - load.py refuses, in one sentence, what is not a decoder transformers implements (remote code never runs).
@@ -22,10 +26,11 @@ checks it anyway, family by family.
 
 from .attention import ATTENTION_NAME, record_attention, register
 from .load import check_config, load_decoder
-from .record import LayerKind, Recording, record
+from .record import PATCHABLE, LayerKind, Recording, record, residual_logits
+from .state import Patch
 from .structure import Structure, find_structure
 from .vocabulary import GENERIC_BLOCK_ACTIVATIONS, GENERIC_GLOBAL_ACTIVATIONS, generic_block_name
 
-__all__ = ["ATTENTION_NAME", "GENERIC_BLOCK_ACTIVATIONS", "GENERIC_GLOBAL_ACTIVATIONS", "LayerKind", "Recording",
-           "Structure", "check_config", "find_structure", "generic_block_name", "load_decoder", "record",
-           "record_attention", "register"]
+__all__ = ["ATTENTION_NAME", "GENERIC_BLOCK_ACTIVATIONS", "GENERIC_GLOBAL_ACTIVATIONS", "PATCHABLE", "LayerKind",
+           "Patch", "Recording", "Structure", "check_config", "find_structure", "generic_block_name", "load_decoder",
+           "record", "record_attention", "register", "residual_logits"]

@@ -6,6 +6,10 @@ modeling file: a sink, a soft cap or any other change a family makes to eager at
 code), returns what that returns, and, when a recorder is current, records from the same call: the queries,
 keys and values it was given (after the model's norms and rotations), the mask as applied, the scores the
 softmax reads, the pattern eager returns, z (pattern @ V per head) and a sink's logit and weight.
+
+A call's patch of `blocks.L.attn.z` replaces z there, before the module's output projection reads it: the patch
+sees z with its batch dimension, (1, H, T, Dv) (as the project's own engine's patches see it), and what is
+recorded is what it returns.
 """
 
 from __future__ import annotations
@@ -38,9 +42,14 @@ def _eager_of(cls: type) -> Callable[..., tuple[torch.Tensor, torch.Tensor | Non
 def record_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The model's own eager attention, recording its inputs and results into the current recorder."""
-    out, weights = _eager_of(type(module))(module, query, key, value, attention_mask, **kwargs)
+    out, weights = _eager_of(type(module))(module, query, key, value, attention_mask, **kwargs)  # out: (1, T, H, Dv)
     rec = current()
     if rec is not None:
+        if rec.patches and (mine := rec.layer_of.get(id(module))) is not None:
+            z = out.transpose(1, 2)  # (1, H, T, Dv)
+            new = rec.patch(mine, "attn.z", z)
+            if new is not z:
+                out = new.transpose(1, 2).contiguous()
         layer = rec_layer(rec, module)
         if layer is not None:
             _record(rec, layer, module, query, key, value, attention_mask, kwargs, out, weights)

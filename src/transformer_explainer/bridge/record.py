@@ -1,4 +1,6 @@
-"""`record(model, input_ids)`: one forward of a transformers decoder, every stage the bridge sees recorded.
+"""`record(model, input_ids, patches=...)`: one forward of a transformers decoder, every stage the bridge sees
+recorded, values replaced where a patch says; `residual_logits(model, x)`: the logits the model would give were
+x its last residual stream (the logit lens).
 
 While a call is in flight the model runs attention through `te_record` (transformers' own eager function,
 called through) and carries the bridge's dispatching hooks; when the last call on the model ends, its previous
@@ -7,9 +9,10 @@ attention implementation is set back and the hooks are removed, so the model's o
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -20,7 +23,7 @@ from torch.utils.hooks import RemovableHandle
 from ..errors import InputError
 from . import attention
 from .hooks import install
-from .state import Call, Recorder, active
+from .state import Call, Patch, Recorder, active
 from .structure import Structure, find_structure
 from .vocabulary import generic_block_name
 
@@ -96,6 +99,32 @@ def _ids(input_ids: torch.Tensor | list[int], vocab: int | None, device: torch.d
     return ids.long()[None]
 
 
+# the stages a patch may replace, by what a layer needs for each
+PATCHABLE: dict[str, str | None] = {"resid_pre": None, "attn_out": "attention", "attn.z": "attention",
+                                    "mlp_out": "mlp", "resid_post": None}
+
+
+def check_patches(patches: Mapping[str, Patch], structure: Structure) -> None:
+    """An InputError (one sentence) for the first patch that names nothing this model computes."""
+    n = len(structure.layers)
+    for name, fn in patches.items():
+        m = re.fullmatch(r"blocks\.(\d+)\.(.+)", name)
+        if m is None or m.group(2) not in PATCHABLE:
+            raise InputError(f"{name!r} cannot be patched: the bridge patches blocks.L.resid_pre, attn_out, attn.z, "
+                             "mlp_out and resid_post.")
+        i, stage = int(m.group(1)), m.group(2)
+        if i >= n:
+            raise InputError(f"{name!r} names layer {i}, but this model's layers are 0..{n - 1}.")
+        layer, needs = structure.layers[i], PATCHABLE[stage]
+        if needs == "attention" and "attention" not in layer.kinds:
+            raise InputError(f"Layer {i} has no attention (its token mixers: {', '.join(layer.kinds)}), so "
+                             f"{name!r} cannot be patched.")
+        if needs == "mlp" and layer.mlp is None:
+            raise InputError(f"Layer {i} has no MLP that the bridge can find, so {name!r} cannot be patched.")
+        if not callable(fn):
+            raise InputError(f"The patch of {name!r} is not a function of the value it replaces.")
+
+
 def resid_mid(calls: list[Call], mixers: set[str], mlp: str | None, resid_post: torch.Tensor) -> torch.Tensor | None:
     """The residual stream between a layer's mixing sublayer and its MLP, where the layer has one: the input X
     of a child called after the last mixer (up to the MLP itself) to which the layer adds the MLP's branch B
@@ -119,15 +148,31 @@ def resid_mid(calls: list[Call], mixers: set[str], mlp: str | None, resid_post: 
     return None
 
 
-def record(model: nn.Module, input_ids: torch.Tensor | list[int]) -> Recording:
+def record(model: nn.Module, input_ids: torch.Tensor | list[int], *,
+           patches: Mapping[str, Patch] | None = None) -> Recording:
     """Run `model` (a transformers `*ForCausalLM`, in eval mode) on one sequence and record every stage the
     bridge sees, under the project's names (`blocks.3.attn.pattern`, `blocks.3.resid_post`, `logits`).
-    Safe to call from several threads at once on the same model."""
+    Safe to call from several threads at once on the same model, with patches or without.
+
+    `patches` maps names to functions that replace the value as it is computed: `blocks.L.resid_pre` (the
+    decoder layer's input), `blocks.L.attn_out` and `blocks.L.mlp_out` (the attention and MLP modules' outputs),
+    `blocks.L.resid_post` (the layer's output) and `blocks.L.attn.z` (each head's pattern @ V, before the output
+    projection). A patch sees the value with the batch dimension, e.g. (1, T, D) for resid_pre and (1, H, T, Dv)
+    for attn.z (as the engine's `trace_ids` patches do), and returns a new tensor of that shape (the one it is
+    given may be a view of a value recorded before it, so it is not to be changed in place); what is recorded is
+    the patched value, and everything downstream computes from it. A name this model does not compute (attn.z
+    of a layer with no attention, an unknown stage or layer) is refused with an InputError, before the forward
+    where the structure shows it, after it where the forward never reached the value."""
     ids = _ids(input_ids, getattr(model.config, "vocab_size", None), next(model.parameters()).device)
+    patches = dict(patches or {})
     with _session(model) as structure:
-        rec = Recorder(owner=id(model), layer_of=structure.layer_of())
+        check_patches(patches, structure)
+        rec = Recorder(owner=id(model), layer_of=structure.layer_of(), patches=patches)
         with active(rec), torch.no_grad():
             out = model(input_ids=ids, use_cache=False)
+    if missing := sorted(set(patches) - rec.applied):
+        raise InputError(f"This model's forward never computed {missing[0]!r} where the bridge sees it, so it could "
+                         "not be patched.")
     rec.values["logits"] = out.logits[0].detach()
     kinds = []
     for layer in structure.layers:
@@ -137,3 +182,37 @@ def record(model: nn.Module, input_ids: torch.Tensor | list[int]) -> Recording:
             rec.put(layer.index, "resid_mid", mid)
         kinds.append(LayerKind(layer.index, layer.kinds, rec.windows.get(layer.index), mid is not None))
     return Recording(rec.values, tuple(kinds))
+
+
+def residual_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The logits (T, V) that `model` would give were `x` (T, D) its last residual stream (the last decoder
+    layer's output): the logit lens. Computed by the model's own code from the final norm on, so whatever its
+    causal-LM head does after the unembedding is done too (Granite's logits_scaling, Falcon-H1's
+    lm_head_multiplier, Gemma's final soft cap, Cohere's logit_scale): the model runs on one token, and its
+    final norm reads `x` instead of that token's last residual stream, each row of `x` as a sequence of one
+    position in a batch (so that the shapes after the norm are the ones the model makes). Refused (InputError,
+    one sentence) where the bridge finds no final norm, or where the decoder does anything between its last
+    layer and that norm (the logits would not be those of `x`). Safe to call from several threads at once, and
+    beside `record`."""
+    hidden = getattr(model.config, "hidden_size", None)
+    if not isinstance(x, torch.Tensor) or x.ndim != 2 or x.shape[0] == 0 or (hidden is not None and
+                                                                            x.shape[1] != hidden):
+        raise InputError(f"The logit lens reads a residual stream of shape (positions, {hidden}), one row a "
+                         "position.")
+    param = next(model.parameters())
+    with _session(model) as structure:
+        if structure.final_norm is None:
+            raise InputError(f"{type(model).__name__}'s decoder has no final norm that the bridge can find, so it "
+                             "cannot give the logits of a residual stream.")
+        rec = Recorder(owner=id(model), layer_of=structure.layer_of(),
+                       lens=x.detach().to(device=param.device, dtype=param.dtype)[:, None])  # (T, 1, D)
+        with active(rec), torch.no_grad():
+            out = model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=param.device), use_cache=False)
+    logits = out.logits  # (T, 1, V)
+    if rec.lens_calls != 1 or not rec.lens_follows:
+        raise InputError(f"{type(model).__name__} does not apply its final norm once, straight to its last layer's "
+                         "output, so the bridge cannot give the logits of a residual stream.")
+    if logits.shape[:2] != (x.shape[0], 1):
+        raise InputError(f"{type(model).__name__}'s head does not give one row of logits for each position of a "
+                         "residual stream put in its final norm, so the bridge cannot give the logits of one.")
+    return logits[:, 0].detach()

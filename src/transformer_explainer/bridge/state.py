@@ -7,14 +7,17 @@ call's, so two threads that record on one model at once each get their own value
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import InputError
 from .vocabulary import generic_block_name
+
+Patch = Callable[[torch.Tensor], torch.Tensor]  # sees a value with its batch dimension, returns its replacement
 
 
 @dataclass
@@ -35,9 +38,27 @@ class Recorder:
     values: dict[str, torch.Tensor] = field(default_factory=dict)
     calls: dict[int, list[Call]] = field(default_factory=dict)
     windows: dict[int, int | None] = field(default_factory=dict)
+    patches: Mapping[str, Patch] = field(default_factory=dict)  # full name -> the function that replaces it
+    applied: set[str] = field(default_factory=set)  # the names whose patch ran in this call
+    lens: torch.Tensor | None = None  # (T, 1, D): the final norm's input instead of the last layer's output
+    lens_calls: int = 0  # how often the final norm ran in a `lens` call
+    lens_follows: bool = False  # whether its input was the last layer's output, as the decoder gave it
 
     def put(self, layer: int, suffix: str, value: torch.Tensor) -> None:
         self.values[generic_block_name(layer, suffix)] = value.detach()
+
+    def patch(self, layer: int, suffix: str, value: torch.Tensor) -> torch.Tensor:
+        """`value` (with its batch dimension) replaced by this call's patch for it, or itself where none."""
+        name = generic_block_name(layer, suffix)
+        fn = self.patches.get(name)
+        if fn is None:
+            return value
+        out = fn(value)
+        if not isinstance(out, torch.Tensor) or out.shape != value.shape:
+            raise InputError(f"The patch of {name} must return a tensor of the shape it is given, "
+                             f"{tuple(value.shape)}.")
+        self.applied.add(name)
+        return out.to(value.dtype)
 
 
 _CURRENT: ContextVar[Recorder | None] = ContextVar("transformer_explainer_bridge_recorder", default=None)

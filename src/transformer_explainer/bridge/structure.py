@@ -1,5 +1,6 @@
 """Which modules of a transformers decoder are what: the embedding, the decoder layers, each layer's mixers
-(attention, or a linear-attention / short-convolution / state-space layer) and MLP, and the unembedding.
+(attention, or a linear-attention / short-convolution / state-space layer) and MLP, the final norm and the
+unembedding.
 
 Found from the model's own accessors (`get_input_embeddings`, `get_output_embeddings`, `get_decoder`) and its
 layer list, then each layer's direct children by class: nothing per family.
@@ -20,6 +21,8 @@ _MLP_CLASS_WORDS = ("MLP", "MoE", "Moe", "FeedForward", "Experts")
 _MIXER_KINDS = (("DeltaNet", "linear_attention"), ("LinearAttention", "linear_attention"),
                 ("ShortConv", "short_conv"), ("Conv", "short_conv"), ("Mamba", "state_space"),
                 ("SSM", "state_space"), ("Mixer", "state_space"), ("Attention", "attention"))
+# what a decoder calls its final norm where it has several norms of its own (Gemma 4: a per-layer input's too)
+_FINAL_NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "final_norm", "norm_f")
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,10 @@ class Structure:
     embedding: nn.Module
     layers: tuple[Layer, ...]
     unembedding: nn.Module
+    # the decoder's norm after its last layer, whose output the unembedding reads (None where it has no norm of
+    # its own, or several and none by a final norm's name); `residual_logits` checks that it follows the last
+    # layer before it trusts it
+    final_norm: nn.Module | None = None
 
     def layer_of(self) -> dict[int, int]:
         """id(module) -> layer index, for every module inside a decoder layer."""
@@ -56,6 +63,19 @@ def _mixer_kind(name: str, child: nn.Module) -> str | None:
     if name in _MLP_NAMES or "Norm" in cls or not any(True for _ in child.parameters()):
         return None
     return next((kind for word, kind in _MIXER_KINDS if word in cls), None)
+
+
+def _is_norm(module: nn.Module) -> bool:
+    return isinstance(module, (nn.LayerNorm, nn.RMSNorm)) or "Norm" in type(module).__name__
+
+
+def _final_norm(decoder: nn.Module) -> nn.Module | None:
+    """The decoder's own norm (a direct child): the only one, or the one named as a final norm."""
+    norms = [(n, c) for n, c in decoder.named_children() if _is_norm(c)]
+    if len(norms) == 1:
+        return norms[0][1]
+    named = [c for n, c in norms if n in _FINAL_NORM_NAMES]
+    return named[0] if len(named) == 1 else None
 
 
 def _mlp_name(layer: nn.Module) -> str | None:
@@ -87,7 +107,7 @@ def find_structure(model: nn.Module) -> Structure:
             raise CheckpointError(f"{name}'s layer {i} ({type(module).__name__}) has no attention or other token "
                                   "mixer that the bridge can find.")
         layers.append(Layer(i, module, mixers, _mlp_name(module)))
-    return Structure(embedding, tuple(layers), unembedding)
+    return Structure(embedding, tuple(layers), unembedding, _final_norm(decoder))
 
 
 def first_tensor(value: object) -> torch.Tensor | None:
