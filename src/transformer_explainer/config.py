@@ -11,7 +11,7 @@ from typing import Any
 
 from .families import Architecture, Family, family_for_hf, family_of_model_type
 from .families.hf import FULL, SLIDING
-from .names import NameTable, names_for
+from .names import NameTable, activation_names, names_for
 
 # The largest width, depth, vocabulary or context a config may state: far beyond any model, but small
 # enough that sizes computed from it stay exact integers. Whether a model fits is decided at load time,
@@ -234,6 +234,10 @@ class DecoderConfig:
         """Read an HF `config.json` of a supported family; refuse options that change the maths we
         implement (a ValueError in one sentence)."""
         return cls(**family_for_hf(hf).read_hf(hf))
+
+    def activation_names(self) -> list[str]:
+        """Every activation name a trace of this model answers, in computation order (`names.activation_names`)."""
+        return activation_names(self.n_layer, self.family, self.dense_layers)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

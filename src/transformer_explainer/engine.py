@@ -16,6 +16,7 @@ from .attribution import Attribution, direct_logit_attribution
 from .config import DecoderConfig
 from .devices import check_dtype, describe_device, free_memory, resolve_device
 from .errors import CheckpointError, InputError
+from .generic import TRANSFORMERS, GenericModel, which_way
 from .loading.checkpoint import load_decoder, resolve_dtype, stored_dtype
 from .loading.resolve import ResolvedModel, resolve
 from .loading.tokenizer import TextTokenizer
@@ -302,10 +303,22 @@ class ExplainerModel(TextModel):
         return unembed(normed.to(unembed.weight.device))[0]
 
 
+def open_resolved(r: ResolvedModel, dtype: str | torch.dtype | None = None, *,
+                  device: str | torch.device | None = None, device_map: str | Mapping[str, MapValue] | None = None,
+                  max_memory: Mapping[int | str, int | str] | None = None) -> ExplainerModel | GenericModel:
+    """The model in folder `r`, the way its checkpoint runs (`generic.which_way`): with our code where its family
+    has code of our own, else through transformers' own modules; options as for `load_model`."""
+    if which_way(r.folder) == TRANSFORMERS:
+        return GenericModel.from_resolved(r, dtype, device=device, device_map=device_map, max_memory=max_memory)
+    return ExplainerModel.from_resolved(r, dtype, device=device, device_map=device_map, max_memory=max_memory)
+
+
 def load_model(spec: str | None = None, *, allow_download: bool = True, dtype: str | torch.dtype | None = None,
                device: str | torch.device | None = None, device_map: str | Mapping[str, MapValue] | None = None,
-               max_memory: Mapping[int | str, int | str] | None = None) -> ExplainerModel:
-    """Load a model of a supported family (GPT-2, Llama, Qwen2, Mistral, Qwen3, Gemma 3).
+               max_memory: Mapping[int | str, int | str] | None = None) -> ExplainerModel | GenericModel:
+    """Load a decoder: a family with code of our own (GPT-2, Llama, Qwen2, Mistral, Qwen3, Gemma 3, Mixtral,
+    Qwen3-MoE, OLMoE; every intermediate named), or any other decoder-only language model transformers implements
+    (through transformers' own modules: `generic.GenericModel`; its repr and `runs` say which way it runs).
 
     `spec`: a built-in model name, a local HF-format folder, a hub id ("gpt2", "gpt2-medium",
     "distilgpt2", "HuggingFaceTB/SmolLM2-135M", "owner/repo"), or None for the default (cached GPT-2
@@ -321,6 +334,6 @@ def load_model(spec: str | None = None, *, allow_download: bool = True, dtype: s
     (None) never downloads. Which model was picked, and why, is logged at INFO.
     """
     resolved = resolve(spec, allow_download=allow_download)
-    model = ExplainerModel.from_resolved(resolved, dtype, device=device, device_map=device_map, max_memory=max_memory)
+    model = open_resolved(resolved, dtype, device=device, device_map=device_map, max_memory=max_memory)
     log.info("model %s: %r%s", resolved.describe(), model, f"; {resolved.reason}" if resolved.reason else "")
     return model

@@ -9,7 +9,7 @@ from typing import Protocol
 from torch import Tensor
 
 from .config import DecoderConfig
-from .names import activation_names, describe
+from .names import describe
 from .trace_base import TraceBase
 
 
@@ -43,7 +43,7 @@ class Trace(TraceBase, Mapping[str, Tensor]):
     """
 
     model_name: str
-    config: DecoderConfig
+    config: DecoderConfig  # or `generic.GenericConfig`, for a model that runs through transformers
     text: str
     token_ids: list[int]  # the traced positions' ids
     tokens: list[str]  # their text, leading spaces kept; undecodable byte pieces escaped
@@ -70,7 +70,7 @@ class Trace(TraceBase, Mapping[str, Tensor]):
 
     def names(self) -> list[str]:
         """Every name this trace answers, in computation order."""
-        return activation_names(self.config.n_layer, self.config.family, self.config.dense_layers)
+        return self.config.activation_names()
 
     def describe(self, name: str) -> str:
         dims, text = describe(name, self.config.family)

@@ -16,7 +16,7 @@ from .qwen3 import QWEN3
 from .qwen3_moe import QWEN3_MOE
 
 __all__ = ["BY_MODEL_TYPE", "FAMILIES", "MODEL_TYPES", "Architecture", "Family", "family_for_hf", "family_named",
-           "family_of_model_type"]
+           "family_of_model_type", "supported_model_types"]
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (GPT2, LLAMA, QWEN3, GEMMA3, MIXTRAL, QWEN3_MOE, OLMOE)}
 BY_MODEL_TYPE: dict[str, Family] = {t: f for f in FAMILIES.values() for t in f.architectures}
@@ -27,7 +27,7 @@ _NEARBY = {"gemma3": "it is Gemma3ForConditionalGeneration (text and images); th
                      "checkpoints (google/gemma-3-270m, gemma-3-1b) load"}
 
 
-def _supported() -> str:
+def supported_model_types() -> str:
     return ", ".join(MODEL_TYPES) + " (" + ", ".join(f.label for f in FAMILIES.values()) + ")"
 
 
@@ -41,7 +41,7 @@ def family_of_model_type(model_type: object) -> Family:
     """The family of an HF model_type, or a one-line ValueError naming the supported ones."""
     if not isinstance(model_type, str) or model_type not in BY_MODEL_TYPE:
         hint = f": {_NEARBY[model_type]}" if isinstance(model_type, str) and model_type in _NEARBY else ""
-        raise ValueError(f"model_type is {model_type!r}; supported: {_supported()}{hint}")
+        raise ValueError(f"model_type is {model_type!r}; supported: {supported_model_types()}{hint}")
     return BY_MODEL_TYPE[model_type]
 
 

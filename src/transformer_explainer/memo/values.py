@@ -16,7 +16,7 @@ from torch import Tensor
 from ..config import DecoderConfig
 from ..models.kernels import hidden_keys, linear
 from ..models.kv_cache import KV
-from ..names import Derivation, activation_names, block_name, layer_of, names_for, parse_name
+from ..names import Derivation, block_name, layer_of, names_for, parse_name
 from .block_cache import BlockCache, BlockValues, storage_sizes
 from .recipes import (
     OUTSIDE,
@@ -60,10 +60,10 @@ class TraceValues(Mapping[str, Tensor]):
     # -- the mapping ------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[str]:
-        return iter(activation_names(self.config.n_layer, self.config.family, self.config.dense_layers))
+        return iter(self.config.activation_names())
 
     def __len__(self) -> int:
-        return len(activation_names(self.config.n_layer, self.config.family, self.config.dense_layers))
+        return len(self.config.activation_names())
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and (name in self.kept or name in set(self))

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine import ExplainerModel
+from ..engine import ExplainerModel, open_resolved
 from ..errors import ModelNotFoundError
 from ..loading.resolve import KNOWN_HUB_MODELS, ResolvedModel, builtin_models, cached_gpt2_models, resolve
 
@@ -147,9 +147,8 @@ class ModelRegistry:
                 return found
             assert entry.folder is not None
             log.info("loading model %s from %s", name, entry.folder)
-            model = ExplainerModel.from_resolved(ResolvedModel(name, entry.folder, "local"), self.dtype,
-                                                 device=self.device, device_map=self.device_map,
-                                                 max_memory=self.max_memory)
+            model = open_resolved(ResolvedModel(name, entry.folder, "local"), self.dtype, device=self.device,
+                                  device_map=self.device_map, max_memory=self.max_memory)
             model.source = entry.source
             log.info("model %s runs on %s", name, model.describe_devices())
             with self._lock:

@@ -1,0 +1,336 @@
+"""Any decoder transformers implements, explained through transformers' own modules: `GenericModel`.
+
+A checkpoint whose model_type none of the project's families (`families/`) declares, but which transformers loads
+as a causal language model, runs here: transformers' own code computes, and the bridge (`bridge/`) records what
+it computes under the project's names (the generic family's table, `names.GENERIC_NAMES`): each layer's input and
+output, its attention's queries, keys, values, mask, scores, pattern and z (and a sink where the model has one),
+the output of each mixer that is not attention (a short convolution, a state-space layer, linear attention) and of
+the MLP, the final norm's output and the logits. Its weights and the insides of its MLP and non-attention mixers
+are transformers' and are not named here (`weight` says so in one sentence).
+
+`which_way(folder)` says which way a checkpoint runs: "own" (a family with code of our own: every intermediate
+named, what the lessons read) or "transformers".
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .devices import check_dtype, describe_device, resolve_device
+from .errors import CheckpointError, InputError
+from .families import BY_MODEL_TYPE, supported_model_types
+from .loading.budget import check_memory
+from .loading.checkpoint import resolve_dtype, stored_dtype
+from .loading.files import is_regular_file, read_json
+from .loading.resolve import ResolvedModel
+from .loading.tokenizer import TextTokenizer
+from .memo.plan import Memory
+from .memo.values import TraceValues
+from .names import GENERIC_BLOCK_ACTIVATIONS, GENERIC_NAMES, NameTable, block_name, layer_of
+from .sampling import SamplingParams, make_generator, most_likely, next_token_distribution
+from .text_model import GeneratedToken, TextModel
+from .trace import Trace
+
+OWN = "own"
+TRANSFORMERS = "transformers"
+ATTENTION = "attention"
+# a stage's layer kind: the layers that record it (the residual stream's stages: every layer)
+_STAGE_KIND = {"attn.": ATTENTION, "attn_out": ATTENTION, "linear_attn.": "linear_attention", "conv.": "short_conv",
+               "ssm.": "state_space", "mixer.": "mixer"}
+
+
+def which_way(folder: Path) -> str:
+    """How the checkpoint in `folder` runs: OWN when its model_type is one of our families' (or it names none:
+    GPT-2's old checkpoints), TRANSFORMERS when transformers implements it as a decoder-only language model;
+    a CheckpointError in one sentence otherwise (remote code is never run)."""
+    try:
+        config = read_json(folder / "config.json")
+    except CheckpointError:  # no config, or not one: the loader of our families says what is wrong, as before
+        return OWN
+    model_type = config.get("model_type")
+    if model_type is None or model_type in BY_MODEL_TYPE:
+        return OWN
+    from .bridge import check_config
+
+    try:
+        check_config(config)
+    except CheckpointError as e:
+        raise CheckpointError(f"{e} The decoders with code of our own: {supported_model_types()}.") from None
+    return TRANSFORMERS
+
+
+@dataclass(frozen=True)
+class GenericLayer:
+    """What one decoder layer is: its mixers' kinds ("attention", "linear_attention", "short_conv",
+    "state_space"), its local window (keys a query reads; None for full attention or no attention) and the
+    stages it records, in computation order."""
+
+    kinds: tuple[str, ...]
+    window: int | None
+    stages: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GenericConfig:
+    """The shape of a decoder that runs through transformers, as the views read it: the fields `DecoderConfig`
+    shares (nanoGPT's names) and what each layer is. Heads and their widths are those its attention computes
+    with (read from a recording), so they hold for latent or per-layer head widths too."""
+
+    model_type: str
+    architecture: str  # transformers' class, e.g. "Qwen3_5ForCausalLM"
+    n_layer: int
+    n_head: int  # query heads of its attention layers
+    n_kv_heads: int
+    head_dim: int
+    n_embd: int
+    vocab_size: int
+    block_size: int  # longest context its config states
+    d_mlp: int | None  # the MLP's hidden width where the config states one
+    layers: tuple[GenericLayer, ...]
+    n_experts: int | None = None
+    top_k: int | None = None
+    family: str = "generic"
+    dense_layers: tuple[int, ...] = ()
+
+    @property
+    def names(self) -> NameTable:
+        return GENERIC_NAMES
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """The layers with attention (the others mix tokens another way)."""
+        return tuple(i for i, layer in enumerate(self.layers) if ATTENTION in layer.kinds)
+
+    def window(self, layer: int) -> int | None:
+        return self.layers[layer].window
+
+    def activation_names(self) -> list[str]:
+        """Every name a trace answers, in computation order: each layer its own stages."""
+        out = ["embed.token"]
+        for i, layer in enumerate(self.layers):
+            out += [block_name(i, s) for s in layer.stages]
+        return [*out, "ln_final.out", "logits"]
+
+    def has(self, name: str) -> bool:
+        """Whether a trace of this model records `name` (e.g. no attention pattern in a convolution layer)."""
+        return name in set(self.activation_names())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _stage_order(recorded: set[str]) -> tuple[str, ...]:
+    return tuple(s for s in GENERIC_BLOCK_ACTIVATIONS if s in recorded)
+
+
+def _hf_int(cfg: Any, *names: str) -> int | None:
+    for name in names:
+        value = getattr(cfg, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def generic_config(hf: nn.Module, values: dict[str, Tensor], windows: list[int | None],
+                   kinds: list[tuple[str, ...]]) -> GenericConfig:
+    """The GenericConfig of a loaded transformers decoder, from its config and one recording of it."""
+    cfg = hf.config
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    stages: dict[int, set[str]] = {}
+    for name in values:
+        layer = layer_of(name)
+        if layer is not None:
+            stages.setdefault(layer, set()).add(name.split(".", 2)[2])
+    n_layer = len(kinds)
+    layers = tuple(GenericLayer(kinds[i], windows[i], _stage_order(stages.get(i, set()))) for i in range(n_layer))
+    first = next((i for i, layer in enumerate(layers) if ATTENTION in layer.kinds and "attn.q" in layer.stages), None)
+    if first is None:
+        raise CheckpointError(f"{type(hf).__name__} has no attention layer whose queries and keys transformers' "
+                              "eager attention computes, so there is no attention to show.")
+    q, k = values[block_name(first, "attn.q")], values[block_name(first, "attn.k")]
+    n_embd = int(values["embed.token"].shape[-1])
+    experts = _hf_int(text, "num_experts", "num_local_experts", "n_routed_experts")
+    return GenericConfig(
+        model_type=str(text.model_type), architecture=type(hf).__name__, n_layer=n_layer, n_head=int(q.shape[0]),
+        n_kv_heads=int(k.shape[0]), head_dim=int(q.shape[-1]), n_embd=n_embd, vocab_size=int(text.vocab_size),
+        block_size=_hf_int(text, "max_position_embeddings", "n_positions", "n_ctx", "seq_length") or 2048,
+        d_mlp=_hf_int(text, "intermediate_size", "n_inner", "ffn_hidden_size"), layers=layers,
+        n_experts=experts, top_k=_hf_int(text, "num_experts_per_tok", "top_k") if experts else None)
+
+
+def _check_safetensors(folder: Path) -> None:
+    """Weights only from safetensors files: a pickle is never unpickled."""
+    if not (is_regular_file(folder / "model.safetensors") or is_regular_file(folder / "model.safetensors.index.json")):
+        raise CheckpointError(f"{folder} has no model.safetensors (or safetensors shards): a model that runs through "
+                              "transformers opens from safetensors files only, as a pickle could run code.")
+
+
+def _check_memory(folder: Path, dtype: torch.dtype) -> None:
+    """Refuse, before any weight is read, a model whose weights would not fit in memory."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        cfg = AutoConfig.from_pretrained(folder, trust_remote_code=False)
+        with torch.device("meta"):
+            meta = AutoModelForCausalLM.from_config(cfg, trust_remote_code=False)
+    except Exception as e:  # transformers and huggingface_hub check a config with exceptions of many kinds
+        first = (str(e).strip().splitlines() or [type(e).__name__])[-1].strip()
+        raise CheckpointError(f"{folder / 'config.json'} is not a config transformers can build a model from: "
+                              f"{first}") from None
+    check_memory(meta, dtype, f"the model in {folder}")
+
+
+class GenericModel(TextModel):
+    """A decoder that runs through transformers' own modules (`hf`, a `*ForCausalLM`), recorded by the bridge:
+    `trace`, `next_token`, `generate` as for the families with code of our own; the values are transformers'."""
+
+    def __init__(self, hf: nn.Module, tokenizer: TextTokenizer, name: str, source: str = "local",
+                 folder: Path | None = None, file_dtype: str | None = None) -> None:
+        from .bridge import record
+
+        vocab = int(hf.config.get_text_config().vocab_size)
+        if tokenizer.vocab_size > vocab:
+            raise CheckpointError(f"tokenizer has {tokenizer.vocab_size} tokens but the model only {vocab}")
+        self.hf = hf.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.source = source
+        self.folder = folder
+        self.file_dtype = file_dtype
+        probe = record(self.hf, [0, min(1, vocab - 1)])  # what each layer records
+        windows = [k.window for k in probe.layers]
+        self._config = generic_config(self.hf, probe.values, windows, [k.kinds for k in probe.layers])
+        self._keep_logits = "logits_to_keep" in inspect.signature(type(self.hf).forward).parameters
+
+    @classmethod
+    def from_resolved(cls, r: ResolvedModel, dtype: str | torch.dtype | None = None, *,
+                      device: str | torch.device | None = None, device_map: object = None,
+                      max_memory: object = None) -> GenericModel:
+        """The transformers decoder in folder `r`, on `device` (default the CPU)."""
+        from .bridge import load_decoder
+
+        if device_map is not None or max_memory is not None:
+            raise InputError(f"{r.name} runs through transformers' own modules, which this explainer places on one "
+                             "device: give a device instead of a device map")
+        dt = resolve_dtype(dtype)
+        target = resolve_device(device or "cpu")
+        check_dtype(dt, {target})
+        _check_safetensors(r.folder)
+        _check_memory(r.folder, dt)
+        hf = load_decoder(r.folder, dt).to(target)
+        return cls(hf, TextTokenizer.from_folder(r.folder, True), r.name, r.source, r.folder, stored_dtype(r.folder))
+
+    # -- what it is ------------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> GenericConfig:
+        return self._config
+
+    @property
+    def runs(self) -> str:
+        return TRANSFORMERS
+
+    @property
+    def device(self) -> torch.device:
+        return self.hf.get_input_embeddings().weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.hf.get_input_embeddings().weight.dtype
+
+    def describe_devices(self) -> str:
+        return describe_device(self.device)
+
+    @cached_property
+    def n_params(self) -> int:
+        """Its parameters, a tied matrix once."""
+        return sum(p.numel() for p in {id(p): p for p in self.hf.parameters()}.values())
+
+    def __repr__(self) -> str:
+        c = self.config
+        kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""
+        other = sorted({k for layer in c.layers for k in layer.kinds} - {ATTENTION})
+        mixers = f", {len(c.attention_layers)} attention layers and {', '.join(other)}" if other else ""
+        return (f"GenericModel({self.name!r}, {c.model_type} through transformers ({c.architecture}), {c.n_layer} "
+                f"layers{mixers}, {c.n_head} heads{kv}, d_model {c.n_embd}, {self.n_params / 1e6:.1f}M parameters, "
+                f"{str(self.dtype).removeprefix('torch.')})")
+
+    # -- tracing ---------------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def trace_ids(self, ids: list[int], *, memory: Memory | None = None, **options: Any) -> Trace:
+        """Every value the bridge records of transformers' forward over `ids`, by name. A trace of this model is
+        recorded whole (`memory` asks nothing of it); it is not continued from a cache."""
+        from .bridge import record
+
+        if options.get("cache") is not None or options.get("patches"):
+            raise InputError(f"{self.name} runs through transformers' own modules: its traces are recorded whole, "
+                             "without a KV cache or patches")
+        self._check_ids(ids)
+        rec = record(self.hf, ids)
+        values = dict(rec.values)
+        logits = values["logits"]
+        return Trace(model_name=self.name, config=self.config, text=self.tokenizer.decode(ids), token_ids=list(ids),
+                     tokens=self.tokenizer.token_texts(ids),
+                     memory=TraceValues(config=self.config, token_ids=list(ids), start=0, kept=values,
+                                        last_logits=logits[-1]))
+
+    def extend_trace(self, prefix: Trace, new_ids: list[int], *, memory: Memory | None = None) -> Trace:
+        """The trace of `prefix`'s tokens and `new_ids`, recorded whole."""
+        return self.trace_ids([*prefix.token_ids, *new_ids], memory=memory)
+
+    # -- prediction ------------------------------------------------------------------------------------
+
+    def _input(self, ids: list[int]) -> Tensor:
+        return torch.tensor([ids], device=self.device)
+
+    @torch.inference_mode()
+    def last_logits(self, ids: list[int]) -> Tensor:
+        self._check_ids(ids)
+        extra = {"logits_to_keep": 1} if self._keep_logits else {}
+        return self.hf(input_ids=self._input(ids), use_cache=False, **extra).logits[0, -1]
+
+    @torch.inference_mode()
+    def generate_ids(self, ids: list[int], max_new_tokens: int, params: SamplingParams | None = None,
+                     *, stop_at_eos: bool = True) -> Iterator[GeneratedToken]:
+        """New tokens one by one, each step running only the new position with transformers' own KV cache."""
+        params = params or SamplingParams()
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise InputError(f"the number of tokens to generate must be a whole number >= 0, got {max_new_tokens!r}",
+                             code="generate_count", value=str(max_new_tokens))
+        self._check_ids(ids)
+        eos = set(self.tokenizer.eos_ids())
+        out = self.hf(input_ids=self._input(ids), use_cache=True)
+        logits, cache = out.logits[0, -1], out.cache
+        gen = None if params.greedy else make_generator(params.seed, logits.device)
+        pos = len(ids)
+        params.check_vocabulary(logits.shape[-1])
+        for _ in range(max_new_tokens):
+            if params.greedy:
+                tid, prob = most_likely(logits), 1.0
+            else:
+                dist = next_token_distribution(logits, params)
+                tid = dist.sample(gen)
+                prob = float(dist.probs[tid])
+            yield GeneratedToken(tid, self.tokenizer.token_text(tid), prob, pos)
+            pos += 1
+            if (stop_at_eos and tid in eos) or pos >= self.context_length:
+                return
+            out = self.hf(input_ids=self._input([tid]), cache=cache, use_cache=True)
+            logits, cache = out.logits[0, -1], out.cache
+
+    def weight(self, name: str) -> Tensor:
+        raise InputError(f"{self.name} runs through transformers' own modules: its weights keep transformers' names "
+                         "and are not named here (the families with code of our own name every weight)")
+
+    def weight_names(self) -> list[str]:
+        """None: the weights of a model that runs through transformers are not named here (`weight`)."""
+        return []
