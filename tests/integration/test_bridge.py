@@ -187,4 +187,4 @@ def test_loading_refuses_an_encoder_and_bad_ids(tmp_path: Path) -> None:
     with pytest.raises(InputError):
         record(model, [])
     with pytest.raises(InputError, match="outside the vocabulary"):
-        record(model, [5, 128])
+        record(model, [5, 320])
