@@ -116,7 +116,9 @@ export function stageSpecs(stage: StageId, f: Focus): NamedSpecs {
     }
     case "attention":
       return { scores: { name: b("attn.scores"), head: h, position: p }, scaled: { name: b("attn.scaled_scores"), head: h, position: p },
-        masked: { name: b("attn.masked_scores"), head: h, position: p }, pattern: { name: b("attn.pattern"), head: h } };
+        // the pattern's lower triangle: above it a causal pattern is 0 (half the bytes at the full context)
+        masked: { name: b("attn.masked_scores"), head: h, position: p },
+        pattern: { name: b("attn.pattern"), head: h, triangle: true } };
     case "window": // the focus head's pattern in this layer: zero outside the window in a local layer
       return { pattern: { name: b("attn.pattern"), head: h } };
     case "heads":

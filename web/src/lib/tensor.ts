@@ -69,7 +69,7 @@ function bytesOf(t: { data: string }): Uint8Array {
 
 export function decodeTensor(t: EncodedTensor): Tensor {
   const bytes = bytesOf(t);
-  const n = t.shape.reduce((a, b) => a * b, 1);
+  const n = t.triangle ? triangleSize(t.shape) : t.shape.reduce((a, b) => a * b, 1);
   let data: Float32Array;
   if (t.dtype === "float16") {
     data = new Float32Array(n);
@@ -87,7 +87,31 @@ export function decodeTensor(t: EncodedTensor): Tensor {
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     for (let i = 0; i < n; i++) data[i] = view.getFloat32(4 * i, true);
   }
-  return { name: t.name, dims: t.dims, shape: t.shape, data };
+  return { name: t.name, dims: t.dims, shape: t.shape, data: t.triangle ? fromTriangle(data, t.shape) : data };
+}
+
+/** How many values a lower triangle of the last two dims (T, S) holds: row i keys 0..S - T + i (the server's
+ *  encoding.lower_triangle). */
+function triangleSize(shape: number[]): number {
+  const T = shape[shape.length - 2], S = shape[shape.length - 1];
+  const outer = shape.slice(0, -2).reduce((a, b) => a * b, 1);
+  return outer * (T * (S - T + 1) + (T * (T - 1)) / 2);
+}
+
+/** The whole (..., T, S) tensor from its lower triangle, the entries above it 0 (what they are: the server
+ *  sends a triangle only then). */
+function fromTriangle(tri: Float32Array, shape: number[]): Float32Array {
+  const T = shape[shape.length - 2], S = shape[shape.length - 1];
+  const out = new Float32Array(shape.reduce((a, b) => a * b, 1));
+  let k = 0;
+  for (let o = 0; o < out.length; o += T * S) {
+    for (let i = 0; i < T; i++) {
+      const len = S - T + i + 1;
+      out.set(tri.subarray(k, k + len), o + i * S);
+      k += len;
+    }
+  }
+  return out;
 }
 
 // float -> IEEE half bits, rounding to nearest even (as numpy's and torch's float32 -> float16, which the
