@@ -169,3 +169,37 @@ def test_a_config_transformers_refuses_is_one_sentence(folders: dict[str, Path],
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="not a config transformers can build a model from: .*layer_types"):
         load_model(str(folder))
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    return dst
+
+
+def test_a_checkpoint_that_lacks_a_weight_is_refused(folders: dict[str, Path], tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    folder = _copy(folders["phi3"], tmp_path / "lacking")
+    state = load_file(folder / "model.safetensors")
+    del state["model.layers.1.mlp.down_proj.weight"]  # transformers alone would fill it with random numbers
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="lacks 'model.layers.1.mlp.down_proj.weight'.*made-up weights"):
+        load_model(str(folder))
+
+
+def test_non_finite_or_corrupt_weights_are_refused(folders: dict[str, Path], tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    folder = _copy(folders["phi3"], tmp_path / "nan")
+    state = load_file(folder / "model.safetensors")
+    state["model.layers.0.mlp.down_proj.weight"][0, 0] = float("nan")
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="NaN or infinite"):
+        load_model(str(folder))
+    folder = _copy(folders["phi3"], tmp_path / "cut")
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError):
+        load_model(str(folder))

@@ -58,6 +58,22 @@ def load_decoder(path: str | Path, dtype: torch.dtype = torch.float32) -> nn.Mod
         raise CheckpointError(f"{folder}/config.json is not a JSON object.")
     check_config(config)
     name = attention.register()
-    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation=name, dtype=dtype,
-                                                 trust_remote_code=False)
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(folder, attn_implementation=name, dtype=dtype,
+                                                           trust_remote_code=False, use_safetensors=True,
+                                                           output_loading_info=True)
+    except Exception as e:  # a broken file or a config transformers refuses, in its own words: one sentence here
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0].strip()
+        raise CheckpointError(f"transformers could not load the checkpoint in {folder}: {first}") from None
+    # transformers fills a weight the files lack with random numbers, with a warning: a broken checkpoint here
+    for kind in ("missing_keys", "mismatched_keys"):
+        keys = sorted(str(k) for k in info.get(kind) or ())
+        if keys:
+            what = "lacks" if kind == "missing_keys" else "has a tensor of the wrong shape for"
+            raise CheckpointError(f"the checkpoint in {folder} {what} {keys[0]!r}" +
+                                  (f" and {len(keys) - 1} more" if len(keys) > 1 else "") +
+                                  "; a model with made-up weights is not opened")
+    for key, p in model.named_parameters():
+        if not torch.isfinite(p).all():
+            raise CheckpointError(f"tensor {key!r} in {folder} contains NaN or infinite values")
     return model.eval()
