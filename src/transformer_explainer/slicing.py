@@ -138,7 +138,10 @@ def check_activations_fit(config: DecoderConfig, n_tokens: int, specs: Sequence[
             taken = next((d for d in axes if d in kept), None)
             if index is not None and taken is not None:
                 kept.remove(taken)
-        out.append((spec.name, math.prod(sizes.get(d, 1) for d in kept)))
+        n = math.prod(sizes.get(d, 1) for d in kept)
+        if spec.triangle and kept[-2:] == ["T", "S"]:  # what it sends: row i up to its own key (S = T here)
+            n = n // n_tokens**2 * (n_tokens * (n_tokens + 1) // 2)
+        out.append((spec.name, n))
     if out:
         _check_total(out)
 

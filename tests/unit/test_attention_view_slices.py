@@ -19,7 +19,13 @@ from transformer_explainer.errors import InputError
 from transformer_explainer.media import BINARY_MEDIA_TYPE
 from transformer_explainer.memo import values as memo_values
 from transformer_explainer.schemas import TensorSpec
-from transformer_explainer.slicing import activation_tensor, activation_tensors, weight_tensor
+from transformer_explainer.slicing import (
+    MAX_ELEMENTS,
+    activation_tensor,
+    activation_tensors,
+    check_activations_fit,
+    weight_tensor,
+)
 
 DERIVED = ("attn.scores", "attn.scaled_scores", "attn.masked_scores")
 
@@ -173,3 +179,14 @@ def test_the_attention_view_at_1000_tokens_gets_its_slices_only(long_client):
         want = full[-1] if t["position"] is not None else full
         np.testing.assert_array_equal(triangle_rows(values, t["shape"]) if t["triangle"] else values, want)
 
+
+
+def test_the_size_check_before_a_pass_counts_a_triangle_as_what_it_sends(tiny_model):
+    """Every head's pattern at 1,200 tokens holds 5.76 M values (more than one answer's 4 M); its lower
+    triangles, 2.88 M: asked for as triangles it is not refused before the pass, as it would not be after it."""
+    cfg = tiny_model.config
+    whole = TensorSpec(name="blocks.0.attn.pattern")
+    assert cfg.n_head * 1200**2 > MAX_ELEMENTS >= cfg.n_head * 1200 * 1201 // 2
+    with pytest.raises(InputError, match="more than the"):
+        check_activations_fit(cfg, 1200, [whole])
+    check_activations_fit(cfg, 1200, [whole.model_copy(update={"triangle": True})])
