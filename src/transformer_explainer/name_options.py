@@ -163,3 +163,28 @@ DENSE_BLOCKS_WEIGHTS: dict[str, Entry] = {
     "mlp.W_in": (("D", "M"), "blocks without experts: the MLP's up projection"),
     "mlp.W_out": (("M", "D"), "blocks without experts: the MLP's down projection"),
 }
+
+
+# Gated DeltaNet (Qwen3.5, Qwen3-Next; models/gated_deltanet.py): a linear-attention layer's stages, for a family whose
+# blocks have one. H: its value heads (the heads of the states and the output), G: its query/key heads (value head h
+# reads query/key head h // (H / G)), Dk and Dv a key's and a value's width. The state is recorded only where a
+# recorder asks for it by name: it is H * T * Dk * Dv values.
+KEY_HEAD_SLICE = "; asking for head h gives query/key head h // (H / G), the one value head h reads"
+GATED_DELTANET_ACTIVATIONS: dict[str, Entry] = {
+    "linear_attn.q": (("G", "T", "Dk"), "queries after the short convolution and SiLU, scaled to length 1 / sqrt(Dk)"
+                                        + KEY_HEAD_SLICE),
+    "linear_attn.k": (("G", "T", "Dk"), "keys after the short convolution and SiLU, of length 1" + KEY_HEAD_SLICE),
+    "linear_attn.v": (("H", "T", "Dv"), "values after the short convolution and SiLU"),
+    "linear_attn.beta": (("H", "T"), "write strength, sigmoid(b) in (0, 1): how much of its error a token writes into "
+                                     "the state (1: its value replaces what the state held at its key)"),
+    "linear_attn.decay": (("H", "T"), "g = -exp(A_log) * softplus(a + dt_bias) < 0: before the token writes, the state "
+                                      "is multiplied by exp(g), forgetting a little of everything"),
+    "linear_attn.state": (("H", "T", "Dk", "Dv"), "the state after each token, one Dk x Dv matrix per head: "
+                                                  "S_t = S' + beta k (v - S'^T k)^T with S' = exp(g) S_{t-1}"),
+    "linear_attn.o": (("H", "T", "Dv"), "the read S_t^T q: what the state holds in the query's direction, before the "
+                                        "norm and the gate"),
+    "linear_attn.gate": (("H", "T", "Dv"), "SiLU(z), z the output gate's projection: what each normed read is "
+                                           "multiplied by"),
+    "linear_attn.out": (("T", "D"), "RMSNorm(o) * weight * gate, heads side by side, @ W_out: what the layer adds to "
+                                    "the residual stream"),
+}
