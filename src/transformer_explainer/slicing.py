@@ -2,7 +2,8 @@
 API: activations from a trace, weights from the model. Bounded per answer: the tensors one request
 asks for may hold `MAX_ELEMENTS` values together, and more is refused, before anything is encoded,
 with a message that says how to ask for less. An activation whose last dims are (T, S) with nothing
-above the diagonal (one head's pattern) can be sent as its lower triangle (`triangle`): half the values.
+above the diagonal (one head's pattern) can be sent as its lower triangle (`triangle`): half the values
+(the whole tensor where an entry above is not 0; the answer says which).
 
 A derived attention stage (scores, scaled, masked: `names.DERIVATIONS`) asked for one head is computed
 for that head alone, by the rule that derives the whole stage: the same numbers at 1/H of the cost.
@@ -86,17 +87,18 @@ class _Slice:
     t: Tensor
     dims: list[str]
     kv_head: int | None
+    triangle: bool = False  # send the lower triangle of its last two dims (nothing lies above it)
 
     def encode(self) -> EncodedTensor:
         s = self.spec
-        t = lower_triangle(self.t) if s.triangle else self.t
+        t = lower_triangle(self.t) if self.triangle else self.t
         return EncodedTensor(name=s.name, head=s.head, kv_head=self.kv_head, position=s.position, row=s.row,
-                             triangle=s.triangle, dims=self.dims, shape=list(self.t.shape), dtype=s.dtype,
+                             triangle=self.triangle, dims=self.dims, shape=list(self.t.shape), dtype=s.dtype,
                              data=encode_array(t, s.dtype))
 
     def size(self) -> int:
         """The values its answer holds: with `triangle`, row i of each (T, S) matrix up to key S - T + i."""
-        if not self.spec.triangle:
+        if not self.triangle:
             return self.t.numel()
         T, S = self.t.shape[-2:]
         return self.t.numel() // (T * S) * (T * (S - T + 1) + T * (T - 1) // 2)
@@ -235,21 +237,17 @@ def _activation_slice(trace: Trace, spec: TensorSpec,
             t, kv_head = _take_head(t, dims, spec.head, spec.name, cfg)
     if spec.position is not None:
         t = _take(t, dims, _position_dim(dims), spec.position, "position", spec.name, trace.start)
-    if spec.triangle:
-        _check_triangle(t, dims, spec.name)
-    return _Slice(spec, t, dims, kv_head)
+    return _Slice(spec, t, dims, kv_head, spec.triangle and _lower_triangular(t, dims, spec.name))
 
 
-def _check_triangle(t: Tensor, dims: list[str], name: str) -> None:
-    """InputError unless `t`'s last dims are query and key positions (T, S) and nothing lies above the diagonal
-    (row i holds keys up to its own position, S - T + i): then its lower triangle holds all of it."""
+def _lower_triangular(t: Tensor, dims: list[str], name: str) -> bool:
+    """Whether nothing lies above the diagonal of `t`'s last two dims (row i holds keys up to its own position,
+    S - T + i): then its lower triangle holds all of it. InputError unless those dims are (T, S)."""
     if dims[-2:] != ["T", "S"]:
         raise InputError(f"`triangle` applies to a tensor whose last dims are query and key positions (T, S), such "
                          f"as one head's attention pattern; {name} sliced so has dims {', '.join(dims) or 'none'}")
     T, S = t.shape[-2:]
-    if torch.triu(t, diagonal=S - T + 1).any():
-        raise InputError(f"{name} has values above its diagonal (a key after its query): ask for it without "
-                         f"`triangle`")
+    return not torch.triu(t, diagonal=S - T + 1).any()  # masked scores: -inf above, sent whole
 
 
 def _weight_slice(model: ExplainerModel, spec: TensorSpec) -> _Slice:

@@ -116,10 +116,14 @@ def test_triangle_pattern_is_the_pattern(tiny_model):
     np.testing.assert_array_equal(arr(whole), tr["blocks.1.attn.pattern"].numpy())
 
 
-def test_triangle_is_refused_where_it_would_lose_values(tiny_model):
+def test_triangle_is_not_used_where_it_would_lose_values(tiny_model):
+    """A tensor with values above its diagonal (the masked scores' -inf) comes whole, and says so; one without the
+    dims (T, S) is refused, with a sentence that says why."""
     tr = tiny_model.trace("The quick brown fox jumps over the lazy dog")
-    with pytest.raises(InputError, match="values above its diagonal"):  # -inf above: not 0
-        activation_tensor(tr, TensorSpec(name="blocks.0.attn.masked_scores", head=0, triangle=True))
+    masked = activation_tensor(tr, TensorSpec(name="blocks.0.attn.masked_scores", head=0, triangle=True,
+                                              dtype="float32"))
+    assert not masked.triangle
+    np.testing.assert_array_equal(arr(masked), tr["blocks.0.attn.masked_scores"][0].numpy())
     with pytest.raises(InputError, match=r"\(T, S\)"):
         activation_tensor(tr, TensorSpec(name="blocks.0.attn.pattern", head=0, position=-1, triangle=True))
     with pytest.raises(InputError, match=r"\(T, S\)"):
