@@ -67,7 +67,8 @@ class TensorSpec(Strict):
     position: Annotated[int, Field(ge=-MAX_IDS, lt=MAX_IDS)] | None = None
     row: Annotated[int, Field(ge=0)] | None = None  # weights only: index into the first non-head dim
     # activations whose last dims are (T, S) with nothing above the diagonal (a causal pattern): send each
-    # row's keys up to its own position only, about half the values (refused where an entry above is not 0)
+    # row's keys up to its own position only, about half the values (the whole tensor where an entry above is
+    # not 0: the answer's `triangle` says which)
     triangle: bool = False
     dtype: TensorDtype = "float16"
 
