@@ -14,6 +14,7 @@ from transformer_explainer.models.gated_deltanet import (
     GatedDeltaNet,
     GatedDeltaNetConfig,
     implied_attention,
+    qwen3_next_weights,
     state_memory,
 )
 from transformer_explainer.models.recorder import Recorder
@@ -77,6 +78,24 @@ def test_output_equals_transformers_forward(shape):
     assert relative(ours(x), want) < 1e-5  # the fast path
     got, _ = recorded(ours, x)
     assert relative(got, want) < 1e-5
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@torch.no_grad()
+def test_qwen3_next_weights_give_its_layer_output(shape):
+    """Qwen3-Next's layer (q, k, v, z and b, a projected in two matrices, rows grouped by key head) through
+    `qwen3_next_weights`: the same output as transformers' forward, and each value head's own rows (a layer that
+    read them in another order would give another output)."""
+    next_hf = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
+    cfg = transformers.AutoConfig.for_model("qwen3_next", **{**SMALL, **FAMILIES["qwen3_next"], **SHAPES[shape]})
+    torch.manual_seed(7)
+    ref = next_hf.Qwen3NextGatedDeltaNet(cfg, 0).eval()
+    for p in ref.parameters():
+        p.data.normal_(0.0, 0.2) if p.ndim > 1 else p.data.uniform_(0.5, 1.5)
+    ours = GatedDeltaNet(GatedDeltaNetConfig.from_hf(cfg))
+    ours.load_state_dict(qwen3_next_weights(ref.state_dict(), GatedDeltaNetConfig.from_hf(cfg)), strict=True)
+    x = torch.randn(2, 70, SMALL["hidden_size"], generator=torch.Generator().manual_seed(8))
+    assert relative(ours(x), ref(x)) < 1e-5
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))

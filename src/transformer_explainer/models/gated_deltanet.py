@@ -20,7 +20,8 @@ query/key heads than value heads, as grouped-query attention shares keys); the r
 per head, times SiLU of the output gate z_t, then the output projection.
 
 Parameter names are Qwen3.5's (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`, `conv1d`, `dt_bias`, `A_log`,
-`norm`, `out_proj`), so its weights load key for key. Numerics follow transformers' torch reference
+`norm`, `out_proj`), so its weights load key for key; Qwen3-Next's, which project q, k, v, z and b, a in two
+interleaved matrices, through `qwen3_next_weights`. Numerics follow transformers' torch reference
 (`torch_recurrent_gated_delta_rule`, `Qwen3_5RMSNormGated`): the normalisation and the recurrence in float32, the
 norm's weight applied in the input's dtype. transformers computes the same sums in chunks for speed
 (`torch_chunk_gated_delta_rule`); here the recurrence runs token by token, the form it is defined in.
@@ -32,7 +33,7 @@ the recorder asks for it by name: it is H * T * Dk * Dv values), o, gate, out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,6 +215,25 @@ def implied_attention(q: Tensor, k: Tensor, beta: Tensor, decay: Tensor) -> Tens
         # apply A_s to the rows t >= s: fade, and remove what token s wrote over
         u[..., s:, :] = fade[..., s, None, None] * (u[..., s:, :] - beta[..., s, None, None] * along[..., None] * k_s)
     return w
+
+
+def qwen3_next_weights(state_dict: Mapping[str, Tensor], config: GatedDeltaNetConfig) -> dict[str, Tensor]:
+    """A Qwen3-Next Gated DeltaNet layer's weights under Qwen3.5's names, the layout this module has. Qwen3-Next
+    projects q, k, v and z in one matrix and b and a in another, their rows grouped by key head: for each of the G
+    key heads its q (Dk rows), k (Dk), the v of its H / G value heads, then their z; and its value heads' b, then
+    their a. Qwen3.5 keeps q, k and v (each heads in order), z, b and a apart. The other weights are the same."""
+    c = config
+    r = c.n_value_heads // c.n_key_heads  # value heads per key head
+    out = {name: w for name, w in state_dict.items() if name not in ("in_proj_qkvz.weight", "in_proj_ba.weight")}
+    qkvz = state_dict["in_proj_qkvz.weight"]
+    q, k, v, z = qkvz.view(c.n_key_heads, -1, qkvz.shape[-1]).split(
+        (c.key_dim, c.key_dim, r * c.value_dim, r * c.value_dim), dim=1)  # each (G, rows, D)
+    out["in_proj_qkv.weight"] = torch.cat([part.flatten(0, 1) for part in (q, k, v)])
+    out["in_proj_z.weight"] = z.flatten(0, 1)
+    ba = state_dict["in_proj_ba.weight"]
+    b, a = ba.view(c.n_key_heads, 2 * r, ba.shape[-1]).split((r, r), dim=1)
+    out["in_proj_b.weight"], out["in_proj_a.weight"] = b.flatten(0, 1), a.flatten(0, 1)
+    return out
 
 
 # -- memory: the state's fixed size against a full-attention layer's KV cache -------------------------------------
