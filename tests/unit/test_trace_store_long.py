@@ -66,3 +66,38 @@ def test_an_edit_at_the_end_of_a_long_text_computes_its_own_positions(long_model
         torch.testing.assert_close(trace["blocks.1.attn.pattern"][:, -2:], fresh["blocks.1.attn.pattern"][:, -2:],
                                    rtol=1e-4, atol=1e-5)
 
+
+
+def test_three_long_texts_edited_in_turn_each_continue_their_beginning(long_model):
+    """Three learners edit texts of 1,000 tokens in turn: where the newest trace kept its keys and values whatever
+    they cost, the oldest text went to make room and every edit traced its text whole (3.0 s on GPT-2 small); now
+    the newest's keys and values go first, and every edit continues its own beginning (0.57 s)."""
+    n = 1000
+    store, _ = scaled_store(long_model, n)
+    vocab = long_model.config.vocab_size
+    texts = [random_ids(n, vocab, 20 + t) for t in range(3)]
+    for ids in texts:
+        store.get("m", long_model, ids)
+    for k in range(2):
+        for t in range(3):
+            texts[t] = texts[t][:-1] + random_ids(1, vocab, 40 + 3 * k + t)
+            trace, computed = store.get("m", long_model, texts[t])
+            assert computed == [n - 1, n], (k, t)
+    assert len(store.cache) >= 3  # at least each text's newest version
+    assert store.cache.nbytes <= store.cache.max_bytes
+
+
+def test_a_long_text_typed_beside_short_ones_keeps_its_keys_and_values(long_model):
+    """Over the budget, the newest's keys and values stay when the traces that go instead are cheap to trace again
+    (a class's short texts beside one long one being typed): its next edit computes its own positions."""
+    n = 1000
+    store, kv = scaled_store(long_model, n)
+    vocab = long_model.config.vocab_size
+    for t in range(40):  # short texts filling the rest of the budget
+        store.get("m", long_model, random_ids(12, vocab, 100 + t))
+    ids = random_ids(n, vocab, 7)
+    trace, _ = store.get("m", long_model, ids)
+    assert kv_nbytes(trace) == kv
+    ids = ids[:-1] + random_ids(1, vocab, 8)
+    trace, computed = store.get("m", long_model, ids)
+    assert computed == [n - 1, n] and kv_nbytes(trace) == kv

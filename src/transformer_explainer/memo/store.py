@@ -25,6 +25,7 @@ from .block_cache import BlockCache, storage_nbytes
 from .costs import (
     BLOCKS_SHARE,
     KV_SHARE,
+    NO_KV_COST,
     cheapest_beginning,
     continuable,
     drop_kv,
@@ -132,11 +133,27 @@ class TraceCache:
         return {"traces": len(self._items), "mb": round(self._bytes / 2**20, 1), "max_mb": self.max_bytes // 2**20,
                 "hits": self.hits, "misses": self.misses}
 
+    def _kv_before_traces(self, key: Key, trace: Trace) -> bool:
+        """Over the budget with the newest `trace`'s keys and values kept: whether they go rather than the oldest
+        traces that would make room. They go when tracing those traces again would cost more than continuing the
+        newest without them (`NO_KV_COST`: a quarter of its beginning's positions), so that several long texts
+        edited in turn each continue from their kept block inputs rather than the newest continuing fast and the
+        others being traced whole (3 texts of 1,000 tokens in turn, GPT-2-small shape: 3.0 s -> 0.57 s an edit,
+        benchmarks/long_text_edits.py); a long text typed beside a class's short ones keeps them (issue 40)."""
+        over, freed, lost = self._bytes - self.max_bytes, 0, 0
+        for k, (t, held) in self._items.items():  # the oldest first
+            if freed >= over or k == key:
+                break
+            freed += sum(held.values())
+            lost += t.n_tokens
+        return lost * NO_KV_COST > trace.n_tokens
+
     def put(self, key: Key, trace: Trace) -> None:
         """Keep `trace` as the most recent. The newest traces keep their keys and values (what continuing them reads)
         while those take at most `max_kv_bytes` (by default one part in KV_SHARE of the budget), the newest trace's
-        always; older traces drop theirs. Over the budget, the oldest traces go. A trace that alone exceeds the budget
-        is not kept."""
+        always, unless over the budget they cost more than the older traces they would evict (`_kv_before_traces`);
+        older traces drop theirs. Over the budget, the oldest traces go. A trace that alone exceeds the budget is not
+        kept."""
         values = values_of(trace)
         storages = values.storages()
         if sum(storages.values()) > self.max_bytes and values.kv is not None:
@@ -163,6 +180,12 @@ class TraceCache:
                 self._hold(smaller)
                 self._release(held)
                 self._items[k] = (t, smaller)
+            if self._bytes > self.max_bytes and values.kv is not None and self._kv_before_traces(key, trace):
+                self.shed(trace)
+                smaller = values.storages()
+                self._hold(smaller)
+                self._release(storages)
+                self._items[key] = (trace, smaller)
             while self._bytes > self.max_bytes and len(self._items) > 1:
                 _, (_, held) = self._items.popitem(last=False)
                 self._release(held)
