@@ -5,8 +5,9 @@ time of `TraceStore.get` and the positions it computed. Three ways the edits com
 - one text: one learner changing the last word again and again (the newest trace keeps its keys and values, even
   beyond their share of the budget: the edit computes its own positions);
 - texts in turn (--texts 2, 3): learners taking turns on texts of that length (a continuable text of 1,000 tokens
-  holds 117 MB of the 192 MB the traces may hold: the others' keep their block inputs alone and are continued
-  without their keys and values, or are evicted and traced whole).
+  holds 117 MB of the 192 MB the traces may hold: the others keep their block inputs alone and are continued
+  without their keys and values; with three, the newest's keys and values go too rather than the oldest text,
+  which would be traced whole: `TraceCache._kv_before_traces`).
 
     nice .venv/bin/python benchmarks/long_text_edits.py [--tokens 1000] [--texts 1 2 3] [--edits 3]
 """
