@@ -19,9 +19,10 @@ from .encoding import encode_array, encode_u8, group_size, lower_triangle_u8, po
 from .engine import ExplainerModel
 from .errors import InputError
 from .families.hf import SLIDING
+from .generic import ATTENTION, GenericConfig, GenericModel
 from .limits import MIN_TEMPERATURE
 from .memo.summaries import THUMBNAIL, key_sums_at
-from .names import block_name, names_for
+from .names import block_name, layer_of, names_for
 from .sampling import SamplingParams, make_generator, next_token_distribution
 from .schemas import (
     AttentionOverview,
@@ -52,29 +53,89 @@ def pattern_thumbnail(pattern: Tensor) -> Tensor:
     return pooled_pattern(pattern, THUMBNAIL)
 
 
+def attention_layers(config: DecoderConfig | GenericConfig) -> list[int]:
+    """The layers with an attention pattern: every block of an own-code model; the attention layers of one that
+    runs through transformers (a convolution, state-space or linear-attention layer has none)."""
+    if isinstance(config, GenericConfig):
+        return list(config.attention_layers)
+    return list(range(config.n_layer))
+
+
+def check_recorded(config: DecoderConfig | GenericConfig, specs: list[TensorSpec]) -> None:
+    """Refuse, in one sentence, an activation that a model which runs through transformers does not record in that
+    layer (an attention pattern of a convolution layer, resid_mid of a layer with parallel sublayers). An own-code
+    model records every name of its family's table in every layer."""
+    if not isinstance(config, GenericConfig):
+        return
+    for spec in specs:
+        layer = layer_of(spec.name)
+        known = spec.name.split(".", 2)[-1] in config.names.block_activations
+        if layer is None or not 0 <= layer < config.n_layer or not known or config.has(spec.name):
+            continue  # a global name, an unknown one or a layer out of range: the slicing says what is wrong
+        kinds = " and ".join(k.replace("_", " ") for k in config.layers[layer].kinds) or "mixer"
+        attn = ", ".join(map(str, config.attention_layers))
+        raise InputError(f"{spec.name} is not recorded: layer {layer} of this {config.model_type} model is a {kinds} "
+                         f"layer, which does not compute it (its attention layers: {attn})")
+
+
 def overview_thumbnails(trace: Trace) -> Tensor:
-    """(L, H, n, n) on the CPU: every block's pattern thumbnail, from what the pass kept of it (else its block run
-    as far as the pattern), reduced where the block's values are, then copied."""
+    """(L, H, n, n) on the CPU: every attention layer's pattern thumbnail (`attention_layers`), from what the pass
+    kept of it (else its block run as far as the pattern), reduced where the block's values are, then copied."""
     g = group_size(trace.n_tokens, THUMBNAIL)
     fn = key_sums_at(g)  # memo.summaries.overview_summary(trace.n_tokens)
     return torch.stack([query_group_means(trace.memory.observation(block_name(i, "attn.pattern"), fn), g).cpu()
-                        for i in range(trace.config.n_layer)])
+                        for i in attention_layers(trace.config)])
 
 
-def capabilities_out(c: DecoderConfig) -> CapabilitiesOut:
+def generic_capabilities_out(c: GenericConfig) -> CapabilitiesOut:
+    """What the views branch on, for a model that runs through transformers' own modules: each layer's mixers,
+    window and recorded stages; the family's fields (its norms, positions, MLP) are null: transformers' code."""
+    windows = [c.window(i) for i in range(c.n_layer)]
+    local = sorted({w for w in windows if w is not None})
+    attn = set(c.attention_layers)
+    return CapabilitiesOut(
+        norm=None, norm_offset=None, positions=None, qkv=None, mlp=None, qk_norm=None, qk_norm_scope=None,
+        sandwich_norm=None, embed_scale=None, kv_groups=c.n_head // c.n_kv_heads,
+        local_window=local[0] if len(local) == 1 else None,  # one window for every local layer, else each its own
+        layer_types=[None if i not in attn else "sliding_attention" if windows[i] is not None else "full_attention"
+                     for i in range(c.n_layer)],
+        attn_scale=None, rope_local_theta=None, n_experts=c.n_experts, top_k=c.top_k, runs="transformers",
+        mixers=[list(layer.kinds) for layer in c.layers], windows=windows, attention_layers=sorted(attn),
+        resid_mid=["resid_mid" in layer.stages for layer in c.layers],
+        sinks=["attn.sink" in layer.stages for layer in c.layers],
+        layer_stages=[list(layer.stages) for layer in c.layers])
+
+
+def capabilities_out(c: DecoderConfig | GenericConfig) -> CapabilitiesOut:
     """The family's capabilities and this model's options (what the views branch on)."""
+    if isinstance(c, GenericConfig):
+        return generic_capabilities_out(c)
     a = c.arch
+    local = SLIDING in (c.layer_types or ())
     return CapabilitiesOut(norm=a.norm, norm_offset=a.norm_offset, positions=a.positions, qkv=a.qkv, mlp=a.mlp,
                            qk_norm=a.qk_norm, sandwich_norm=a.sandwich_norm, embed_scale=a.embed_scale,
                            kv_groups=c.n_head // c.n_kv_heads,
-                           local_window=c.sliding_window if SLIDING in (c.layer_types or ()) else None,
+                           local_window=c.sliding_window if local else None,
                            layer_types=[c.layer_type(i) for i in range(c.n_layer)], attn_scale=c.attn_scale,
                            rope_local_theta=c.rope_local_theta, qk_norm_scope=a.qk_norm_scope,
                            n_experts=c.n_experts, top_k=c.top_k, d_expert=c.d_expert,
-                           norm_topk_prob=c.norm_topk_prob if a.mlp == "moe" else False, moe_layers=c.moe_layers)
+                           norm_topk_prob=c.norm_topk_prob if a.mlp == "moe" else False, moe_layers=c.moe_layers,
+                           runs="own", mixers=[[ATTENTION]] * c.n_layer,
+                           windows=[c.sliding_window if c.layer_type(i) == SLIDING else None for i in range(c.n_layer)],
+                           attention_layers=list(range(c.n_layer)), resid_mid=[True] * c.n_layer,
+                           sinks=[False] * c.n_layer)
 
 
-def config_out(model: ExplainerModel) -> ModelConfigOut:
+def config_out(model: ExplainerModel | GenericModel) -> ModelConfigOut:
+    if isinstance(model, GenericModel):
+        g = model.config
+        return ModelConfigOut(n_layer=g.n_layer, n_head=g.n_head, n_embd=g.n_embd, head_dim=g.head_dim, d_mlp=g.d_mlp,
+                              vocab_size=g.vocab_size, block_size=g.block_size, layer_norm_epsilon=None,
+                              activation=None, family=g.family, model_type=g.model_type, architecture=g.architecture,
+                              n_kv_heads=g.n_kv_heads, capabilities=capabilities_out(g), rope_theta=None,
+                              rope_scaling=None, tie_word_embeddings=None, qkv_bias=None, out_bias=None,
+                              mlp_bias=None, dtype=str(model.dtype).removeprefix("torch."),
+                              file_dtype=model.file_dtype)
     c = model.config
     rope = c.arch.positions == "rope"
     return ModelConfigOut(n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd, head_dim=c.head_dim, d_mlp=c.d_mlp,
@@ -154,9 +215,12 @@ def choose_next(model: ExplainerModel, logits: Tensor, sp: SamplingIn, token_id:
 # -- the overview of a trace -----------------------------------------------------------------------
 
 
-def pass_cost(cfg: DecoderConfig, n_tokens: int) -> PassCostOut:
+def pass_cost(cfg: DecoderConfig | GenericConfig, n_tokens: int) -> PassCostOut | None:
     """The arithmetic of a forward pass over `n_tokens` tokens: with the experts the tokens were sent to, and
-    with every expert (the same for a dense model)."""
+    with every expert (the same for a dense model). None for a model that runs through transformers: its layers'
+    products (a convolution's, a state-space layer's, latent attention's) are its code's, not counted here."""
+    if isinstance(cfg, GenericConfig):
+        return None
     return PassCostOut(n_tokens=n_tokens, gflop=pass_gflop(cfg, n_tokens),
                        gflop_all_experts=pass_gflop(cfg, n_tokens, experts_per_token=cfg.n_experts))
 
@@ -179,7 +243,8 @@ class OverviewAsk:
     include: list[TensorSpec] = field(default_factory=list)  # the tensors the answer holds
 
 
-def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, ask: OverviewAsk, found: Found) -> TraceOut:
+def trace_overview(name: str, model: ExplainerModel | GenericModel, trace: Trace, *, ask: OverviewAsk,
+                   found: Found) -> TraceOut:
     """What the app shows first for a trace of the model called `name`: what `ask` asks for (the sampling and
     number of candidates of the next-token answer, the tensors to include), with how the trace was `found`."""
     t_traced = time.perf_counter()
@@ -205,9 +270,9 @@ def trace_overview(name: str, model: ExplainerModel, trace: Trace, *, ask: Overv
         context_length=model.context_length,
         config=config_out(model),
         next=nxt,
-        attention=AttentionOverview(n_layer=cfg.n_layer, n_head=cfg.n_head, size=size,
+        attention=AttentionOverview(n_layer=thumbs.shape[0], n_head=cfg.n_head, size=size,
                                     pooled=size < trace.n_tokens, encoding="uint8-lower-triangle",
-                                    data=encode_u8(lower_triangle_u8(thumbs))),
+                                    data=encode_u8(lower_triangle_u8(thumbs)), layers=attention_layers(cfg)),
         resid_norms=EncodedTensor(name="resid_norms", dims=["L", "T"], shape=list(resid.shape), dtype="float32",
                                   data=encode_array(resid, "float32")),
         tensors=tensors,

@@ -11,8 +11,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import ERROR_CODES, InputError
-from .families import FAMILIES
 from .limits import MAX_TEMPERATURE, MAX_TENSORS_PER_REQUEST, MAX_TEXT_CHARS, MAX_TOP_N
+from .names import NAME_TABLES
 
 MAX_IDS = 4096
 
@@ -126,30 +126,35 @@ class WeightIn(Strict):
 # -- responses -------------------------------------------------------------------------------------
 
 
-# the name of a model family, as its declaration has it (gpt2, llama, qwen3, gemma3)
-FamilyName = Literal[tuple(FAMILIES)]  # type: ignore[valid-type]
+# the name of a model family, as its declaration has it (gpt2, llama, qwen3, gemma3), or "generic": any decoder
+# that runs through transformers' own modules (names.NAME_TABLES)
+FamilyName = Literal[tuple(NAME_TABLES)]  # type: ignore[valid-type]
 
 
 class CapabilitiesOut(BaseModel):
     """What a model's blocks are made of and which options it has: what the views branch on. The first
-    fields are its family's (`families/`: the declaration's `Architecture`); the others this model's."""
+    fields are its family's (`families/`: the declaration's `Architecture`); the others this model's. A model
+    that runs through transformers' own modules (`runs` "transformers") has no declaration: the family's fields
+    are null for it (its norms, positions and MLP are transformers' code, not named here), and the per-layer
+    fields at the end say what each of its layers is and records."""
 
-    norm: Literal["layer", "rms"]  # LayerNorm (mean, variance, scale, shift) or RMSNorm (rms, scale)
-    norm_offset: bool  # RMSNorm scales by 1 + weight (Gemma)
-    positions: Literal["learned", "rope"]  # a position embedding table, or rotary positions inside attention
-    qkv: Literal["fused", "split"]  # one input projection for q, k and v (GPT-2), or three
+    norm: Literal["layer", "rms"] | None  # LayerNorm (mean, variance, scale, shift) or RMSNorm (rms, scale)
+    norm_offset: bool | None  # RMSNorm scales by 1 + weight (Gemma)
+    positions: Literal["learned", "rope"] | None  # a position embedding table, or rotary positions inside attention
+    qkv: Literal["fused", "split"] | None  # one input projection for q, k and v (GPT-2), or three
     # up, GELU, down; or down(act(gate) * up); or a mixture of experts: a router sends each token to top_k of
     # n_experts gated MLPs and adds their outputs, weighted (Mixtral, Qwen3-MoE, OLMoE)
-    mlp: Literal["gelu", "gated", "moe"]
-    qk_norm: bool  # an RMSNorm over the queries and keys before the rotation (Qwen3, Gemma 3, OLMoE)
+    mlp: Literal["gelu", "gated", "moe"] | None
+    qk_norm: bool | None  # an RMSNorm over the queries and keys before the rotation (Qwen3, Gemma 3, OLMoE)
     # QK-norm over each head's query and key ("head"), or over all heads' together as projected ("projection": OLMoE)
-    qk_norm_scope: Literal["head", "projection"] = "head"
-    sandwich_norm: bool  # norms after attention and after the MLP too (Gemma)
-    embed_scale: bool  # the token embedding times sqrt(d_model) (Gemma)
+    qk_norm_scope: Literal["head", "projection"] | None = "head"
+    sandwich_norm: bool | None  # norms after attention and after the MLP too (Gemma)
+    embed_scale: bool | None  # the token embedding times sqrt(d_model) (Gemma)
     kv_groups: int  # query heads per key/value head (1: each query head has its own)
     local_window: int | None  # keys a local layer's query sees, itself included; None: no local layers
-    layer_types: list[Literal["full_attention", "sliding_attention"]]  # each block's attention
-    attn_scale: float  # what the scores are multiplied by: 1 / sqrt(head_dim) or 1 / sqrt(query_pre_attn_scalar)
+    # each block's attention; None for a layer without attention (a model that runs through transformers)
+    layer_types: list[Literal["full_attention", "sliding_attention"] | None]
+    attn_scale: float | None  # what the scores are multiplied by: 1 / sqrt(head_dim) or 1 / sqrt(query_pre_attn_scalar)
     rope_local_theta: float | None  # the local layers' own rotary base (Gemma 3)
     # mixtures of experts (mlp "moe"); None / [] / false for a dense model
     n_experts: int | None = None  # experts per block with experts
@@ -157,6 +162,18 @@ class CapabilitiesOut(BaseModel):
     d_expert: int | None = None  # an expert's hidden width
     norm_topk_prob: bool = False  # the chosen experts' weights renormalised to sum to 1 (Mixtral: always)
     moe_layers: list[int] = []  # the blocks whose MLP is a mixture of experts (Qwen3-MoE may keep some dense)
+    # which way the model runs: "own" (a family with code of our own, every intermediate named) or
+    # "transformers" (transformers' own modules, recorded at their inputs and outputs: generic.GenericModel)
+    runs: Literal["own", "transformers"] = "own"
+    # per layer: its token mixers' kinds ("attention", "linear_attention", "short_conv", "state_space", "mixer")
+    mixers: list[list[str]] = []
+    windows: list[int | None] = []  # per layer: the keys a query of its attention reads (None: all, or no attention)
+    attention_layers: list[int] = []  # the layers with attention (every layer of an own-code model)
+    resid_mid: list[bool] = []  # per layer: whether it has a residual point between its mixer and its MLP
+    sinks: list[bool] = []  # per layer: whether its attention has a learned sink logit (gpt-oss)
+    # per layer: the stages its trace records (names.GENERIC_BLOCK_ACTIVATIONS), for a model that runs through
+    # transformers; None for an own-code model, whose family's table names every stage of every layer
+    layer_stages: list[list[str]] | None = None
 
 
 class ModelConfigOut(BaseModel):
@@ -164,21 +181,25 @@ class ModelConfigOut(BaseModel):
     n_head: int
     n_embd: int
     head_dim: int
-    d_mlp: int
+    d_mlp: int | None  # None: a model that runs through transformers whose config states no MLP width
     vocab_size: int
     block_size: int
-    layer_norm_epsilon: float
-    activation: str
-    family: str = "gpt2"  # the family's name (families.FAMILIES): gpt2, llama (Llama, Qwen2, Mistral), qwen3, gemma3
-    model_type: str = "gpt2"  # HF's model_type: "gpt2", "llama", "qwen2", "mistral", "qwen3" or "gemma3_text"
+    layer_norm_epsilon: float | None  # None where the model runs through transformers (its norms are its own)
+    activation: str | None  # the MLP's activation; None where the model runs through transformers
+    # the family's name (families.FAMILIES): gpt2, llama (Llama, Qwen2, Mistral), qwen3, gemma3, ...; "generic" for
+    # a model that runs through transformers' own modules
+    family: str = "gpt2"
+    model_type: str = "gpt2"  # HF's model_type: "gpt2", "llama", "qwen2", "mistral", "qwen3", "qwen3_5_text", ...
+    architecture: str | None = None  # transformers' class a model that runs through it is ("Qwen3_5ForCausalLM")
     n_kv_heads: int = 0  # key/value heads; n_head // n_kv_heads query heads share each (GQA)
     capabilities: CapabilitiesOut
     rope_theta: float | None = None  # base of the rotary frequencies (rope models; their global layers)
     rope_scaling: str | None = None  # "llama3" or "linear" when the frequencies are rescaled
-    tie_word_embeddings: bool = True  # the unembedding is the token embedding's transpose
-    qkv_bias: bool = True
-    out_bias: bool = True  # a bias on the attention's output projection
-    mlp_bias: bool = True  # biases in the MLP
+    # the weights' options (None where the model runs through transformers: its weights are not named here)
+    tie_word_embeddings: bool | None = True  # the unembedding is the token embedding's transpose
+    qkv_bias: bool | None = True
+    out_bias: bool | None = True  # a bias on the attention's output projection
+    mlp_bias: bool | None = True  # biases in the MLP
     dtype: str = "float32"  # weights' dtype: "float32", or "bfloat16" when loaded so
     file_dtype: str | None = None  # the type the checkpoint's file stores the weights in ("float16"); None if unknown
 
@@ -272,12 +293,15 @@ class AttentionOverview(BaseModel):
     """All layers' and heads' patterns as small thumbnails (exact up to 8-bit rounding when the text
     has at most `size` tokens; pooled into `size` groups of positions beyond that)."""
 
-    n_layer: int
+    n_layer: int  # the thumbnails' layers: len(layers)
     n_head: int
     size: int  # thumbnails are size x size
     pooled: bool
     encoding: Literal["uint8-lower-triangle"]  # value * 255, row i holds columns 0..i
     data: str  # base64, (n_layer, n_head, size*(size+1)/2)
+    # the model's layers the thumbnails are of, in order: its attention layers (every layer of an own-code model;
+    # a convolution, state-space or linear-attention layer has no pattern to draw)
+    layers: list[int] = []
 
 
 class PassCostOut(BaseModel):

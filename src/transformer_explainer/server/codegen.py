@@ -59,7 +59,7 @@ def names_ts() -> str:
     parts = [
         HEADER.format(src="src/transformer_explainer/names.py"),
         "export type Dim = \"T\" | \"S\" | \"H\" | \"G\" | \"D\" | \"Dh\" | \"H*Dh\" | \"G*Dh\" | \"R\" | \"M\" "
-        "| \"V\" | \"P\" | \"E\" | \"K\";",
+        "| \"V\" | \"P\" | \"E\" | \"K\" | \"Dv\";",  # Dv: a value head's width (the generic table's)
         "export interface NameInfo { readonly dims: readonly Dim[]; readonly description: string }",
         "",
         _table("BLOCK_ACTIVATIONS", names.BLOCK_ACTIVATIONS),
@@ -146,7 +146,7 @@ def _families_ts() -> list[str]:
         "}",
         "",
     ]
-    for family, t in names.FAMILY_NAMES.items():
+    for family, t in names.NAME_TABLES.items():
         pre = _prefix(family)
         if family not in WRITTEN_FAMILIES:
             out += [_table(pre + const, getattr(t, kind)) for kind, const in TABLE_KINDS.items()]
@@ -154,9 +154,10 @@ def _families_ts() -> list[str]:
         out += [f"  {json.dumps(stage)}: {{ op: {json.dumps(d.op)}, sources: {json.dumps(list(d.sources))} }},"
                 for stage, d in t.derivations.items()]
         out.append("} as const satisfies Record<string, Derivation>;")
-    out += ["", "/** The names each family answers (names.FAMILY_NAMES). */",
+    out += ["", "/** The names each family answers (names.NAME_TABLES: the families with code of their own, and",
+            " *  \"generic\", any decoder that runs through transformers). */",
             "export const FAMILY_NAMES: Readonly<Record<string, FamilyNames>> = {"]
-    for family in names.FAMILY_NAMES:
+    for family in names.NAME_TABLES:
         pre = _prefix(family)
         fields = ", ".join(f"{_camel(k)}: {pre}{c}" for k, c in TABLE_KINDS.items())
         out.append(f"  {json.dumps(family)}: {{ {fields}, derivations: {pre}DERIVATIONS }},")

@@ -15,9 +15,19 @@ from pydantic import BaseModel
 
 from ...encoding import pack_binary
 from ...engine import ExplainerModel
+from ...generic import GenericModel
 from ...inputs import Resolved, check_room_to_generate
 from ...media import BINARY_MEDIA_TYPE
-from ...overview import Found, OverviewAsk, choose_next, config_out, names_out, next_token_out, trace_overview
+from ...overview import (
+    Found,
+    OverviewAsk,
+    check_recorded,
+    choose_next,
+    config_out,
+    names_out,
+    next_token_out,
+    trace_overview,
+)
 from ...schemas import (
     FamilyName,
     GenerateIn,
@@ -76,6 +86,7 @@ async def with_trace(ctx: ServerContext, body: InputIn, finish: Callable[[Traced
                 return None
             name, m = found
             res = ctx.resolve(m, body)
+            check_recorded(m.config, tensors or [])
             hit = traces.cached(name, res.ids, count_miss=False)  # the model lane counts it
             n = len(res.ids)
             return None if hit is None else finish(Traced(name, m, res, hit, [n, n], t0, time.perf_counter()))
@@ -88,6 +99,7 @@ async def with_trace(ctx: ServerContext, body: InputIn, finish: Callable[[Traced
         t0 = time.perf_counter()
         name, m = ctx.lookup(body.model)
         res = ctx.resolve(m, body)
+        check_recorded(m.config, tensors or [])
         check_activations_fit(m.config, len(res.ids), tensors or [])
         tr, computed = traces.get(name, m, res.ids, wanting=[t.name for t in tensors or []])
         return finish(Traced(name, m, res, tr, computed, t0, time.perf_counter()))
@@ -111,11 +123,14 @@ def answer(out: BaseModel, request: Request, timings_ms: dict[str, float]) -> Re
 
 def model_info(ctx: ServerContext, name: str) -> ModelInfo:
     m = ctx.registry.loaded_model(name)
-    return ModelInfo(name=name, source=ctx.registry.source(name), loaded=m is not None,
-                     default=name == ctx.registry.default, config=config_out(m) if m else None,
-                     n_params=m.net.num_params() if m else None,
-                     n_active_params=m.net.num_active_params() if m else None,
-                     n_expert_params=m.net.num_expert_params() if m else None)
+    info = ModelInfo(name=name, source=ctx.registry.source(name), loaded=m is not None,
+                     default=name == ctx.registry.default, config=config_out(m) if m else None)
+    if isinstance(m, GenericModel):  # transformers' modules: its parameters counted, its experts' not told apart
+        info.n_params = m.n_params
+    elif m is not None:
+        info.n_params, info.n_active_params = m.net.num_params(), m.net.num_active_params()
+        info.n_expert_params = m.net.num_expert_params()
+    return info
 
 
 @router.get("/health", response_model=HealthOut)
@@ -139,7 +154,8 @@ async def model(name: str, ctx: Context) -> ModelInfo:
 
 @router.get("/names", response_model=NamesOut)
 async def names(family: FamilyName = "gpt2") -> NamesOut:
-    """The names a trace of `family` answers ("llama": Llama, Qwen2 and Mistral; families.FAMILIES)."""
+    """The names a trace of `family` answers ("llama": Llama, Qwen2 and Mistral; families.FAMILIES; "generic":
+    a model that runs through transformers' own modules)."""
     return names_out(family)
 
 
@@ -169,6 +185,8 @@ async def tensors(body: TensorsIn, request: Request, ctx: Context) -> Response:
 async def weights(body: WeightIn, request: Request, ctx: Context) -> Response:
     def work(name: str, m: ExplainerModel) -> Response:
         t0 = time.perf_counter()
+        if isinstance(m, GenericModel):  # its weights keep transformers' names: it says so in one sentence
+            m.weight(body.tensors[0].name)
         out = TensorsOut(model=name, token_ids=[], tensors=weight_tensors(m, body.tensors))
         return answer(out, request, {"encode": round((time.perf_counter() - t0) * 1e3, 2)})
 
@@ -206,6 +224,7 @@ async def generate(body: GenerateIn, ctx: Context) -> GenerateOut:
         name, m = ctx.lookup(body.model)
         res = ctx.resolve(m, body)
         check_room_to_generate(m, len(res.ids), ctx.max_tokens)
+        check_recorded(m.config, body.include)
         check_activations_fit(m.config, len(res.ids) + 1, body.include)
         prefix, prefix_computed = ctx.traces.get(name, m, res.ids)
         tok = choose_next(m, prefix.next_token_logits(), body.sampling, body.token_id)

@@ -52,6 +52,7 @@ export interface AttentionOverview {
   pooled: boolean;
   encoding: "uint8-lower-triangle";
   data: string;
+  layers?: number[];
 }
 
 export interface AttentionStatsOut {
@@ -121,27 +122,34 @@ export interface Candidate {
   prob_no_cut: number;
 }
 
-/** What a model's blocks are made of and which options it has: what the views branch on. The first fields are its family's (`families/`: the declaration's `Architecture`); the others this model's. */
+/** What a model's blocks are made of and which options it has: what the views branch on. The first fields are its family's (`families/`: the declaration's `Architecture`); the others this model's. A model that runs through transformers' own modules (`runs` "transformers") has no declaration: the family's fields are null for it (its norms, positions and MLP are transformers' code, not named here), and the per-layer fields at the end say what each of its layers is and records. */
 export interface CapabilitiesOut {
-  norm: "layer" | "rms";
-  norm_offset: boolean;
-  positions: "learned" | "rope";
-  qkv: "fused" | "split";
-  mlp: "gelu" | "gated" | "moe";
-  qk_norm: boolean;
-  qk_norm_scope?: "head" | "projection";
-  sandwich_norm: boolean;
-  embed_scale: boolean;
+  norm: "layer" | "rms" | null;
+  norm_offset: boolean | null;
+  positions: "learned" | "rope" | null;
+  qkv: "fused" | "split" | null;
+  mlp: "gelu" | "gated" | "moe" | null;
+  qk_norm: boolean | null;
+  qk_norm_scope?: "head" | "projection" | null;
+  sandwich_norm: boolean | null;
+  embed_scale: boolean | null;
   kv_groups: number;
   local_window: number | null;
-  layer_types: ("full_attention" | "sliding_attention")[];
-  attn_scale: number;
+  layer_types: ("full_attention" | "sliding_attention" | null)[];
+  attn_scale: number | null;
   rope_local_theta: number | null;
   n_experts?: number | null;
   top_k?: number | null;
   d_expert?: number | null;
   norm_topk_prob?: boolean;
   moe_layers?: number[];
+  runs?: "own" | "transformers";
+  mixers?: string[][];
+  windows?: (number | null)[];
+  attention_layers?: number[];
+  resid_mid?: boolean[];
+  sinks?: boolean[];
+  layer_stages?: string[][] | null;
 }
 
 /** Tokens [start, end) that split characters between them (e.g. the four bytes of an emoji). */
@@ -204,7 +212,7 @@ export interface CompareStep {
 
 /** One part of the model that writes the residual stream, and its share of the metric. `layer` is null for the embeddings, `head` for everything but a head, `expert` for everything but an expert (a mixture of experts' block has one part per expert chosen at the position: its weight times its output). */
 export interface ComponentOut {
-  kind: "embed" | "pos_embed" | "head" | "attn_bias" | "mlp" | "expert";
+  kind: "embed" | "pos_embed" | "head" | "attn_bias" | "mlp" | "expert" | "mixer";
   layer: number | null;
   head: number | null;
   expert?: number | null;
@@ -463,21 +471,22 @@ export interface ModelConfigOut {
   n_head: number;
   n_embd: number;
   head_dim: number;
-  d_mlp: number;
+  d_mlp: number | null;
   vocab_size: number;
   block_size: number;
-  layer_norm_epsilon: number;
-  activation: string;
+  layer_norm_epsilon: number | null;
+  activation: string | null;
   family?: string;
   model_type?: string;
+  architecture?: string | null;
   n_kv_heads?: number;
   capabilities: CapabilitiesOut;
   rope_theta?: number | null;
   rope_scaling?: string | null;
-  tie_word_embeddings?: boolean;
-  qkv_bias?: boolean;
-  out_bias?: boolean;
-  mlp_bias?: boolean;
+  tie_word_embeddings?: boolean | null;
+  qkv_bias?: boolean | null;
+  out_bias?: boolean | null;
+  mlp_bias?: boolean | null;
   dtype?: string;
   file_dtype?: string | null;
 }
