@@ -8,6 +8,7 @@ import { tick } from "svelte";
 import { SvelteMap } from "svelte/reactivity";
 import { call } from "../lib/client";
 import type { DecodeOut, ModelConfigOut, ModelInfo, TensorSpec, TokensOut } from "../lib/generated/api";
+import type { OwnConfig } from "../lib/family";
 import { MAX_TENSORS_PER_REQUEST } from "../lib/generated/limits";
 import { formatBytes, bytesPerValue } from "../lib/rope";
 import { say, val, type Text, type Value } from "../lib/lesson";
@@ -19,7 +20,9 @@ import { s2s, type Tab } from "../pages/seq2seq/state.svelte";
 
 // -- the trace and the model ----------------------------------------------------------------------------------
 
-export const cfg = (): ModelConfigOut | undefined => app.trace?.config;
+// a lesson is opened on a model with code of our own only (App.svelte offers no tour for one that runs through
+// transformers): its config has every field
+export const cfg = (): OwnConfig | undefined => app.trace?.config as OwnConfig | undefined;
 /** Tokens of the text on screen. */
 export const nTok = (): number => app.trace?.token_ids.length ?? 0;
 /** The loaded model as /api/models describes it (its source and parameter counts). */

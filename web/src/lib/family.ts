@@ -7,7 +7,49 @@ import { FAMILIES, type FamilyDeclaration } from "./generated/names";
 
 /** A family's name, as the server sends it ("gpt2", "llama", "qwen3", "gemma3", or one this page was built without). */
 export type Family = string;
-export type Capabilities = CapabilitiesOut;
+/** The capabilities' family fields (its norm, positions, MLP, ...): null for a model that runs through
+ *  transformers' own modules, which has no declaration. */
+type FamilyFields = "norm" | "norm_offset" | "positions" | "qkv" | "mlp" | "qk_norm" | "sandwich_norm" | "embed_scale"
+  | "attn_scale";
+/** A model's capabilities as the views read them: the family fields typed as an own-code model has them. A model that
+ *  runs through transformers (`runsThrough`) has them null, and no view or lesson that reads them is offered for it
+ *  (pipeline.hasStage, lessons/choose.ts): those read its own values, which exist only for our code. */
+export type Capabilities = Omit<CapabilitiesOut, FamilyFields> & { [K in FamilyFields]: NonNullable<CapabilitiesOut[K]> };
+/** A config as the lessons read it: the fields an own-code model always has (norm epsilon, activation, MLP width). */
+export type OwnConfig = Omit<ModelConfigOut, "capabilities" | "layer_norm_epsilon" | "activation" | "d_mlp" | "qkv_bias"
+  | "out_bias" | "mlp_bias" | "tie_word_embeddings"> & { capabilities: Capabilities; layer_norm_epsilon: number;
+  activation: string; d_mlp: number; qkv_bias?: boolean; out_bias?: boolean; mlp_bias?: boolean;
+  tie_word_embeddings?: boolean };
+
+/** Whether the model runs through transformers' own modules (a decoder no family of ours declares): its trace holds
+ *  each layer's input and output, its attention's queries, keys, values, scores and pattern, and each mixer's and
+ *  MLP's output, not the insides of its norms, projections and MLP. */
+export function runsThrough(caps: Pick<CapabilitiesOut, "runs"> | null | undefined): boolean {
+  return caps?.runs === "transformers";
+}
+
+/** The layers with attention (every layer of an own-code model). */
+export function attentionLayers(caps: CapabilitiesOut, nLayer: number): number[] {
+  return caps.runs === "transformers" ? (caps.attention_layers ?? []) : Array.from({ length: nLayer }, (_, i) => i);
+}
+
+/** Whether layer `layer`'s trace records `stage` (every stage of its family's table for an own-code model). */
+export function layerHas(caps: CapabilitiesOut, layer: number, stage: string): boolean {
+  return caps.layer_stages?.[layer]?.includes(stage) ?? true;
+}
+
+/** What a layer of a model that runs through transformers mixes its tokens with: its first mixer that is not
+ *  attention ("linear_attention", "short_conv", "state_space", "mixer"), or "attention". */
+export function mixerOf(caps: CapabilitiesOut, layer: number): string {
+  const kinds = caps.mixers?.[layer] ?? ["attention"];
+  return kinds.find((k) => k !== "attention") ?? "attention";
+}
+
+/** The stage names of that mixer's input and output (linear_attn.in / .out, conv.*, ssm.*, mixer.*, attn_out). */
+export const MIXER_STAGES: Readonly<Record<string, { in: string; out: string }>> = {
+  linear_attention: { in: "linear_attn.in", out: "linear_attn.out" }, short_conv: { in: "conv.in", out: "conv.out" },
+  state_space: { in: "ssm.in", out: "ssm.out" }, mixer: { in: "mixer.in", out: "mixer.out" },
+};
 
 /** The model's family's name, as its config says; null before a config is known. A family missing from FAMILIES (a
  *  server newer than this page) keeps its own name: it is never taken for another family, and the views follow its
@@ -34,7 +76,7 @@ export const GPT2_CAPABILITIES: Capabilities = {
 
 /** A model's capabilities (GPT-2's when its config is not known yet). */
 export function capsOf(cfg: Pick<ModelConfigOut, "capabilities"> | null | undefined): Capabilities {
-  return cfg?.capabilities ?? GPT2_CAPABILITIES;
+  return (cfg?.capabilities as Capabilities | undefined) ?? GPT2_CAPABILITIES;
 }
 
 /** Whether block `layer` is a local one (attends to a sliding window of keys). */

@@ -1,4 +1,4 @@
-import { hasExperts, type Capabilities } from "./family";
+import { hasExperts, runsThrough, type Capabilities } from "./family";
 
 // The formula beside each view, as plain HTML (no math library needed): math is the same in every language.
 const v = (s: string) => `<i>${s}</i>`;
@@ -84,11 +84,26 @@ function moeFormula(caps: Capabilities): string {
     `${sub(v("E"), v("i"))}(${v("x")}) = (SiLU(${v("x")}${sub(v("W"), "gate," + v("i"))}) ⊙ ${v("x")}${sub(v("W"), "in," + v("i"))}) ${sub(v("W"), "out," + v("i"))}`;
 }
 
+// A model that runs through transformers' own modules: what its trace records, with the model's own modules as named
+// functions (norm, mixer, MLP: transformers' code; the mixer is attention, linear attention, a convolution, ...).
+export const GENERIC_FORMULAS: Record<string, string> = {
+  overview: `${sub(v("x"), "0")} = embed(${v("t")}) &nbsp;→&nbsp; ${sub(v("x"), "ℓ+1")} = ${sub(v("x"), "ℓ")} + Mixer(…) + MLP(…) &nbsp;→&nbsp; ` +
+    `logits = head(norm(${sub(v("x"), "L")}))`,
+  embedding: `${sub(v("x"), "i")} = embed(${sub(v("t"), "i")})`,
+  attention: `${v("A")} = softmax( scores + ${v("M")} )<br>${sub(v("M"), "ij")} = 0 where the query reads key ${v("j")}, −∞ where not`,
+  // the branches with the model's own norms (before or after each sublayer: transformers' code)
+  residual: `${sub(v("x"), "mid")} = ${v("x")} + Mixer<sub>branch</sub>(${v("x")})<br>` +
+    `${sub(v("x"), "out")} = ${sub(v("x"), "mid")} + MLP<sub>branch</sub>(${sub(v("x"), "mid")})`,
+  output: `logits = head(norm(${sub(v("x"), "T−1")}))<br>` +
+    `${sub(v("p"), "i")} ∝ exp(${sub("logit", "i")} / ${v("T")}) · 1[${v("i")} ∈ top-k ∩ top-p]`,
+};
+
 /** The formula of `view` for a model with these capabilities (and MLP activation, config.activation); `layer`: the
  *  block the view shows (a mixture of experts may keep dense blocks). */
 export function formulaFor(view: string, caps: Capabilities, activation = "", layer?: number): string {
   if (view === "experts" || (view === "mlp" && layer !== undefined && hasExperts(caps, layer))) return moeFormula(caps);
   if (view === "qknorm") return QK_NORM;
   if (view === "window") return WINDOW;
+  if (runsThrough(caps)) return GENERIC_FORMULAS[view] ?? FORMULAS[view];
   return gemmaFormula(view, caps, activation) ?? (caps.norm === "rms" ? LLAMA_FORMULAS[view] : undefined) ?? FORMULAS[view];
 }

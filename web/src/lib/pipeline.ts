@@ -5,7 +5,7 @@
 // draws each stage is in src/stages/index.ts.
 import { blockName } from "./generated/names";
 import type { TensorSpec } from "./generated/api";
-import { hasExperts, isLocal, type Capabilities } from "./family";
+import { hasExperts, isLocal, layerHas, mixerOf, MIXER_STAGES, runsThrough, type Capabilities } from "./family";
 
 export const STAGES = [
   "overview", "tokens", "embedding", "blocks", "layernorm", "qkv", "qknorm", "rope", "gqa", "attention", "window", "heads",
@@ -16,6 +16,9 @@ export type StageId = (typeof STAGES)[number];
 /** Whether a model with these capabilities has this stage: rotary positions (RoPE), shared key/value heads
  *  (GQA), QK-norm, local layers (the sliding window), a mixture of experts (the experts' routing). */
 export function hasStage(stage: StageId, caps: Capabilities): boolean {
+  // a model that runs through transformers' own modules: what its trace holds (each layer's input and output, its
+  // mixer's and MLP's outputs, attention's pattern), not the insides that these stages draw (GENERIC_HIDDEN says so)
+  if (runsThrough(caps)) return !GENERIC_HIDDEN.includes(stage);
   switch (stage) {
     case "rope": return caps.positions === "rope";
     case "gqa": return caps.positions === "rope";
@@ -25,6 +28,13 @@ export function hasStage(stage: StageId, caps: Capabilities): boolean {
     default: return true;
   }
 }
+
+/** The stages a model that runs through transformers does not show: their values are inside transformers' code (the
+ *  norms' statistics, the q/k/v projections and their weights, rotary positions, QK-norm, the heads' concatenation,
+ *  the MLP's hidden units, the experts' routing), which records each module's input and output, not its insides.
+ *  (The analyses' pages ask the server, which answers such a model or says in one sentence why not.) */
+export const GENERIC_HIDDEN: readonly StageId[] = ["layernorm", "qkv", "qknorm", "rope", "gqa", "window", "heads", "mlp",
+  "experts"];
 
 /** The norms a block (or the model's end) has: two, four with sandwich norms (after attention, after the MLP). */
 export type LnWhich = "ln1" | "ln1_post" | "ln2" | "ln2_post" | "ln_final";
@@ -61,7 +71,8 @@ export function stageSpecs(stage: StageId, f: Focus): NamedSpecs {
   const rope = c.positions === "rope";
   // the vector entering block 0: token + position embedding (learned positions), the token embedding (RoPE
   // brings position in inside attention), times sqrt(d_model) where the family scales it
-  const embedded = c.embed_scale ? "embed.scaled" : rope ? "embed.token" : "embed.sum";
+  const embedded = c.embed_scale ? "embed.scaled" : rope || runsThrough(c) ? "embed.token" : "embed.sum";
+  if (runsThrough(c)) return genericSpecs(stage, f);
   switch (stage) {
     case "tokens":
     case "blocks":
@@ -157,6 +168,44 @@ export function stageSpecs(stage: StageId, f: Focus): NamedSpecs {
     case "output":
       return { final: { name: "ln_final.out", position: f.pos < 0 ? -1 : f.nTokens - 1 } };
   }
+}
+
+/** A model that runs through transformers: what its trace records of each stage it shows (hasStage), by layer (a
+ *  layer without attention has no pattern; one with parallel sublayers no resid_mid). */
+function genericSpecs(stage: StageId, f: Focus): NamedSpecs {
+  const L = f.layer, h = f.head, p = f.pos, c = f.caps;
+  const b = (s: string) => `blocks.${L}.${s}`;
+  const has = (s: string) => layerHas(c, L, s);
+  const mixer = mixerOf(c, L);
+  const mixOut = mixer === "attention" ? "attn_out" : MIXER_STAGES[mixer].out;
+  const at = (key: string, s: string): NamedSpecs => (has(s) ? { [key]: { name: b(s), position: p } } : {});
+  switch (stage) {
+    case "overview": {
+      const out: NamedSpecs = { embedded: { name: "embed.token", position: p }, final: { name: "ln_final.out", position: p },
+        ...(has("attn.pattern") ? { pattern: { name: b("attn.pattern"), head: h, position: p } } : {}),
+        ...at("attnOut", mixOut), ...at("mid", "resid_mid"), ...at("mlpOut", "mlp_out") };
+      for (let l = 0; l < f.nLayer; l++) out[`post${l}`] = { name: blockName(l, "resid_post"), position: p };
+      return out;
+    }
+    case "embedding":
+      return { token: { name: "embed.token", position: p } };
+    case "attention": // the scores as the softmax reads them (scaled, masked) and the pattern; none in a layer without
+      return has("attn.pattern") ? { masked: { name: b("attn.masked_scores"), head: h, position: p },
+        pattern: { name: b("attn.pattern"), head: h, triangle: true } } : {};
+    case "residual":
+      return { ...at("pre", "resid_pre"), ...at("attn", mixOut), ...at("mid", "resid_mid"), ...at("mlp", "mlp_out"),
+        ...at("post", "resid_post") };
+    case "output":
+      return { final: { name: "ln_final.out", position: f.pos < 0 ? -1 : f.nTokens - 1 } };
+    default:
+      return {};
+  }
+}
+
+/** A layer's mixer's input and output, each token's row (a layer without attention, drawn as what it is). */
+export function mixerSpecs(f: Focus): NamedSpecs {
+  const m = MIXER_STAGES[mixerOf(f.caps, f.layer)] ?? { in: "resid_pre", out: "attn_out" };
+  return { input: { name: `blocks.${f.layer}.${m.in}` }, output: { name: `blocks.${f.layer}.${m.out}` } };
 }
 
 /** The tensors of `stage` as a list, for fetching them (in `stageSpecs`' order). */

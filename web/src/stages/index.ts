@@ -9,7 +9,7 @@ import type { Component } from "svelte";
 import type { StageId } from "../lib/pipeline";
 import type { Part } from "../lib/part.svelte";
 import { PARTS } from "../parts";
-import Attention from "./Attention.svelte";
+import Attention from "./AttentionOrMixer.svelte";
 import Blocks from "./Blocks.svelte";
 import Embedding from "./Embedding.svelte";
 import Experts from "./Experts.svelte";

@@ -7,11 +7,13 @@ import type {
   CompareOut, DecodeOut, ModelConfigOut, ModelInfo, NextTokenOut, PositionalOut, TasksOut, TensorSpec, TraceOut,
 } from "../../src/lib/generated/api";
 import type { MessageKey } from "../../src/lib/i18n";
+import type { OwnConfig } from "../../src/lib/family";
 import type { Value } from "../../src/lib/lesson";
 import type { Tensor } from "../../src/lib/tensor";
 
 export interface ClaimContext {
-  trace: TraceOut;
+  /** The lesson's trace: of a model with code of our own (lessons are opened on those only). */
+  trace: TraceOut & { config: OwnConfig };
   next: NextTokenOut | null;
   model: ModelInfo | undefined;
   /** The focus when the step's text was read. */
@@ -46,10 +48,10 @@ const files = import.meta.glob<Partial<Record<MessageKey, Check>>>("./claims.*.t
 export const CLAIMS: Partial<Record<MessageKey, Check>> = Object.assign({}, ...Object.values(files));
 
 /** The model as /api/models describes it (a request of its own, not the trace the lesson read). */
-export async function described(ctx: ClaimContext): Promise<ModelConfigOut> {
+export async function described(ctx: ClaimContext): Promise<OwnConfig> {
   const info = await api.model(ctx.trace.model);
   if (!info.config) throw new Error(`/api/models/${ctx.trace.model} has no config`);
-  return info.config;
+  return info.config as OwnConfig;
 }
 
 /** Whether the model has the weight `name` (the server refuses the names a model lacks). */

@@ -29,7 +29,7 @@ describe.skipIf(!SERVER || !LESSON_IDS.length)("lesson claims", () => {
           const where = `[${app.trace?.model}] ${JSON.stringify(text.slice(0, 40))} ${id}/${step.id}`;
           if (!body.length) { failures.push(`${where}: the text never loaded`); continue; }
           const ctx: ClaimContext = {
-            trace: app.trace!, next: app.next, model: app.models.find((m) => m.name === app.trace?.model),
+            trace: app.trace! as ClaimContext["trace"], next: app.next, model: app.models.find((m) => m.name === app.trace?.model),
             focus: { layer: app.layer, head: app.head, pos: app.pos }, tensor: fetchTensor,
           };
           for (const p of await problems([...body, ...(task ?? [])], ctx)) failures.push(`${where}: ${p}`);
