@@ -188,3 +188,44 @@ GATED_DELTANET_ACTIVATIONS: dict[str, Entry] = {
     "linear_attn.out": (("T", "D"), "RMSNorm(o) * weight * gate, heads side by side, @ W_out: what the layer adds to "
                                     "the residual stream"),
 }
+
+
+# Multi-head latent attention (DeepSeek-V3; models/latent_attention.py): an MLA layer's stages, under the scope a block
+# gives attention. Keys and values are per query head (H): each head's are up-projected from the one latent. Rq and
+# Rkv: the query's and the key-value latent's widths; Dn + Dr: a head's query/key width, Dn without position and Dr
+# the rotary part; Dv a value's width. q_latent exists only where the model has a query latent (q_lora_rank set).
+MLA_ACTIVATIONS: dict[str, Entry] = {
+    "attn.q_latent": (("T", "Rq"), "RMSNorm(x @ W_DQ): the query's low-rank latent, from which every head's query is "
+                                   "up-projected (not cached)"),
+    "attn.kv_latent": (("S", "Rkv"), "RMSNorm(x @ W_DKV): the key-value latent, one vector per token for all heads: "
+                                     "what the cache keeps, beside k_rope"),
+    "attn.k_rope": (("S", "Dr"), "RoPE(x @ W_KR): the rotary part of the key, one per token shared by every head, "
+                                 "cached beside the latent"),
+    "attn.q": (("H", "T", "Dn+Dr"), "each head's query as attention uses it: [q_nope, RoPE(q_rope)], up-projected "
+                                    "from q_latent"),
+    "attn.k": (("H", "S", "Dn+Dr"), "each head's key as attention uses it: [kv_latent @ W_UK of the head, k_rope]"),
+    "attn.v": (("H", "S", "Dv"), "each head's value, kv_latent @ W_UV of the head"),
+    "attn.scores": (("H", "T", "S"), "q @ k^T = q_nope . k_nope (what the tokens are) + q_rope . k_rope (where they "
+                                     "are), before the scale"),
+    "attn.pattern": (("H", "T", "S"), "softmax over keys of scores * scale with -inf after the query; rows sum to 1"),
+    "attn.z": (("H", "T", "Dv"), "pattern @ V: each head's weighted sum of values, before the output projection"),
+}
+
+# DeepSeek-V3's mixture of experts (models/deepseek_moe.py), under the scope a block gives its MLP. E routed experts in
+# Ng groups, Kg of them chosen per token, K experts chosen from those; not G, which names key/value heads.
+DEEPSEEK_MOE_ACTIVATIONS: dict[str, Entry] = {
+    "mlp.router_logits": (("T", "E"), "x @ W_router in float32: the router's score of each routed expert"),
+    "mlp.router_scores": (("T", "E"), "sigmoid(router_logits): each expert's affinity in (0, 1), on its own, not a "
+                                      "softmax over the experts"),
+    "mlp.group_scores": (("T", "Ng"), "the sum of each group's 2 highest router_scores + e_score_correction_bias: how "
+                                      "the groups are ranked"),
+    "mlp.chosen_groups": (("T", "Kg"), "the topk_group groups a token's experts may come from, the best first"),
+    "mlp.expert_indices": (("T", "K"), "the top_k experts of the chosen groups by router_scores + "
+                                       "e_score_correction_bias (the bias steers the choice only), the highest first"),
+    "mlp.expert_weights": (("T", "K"), "each chosen expert's router_score (without the bias), divided by the chosen "
+                                       "ones' sum where norm_topk_prob, times routed_scaling_factor"),
+    "mlp.expert_out": (("T", "K", "D"), "each chosen expert's output before its weight: down(SiLU(gate(x)) * up(x))"),
+    "mlp.routed_out": (("T", "D"), "the sum over the chosen experts of expert_weights * expert_out"),
+    "mlp.shared_out": (("T", "D"), "the shared expert's output, down(SiLU(gate(x)) * up(x)), which every token gets"),
+    "mlp.out": (("T", "D"), "routed_out + shared_out: what the mixture adds to the residual stream"),
+}
