@@ -15,7 +15,7 @@ named, what the lessons read) or "transformers".
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .attribution import Attribution, generic_logit_attribution
 from .devices import check_dtype, describe_device, resolve_device
 from .errors import CheckpointError, InputError
 from .families import BY_MODEL_TYPE, supported_model_types
@@ -35,8 +36,9 @@ from .loading.tokenizer import TextTokenizer
 from .memo.plan import Memory
 from .memo.values import TraceValues
 from .names import GENERIC_BLOCK_ACTIVATIONS, GENERIC_NAMES, NameTable, block_name, layer_of
+from .patching import KINDS, Kind, Patching, generic_activation_patching
 from .sampling import SamplingParams, make_generator, most_likely, next_token_distribution
-from .text_model import GeneratedToken, TextModel
+from .text_model import GeneratedToken, TextModel, TokenLike
 from .trace import Trace
 
 OWN = "own"
@@ -118,6 +120,23 @@ class GenericConfig:
         for i, layer in enumerate(self.layers):
             out += [block_name(i, s) for s in layer.stages]
         return [*out, "ln_final.out", "logits"]
+
+    def computes(self, layer: int, stage: str) -> bool:
+        """Whether layer `layer` computes `stage` (e.g. no attn.z in a convolution layer, no mlp_out without an
+        MLP)."""
+        return stage in self.layers[layer].stages
+
+    def pass_gflop(self, n_tokens: int) -> float:
+        """An estimate of one forward pass's billions of floating-point operations over `n_tokens` tokens, from
+        the config's widths (2 per multiply-add): the query, key, value and output products and the scores of
+        every layer (a layer that mixes tokens another way counted as one with attention's widths), a gated
+        MLP of d_mlp (4 d_model where the config states none; top_k of them in a mixture), the unembedding.
+        For pricing a request before it runs, as `analysis.cost.pass_gflop` does for our own families."""
+        T, D = n_tokens, self.n_embd
+        q, kv = self.n_head * self.head_dim, self.n_kv_heads * self.head_dim
+        mixing = 2 * T * D * (2 * q + 2 * kv) + 2 * 2 * T * T * q
+        mlp = (self.top_k or 1) * 3 * 2 * T * D * (self.d_mlp or 4 * D)
+        return (self.n_layer * (mixing + mlp) + 2 * T * D * self.vocab_size) / 1e9
 
     def has(self, name: str) -> bool:
         """Whether a trace of this model records `name` (e.g. no attention pattern in a convolution layer)."""
@@ -268,14 +287,16 @@ class GenericModel(TextModel):
     @torch.inference_mode()
     def trace_ids(self, ids: list[int], *, memory: Memory | None = None, **options: Any) -> Trace:
         """Every value the bridge records of transformers' forward over `ids`, by name. A trace of this model is
-        recorded whole (`memory` asks nothing of it); it is not continued from a cache."""
+        recorded whole (`memory` asks nothing of it); it is not continued from a cache. `patches` ({name: fn}, as
+        `bridge.record` takes them: blocks.L.resid_pre, attn_out, attn.z, mlp_out, resid_post) replace values as
+        they are computed: the trace of an intervention."""
         from .bridge import record
 
-        if options.get("cache") is not None or options.get("patches"):
+        if options.get("cache") is not None:
             raise InputError(f"{self.name} runs through transformers' own modules: its traces are recorded whole, "
-                             "without a KV cache or patches")
+                             "without a KV cache")
         self._check_ids(ids)
-        rec = record(self.hf, ids)
+        rec = record(self.hf, ids, patches=options.get("patches"))
         values = dict(rec.values)
         logits = values["logits"]
         return Trace(model_name=self.name, config=self.config, text=self.tokenizer.decode(ids), token_ids=list(ids),
@@ -334,3 +355,47 @@ class GenericModel(TextModel):
     def weight_names(self) -> list[str]:
         """None: the weights of a model that runs through transformers are not named here (`weight`)."""
         return []
+
+    # -- the analyses: the logit lens, attribution, patching ---------------------------------------------
+
+    def residual_logits(self, x: Tensor) -> Tensor:
+        """The logits (T, V) the model would give were the residual stream `x` (T, D) its last layer's output:
+        its own final norm and head (whatever it does after the unembedding), through the bridge (the logit
+        lens)."""
+        from .bridge import residual_logits
+
+        return residual_logits(self.hf, x)
+
+    def attribute(self, text_or_trace: str | Trace, target: TokenLike | None = None, versus: TokenLike | None = None,
+                  *, position: int | None = None) -> Attribution:
+        """Direct logit attribution, as `ExplainerModel.attribute`: the logit of `target` at `position` (with
+        `versus`, the difference) as the sum of what the embedding, each layer's token mixer (per head where its
+        write is its attention's output projection of z) and each MLP wrote, with the final norm's scale frozen
+        from the forward pass (`attribution.generic_logit_attribution` says how, and what it refuses)."""
+        trace = text_or_trace if isinstance(text_or_trace, Trace) else self.trace(text_or_trace)
+        t = None if target is None else self.token_id(target)
+        v = None if versus is None else self.token_id(versus)
+        return generic_logit_attribution(self, trace, t, v, position=position)
+
+    def patch(self, clean: str | Sequence[int], corrupted: str | Sequence[int], answer: TokenLike, wrong: TokenLike,
+              what: Sequence[Kind] = KINDS, *, batch_tokens: int = 2048,
+              progress: Callable[[int, int], None] | None = None,
+              cancelled: Callable[[], bool] | None = None) -> Patching:
+        """Activation patching, as `ExplainerModel.patch` (the same grids, metric and normalisation), each patched
+        run a forward of transformers' modules with one bridge patch (`patching.generic_activation_patching`):
+        a cell the model does not compute (attn_out and heads of a layer without attention, mlp_out of a layer
+        without an MLP) is NaN. `batch_tokens` is accepted for the same signature; the runs go one at a time."""
+        kinds, c_ids, x_ids, a, w = self.patch_inputs(clean, corrupted, answer, wrong, what)
+        clean_trace = self.trace_ids(c_ids)
+        x_logits = self.last_logits(x_ids)
+        m_clean = float(clean_trace.next_token_logits()[a]) - float(clean_trace.next_token_logits()[w])
+        m_corr = float(x_logits[a]) - float(x_logits[w])
+        if abs(m_clean - m_corr) < 1e-6 * max(1.0, abs(m_clean)):
+            raise InputError(f"the two prompts give the same logit difference ({m_clean:.4g}): with nothing to "
+                             "recover, the normalised metric is undefined; choose tokens whose difference changes")
+        grids, raw = generic_activation_patching(self.hf, self.config, clean_trace, x_ids, m_clean, m_corr, a, w,
+                                                 kinds, progress=progress, cancelled=cancelled)
+        texts = self.tokenizer.token_texts
+        return Patching(clean_tokens=texts(c_ids), corrupted_tokens=texts(x_ids), answer=a,
+                        answer_text=self.tokenizer.token_text(a), wrong=w, wrong_text=self.tokenizer.token_text(w),
+                        clean=m_clean, corrupted=m_corr, grids=grids, raw=raw)

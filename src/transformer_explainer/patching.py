@@ -12,13 +12,15 @@ The grids and their semantics follow TransformerLens's `patching.get_act_patch_*
 `get_act_patch_attn_head_out_all_pos`), so a result can be checked against it. The patched runs go through
 the model in batches (many rows of the same corrupted prompt, each with its own cell patched), recording
 nothing; the blocks no patch reaches take the fast path. `ExplainerModel.patch` is the entry point.
+A decoder that runs through transformers (`GenericModel.patch`) patches through the bridge
+(`generic_activation_patching`): the same grids, one full forward per cell, NaN where the model has no such site.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
@@ -29,6 +31,9 @@ from .models.decoder import Decoder
 from .models.recorder import Recorder
 from .names import block_name
 from .trace import Trace
+
+if TYPE_CHECKING:
+    from .generic import GenericConfig
 
 Kind = Literal["resid_pre", "attn_out", "mlp_out", "heads"]
 KINDS: tuple[Kind, ...] = ("resid_pre", "attn_out", "mlp_out", "heads")
@@ -92,8 +97,13 @@ class Patching:
                 "answer": {"id": self.answer, "text": self.answer_text},
                 "wrong": {"id": self.wrong, "text": self.wrong_text},
                 "clean": self.clean, "corrupted": self.corrupted,
-                "grids": {k: v.tolist() for k, v in self.grids.items()},
-                "raw": {k: v.tolist() for k, v in self.raw.items()}}
+                "grids": {k: _cells(v) for k, v in self.grids.items()},
+                "raw": {k: _cells(v) for k, v in self.raw.items()}}
+
+
+def _cells(grid: Tensor) -> list[list[float | None]]:
+    """A grid as nested lists, a cell the model does not compute (NaN) as None: strict JSON has no NaN."""
+    return [[None if x != x else x for x in row] for row in grid.tolist()]
 
 
 def _metric(logits: Tensor, answer: int, wrong: int) -> Tensor:
@@ -197,18 +207,68 @@ def activation_patching(net: Decoder, clean: Trace, corrupted_ids: list[int], co
     return grids, {k: v.to(torch.float32) for k, v in raw.items()}
 
 
+# -- a decoder that runs through transformers' own modules (generic.GenericModel) ----------------------------
+
+
+def generic_cells(config: GenericConfig, kind: Kind) -> list[int]:
+    """The layers of a generic model (`generic.GenericConfig`) where grid `kind` has cells: every layer for
+    resid_pre, those with attention for attn_out and heads, those with an MLP for mlp_out."""
+    return [i for i in range(config.n_layer) if config.computes(i, SITE[kind])]
+
+
+@torch.inference_mode()
+def generic_activation_patching(hf: torch.nn.Module, config: GenericConfig, clean: Trace, corrupted_ids: list[int],
+                                clean_metric: float, corrupted_metric: float, answer: int, wrong: int,
+                                what: Sequence[Kind] = KINDS, *, progress: Callable[[int, int], None] | None = None,
+                                cancelled: Callable[[], bool] | None = None
+                                ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """`activation_patching` for a decoder that runs through transformers' own modules (`hf`, its config
+    `config`): the same grids, cells and normalisation, each cell a forward of the corrupted prompt through
+    transformers with one bridge patch (`bridge.record`) that puts the clean run's value there (a position of
+    resid_pre, attn_out or mlp_out, or one head's z at every position). The runs go one at a time, from the
+    first layer (the bridge records one sequence and cannot start at a layer). A cell the model does not
+    compute (attn_out and heads of a layer without attention, mlp_out of a layer without an MLP) is NaN."""
+    from .bridge import record
+
+    span = clean_metric - corrupted_metric
+    L, H, T = config.n_layer, config.n_head, len(corrupted_ids)
+    sites = {k: generic_cells(config, k) for k in what}
+    total = sum(len(layers) * (H if k == "heads" else T) for k, layers in sites.items())
+    raw = {k: torch.full((L, H if k == "heads" else T), float("nan"), dtype=torch.float64) for k in what}  # answers
+    done = 0
+    for kind in what:
+        for layer in sites[kind]:
+            name = block_name(layer, SITE[kind])
+            value = clean[name]  # (T, D), or (H, T, Dv) for a head's z
+            for cell in range(value.shape[0]):
+                if cancelled is not None and cancelled():
+                    raise Cancelled()
+                rows = torch.zeros(1, dtype=torch.long, device=value.device)
+                logits = record(hf, corrupted_ids, patches={name: _replace(rows, [cell], value)}).values["logits"]
+                raw[kind][layer, cell] = _metric(logits[-1:], answer, wrong)[0]
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+    grids = {k: ((v - corrupted_metric) / span).to(torch.float32) for k, v in raw.items()}
+    return grids, {k: v.to(torch.float32) for k, v in raw.items()}
+
+
 # -- what a request costs, before it runs -----------------------------------------------------------------
 
 
-def patched_runs(config: DecoderConfig, n_tokens: int, what: Sequence[Kind]) -> int:
+def patched_runs(config: DecoderConfig | GenericConfig, n_tokens: int, what: Sequence[Kind]) -> int:
     """How many patched runs the grids `what` take: one per layer and position (`resid_pre`, `attn_out`,
     `mlp_out`), or per layer and head (`heads`)."""
+    if not isinstance(config, DecoderConfig):  # a generic model: only the layers that compute the site
+        return sum(len(generic_cells(config, k)) * (config.n_head if k == "heads" else n_tokens) for k in what)
     return sum(config.n_layer * (config.n_head if k == "heads" else n_tokens) for k in what)
 
 
-def run_gflop(config: DecoderConfig, n_tokens: int) -> float:
+def run_gflop(config: DecoderConfig | GenericConfig, n_tokens: int) -> float:
     """Billions of floating-point operations of one patched run over `n_tokens` tokens: every block's weight
     products and attention at every position (2 per multiply-add), the unembedding at the last position only."""
+    if not isinstance(config, DecoderConfig):  # a generic model: its config's estimate of a whole pass
+        return float(config.pass_gflop(n_tokens))
     T, D, M = n_tokens, config.n_embd, config.d_mlp
     q = config.n_head * config.head_dim  # query (and output) width
     kv = config.n_kv_heads * config.head_dim  # key and value width
@@ -223,7 +283,7 @@ class PatchingCost:
     The cost grows with tokens x layers for the per-position grids and with layers x heads for `heads`, each
     run over all the tokens: a server bounds it before any run starts (`check`)."""
 
-    config: DecoderConfig
+    config: DecoderConfig | GenericConfig
     n_tokens: int
     what: tuple[Kind, ...]
 

@@ -34,6 +34,7 @@ from ..config import DecoderConfig
 from ..devices import float64_device
 from ..engine import ExplainerModel
 from ..errors import InputError
+from ..generic import GenericConfig, GenericModel
 from ..models.recorder import Patch
 from ..names import block_name
 from ..trace import Trace, with_text
@@ -41,6 +42,7 @@ from .reference import REFERENCE_TEXTS
 
 log = logging.getLogger(__name__)
 
+Model = ExplainerModel | GenericModel  # our own families' code, or transformers' modules through the bridge
 Head = tuple[int, int]  # (layer, head)
 Expert = tuple[int, int]  # (layer, expert) in a block with experts
 BetweenPasses = Callable[[], None]  # called before each forward pass of a long analysis; may raise to stop it
@@ -48,8 +50,21 @@ AblationMode = Literal["zero", "mean"]
 MODES: tuple[str, ...] = ("zero", "mean")
 
 
-def all_heads(config: DecoderConfig) -> list[Head]:
-    return [(layer, h) for layer in range(config.n_layer) for h in range(config.n_head)]
+def _attention_layers(config: DecoderConfig | GenericConfig) -> list[int]:
+    """The layers with heads: every layer of our own families; those with attention in a generic model."""
+    return list(config.attention_layers) if isinstance(config, GenericConfig) else list(range(config.n_layer))
+
+
+def _head_map(config: DecoderConfig | GenericConfig) -> Tensor:
+    """(L, H) zeros to fill head by head; NaN in the rows of a generic model's layers without attention."""
+    out = torch.full((config.n_layer, config.n_head), float("nan"), device="cpu")
+    out[_attention_layers(config)] = 0.0
+    return out
+
+
+def all_heads(config: DecoderConfig | GenericConfig) -> list[Head]:
+    """Every head, layer by layer (a generic model's layers without attention have none)."""
+    return [(layer, h) for layer in _attention_layers(config) for h in range(config.n_head)]
 
 
 def layer_heads(config: DecoderConfig, layer: int) -> list[Head]:
@@ -64,6 +79,9 @@ def check_heads(config: DecoderConfig, heads: Iterable[Head]) -> list[Head]:
         if not 0 <= layer < config.n_layer:
             raise InputError(f"layer {layer} is outside 0..{config.n_layer - 1}", code="layer_out_of_range",
                              layer=layer, max=config.n_layer - 1)
+        if isinstance(config, GenericConfig) and layer not in config.attention_layers:
+            raise InputError(f"layer {layer} has no attention (its token mixers: "
+                             f"{', '.join(config.layers[layer].kinds)}), so it has no heads to ablate")
         if not 0 <= h < config.n_head:
             raise InputError(f"head {h} is outside 0..{config.n_head - 1}", code="head_out_of_range", head=h,
                              max=config.n_head - 1)
@@ -76,6 +94,12 @@ def check_experts(config: DecoderConfig, experts: Iterable[Expert]) -> list[Expe
     """The (layer, expert) pairs, each once; an InputError for a block without experts, an expert outside the
     block's, or a block left with fewer experts than each token is sent to."""
     out: list[Expert] = []
+    experts = list(experts)
+    if experts and isinstance(config, GenericConfig):
+        mt = config.model_type
+        raise InputError(f"this {mt} model has no experts: its MLPs are dense" if config.n_experts is None else
+                         f"this {mt} model runs through transformers' own modules, whose routers the bridge does not "
+                         "patch, so its experts cannot be taken out of the routing")
     for layer, e in experts:
         if not 0 <= layer < config.n_layer:
             raise InputError(f"layer {layer} is outside 0..{config.n_layer - 1}")
@@ -123,24 +147,35 @@ def expert_removal_patches(experts: Iterable[Expert]) -> dict[str, Patch]:
     return {block_name(layer, "mlp.router_logits"): patch_for(es) for layer, es in by_layer.items()}
 
 
-def _ids(model: ExplainerModel, text: str | Sequence[int]) -> list[int]:
+def _ids(model: Model, text: str | Sequence[int]) -> list[int]:
     return model.encode(text) if isinstance(text, str) else list(text)
 
 
 @torch.inference_mode()
-def head_means(model: ExplainerModel, texts: Iterable[str] = REFERENCE_TEXTS) -> Tensor:
+def head_means(model: Model, texts: Iterable[str] = REFERENCE_TEXTS) -> Tensor:
     """(L, H, Dh) every head's `z` averaged over all positions of `texts`: the mean-ablation value."""
     L = model.config.n_layer
-    total, count = None, 0
+    layers = _attention_layers(model.config)
+    total: list[Tensor] | None = None
+    count = 0
     for text in texts:
         trace = model.trace(text, truncate=True)
         # summed over positions where each block is, then side by side on the model's input device
-        s = torch.stack([trace[block_name(i, "attn.z")].sum(dim=1).to(model.device) for i in range(L)])  # (L, H, Dh)
-        total = s if total is None else total + s
+        s = [trace[block_name(i, "attn.z")].sum(dim=1).to(model.device) for i in layers]  # each (H, Dh)
+        total = s if total is None else [a + b for a, b in zip(total, s, strict=True)]
         count += trace.n_tokens
     if total is None:
         raise InputError("mean ablation needs at least one reference text")
-    return total / count
+    if len(layers) == L and all(t.shape == total[0].shape for t in total):
+        return torch.stack(total) / count
+    # a generic model's layers without attention: a row of zeros that no patch reads (no head of theirs is ablated)
+    out = torch.zeros(L, *total[0].shape, dtype=total[0].dtype, device=total[0].device)
+    for i, t in zip(layers, total, strict=True):
+        if t.shape != out.shape[1:]:
+            raise InputError(f"{model.name}'s attention layers give heads of different widths, so their means do not "
+                             "fit one table: ablate with zeros instead")
+        out[i] = t / count
+    return out
 
 
 def ablation_patches(heads: Iterable[Head], mode: AblationMode = "zero",
@@ -288,7 +323,7 @@ class AblationResult:
         }
 
 
-def _run(model: ExplainerModel, ids: list[int], heads: list[Head], mode: AblationMode,
+def _run(model: Model, ids: list[int], heads: list[Head], mode: AblationMode,
          means: Tensor | None, text: str | None = None, between_passes: BetweenPasses | None = None,
          experts: Sequence[Expert] = ()) -> Trace:
     if between_passes is not None:
@@ -297,7 +332,7 @@ def _run(model: ExplainerModel, ids: list[int], heads: list[Head], mode: Ablatio
     return with_text(model.trace_ids(ids, patches=patches or None), text)
 
 
-def ablate(model: ExplainerModel, text: str | Sequence[int], heads: Iterable[Head] = (), *,
+def ablate(model: Model, text: str | Sequence[int], heads: Iterable[Head] = (), *,
            experts: Iterable[Expert] = (), mode: AblationMode = "zero", means: Tensor | None = None) -> AblationResult:
     """Run `text` with and without `heads` and `experts` ((layer, expert) pairs of a mixture of experts, taken
     out of the routing: see `expert_removal_patches`, which says how the remaining weights are renormalised
@@ -333,22 +368,23 @@ class HeadImportance:
 
     mode: str
     clean_loss: float
-    loss_change: Tensor  # (L, H) loss with the head ablated minus the clean loss
+    loss_change: Tensor  # (L, H) loss with the head ablated minus the clean loss (NaN: a layer without attention)
     kl: Tensor  # (L, H) KL(clean || ablated) of the next-token distribution
 
     def ranked(self, by: Literal["loss", "kl"] = "loss") -> list[tuple[Head, float]]:
-        """Heads from most to least important."""
+        """Heads from most to least important (a layer without attention, NaN in the map, has none)."""
         m = self.loss_change if by == "loss" else self.kl
         H = m.shape[1]
-        order = m.flatten().argsort(descending=True).tolist()
-        return [((i // H, i % H), float(m.flatten()[i])) for i in order]
+        flat = m.flatten()
+        order = [i for i in flat.argsort(descending=True).tolist() if not torch.isnan(flat[i])]
+        return [((i // H, i % H), float(flat[i])) for i in order]
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "clean_loss": self.clean_loss, "loss_change": self.loss_change.tolist(),
                 "kl": self.kl.tolist()}
 
 
-def head_importance(model: ExplainerModel, text: str | Sequence[int], *, mode: AblationMode = "zero",
+def head_importance(model: Model, text: str | Sequence[int], *, mode: AblationMode = "zero",
                     means: Tensor | None = None, between_passes: BetweenPasses | None = None) -> HeadImportance:
     """Ablate every head on its own (L x H forward passes) and record the loss change and KL."""
     ids = _ids(model, text)
@@ -356,8 +392,7 @@ def head_importance(model: ExplainerModel, text: str | Sequence[int], *, mode: A
         means = head_means(model)
     clean = _run(model, ids, [], mode, means, between_passes=between_passes)
     clean_loss = text_loss(clean.logits, ids)
-    L, H = model.config.n_layer, model.config.n_head
-    dloss, kl = torch.zeros(L, H, device="cpu"), torch.zeros(L, H, device="cpu")  # the answer
+    dloss, kl = _head_map(model.config), _head_map(model.config)  # the answer
     for layer, h in all_heads(model.config):
         ablated = _run(model, ids, [(layer, h)], mode, means, between_passes=between_passes)
         dloss[layer, h] = text_loss(ablated.logits, ids) - clean_loss
@@ -365,7 +400,7 @@ def head_importance(model: ExplainerModel, text: str | Sequence[int], *, mode: A
     return HeadImportance(mode, clean_loss, dloss, kl)
 
 
-def ablate_each_head(model: ExplainerModel, text: str | Sequence[int], *, mode: AblationMode = "zero",
+def ablate_each_head(model: Model, text: str | Sequence[int], *, mode: AblationMode = "zero",
                      means: Tensor | None = None, clean: Trace | None = None,
                      between_passes: BetweenPasses | None = None
                      ) -> tuple[dict[Head, AblationResult], HeadImportance]:
@@ -379,8 +414,7 @@ def ablate_each_head(model: ExplainerModel, text: str | Sequence[int], *, mode: 
     if clean is None or list(clean.token_ids) != ids or clean.start != 0:
         clean = _run(model, ids, [], mode, means, txt, between_passes)
     clean_loss = text_loss(clean.logits, ids)
-    L, H = model.config.n_layer, model.config.n_head
-    dloss, kl = torch.zeros(L, H, device="cpu"), torch.zeros(L, H, device="cpu")  # the answer
+    dloss, kl = _head_map(model.config), _head_map(model.config)  # the answer
     results: dict[Head, AblationResult] = {}
     for layer, h in all_heads(model.config):
         ablated = _run(model, ids, [(layer, h)], mode, means, txt, between_passes)
@@ -408,7 +442,7 @@ class PruningCurve:
                 "steps": [{"head": list(h), "loss": loss} for h, loss in zip(self.heads, self.losses, strict=True)]}
 
 
-def prune_heads(model: ExplainerModel, text: str | Sequence[int], *, mode: AblationMode = "zero",
+def prune_heads(model: Model, text: str | Sequence[int], *, mode: AblationMode = "zero",
                 means: Tensor | None = None, max_heads: int | None = None, recompute: bool = True,
                 between_passes: BetweenPasses | None = None) -> PruningCurve:
     """Greedy pruning: repeatedly remove the head whose removal (on top of those already removed)

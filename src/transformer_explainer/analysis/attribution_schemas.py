@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     from ..attribution import Attribution
     from ..patching import Patching
 
-# what writes the residual stream (attribution.Kind)
-ComponentKind = Literal["embed", "pos_embed", "head", "attn_bias", "mlp", "expert"]
+# what writes the residual stream (attribution.Kind; "mixer": a layer's token mixer whole, where a model that runs
+# through transformers does not split it by head)
+ComponentKind = Literal["embed", "pos_embed", "head", "attn_bias", "mlp", "expert", "mixer"]
 # the activations a patching grid replaces, with TransformerLens's names (patching.Kind)
 PatchKind = Literal["resid_pre", "attn_out", "mlp_out", "heads"]
 PATCH_KINDS: tuple[PatchKind, ...] = ("resid_pre", "attn_out", "mlp_out", "heads")

@@ -22,6 +22,8 @@ def pass_gflop(config: DecoderConfig, n_tokens: int, experts_per_token: int | No
     experts a token costs the router (D x E) and its top_k experts' three matrices, not the others';
     `experts_per_token` counts that many experts instead (n_experts: what the pass would cost if every token
     ran every expert, as a dense MLP of all the experts' width would)."""
+    if not isinstance(config, DecoderConfig):  # a decoder that runs through transformers: its config's estimate
+        return float(config.pass_gflop(n_tokens))
     T, D, L, V, M = n_tokens, config.n_embd, config.n_layer, config.vocab_size, config.d_mlp
     q = config.n_head * config.head_dim  # query (and output) width
     kv = config.n_kv_heads * config.head_dim  # key and value width
@@ -37,15 +39,21 @@ def pass_gflop(config: DecoderConfig, n_tokens: int, experts_per_token: int | No
     return (total + 2 * T * D * V) / 1e9
 
 
+def _heads(config: DecoderConfig) -> int:
+    """Every head of the model (a generic model's layers without attention have none)."""
+    layers = getattr(config, "attention_layers", None)  # generic.GenericConfig's
+    return (config.n_layer if layers is None else len(layers)) * config.n_head
+
+
 def importance_passes(config: DecoderConfig) -> int:
     """`head_importance`: the clean pass and one pass per head."""
-    return 1 + config.n_layer * config.n_head
+    return 1 + _heads(config)
 
 
 def prune_passes(config: DecoderConfig, max_heads: int | None, recompute: bool) -> int:
     """`prune_heads`: the clean pass, then with `recompute` one pass per remaining head at each of the
     n steps (n N - n (n - 1) / 2 for N heads), else the importance map and one pass per step."""
-    heads = config.n_layer * config.n_head
+    heads = _heads(config)
     n = heads if max_heads is None else max(0, min(max_heads, heads))
     if recompute:
         return 1 + n * heads - n * (n - 1) // 2
@@ -113,7 +121,7 @@ def check_prune(config: DecoderConfig, n_tokens: int, max_heads: int | None, rec
     cheaper = []
     if recompute and prune_passes(config, max_heads, False) * per_pass <= max_gflop:
         cheaper.append('"recompute": false')
-    heads = config.n_layer * config.n_head
+    heads = _heads(config)
     wanted = heads if max_heads is None else min(max_heads, heads)
     fewer = max((n for n in range(1, wanted) if prune_passes(config, n, recompute) * per_pass <= max_gflop),
                 default=None)

@@ -2,7 +2,8 @@
 
 The residual stream entering block i (and the final block's output) goes through the final norm
 (GPT-2's LayerNorm, the Llama family's RMSNorm) and the unembedding, exactly as the real output does;
-the lens of the last block's output is therefore the model's logits.
+the lens of the last block's output is therefore the model's logits. A decoder that runs through transformers
+(`generic.GenericModel`) does this by its own code (`residual_logits`), its head's scalings and caps included.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from torch import Tensor
 
 from ..engine import ExplainerModel
 from ..errors import InputError
+from ..generic import GenericModel
 from ..names import block_name
 from ..trace import Trace
 
@@ -44,11 +46,15 @@ def _positions(trace: Trace, positions: Sequence[int] | None) -> list[int]:
 
 
 @torch.inference_mode()
-def lens_logits(model: ExplainerModel, trace: Trace, layer: int, positions: Sequence[int] | None = None) -> Tensor:
+def lens_logits(model: ExplainerModel | GenericModel, trace: Trace, layer: int,
+                positions: Sequence[int] | None = None) -> Tensor:
     """(P, V) logits read from residual point `layer` (0 = embeddings, L = the final output).
 
     With all positions (the default) the arithmetic is the forward pass's own, so layer L gives
-    `trace["logits"]` bit for bit; a subset of positions agrees to float rounding.
+    `trace["logits"]` bit for bit; a subset of positions agrees to float rounding. A model that runs through
+    transformers (`GenericModel`) reads x through its own final norm and head (`bridge.residual_logits`: whatever
+    it does after the unembedding too), each position as a sequence of one, so layer L gives its logits to float
+    rounding.
     """
     L = model.config.n_layer
     if not 0 <= layer <= L:
@@ -105,8 +111,8 @@ class LogitLens:
 
 
 @torch.inference_mode()
-def logit_lens(model: ExplainerModel, trace: Trace, *, top: int = 5, positions: Sequence[int] | None = None,
-               target_ids: Sequence[int] | None = None) -> LogitLens:
+def logit_lens(model: ExplainerModel | GenericModel, trace: Trace, *, top: int = 5,
+               positions: Sequence[int] | None = None, target_ids: Sequence[int] | None = None) -> LogitLens:
     """The logit lens of a trace at every residual point.
 
     `positions`: which traced positions to keep (default all; each costs L + 1 unembeddings).

@@ -49,19 +49,22 @@ from ...analysis.schemas import (
     PruneOut,
 )
 from ...engine import ExplainerModel
+from ...errors import InputError
+from ...generic import GenericModel
 from ...schemas import InputIn
 from ...trace import Trace
 from ..context import Context, ServerContext
 
 router = APIRouter(tags=["analysis"])
+Model = ExplainerModel | GenericModel  # our own families' code, or a decoder through transformers' modules
 
 
-def _input(ctx: ServerContext, body: InputIn) -> tuple[str, ExplainerModel, list[int]]:
+def _input(ctx: ServerContext, body: InputIn) -> tuple[str, Model, list[int]]:
     name, m = ctx.lookup(body.model)
     return name, m, ctx.resolve(m, body).ids
 
 
-def _trace(ctx: ServerContext, name: str, m: ExplainerModel, ids: list[int]) -> Trace:
+def _trace(ctx: ServerContext, name: str, m: Model, ids: list[int]) -> Trace:
     return ctx.traces.get(name, m, ids)[0]
 
 
@@ -69,17 +72,27 @@ async def _run(ctx: ServerContext, work: Callable[[], dict[str, Any]]) -> dict[s
     return await ctx.pool.run(work)
 
 
-async def _run_passes(ctx: ServerContext, body: InputIn, price: Callable[[ExplainerModel, int], None],
+async def _run_passes(ctx: ServerContext, body: InputIn, price: Callable[[Model, int], None],
                       work: Callable[[BetweenPasses], dict[str, Any]]) -> dict[str, Any]:
     """An analysis of many passes: `price(model, n_tokens)` refuses it (InputError) when it is over the
     budget, before it waits for the analysis lane (in the light lane when the model is loaded and the text short:
     only the text is tokenized), then `work` runs there."""
 
-    def plan(_name: str, m: ExplainerModel) -> None:
+    def plan(_name: str, m: Model) -> None:
         price(m, len(ctx.resolve(m, body).ids))
 
     await ctx.with_model(body.model, plan, body.text)
     return await ctx.pool.run_passes(work)
+
+
+def _every_layer_attends(m: Model) -> None:
+    """Head roles and attention statistics read every layer's pattern: refused (one sentence) for a model that
+    runs through transformers with layers that mix tokens another way."""
+    if isinstance(m, GenericModel) and len(m.config.attention_layers) < m.config.n_layer:
+        others = [i for i in range(m.config.n_layer) if i not in m.config.attention_layers]
+        raise InputError(f"{m.name}'s layers {', '.join(map(str, others))} mix tokens without attention, and head "
+                         "roles are read from every layer's attention pattern, so this model's heads are not sorted "
+                         "into roles")
 
 
 @router.post("/lens", response_model=LensOut)
@@ -111,7 +124,7 @@ async def ablate_heads(body: AblateIn, ctx: Context) -> dict[str, Any]:
 async def importance(body: ImportanceIn, ctx: Context) -> dict[str, Any]:
     """Each head ablated alone (layers x heads forward passes): loss change and KL, a layer x head map."""
 
-    def price(m: ExplainerModel, n_tokens: int) -> None:
+    def price(m: Model, n_tokens: int) -> None:
         check_importance(m.config, n_tokens, ctx.max_analysis_gflop)
 
     def work(between_passes: BetweenPasses) -> dict[str, Any]:
@@ -125,7 +138,7 @@ async def importance(body: ImportanceIn, ctx: Context) -> dict[str, Any]:
 async def prune(body: PruneIn, ctx: Context) -> dict[str, Any]:
     """Greedy pruning, least important head first, with the loss after each removal."""
 
-    def price(m: ExplainerModel, n_tokens: int) -> None:
+    def price(m: Model, n_tokens: int) -> None:
         check_prune(m.config, n_tokens, body.max_heads, body.recompute, ctx.max_analysis_gflop)
 
     def work(between_passes: BetweenPasses) -> dict[str, Any]:
@@ -142,6 +155,7 @@ async def heads(body: HeadsIn, ctx: Context) -> dict[str, Any]:
 
     def work() -> dict[str, Any]:
         name, m, ids = _input(ctx, body)
+        _every_layer_attends(m)
         ref = reference_roles(m) if body.reference else None
         return {**heads_json(_trace(ctx, name, m, ids), ref), "model": name}
 

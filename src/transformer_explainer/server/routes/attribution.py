@@ -32,12 +32,14 @@ from ...analysis.attribution_schemas import (
 )
 from ...engine import ExplainerModel
 from ...errors import ExplainerError, InputError, coded, error_answer
+from ...generic import GenericModel
 from ...patching import PatchingCost
 from ..context import Context
 from ..pool import Abandoned, BetweenPasses, Busy
 from .core import Traced, with_trace
 
 router = APIRouter(tags=["attribution"])
+Model = ExplainerModel | GenericModel  # our own families' code, or a decoder through transformers' modules
 log = logging.getLogger(__name__)
 
 NDJSON = "application/x-ndjson"
@@ -63,7 +65,7 @@ async def tokens(body: TokensIn, ctx: Context) -> TokensOut:
     """The tokens of each text as the model reads it (a BOS first where the model expects one); no forward
     pass. A page checks with it that a clean and a corrupted prompt have the same number of tokens."""
 
-    def work(name: str, m: ExplainerModel) -> TokensOut:
+    def work(name: str, m: Model) -> TokensOut:
         ids = [m.tokenizer.encode(t) for t in body.texts]
         for i, one in enumerate(ids):
             ctx.check_prompt(m, one, f"text {i + 1}" if len(ids) > 1 else "text")
@@ -100,13 +102,13 @@ async def patch(body: PatchIn, request: Request, ctx: Context) -> Response:
     loop = asyncio.get_running_loop()
     progress: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
 
-    def pair(name: str, m: ExplainerModel) -> tuple[str, ExplainerModel, list[int], list[int], PatchingCost]:
+    def pair(name: str, m: Model) -> tuple[str, Model, list[int], list[int], PatchingCost]:
         c_ids = ctx.prompt_ids(m, body.clean, "clean prompt")
         x_ids = ctx.prompt_ids(m, body.corrupted, "corrupted prompt")
         m.patch_inputs(c_ids, x_ids, body.answer, body.wrong, body.what)  # a pair that cannot be patched: why
         return name, m, c_ids, x_ids, PatchingCost(m.config, len(c_ids), tuple(body.what))
 
-    def price(name: str, m: ExplainerModel) -> None:
+    def price(name: str, m: Model) -> None:
         pair(name, m)[-1].check(ctx.max_analysis_gflop)
 
     def report(done: int, total: int) -> None:
