@@ -132,3 +132,25 @@ def test_what_the_model_does_not_record_is_refused_in_a_sentence(served):
     r = c.post("/api/weights", json={"tensors": [{"name": "blocks.1.attn.c_attn.weight"}]})
     assert r.status_code == 422, r.text
     assert "runs through transformers' own modules" in r.json()["detail"]
+
+
+def test_windows_and_sinks_are_said_per_layer(tmp_path):
+    """gpt-oss: alternating local and full layers, a learned sink per head. The capabilities say each layer's window
+    (the keys a query reads, itself included: the pattern's nonzero entries) and sink, as the trace records them."""
+    folder = write_checkpoint("gpt_oss", tmp_path / "gpt_oss", tokenizer=True)
+    m = load_model(str(folder), allow_download=False)
+    static = tmp_path / "static"
+    static.mkdir()
+    (static / "index.html").write_text("<!doctype html><title>app</title>")
+    with TestClient(create_app({"g": m}, ServerSettings(static_dir=static))) as c:
+        caps = c.get("/api/models").json()["models"][0]["config"]["capabilities"]
+        assert caps["sinks"] == [True] * 4 and caps["attention_layers"] == [0, 1, 2, 3]
+        assert caps["windows"] == [4, None, 4, None] and caps["local_window"] == 4
+        assert caps["layer_types"] == ["sliding_attention", "full_attention"] * 2
+        r = c.post("/api/tensors", json={"text": TEXT, "tensors": [
+            {"name": "blocks.0.attn.pattern", "head": 1, "position": 10, "dtype": "float32"},
+            {"name": "blocks.0.attn.sink_weight", "head": 1, "position": 10, "dtype": "float32"}]})
+        assert r.status_code == 200, r.text
+        row, sink = (arr(t) for t in r.json()["tensors"])
+    assert list(np.flatnonzero(row)) == [7, 8, 9, 10]  # the window: the last 4 keys, itself included
+    assert float(sink) == pytest.approx(1 - row.sum(), abs=1e-6) and 0 < float(sink) < 1
