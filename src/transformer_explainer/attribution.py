@@ -88,7 +88,7 @@ class Attribution:
     rest: float  # what no component wrote: the final norm's shift (and an unembedding bias) along the direction
     scale: float  # the final norm's scale at `position`, from the forward pass (frozen)
     components: list[Component]
-    heads: Tensor = field(repr=False)  # (L, H)
+    heads: Tensor = field(repr=False)  # (L, H); NaN in a layer not split by head (a model through transformers)
     experts: Tensor | None = field(default=None, repr=False)  # (L, E) in a mixture of experts
 
     def __repr__(self) -> str:
@@ -117,7 +117,7 @@ class Attribution:
             "versus": None if self.versus is None else {"id": self.versus, "text": self.versus_text},
             "metric": self.metric, "rest": self.rest, "scale": self.scale,
             "components": [c.to_dict() for c in self.components],
-            "heads": self.heads.tolist(),
+            "heads": [[None if x != x else x for x in row] for row in self.heads.tolist()],  # NaN: not split
             "experts": None if self.experts is None else self.experts.tolist(),
         }
 
@@ -368,7 +368,7 @@ def generic_logit_attribution(model: Any, trace: Trace, target: int | None = Non
         rest += factor * float(b[t].to(here, f64) - (b[v].to(here, f64) if v is not None else 0.0))
 
     comps: list[Component] = [Component("embed", None, None, contribution(trace[block_name(0, "resid_pre")][p]))]
-    heads = torch.zeros(L, cfg.n_head, dtype=f64, device="cpu")  # the answer; 0 where a layer is not split by head
+    heads = torch.full((L, cfg.n_head), float("nan"), dtype=f64, device="cpu")  # the answer; NaN: not split by head
     for i, layer in enumerate(cfg.layers):
         at = {s: trace[block_name(i, s)][p] for s in ("resid_pre", "resid_post")}
         pre, post = at["resid_pre"].to(here, f64), at["resid_post"].to(here, f64)

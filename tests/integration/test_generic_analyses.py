@@ -208,8 +208,8 @@ def test_attribution_components_sum_to_the_logit(model_type: str, opened: Opened
         heads = "head" in kinds
         expected_heads = SPLIT[model_type] == "heads" or (SPLIT[model_type] == "by layer" and i in c.attention_layers)
         assert heads == expected_heads and ("mixer" in kinds) != heads, (i, kinds)
-        if not heads:
-            assert not a.heads[i].any()
+        assert bool(torch.isnan(a.heads[i]).all()) == (not heads), i  # a layer not split by head: no head values
+    assert [row == [None] * c.n_head for row in a.to_dict()["heads"]] == torch.isnan(a.heads).all(-1).tolist()
 
 
 def _contribution(model: GenericModel, eager: torch.nn.Module, trace, v: torch.Tensor, p: int, t: int) -> float:
@@ -373,6 +373,7 @@ def test_the_analysis_routes_answer_for_a_generic_model(opened: Opened) -> None:
         assert att.status_code == 200, att.text
         body = att.json()
         assert "mixer" in {c["kind"] for c in body["components"]}
+        assert body["heads"][0] == [None] * model.config.n_head  # a convolution layer: not split by head
         assert sum(c["value"] for c in body["components"]) + body["rest"] == pytest.approx(body["metric"], abs=1e-4)
         pr = client.post("/api/attribution/patch", json={"model": "m", "clean": clean, "corrupted": corrupted,
                                                           "answer": a, "wrong": w, "what": ["resid_pre", "heads"]})
