@@ -22,9 +22,12 @@ a token's experts are spread over.
 Parameter and buffer names are transformers' (`gate.weight` and `gate.e_score_correction_bias`, float32;
 `experts.gate_up_proj` (E, 2M, D), each expert's gate rows then its up rows, and `experts.down_proj` (E, D, M);
 `shared_experts.gate_proj`, `up_proj`, `down_proj`), so DeepseekV3MoE's weights load key for key. Numerics follow
-transformers: the router in float32, the weights in float32, each expert in the input's dtype.
+transformers: the router in float32, the weights in float32, each expert in the input's dtype, its weighted output
+rounded to that dtype and added to the others in the order of the experts' ids (in bfloat16, the same bits as
+transformers' in this project's CPU tests).
 
-Dims: B batch, T positions, D d_model, E routed experts, G groups, K top_k, M an expert's width. Recorded
+Dims: B batch, T positions, D d_model, E routed experts, Ng groups (n_group), Kg groups chosen (topk_group), K
+experts chosen (top_k), M an expert's width. Recorded
 (`name_options.DEEPSEEK_MOE_ACTIVATIONS`, under the scope a block gives its MLP, `mlp.`): router_logits,
 router_scores, group_scores, chosen_groups, expert_indices, expert_weights, expert_out, routed_out, shared_out, out.
 """
@@ -147,9 +150,9 @@ class DeepSeekMoE(nn.Module):
         logits = record(rec, "router_logits", self.gate(x))  # (B, T, E), float32
         scores = record(rec, "router_scores", logits.sigmoid())  # each expert's affinity, on its own
         choice = scores + self.gate.e_score_correction_bias  # the bias counts for choosing only
-        grouped = choice.unflatten(-1, (c.n_group, c.experts_per_group))  # (B, T, G, E / G)
-        group_scores = record(rec, "group_scores", grouped.topk(2, dim=-1).values.sum(dim=-1))  # (B, T, G)
-        groups = record(rec, "chosen_groups", group_scores.topk(c.topk_group, dim=-1).indices)  # (B, T, topk_group)
+        grouped = choice.unflatten(-1, (c.n_group, c.experts_per_group))  # (B, T, Ng, E / Ng)
+        group_scores = record(rec, "group_scores", grouped.topk(2, dim=-1).values.sum(dim=-1))  # (B, T, Ng)
+        groups = record(rec, "chosen_groups", group_scores.topk(c.topk_group, dim=-1).indices)  # (B, T, Kg)
         allowed = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(-1, groups, True)
         allowed = allowed.repeat_interleave(c.experts_per_group, dim=-1)  # (B, T, E): the chosen groups' experts
         chosen = choice.masked_fill(~allowed, float("-inf")).topk(c.top_k, dim=-1).indices
@@ -174,12 +177,25 @@ class DeepSeekMoE(nn.Module):
                 start += n
         return out
 
+    @staticmethod
+    def weighted_sum(expert_out: Tensor, weights: Tensor, chosen: Tensor) -> Tensor:
+        """sum_k weights[k] * expert_out[k] per token, (B, T, D): as transformers adds them, so that the numbers agree
+        in bfloat16 too: each term rounded to the model's dtype and added in it, the experts in the order of their
+        ids."""
+        terms = (expert_out * weights.unsqueeze(-1)).to(expert_out.dtype)  # (B, T, K, D)
+        by_id = chosen.argsort(dim=-1).unsqueeze(-1).expand_as(terms)
+        terms = terms.gather(2, by_id)
+        total = terms[:, :, 0]
+        for k in range(1, terms.shape[2]):
+            total = total + terms[:, :, k]
+        return total
+
     def forward(self, x: Tensor, rec: Recorder | None = None) -> Tensor:
         B, T, D = x.shape
         K = self.config.top_k
         chosen, weights = self.route(x, rec)
         expert_out = self.expert_outputs(x.reshape(B * T, D), chosen.reshape(-1)).view(B, T, K, D)
         expert_out = record(rec, "expert_out", expert_out)  # (B, T, K, D): before their weights
-        routed = record(rec, "routed_out", (expert_out * weights.unsqueeze(-1)).sum(dim=2).to(x.dtype))
+        routed = record(rec, "routed_out", self.weighted_sum(expert_out, weights, chosen))
         shared = record(rec, "shared_out", self.shared_experts(x))
         return record(rec, "out", routed + shared)
