@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 
+from transformer_explainer.encoding import decode_array
+
 from .conftest import ARTIFACTS, LiveServer, cannot_run, open_app
+from .test_app import api
 
 pytestmark = pytest.mark.browser
 
@@ -56,7 +60,15 @@ def test_hybrid_model_on_a_desktop(browser, hybrid_server):
         assert page.get_by_test_id("mixer-layer").get_attribute("data-kind") == "linear_attention"
         offered = page.locator("[data-testid=attention-layers-offered] button")
         assert offered.all_inner_texts() == ["Layer 1", "Layer 3"]
-        page.wait_for_function("() => document.querySelectorAll('[data-testid=mixer-norms] tbody tr').length > 0")
+        page.wait_for_function("() => document.querySelectorAll('[data-testid=mixer-norms] tbody tr').length > 0"
+                               " && !document.querySelector('[data-testid=mixer-norms]').textContent.includes('…')")
+        # the focus row's lengths are the API's: |linear_attn.in| and |linear_attn.out| of layer 0 at that token
+        cells = page.locator("[data-testid=mixer-norms] tr.focus td").all_inner_texts()
+        pos = int(cells[0].rsplit("(", 1)[1].rstrip(")"))
+        got = api(hybrid_server, "tensors", text=TEXT, tensors=[
+            {"name": f"blocks.0.linear_attn.{s}", "position": pos, "dtype": "float32"} for s in ("in", "out")])
+        want = [float(np.linalg.norm(decode_array(t["data"], t["shape"], t["dtype"]))) for t in got["tensors"]]
+        assert [float(c) for c in cells[1:]] == pytest.approx(want, rel=1e-3)
         page.screenshot(path=str(ARTIFACTS / "generic-1-deltanet-layer.png"), full_page=True)
         page.get_by_test_id("attention-layer-3").click()
         page.wait_for_selector("[data-testid=attn-pattern]")
@@ -75,16 +87,28 @@ def test_hybrid_model_on_a_desktop(browser, hybrid_server):
             page.wait_for_function("p => document.querySelector(`[data-strip=${p}]`)?.dataset.values?.length > 0",
                                    arg=probe, timeout=15_000)
         assert page.locator("[data-testid=error]").count() == 0
+        # generation: the sampled token is appended; the longer text is traced whole, and the page says so
+        page.get_by_test_id("nav-output").click()
+        assert "traced again from its first token" in page.get_by_test_id("pick-hint").inner_text()
+        n = page.locator("[data-testid=token-chip]").count()
+        sampled = page.get_by_test_id("sampled-token").inner_text()
+        page.get_by_test_id("append-sampled").click()
+        page.wait_for_function("n => document.querySelectorAll('[data-testid=token-chip]').length === n", arg=n + 1)
+        assert page.locator("[data-testid=token-chip]").nth(n).locator(".txt").inner_text() == sampled
+        assert page.locator("[data-testid=computed-note]").count() == 0  # not "only the new position"
+        page.get_by_test_id("nav-blocks").click()
+        assert "4 layers, 2 of them with attention" in page.locator("[data-view=blocks]").inner_text()
         page.get_by_test_id("nav-overview").click()
         page.wait_for_selector("[data-view=overview]")
         page.screenshot(path=str(ARTIFACTS / "generic-3-overview.png"), full_page=True)
 
 
 def test_hybrid_model_on_a_phone_in_chinese(browser, hybrid_server):
-    from playwright.sync_api import sync_playwright  # noqa: F401  (the devices table is Playwright's)
-
-    phone = {"viewport": {"width": 412, "height": 915}, "device_scale_factor": 2.625, "is_mobile": True,
-             "has_touch": True}
+    # Playwright's "Pixel 7" (its devices table; the browser fixture holds the Playwright instance that has it)
+    phone = {"viewport": {"width": 412, "height": 839}, "screen": {"width": 412, "height": 915},
+             "device_scale_factor": 2.625, "is_mobile": True, "has_touch": True,
+             "user_agent": "Mozilla/5.0 (Linux; Android 14; Pixel 7) AppleWebKit/537.36 (KHTML, like Gecko) "
+                           "Chrome/159.0.8154.6 Mobile Safari/537.36"}
     with open_app(browser, hybrid_server.url, query=f"#text={TEXT}&lang=zh", **phone) as page:
         _ready(page)
         page.wait_for_function("() => document.documentElement.lang.startsWith('zh')")
@@ -95,3 +119,31 @@ def test_hybrid_model_on_a_phone_in_chinese(browser, hybrid_server):
         assert page.locator("[data-testid=attention-layers-offered] button").all_inner_texts() == ["层 1", "层 3"]
         assert page.evaluate("document.documentElement.scrollWidth <= innerWidth + 1")
         page.screenshot(path=str(ARTIFACTS / "generic-5-phone-zh-deltanet.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def sink_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    from tests.helpers.hf_checkpoints import write_checkpoint
+    from transformer_explainer.engine import load_model
+    from transformer_explainer.server import create_app
+
+    folder = write_checkpoint("gpt_oss", tmp_path_factory.mktemp("gpt_oss"), tokenizer=True)
+    with LiveServer(create_app({"gpt-oss": load_model(str(folder), allow_download=False)})) as srv:
+        yield srv
+
+
+def test_local_layer_and_sink_are_said(browser, sink_server):
+    """gpt-oss: every layer attends; a local layer says its window, and each layer its sink's weight at the focus
+    token (1 - the focus row's weights over the keys, which the test reads from the API)."""
+    with open_app(browser, sink_server.url, query=f"#text={TEXT}&view=attention&layer=0") as page:
+        _ready(page)
+        page.wait_for_selector("[data-testid=attn-pattern]")
+        assert page.locator("[data-testid=attention-layers-offered] button").all_inner_texts() == [
+            "Layer 0", "Layer 1", "Layer 2", "Layer 3"]
+        assert "the last 4 keys only" in page.get_by_test_id("generic-window").inner_text()
+        assert "without attention" not in page.get_by_test_id("attention-layers-offered").inner_text()
+        page.wait_for_function("() => /gives the sink/.test(document.querySelector('[data-testid=generic-sink]')"
+                               "?.textContent ?? '')")
+        page.screenshot(path=str(ARTIFACTS / "generic-6-sink-window.png"), full_page=True)
+        page.get_by_test_id("attention-layer-1").click()
+        page.wait_for_function("() => !document.querySelector('[data-testid=generic-window]')")

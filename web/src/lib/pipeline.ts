@@ -202,10 +202,25 @@ function genericSpecs(stage: StageId, f: Focus): NamedSpecs {
   }
 }
 
-/** A layer's mixer's input and output, each token's row (a layer without attention, drawn as what it is). */
+/** Tokens a mixer layer's view reads at once: a window around the focus token (two rows each, one request). */
+export const MIXER_ROWS = 6;
+
+/** The first token of the mixer view's window: the focus token's neighbours, within the text. */
+export function mixerFirst(pos: number, nTokens: number): number {
+  return Math.max(0, Math.min(pos - Math.floor(MIXER_ROWS / 2), nTokens - MIXER_ROWS));
+}
+
+/** A layer's mixer's input and output (a layer without attention, drawn as what it is), each token's row in the
+ *  window around the focus token (`in${i}` and `out${i}` for token i): bounded however long the text. */
 export function mixerSpecs(f: Focus): NamedSpecs {
   const m = MIXER_STAGES[mixerOf(f.caps, f.layer)] ?? { in: "resid_pre", out: "attn_out" };
-  return { input: { name: `blocks.${f.layer}.${m.in}` }, output: { name: `blocks.${f.layer}.${m.out}` } };
+  const out: NamedSpecs = {};
+  const first = mixerFirst(f.pos, f.nTokens);
+  for (let i = first; i < Math.min(f.nTokens, first + MIXER_ROWS); i++) {
+    out[`in${i}`] = { name: `blocks.${f.layer}.${m.in}`, position: i };
+    out[`out${i}`] = { name: `blocks.${f.layer}.${m.out}`, position: i };
+  }
+  return out;
 }
 
 /** The tensors of `stage` as a list, for fetching them (in `stageSpecs`' order). */
