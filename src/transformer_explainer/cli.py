@@ -118,19 +118,50 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def _architecture(folder) -> dict[str, str]:
     """What a model folder's config.json says it is (no weights read): the HF model_type, our family
-    ("gpt2"; "llama" for Llama, Qwen2 and Mistral; "qwen3"; "gemma3"; "mixtral"; "qwen3_moe"; "olmoe") and its shape
-    in words."""
+    ("gpt2"; "llama" for Llama, Qwen2 and Mistral; "qwen3"; "gemma3"; "mixtral"; "qwen3_moe"; "olmoe"; "generic" for
+    a decoder that runs through transformers' own modules, `generic.which_way`) and its shape in words."""
     from .config import DecoderConfig
+    from .generic import TRANSFORMERS, which_way
     from .loading.checkpoint import read_json
 
     try:
-        c = DecoderConfig.from_hf(read_json(folder / "config.json"))
+        config = read_json(folder / "config.json")
+    except ExplainerError as e:
+        return {"architecture": "unknown", "family": "unknown", "shape": f"unreadable config.json: {e}"}
+    try:
+        way = which_way(folder)
+    except ExplainerError as e:  # a model type this explainer does not open: the sentence says why
+        return {"architecture": str(config.get("model_type", "unknown")), "family": "unknown", "shape": str(e)}
+    try:
+        if way == TRANSFORMERS:
+            return _transformers_architecture(config)
+        c = DecoderConfig.from_hf(config)
     except (ExplainerError, KeyError, ValueError, TypeError) as e:
         return {"architecture": "unknown", "family": "unknown", "shape": f"unreadable config.json: {e}"}
     kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""
     experts = f", {c.n_experts} experts ({c.top_k} per token)" if c.n_experts is not None else ""
     return {"architecture": c.model_type, "family": c.family,
             "shape": f"{c.model_type}: {c.n_layer} layers, {c.n_head} heads{kv}, d_model {c.n_embd}{experts}"}
+
+
+def _transformers_architecture(config: dict) -> dict[str, str]:
+    """The words of `_architecture` for a decoder that runs through transformers' own modules, from its config alone
+    (its layers' kinds as the config's layer_types names them, where it has them)."""
+    model_type = str(config["model_type"])
+    archs = config.get("architectures") or []
+    words = [f"{model_type} through transformers" + (f" ({archs[0]})" if archs else "")]
+    layers = config.get("num_hidden_layers", config.get("n_layer"))
+    if isinstance(layers, int):
+        kinds: dict[str, int] = {}
+        for kind in config.get("layer_types") or []:
+            kinds[str(kind)] = kinds.get(str(kind), 0) + 1
+        words.append(f"{layers} layers" + (f" ({', '.join(f'{n} {k}' for k, n in kinds.items())})" if kinds else ""))
+    heads, kv, width = (config.get(k) for k in ("num_attention_heads", "num_key_value_heads", "hidden_size"))
+    if isinstance(heads, int):
+        words.append(f"{heads} heads" + (f" ({kv} key/value)" if isinstance(kv, int) and kv != heads else ""))
+    if isinstance(width, int):
+        words.append(f"d_model {width}")
+    return {"architecture": model_type, "family": "generic", "shape": f"{words[0]}: {', '.join(words[1:])}"}
 
 
 def cmd_train_lm(args: argparse.Namespace) -> int:

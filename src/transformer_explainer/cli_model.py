@@ -6,6 +6,7 @@ it, not each other."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -13,10 +14,13 @@ from typing import TYPE_CHECKING, Any
 from .cli_args import device_args, dtype_arg, int_range, non_negative_float, positive_int, probability, text_value
 from .errors import InputError
 
+log = logging.getLogger("transformer_explainer")
+
 if TYPE_CHECKING:
     from tqdm import tqdm
 
     from .engine import ExplainerModel
+    from .generic import GenericModel
 
 
 def model_args(p: argparse.ArgumentParser) -> None:
@@ -52,24 +56,28 @@ def sampling_args(p: argparse.ArgumentParser, *, seed: bool) -> None:
                        help="seed of the sampling: the same seed gives the same tokens (default: a fresh one)")
 
 
-def load_model_for(args: argparse.Namespace, check: Callable[[Any], None] | None = None) -> ExplainerModel:
+def load_model_for(args: argparse.Namespace,
+                   check: Callable[[Any], None] | None = None) -> ExplainerModel | GenericModel:
     """Load the model named by --model. The text (when the command has one) and `check` are
     validated against the model before the `model:` line is printed, so a refused input gives one
     line on stderr, the error."""
-    from .engine import load_model
+    from .engine import open_resolved
+    from .generic import TRANSFORMERS, which_way
+    from .loading.resolve import resolve
 
     device, device_map = placement_of(args)
-    model = load_model(args.model, allow_download=not args.offline, dtype=getattr(args, "dtype", None), device=device,
-                       device_map=device_map, max_memory=getattr(args, "max_memory", None))
+    resolved = resolve(args.model, allow_download=not args.offline)
+    if which_way(resolved.folder) == TRANSFORMERS and not getattr(args, "verbose", False):
+        _quiet_transformers()
+    model = open_resolved(resolved, getattr(args, "dtype", None), device=device, device_map=device_map,
+                          max_memory=getattr(args, "max_memory", None))
+    log.info("model %s: %r%s", resolved.describe(), model, f"; {resolved.reason}" if resolved.reason else "")
     text, truncate = getattr(args, "text", None), getattr(args, "truncate", False)
     kept = encode_text(model, text, truncate=truncate) if text is not None else []
+    refuse_unavailable(args, model)
     if check is not None:
         check(model)
-    c = model.config
-    kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""
-    print(f"model: {model.name} ({model.source}; {c.model_type}, {c.n_layer} layers, {c.n_head} heads{kv}, "
-          f"d_model {c.n_embd}, context {c.block_size}, {str(model.dtype).removeprefix('torch.')} weights) "
-          f"on {model.describe_devices()}", file=sys.stderr)
+    print(f"model: {describe_model(model)} on {model.describe_devices()}", file=sys.stderr)
     if args.model is None and model.source == "builtin":
         print(f"(the built-in model: GPT-2 small is not in the Hugging Face cache; {_gpt2_hint(args.offline)})",
               file=sys.stderr)
@@ -77,6 +85,79 @@ def load_model_for(args: argparse.Namespace, check: Callable[[Any], None] | None
         print(f"--truncate: kept the last {len(kept)} of {n} tokens ({n - len(kept)} dropped from the start of the "
               f"text)", file=sys.stderr)
     return model
+
+
+# What a mixer kind is called in a model line ("short_conv" -> "short convolution").
+KIND_WORDS = {"attention": "attention", "linear_attention": "linear attention", "short_conv": "short convolution",
+              "state_space": "state space", "mixer": "another token mixer"}
+
+
+def layer_kinds(config: Any) -> str:
+    """What the layers of a model that runs through transformers are, counted in order of first appearance:
+    "2 short convolution, 2 attention"; a local window and layers with several mixers said so
+    ("2 attention in a window of 4", "4 attention + state space")."""
+    counts: dict[str, int] = {}
+    for layer in config.layers:
+        words = " + ".join(KIND_WORDS.get(k, k.replace("_", " ")) for k in layer.kinds) or "no token mixer"
+        if layer.window is not None:
+            words += f" in a window of {layer.window}"
+        counts[words] = counts.get(words, 0) + 1
+    return ", ".join(f"{n} {words}" for words, n in counts.items())
+
+
+def describe_model(model: ExplainerModel | GenericModel) -> str:
+    """The model line's words: its name, where it came from, which way it runs and its shape."""
+    c = model.config
+    kv = f" ({c.n_kv_heads} key/value)" if c.n_kv_heads != c.n_head else ""
+    weights = f"{str(model.dtype).removeprefix('torch.')} weights"
+    if model.runs == "transformers":
+        return (f"{model.name} ({model.source}; runs through transformers' own modules: {c.model_type} "
+                f"({c.architecture}), {c.n_layer} layers: {layer_kinds(c)}; {c.n_head} heads{kv} per attention "
+                f"layer, d_model {c.n_embd}, context {c.block_size}, {weights})")
+    return (f"{model.name} ({model.source}; {c.model_type}, {c.n_layer} layers, {c.n_head} heads{kv}, "
+            f"d_model {c.n_embd}, context {c.block_size}, {weights})")
+
+
+def _quiet_transformers() -> None:
+    """transformers' own notes while it loads a model (a progress bar of its weights, a slower reference kernel
+    it falls back to) are left out of a command's output; -v keeps them."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+# The commands that are not available yet for a model that runs through transformers' own modules: what each
+# shows, and why (each needs something only the families with code of our own have).
+NOT_FOR_TRANSFORMERS: dict[str, str] = {
+    "neighbours": "the embedding explorer reads the token embedding by its name (embed.W_E), which its weights do "
+                  "not have here",
+    "analogy": "the embedding explorer reads the token embedding by its name (embed.W_E), which its weights do not "
+               "have here",
+}
+
+
+def layers_without_heads(model: ExplainerModel | GenericModel) -> str | None:
+    """Where a model that runs through transformers has layers without attention heads, which they are and what
+    they are instead ("layers 0, 2 (short convolution)"); None where every layer has heads."""
+    if model.runs != "transformers":
+        return None
+    c = model.config
+    others = [i for i in range(c.n_layer) if i not in c.attention_layers]
+    if not others:
+        return None
+    kinds = dict.fromkeys(KIND_WORDS.get(k, k) for i in others for k in c.layers[i].kinds)
+    return f"layer{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} ({', '.join(kinds) or 'no mixer'})"
+
+
+def refuse_unavailable(args: argparse.Namespace, model: ExplainerModel | GenericModel) -> None:
+    """One sentence, before the model line, where the command needs what `model` does not have."""
+    why = NOT_FOR_TRANSFORMERS.get(getattr(args, "command", ""))
+    if why is not None and model.runs == "transformers":
+        from .families import supported_model_types
+
+        raise InputError(f"{model.name} runs through transformers' own modules ({model.config.model_type}), and "
+                         f"{why}; the models with code of our own have it: {supported_model_types()}")
 
 
 def progress_bar(args: argparse.Namespace, total: int, what: str, unit: str = "pass") -> tqdm:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from ..cli_args import int_range, text_value
-from ..cli_model import load_model_for, model_args, progress_bar, text_args
+from ..cli_model import KIND_WORDS, load_model_for, model_args, progress_bar, text_args
 from .attribution_schemas import PATCH_KINDS
 
 TOKEN_HELP = ("a token exactly as the vocabulary has it, leading space included (quote it: ' Paris'), or a "
@@ -20,9 +21,14 @@ def _token(s: str) -> int | str:
     return int(s) if s.isdigit() else s
 
 
-def _label(kind: str, layer: int | None, head: int | None) -> str:
+def _label(kind: str, layer: int | None, head: int | None, config: Any = None) -> str:
+    """A component as the table names it; a "mixer" (a layer's token mixer written whole, in a model that runs through
+    transformers) by what that layer's mixer is ("short convolution 0", "attention 2")."""
     if kind == "head":
         return f"L{layer}H{head}"
+    if kind == "mixer":
+        kinds = config.layers[layer].kinds if config is not None and layer is not None else ()
+        return f"{' + '.join(KIND_WORDS.get(k, k) for k in kinds) or 'mixer'} {layer}"
     return {"embed": "token embedding", "pos_embed": "position embedding", "attn_bias": f"attn bias {layer}",
             "mlp": f"MLP {layer}"}[kind]
 
@@ -58,12 +64,12 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     print(f"the {n} largest contributions:")
     print(f"  {'rank':>4}  {'component':<20} {'value':>9}")
     for rank, c in enumerate(a.ranked(n), 1):
-        print(f"  {rank:>4}  {_label(c.kind, c.layer, c.head):<20} {c.value:>+9.4f}")
+        print(f"  {rank:>4}  {_label(c.kind, c.layer, c.head, model.config):<20} {c.value:>+9.4f}")
     by_kind: dict[str, float] = {}
     for c in a.components:
         by_kind[c.kind] = by_kind.get(c.kind, 0.0) + c.value
     names = {"embed": "token embedding", "pos_embed": "position embedding", "head": "heads",
-             "attn_bias": "attention biases", "mlp": "MLPs"}
+             "attn_bias": "attention biases", "mlp": "MLPs", "mixer": "token mixers written whole"}
     print("\nby kind: " + ", ".join(f"{names[k]} {v:+.4f}" for k, v in by_kind.items()))
     return 0
 
@@ -100,7 +106,13 @@ def cmd_patch(args: argparse.Namespace) -> int:
             print(f"\n{kind} (layer x position):")
         print("layer " + " ".join(f"{c:>6}" for c in cols))
         for layer in range(grid.shape[0]):
-            print(f"{layer:>5} " + " ".join(f"{float(v):>6.2f}" for v in grid[layer]))
+            print(f"{layer:>5} " + " ".join(f"{'-':>6}" if v != v else f"{float(v):>6.2f}" for v in grid[layer]))
+        # a model that runs through transformers: a layer without attention has no heads or attn_out to patch
+        absent = [layer for layer in range(grid.shape[0]) if all(float(v) != float(v) for v in grid[layer])]
+        if absent:
+            what = "heads" if kind == "heads" else kind
+            print(f"(-: layer{'s' if len(absent) > 1 else ''} {', '.join(map(str, absent))} "
+                  f"{'have' if len(absent) > 1 else 'has'} no {what} to patch)")
     changed = [i for i, (c, x) in enumerate(zip(c_ids, x_ids, strict=True)) if c != x]
     tt = model.tokenizer.token_text
     print("\npositions: " + ", ".join(f"{i} {tt(c)!r}" + (f" (corrupted: {tt(x_ids[i])!r})" if i in changed else "")

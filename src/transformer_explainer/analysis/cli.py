@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ..cli_args import int_range, output_file, positive_float, positive_int
-from ..cli_model import load_model_for, model_args, progress_bar, text_args
+from ..cli_model import KIND_WORDS, layers_without_heads, load_model_for, model_args, progress_bar, text_args
 from ..errors import InputError
 
 JSON_HELP = "print the result as one JSON object instead of the table (numbers that are not finite as null)"
@@ -129,12 +129,28 @@ def cmd_importance(args: argparse.Namespace) -> int:
     print(f"head importance, {args.mode} ablation of each head alone: {what}")
     print(f"loss on the text without ablation: {imp.clean_loss:.4f} nats/token\n")
     H = model.config.n_head
+    heads = _layers_with_heads(model)
     print("layer " + " ".join(f"{'h' + str(h):>8}" for h in range(H)))
     for layer in range(model.config.n_layer):
+        if layer not in heads:
+            print(f"{layer:>5}  (no attention heads: {_mixer_words(model, layer)})")
+            continue
         print(f"{layer:>5} " + " ".join(f"{float(m[layer, h]):>+8.4f}" for h in range(H)))
     top = ", ".join(f"L{layer}H{h} ({v:+.4f})" for (layer, h), v in imp.ranked(args.by)[:5])
     print(f"\nmost important: {top}")
     return 0
+
+
+def _layers_with_heads(model) -> set[int]:
+    """The layers whose heads an ablation switches off: every layer of our families; the attention layers of a model
+    that runs through transformers."""
+    c = model.config
+    return set(c.attention_layers) if model.runs == "transformers" else set(range(c.n_layer))
+
+
+def _mixer_words(model, layer: int) -> str:
+    """What a layer of a model that runs through transformers mixes tokens with ("short convolution")."""
+    return " + ".join(KIND_WORDS.get(k, k) for k in model.config.layers[layer].kinds) or "no token mixer"
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -163,7 +179,12 @@ def cmd_heads(args: argparse.Namespace) -> int:
     from .reference import REFERENCE_TEXTS
     from .roles import ROLES, head_roles, head_roles_of, reference_traces
 
-    model = load_model_for(args)
+    def check(m) -> None:
+        if (others := layers_without_heads(m)) is not None:
+            raise InputError(f"head roles are scored for every layer's attention heads, and {m.name}'s {others} "
+                             f"have none")
+
+    model = load_model_for(args, check)
     trace = model.trace(args.text, truncate=args.truncate)
     roles = head_roles(trace)
     stats = attention_stats(trace)
