@@ -383,3 +383,24 @@ def test_the_analysis_routes_answer_for_a_generic_model(opened: Opened) -> None:
         c = model.config
         assert out["runs"] == len(c_ids) * c.n_layer + len(c.attention_layers) * c.n_head
         assert out["grids"]["heads"][0] == [None] * model.config.n_head  # a convolution layer: no heads
+
+
+def test_the_many_pass_analyses_are_priced_for_a_generic_model(opened: Opened) -> None:
+    """Importance, pruning and patching are priced before they run (GenericConfig.pass_gflop: the cost grows with
+    the tokens), and refused in one sentence over the server's budget; were 500s (no `arch` on its config)."""
+    from transformer_explainer.analysis.cost import AnalysisCost, importance_passes
+    from transformer_explainer.server import ServerSettings
+
+    model, _ = opened("lfm2")
+    c = model.config
+    assert 0 < c.pass_gflop(8) < c.pass_gflop(16) < 4 * c.pass_gflop(8)
+    assert importance_passes(c) == 1 + len(c.attention_layers) * c.n_head  # the heads it has
+    T = len(model.encode(TEXT))
+    budget = AnalysisCost(c, T, importance_passes(c)).gflop / 2
+    clean, corrupted = "The cat sat on the mat", "The cat sat on the hat"
+    with TestClient(create_app({"m": model}, ServerSettings(max_analysis_gflop=budget))) as client:
+        imp = client.post("/api/analysis/importance", json={"model": "m", "text": TEXT})
+        assert imp.status_code == 422 and "forward passes" in imp.json()["detail"], imp.text
+        pr = client.post("/api/attribution/patch", json={"model": "m", "clean": clean * 8, "corrupted": corrupted * 8,
+                                                          "answer": 40, "wrong": 41})
+        assert pr.status_code == 422 and "patched runs" in pr.json()["detail"], pr.text
