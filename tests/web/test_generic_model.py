@@ -54,6 +54,8 @@ def test_hybrid_model_on_a_desktop(browser, hybrid_server):
         for hidden in ("layernorm-ln1", "qkv", "mlp", "heads", "rope"):
             assert page.locator(f"[data-testid=nav-{hidden}]").count() == 0, hidden
         assert "q/k/v projections" in page.get_by_test_id("generic-hidden").inner_text()
+        assert page.locator(".layers button[data-kind]").evaluate_all("els => els.map(e => e.dataset.kind)") == [
+            "linear_attention", "attention", "linear_attention", "attention"]  # the layer list marks each kind
         page.get_by_test_id("nav-attention").click()
         # layer 0 (Gated DeltaNet): drawn as what it is, its input and output per token; attention layers offered
         page.wait_for_selector("[data-testid=mixer-layer]")
@@ -147,3 +149,33 @@ def test_local_layer_and_sink_are_said(browser, sink_server):
         page.screenshot(path=str(ARTIFACTS / "generic-6-sink-window.png"), full_page=True)
         page.get_by_test_id("attention-layer-1").click()
         page.wait_for_function("() => !document.querySelector('[data-testid=generic-window]')")
+
+
+def test_parallel_mixers_both_shown(browser, tmp_path_factory):
+    """Falcon-H1: each layer runs attention and a state-space layer side by side. The Residual view shows both
+    branches' outputs (the API's values), the Attention view the layer's attention."""
+    from tests.helpers.hf_checkpoints import write_checkpoint
+    from transformer_explainer.engine import load_model
+    from transformer_explainer.server import create_app
+
+    folder = write_checkpoint("falcon_h1", tmp_path_factory.mktemp("falcon_h1"), tokenizer=True)
+    with LiveServer(create_app({"falcon": load_model(str(folder), allow_download=False)})) as srv, \
+            open_app(browser, srv.url, query=f"#text={TEXT}&view=residual&layer=2") as page:
+        _ready(page)
+        for strip in ("resid-attn", "resid-mixer", "resid-mid", "resid-mlp", "resid-post"):
+            page.wait_for_function("p => document.querySelector(`[data-strip=${p}]`)?.dataset.values?.length > 0",
+                                   arg=strip, timeout=15_000)
+        assert "state-space output" in page.locator("[data-strip=resid-mixer]").inner_text()
+        # every layer attends: none is marked as mixing without attention in the layer list
+        assert page.locator(".layers button[data-kind]").evaluate_all("els => els.map(e => e.dataset.kind)") == [
+            "attention"] * 4
+        n = page.locator("[data-testid=token-chip]").count()
+        got = api(srv, "tensors", text=TEXT,
+                  tensors=[{"name": "blocks.2.ssm.out", "position": n - 1, "dtype": "float32"}])
+        want = decode_array(got["tensors"][0]["data"], [-1], "float32")
+        shown = np.array([float(v) for v in page.locator("[data-strip=resid-mixer]").get_attribute("data-values")
+                          .split(",")])
+        np.testing.assert_allclose(shown, want, rtol=2e-3, atol=2e-3)  # the page asks float16
+        page.screenshot(path=str(ARTIFACTS / "generic-7-falcon-residual.png"), full_page=True)
+        page.get_by_test_id("nav-attention").click()
+        page.wait_for_selector("[data-testid=attn-pattern]")

@@ -176,8 +176,10 @@ function genericSpecs(stage: StageId, f: Focus): NamedSpecs {
   const L = f.layer, h = f.head, p = f.pos, c = f.caps;
   const b = (s: string) => `blocks.${L}.${s}`;
   const has = (s: string) => layerHas(c, L, s);
+  // the layer's mixers: attention (attn_out) and/or one of another kind (Falcon-H1 runs both side by side)
   const mixer = mixerOf(c, L);
-  const mixOut = mixer === "attention" ? "attn_out" : MIXER_STAGES[mixer].out;
+  const other = mixer === "attention" ? null : MIXER_STAGES[mixer].out;
+  const mixOut = has("attn_out") || !other ? "attn_out" : other;
   const at = (key: string, s: string): NamedSpecs => (has(s) ? { [key]: { name: b(s), position: p } } : {});
   switch (stage) {
     case "overview": {
@@ -193,8 +195,8 @@ function genericSpecs(stage: StageId, f: Focus): NamedSpecs {
       return has("attn.pattern") ? { masked: { name: b("attn.masked_scores"), head: h, position: p },
         pattern: { name: b("attn.pattern"), head: h, triangle: true } } : {};
     case "residual":
-      return { ...at("pre", "resid_pre"), ...at("attn", mixOut), ...at("mid", "resid_mid"), ...at("mlp", "mlp_out"),
-        ...at("post", "resid_post") };
+      return { ...at("pre", "resid_pre"), ...at("attn", "attn_out"), ...(other ? at("mixer", other) : {}),
+        ...at("mid", "resid_mid"), ...at("mlp", "mlp_out"), ...at("post", "resid_post") };
     case "output":
       return { final: { name: "ln_final.out", position: f.pos < 0 ? -1 : f.nTokens - 1 } };
     default:
