@@ -100,6 +100,16 @@ def test_hybrid_model_on_a_desktop(browser, hybrid_server):
         assert page.locator("[data-testid=computed-note]").count() == 0  # not "only the new position"
         page.get_by_test_id("nav-blocks").click()
         assert "4 layers, 2 of them with attention" in page.locator("[data-view=blocks]").inner_text()
+        # Why this token: the analyses' page on such a model, its mixers' writes named as such
+        page.get_by_test_id("nav-attribution").click()
+        page.wait_for_selector("[data-testid=attr-ranked] [data-testid=attr-row]", timeout=30_000)
+        kinds = page.locator("[data-testid=attr-row]").evaluate_all("els => els.map(e => e.dataset.kind)")
+        assert kinds and set(kinds) <= {"embed", "head", "mlp", "mixer"}, kinds
+        # a layer's mixer whole: a Gated DeltaNet layer, or attention whose write is not split by head (Qwen3.5 gates
+        # its output), labelled as such
+        for row in page.locator("[data-testid=attr-row][data-kind=mixer]").all():
+            assert f"L{row.get_attribute('data-layer')} mixer (whole)" in row.inner_text()
+        page.screenshot(path=str(ARTIFACTS / "generic-8-attribution.png"), full_page=True)
         page.get_by_test_id("nav-overview").click()
         page.wait_for_selector("[data-view=overview]")
         page.screenshot(path=str(ARTIFACTS / "generic-3-overview.png"), full_page=True)
