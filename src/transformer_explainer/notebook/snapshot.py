@@ -13,6 +13,13 @@ need them then say so, as does a warning, with the `max_mb` that would keep them
 (scaled scores, the concatenated heads, ...) are not stored: the page derives them by the same rules
 (names.DERIVATIONS). The CLI's `snapshot` command writes its page with `save_snapshot` too.
 
+A model that runs through transformers' own modules (`generic.GenericModel`) gets the same page with what it
+records (its attention layers' patterns, masks and masked scores; every layer's residual stream and the outputs
+of its mixers and MLP), the logit lens, the ablation of each head of its attention layers and the attributions; not
+the weights (they have no names here), nor the embedding explorer (it reads the token embedding by name), nor head
+roles where a layer has no heads. What it leaves out, the page says where it is asked, as for what the budget
+leaves out.
+
 Where the page can show Chinese (it offers 中文, the default, or its text holds CJK characters), it
 carries the app's CJK font subset as a data: URL, so 中文 needs no system font and no fetch; an
 English-only page (`languages=("en",)`) is about 250 kB smaller.
@@ -31,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..analysis.ablation import BetweenPasses, ablate_each_head
 from ..analysis.answers import (
@@ -44,11 +52,13 @@ from ..analysis.answers import (
     project_json,
     reference_roles,
 )
+from ..analysis.embeddings import embedding_matrix
 from ..engine import ExplainerModel
 from ..errors import InputError
+from ..generic import GenericModel
 from ..limits import ABLATION_TOP, APP_TOP_K, APP_TOP_N, DEFAULT_SEED, LENS_TOP, MAX_TOKENS_LIST, NEIGHBOURS
 from ..loading.checkpoint import atomic_write_bytes
-from ..names import FAMILY_NAMES, NameTable, block_name, blocks_label, describe
+from ..names import NAME_TABLES, NameTable, block_name, blocks_label, describe, layer_of
 from ..overview import Found, OverviewAsk, config_out, trace_overview
 from ..schemas import ModelInfo, ModelList, SamplingIn
 from ..trace import Trace, with_text
@@ -56,6 +66,8 @@ from ..web_bundle import package_static_dir
 from .snapshot_attribution import SnapshotAttribution
 
 log = logging.getLogger(__name__)
+
+Model = ExplainerModel | GenericModel  # a family with code of our own, or any decoder through transformers' modules
 
 FORMAT = "transformer-explainer-snapshot"
 VERSION = 4  # 2: aliases, languages and the inlined CJK font; derived stages by names.DERIVATIONS; 3: attribution;
@@ -94,25 +106,27 @@ def _kind(t: NameTable, stage: str) -> int:
     dims = t.block_activations[stage][0]
     if stage in ("attn.pattern", "attn.scores"):
         return 0
-    if not {"D", "Dh", "M"} & set(dims):
+    if stage not in t.derivations and {"T", "S"} <= set(dims):  # a recorded query x key grid: the masked scores
+        return 0
+    if not {"D", "Dh", "Dk", "Dv", "M"} & set(dims):  # Dk, Dv: keys' and values' own widths
         return 1
     if stage in RESIDUAL:
         return 2
     if "M" in dims:
         return 5
-    return 4 if "Dh" in dims else 3
+    return 4 if {"Dh", "Dk", "Dv"} & set(dims) else 3
 
 
 def precise_stages(t: NameTable) -> set[str]:
     """The block stages stored in float32: the per-position statistics (norm statistics, the router's logits and
     probabilities, the experts' weights), a few values per token that the views show with 4 decimals, as the live
     app (which asks for float32) shows them; float16 would change the 4th digit (0.5032 -> 0.5029)."""
-    small = {n for n, (dims, _) in t.global_activations.items() if not {"D", "Dh", "M", "V"} & set(dims)}
+    small = {n for n, (dims, _) in t.global_activations.items() if not {"D", "Dh", "Dk", "Dv", "M", "V"} & set(dims)}
     return small | {s for s in t.block_activations if _kind(t, s) == 1}
 
 
-ACTIVATION_ORDER: dict[str, tuple[list[str], list[str]]] = {f: activation_order(t) for f, t in FAMILY_NAMES.items()}
-PRECISE: dict[str, set[str]] = {f: precise_stages(t) for f, t in FAMILY_NAMES.items()}
+ACTIVATION_ORDER: dict[str, tuple[list[str], list[str]]] = {f: activation_order(t) for f, t in NAME_TABLES.items()}
+PRECISE: dict[str, set[str]] = {f: precise_stages(t) for f, t in NAME_TABLES.items()}
 # weights, where the model has them (the Llama family's RMSNorm has no shift)
 
 
@@ -127,7 +141,8 @@ LARGE_WEIGHTS = ["attn.W_O", "attn.W_Q", "attn.W_K", "attn.W_V"]  # shown per he
 
 
 def _stored(t: Any, dims: tuple[str, ...], precise: bool = False) -> dict[str, Any]:
-    a = np.ascontiguousarray(t.detach().float().cpu().numpy(), dtype="<f4" if precise else "<f2")
+    with np.errstate(over="ignore"):  # a mask's "large negative number" is -inf in float16, as the page reads it
+        a = np.ascontiguousarray(t.detach().float().cpu().numpy(), dtype="<f4" if precise else "<f2")
     return {"dims": list(dims), "shape": list(a.shape), "dtype": "float32" if precise else "float16",
             "data": base64.b64encode(a.tobytes()).decode("ascii")}
 
@@ -137,7 +152,7 @@ def _b64_size(n_values: int, precise: bool = False) -> int:
     return (width * n_values + 2) // 3 * 4 + 40  # base64 of float16 (float32), plus the JSON around it
 
 
-def _lens_all(model: ExplainerModel, trace: Trace) -> dict[str, Any]:
+def _lens_all(model: Model, trace: Trace) -> dict[str, Any]:
     """The logit lens at every position, computed in chunks of positions (bounded memory)."""
     T = trace.n_tokens
     out: dict[str, Any] | None = None
@@ -161,32 +176,48 @@ def _try(f: Any) -> tuple[Any, str | None]:
         return None, str(e)
 
 
-def snapshot_passes(model: ExplainerModel, n_tokens: int, *, ablations: bool = True) -> int:
+def attention_layers(model: Model) -> list[int]:
+    """The layers with attention heads: every layer of our families; a model that runs through transformers may
+    mix tokens another way in some (a short convolution, a state-space or linear-attention layer)."""
+    c = model.config
+    return list(c.attention_layers) if model.runs == "transformers" else list(range(c.n_layer))
+
+
+def snapshot_passes(model: Model, n_tokens: int, *, ablations: bool = True) -> int:
     """The most forward passes a snapshot of `n_tokens` tokens runs after its trace (what `between_passes` counts):
     one per head ablated (beside the snapshot's own trace), then one attribution per earlier position."""
-    heads = model.config.n_layer * model.config.n_head if ablations and n_tokens >= 2 else 0
+    heads = len(attention_layers(model)) * model.config.n_head if ablations and n_tokens >= 2 else 0
     return heads + max(0, n_tokens - 1)
 
 
-def snapshot_analyses(model: ExplainerModel, trace: Trace, *, ablations: bool = True,
+def snapshot_analyses(model: Model, trace: Trace, *, ablations: bool = True,
                       between_passes: BetweenPasses | None = None) -> dict[str, Any]:
     """The analyses the Experiments area shows, answered ahead of time for this trace (`between_passes`: called
-    before each of the head ablations' forward passes)."""
+    before each of the head ablations' forward passes). What a model cannot answer (a model that runs through
+    transformers: the embedding explorer, which reads the weights by name; head roles where a layer has no heads;
+    the ablations of the heads of its attention layers only) is left out, as the budget leaves things out: the page
+    says so where it is asked."""
     ids = list(trace.token_ids)
-    out: dict[str, Any] = {"lens": {"top": LENS_TOP, "out": _lens_all(model, trace)},
-                           "heads": heads_json(trace, reference_roles(model)),
+    lens, _ = _try(lambda: {"top": LENS_TOP, "out": _lens_all(model, trace)})
+    # head roles are scored over every layer's heads
+    whole = len(attention_layers(model)) == model.config.n_layer
+    out: dict[str, Any] = {"lens": lens, "heads": heads_json(trace, reference_roles(model)) if whole else None,
                            "importance": None, "ablations": {}, "ablation_top": ABLATION_TOP, "neighbours": {}}
     if ablations and len(ids) >= 2:
         each, imp = ablate_each_head(model, ids, mode="zero", clean=trace, between_passes=between_passes)
         out["importance"] = importance_dict(model, imp)
         out["ablations"] = {f"{layer}.{h}": ablation_dict(model, res, ABLATION_TOP) for (layer, h), res in each.items()}
-    for tid in dict.fromkeys(ids):
-        out["neighbours"][str(tid)] = neighbours_json(model, tid, NEIGHBOURS)
+    # the embedding explorer reads the token embedding by its name: where the model has none, each answer says why
+    _, no_embedding = _try(lambda: embedding_matrix(model))
+    if no_embedding is None:
+        for tid in dict.fromkeys(ids):
+            out["neighbours"][str(tid)] = neighbours_json(model, tid, NEIGHBOURS)
     pos, neg = ANALOGY
-    res, err = _try(lambda: analogy_json(model, list(pos), list(neg), NEIGHBOURS))
+    res, err = (None, no_embedding) if no_embedding else _try(
+        lambda: analogy_json(model, list(pos), list(neg), NEIGHBOURS))
     out["analogy"] = {"request": {"positive": pos, "negative": neg}, "out": res, "error": err}
     distinct = list(dict.fromkeys(ids))[:MAX_PROJECTED]
-    res, err = _try(lambda: project_json(model, list(distinct)))
+    res, err = (None, no_embedding) if no_embedding else _try(lambda: project_json(model, list(distinct)))
     out["projection"] = {"request": distinct, "out": res, "error": err}
     return finite(out)
 
@@ -208,7 +239,7 @@ def check_languages(languages: Sequence[str]) -> list[str]:
     return out
 
 
-def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, ablations: bool = True,
+def snapshot_data(model: Model, trace: Trace, *, max_mb: float = 4.5, ablations: bool = True,
                   bundle_bytes: int = 0, languages: Sequence[str] = LANGUAGES,
                   cjk_font: str | None = None,
                   between_passes: BetweenPasses | None = None) -> tuple[dict[str, Any], SnapshotInfo]:
@@ -222,21 +253,18 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     trace = trace.materialized()  # the page stores stage by stage across blocks: run each block once
     ask = OverviewAsk(SamplingIn(**APP_SAMPLING), top_n=APP_TOP_N)
     overview = trace_overview(model.name, model, trace, ask=ask, found=Found(False, [0, trace.n_tokens]))
-    models = ModelList(default=model.name, models=[ModelInfo(name=model.name, source=model.source, loaded=True,
-                                                             default=True, config=config_out(model),
-                                                             n_params=model.net.num_params(),
-                                                             n_active_params=model.net.num_active_params(),
-                                                             n_expert_params=model.net.num_expert_params())])
+    models = ModelList(default=model.name, models=[_model_info(model)])
     L, family = model.config.n_layer, model.config.family
-    has = set(model.weight_names())
-    block_norms, final_norms = norm_weights(model.config.names)
+    table = model.config.names
+    has = set(model.weight_names())  # none for a model that runs through transformers: its weights have no names here
+    block_norms, final_norms = norm_weights(table)
     small = [block_name(i, s) for i in range(L) for s in block_norms] + final_norms
     weights = {n: _stored(model.weight(n), describe(n, family)[0]) for n in small if n in has}
     data: dict[str, Any] = {
         "format": FORMAT, "version": VERSION, "models": models.model_dump(), "trace": overview.model_dump(),
         "sampling": ask.sampling.model_dump(), "top_n": APP_TOP_N, "tensors": {},
         # each block's resid_post is the next block's resid_pre (the same tensor): only the last is stored
-        "aliases": {block_name(i, "resid_post"): block_name(i + 1, "resid_pre") for i in range(L - 1)},
+        "aliases": _aliases(model, trace),
         "weights": weights, "omitted": [], "languages": languages, "cjk_font": cjk_font,
         "analysis": snapshot_analyses(model, trace, ablations=ablations, between_passes=between_passes),
     }
@@ -249,9 +277,10 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     precise = PRECISE[family]
     groups: list[tuple[str, list[str], bool]] = [(n, [n], False) for n in global_first]
     answered = set(trace.names())  # a mixture's blocks answer their MLP's stages: experts' or a dense MLP's
-    groups += [(blocks_label("*", s), [n for i in (range(L) if s != "resid_post" else [L - 1])
-                                  if (n := block_name(i, s)) in answered], False) for s in block_order]
-    groups += [(blocks_label("*", s), [block_name(i, s) for i in range(L)], True) for s in LARGE_WEIGHTS]
+    groups += [(blocks_label("*", s), [n for i in range(L) if (n := block_name(i, s)) in answered
+                                       and n not in data["aliases"]], False) for s in block_order]
+    groups += [(blocks_label("*", s), [n for i in range(L) if (n := block_name(i, s)) in has], True)
+               for s in LARGE_WEIGHTS]
     kept: list[str] = []
     omitted: list[str] = []
     wanted = 0  # what everything left out would have added
@@ -275,14 +304,18 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
     # tokens), rather than not at all.
     by_stage = {label: names for label, names, _ in groups}
     pattern = by_stage.get(blocks_label("*", "attn.pattern"), [])
-    scores = by_stage.get(blocks_label("*", "attn.scores"), [])
-    sources = FAMILY_NAMES[family].derivations["attn.scores"].sources
+    # the scores the view reads: derived from the queries and keys (our families), or as recorded (the masked
+    # scores of a model that runs through transformers)
+    score_stage = "attn.scores" if "attn.scores" in table.block_activations else "attn.masked_scores"
+    scores = by_stage.get(blocks_label("*", score_stage), [])
+    derived = table.derivations.get(score_stage)
+    sources = derived.sources if derived is not None else (score_stage,)
     for label, names, is_weight in groups:
         if not names:
             continue
         target = data["weights"] if is_weight else data["tensors"]
         if names is pattern and sum(size(n, False) for n in pattern + scores) > budget:
-            for i in range(L):
+            for i in [layer_of(n) for n in pattern]:  # the layers with attention, from the first
                 unit = [block_name(i, "attn.pattern")] + [block_name(i, src) for src in sources]
                 if sum(size(n, False) for n in unit) > budget:
                     break
@@ -300,8 +333,8 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
             continue
         wanted += need
         if before:
-            kept.append(_blocks(0, len(before) - 1, _stage(label)))
-            omitted.append(_blocks(len(before), L - 1, _stage(label)))
+            kept.append(_blocks_of(before))
+            omitted.append(_blocks_of(rest))
         else:
             omitted.append(label)
     filled = attribution.fill(budget, between_passes)
@@ -324,6 +357,38 @@ def snapshot_data(model: ExplainerModel, trace: Trace, *, max_mb: float = 4.5, a
 def _blocks(first: int, last: int, stage: str) -> str:
     """A run of blocks' stage, as the snapshot lists it ("blocks.0.attn.q", "blocks.1-5.attn.q")."""
     return block_name(first, stage) if first == last else blocks_label(f"{first}-{last}", stage)
+
+
+def _blocks_of(names: list[str]) -> str:
+    """Some blocks' stage, as the snapshot lists it: a run ("blocks.1-5.attn.pattern"), or the blocks one by one where
+    they are not a run (the attention layers of a hybrid model: "blocks.1,3.attn.pattern")."""
+    layers = [layer_of(n) for n in names]
+    stage = _stage(names[0])
+    if layers == list(range(layers[0], layers[-1] + 1)):
+        return _blocks(layers[0], layers[-1], stage)
+    return blocks_label(",".join(map(str, layers)), stage)
+
+
+def _model_info(model: Model) -> ModelInfo:
+    """The model as the app's model list shows it (the server's answer: `routes/core.model_info`)."""
+    info = ModelInfo(name=model.name, source=model.source, loaded=True, default=True, config=config_out(model))
+    if isinstance(model, GenericModel):  # transformers' modules: its parameters counted, its experts' not told apart
+        info.n_params = model.n_params
+    else:
+        info.n_params, info.n_active_params = model.net.num_params(), model.net.num_active_params()
+        info.n_expert_params = model.net.num_expert_params()
+    return info
+
+
+def _aliases(model: Model, trace: Trace) -> dict[str, str]:
+    """Each block's output stored as the next block's input: our families' blocks hand over the same tensor; a model
+    that runs through transformers, where the recorded output is the next layer's recorded input (not where a layer
+    hands over something else too, e.g. Gemma 4's per-layer inputs: then both are stored)."""
+    L = model.config.n_layer
+    pairs = {block_name(i, "resid_post"): block_name(i + 1, "resid_pre") for i in range(L - 1)}
+    if model.runs != "transformers":
+        return pairs
+    return {a: b for a, b in pairs.items() if torch.equal(trace[a], trace[b])}
 
 
 def _stage(name: str) -> str:
@@ -446,7 +511,7 @@ def _escape(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def snapshot_page(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: float = 4.5, ablations: bool = True,
+def snapshot_page(model: Model, text_or_trace: str | Trace, *, max_mb: float = 4.5, ablations: bool = True,
                   static_dir: Path | None = None, languages: Sequence[str] = LANGUAGES,
                   between_passes: BetweenPasses | None = None) -> tuple[str, SnapshotInfo]:
     """The page of `snapshot_html` and what went into it (what the budget left out, and the `max_mb` that
@@ -465,7 +530,7 @@ def snapshot_page(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: 
     return page_html(data, root), info
 
 
-def snapshot_html(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: float = 4.5, ablations: bool = True,
+def snapshot_html(model: Model, text_or_trace: str | Trace, *, max_mb: float = 4.5, ablations: bool = True,
                   static_dir: Path | None = None, languages: Sequence[str] = LANGUAGES) -> str:
     """One self-contained HTML page explaining `text_or_trace` with `model`: opens offline from file://.
     `languages`: what the page offers (English and 中文; one alone fixes the page to it, and an English-only page
@@ -475,7 +540,7 @@ def snapshot_html(model: ExplainerModel, text_or_trace: str | Trace, *, max_mb: 
                          languages=languages)[0]
 
 
-def save_snapshot(model: ExplainerModel, text_or_trace: str | Trace, path: str | Path, **kwargs: Any) -> Path:
+def save_snapshot(model: Model, text_or_trace: str | Trace, path: str | Path, **kwargs: Any) -> Path:
     """Write `snapshot_html(...)` to `path` (UTF-8, replacing it whole or not at all). The CLI's `snapshot`
     command writes its page with this function too."""
     path = Path(path)

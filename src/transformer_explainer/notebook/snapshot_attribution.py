@@ -9,8 +9,9 @@ the two, the attribution being linear in the unembedding direction, as `attribut
 Every entry is `ExplainerModel.attribute`'s answer, stored with its values in float64 as the API sends them; the
 component list (kind, layer, head), the same at every position, is stored once as `parts`; in a mixture of experts
 each entry says which expert each "expert" part is (`experts`, in the parts' order: the routing differs by position,
-the number of parts per block does not). The layer x head map and the layer x expert map are not stored (the page
-takes them from the components, rounded to float32 as the API's maps are). The last
+the number of parts per block does not). A model that cannot be attributed (`attribute` refuses it) gets a record
+with no entries and the refusal's sentence (`refused`). The layer x head map and the layer x expert map are not
+stored (the page takes them from the components, rounded to float32 as the API's maps are). The last
 position is always carried; the earlier ones go from the last backwards into what the size budget has left, and
 `left_out` lists those that did not fit. web/src/snapshot/static.ts answers the app's calls from this record.
 """
@@ -27,6 +28,8 @@ import torch
 from ..analysis.answers import finite
 from ..attribution import Attribution
 from ..engine import ExplainerModel
+from ..errors import InputError
+from ..generic import GenericModel
 from ..limits import APP_TOP_K
 from ..trace import Trace
 
@@ -58,18 +61,25 @@ class SnapshotAttribution:
     """The attribution record of one trace: made with the last position's entries, then filled with the earlier
     positions' while a budget lasts."""
 
-    def __init__(self, model: ExplainerModel, trace: Trace) -> None:
+    def __init__(self, model: ExplainerModel | GenericModel, trace: Trace) -> None:
         self.model = model
         self.trace = _with_logits(trace)
         T = trace.n_tokens
         # the top prediction and the candidates from the trace as made: its next-token logits are the forward
         # pass's own, which the app's next-token list shows (and which pick the default target)
-        first = model.attribute(trace, position=T - 1)
+        try:
+            first = model.attribute(trace, position=T - 1)
+        except InputError as e:  # a model that cannot be attributed (a layer whose write is not a sum of parts)
+            self.refused: str | None = str(e)
+            self.record: dict[str, Any] = {"parts": [], "candidates": 0, "entries": [], "left_out": [],
+                                           "refused": self.refused}
+            return
+        self.refused = None
         ids = torch.topk(trace.next_token_logits(), min(CANDIDATES, trace.config.vocab_size)).indices
         others = [i for i in ids.tolist() if i != first.target][:CANDIDATES - 1]
         last = [first] + [model.attribute(self.trace, i, position=T - 1) for i in others]
         # the entries at a position are in its order: the default target first
-        self.record: dict[str, Any] = {
+        self.record = {
             "parts": [[c.kind, c.layer, c.head] for c in first.components],
             "candidates": CANDIDATES,
             "entries": [_entry(a) for a in last],
@@ -95,7 +105,8 @@ class SnapshotAttribution:
 
     def left_bytes(self) -> int:
         """About what the positions left out would add (each as large as the last position's default entry)."""
-        return len(self.record["left_out"]) * entry_bytes(self.record["entries"][0])
+        left = self.record["left_out"]
+        return len(left) * entry_bytes(self.record["entries"][0]) if left else 0
 
     def omitted(self) -> list[str]:
         """What was left out, in the words of the snapshot's `omitted` list."""

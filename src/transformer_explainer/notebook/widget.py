@@ -11,10 +11,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..engine import ExplainerModel, load_model
+from ..engine import load_model
 from ..errors import InputError, ModelNotFoundError
 from ..trace import Trace
-from .snapshot import LANGUAGES, snapshot_html
+from .snapshot import LANGUAGES, Model, snapshot_html
 
 DEFAULT_HEIGHT = 900
 
@@ -71,7 +71,7 @@ def widget_class() -> type | None:
     return _WIDGET[0]
 
 
-def _model_for(trace: Trace) -> ExplainerModel:
+def _model_for(trace: Trace) -> Model:
     """The trace's model, loaded again by its name when it is a built-in or cached one."""
     try:
         model = load_model(trace.model_name, allow_download=False)
@@ -82,13 +82,14 @@ def _model_for(trace: Trace) -> ExplainerModel:
     return model
 
 
-def show(trace_or_text: Trace | str, model: ExplainerModel | None = None, *, height: int = DEFAULT_HEIGHT,
+def show(trace_or_text: Trace | str, model: Model | None = None, *, height: int = DEFAULT_HEIGHT,
          widget: bool | None = None, max_mb: float = 4.5, ablations: bool = True,
          languages: Sequence[str] = LANGUAGES) -> Any:
     """The app's views of a trace, in a notebook cell.
 
     `show(model.trace(text), model)`, `show(trace)` (the model is found again by name when it is a
-    built-in or cached one) or `show(text, model)`. `widget=None` uses anywidget when it is
+    built-in or cached one) or `show(text, model)`; `model` a family with code of our own or one that runs through
+    transformers' own modules (the views whose values it has). `widget=None` uses anywidget when it is
     installed, else an HTML output; both work offline. Either result has `.save(path)` for the page.
     `languages=("en",)` makes an English-only page, without the CJK font it otherwise carries.
     """
