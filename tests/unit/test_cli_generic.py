@@ -85,6 +85,32 @@ def test_export_holds_the_traces_values(lfm2_dir, lfm2, tmp_path, capsys):
             np.testing.assert_allclose(saved[name], trace[name].float().numpy(), rtol=1e-6, atol=1e-6)
 
 
+def test_lens_json_is_the_apis(lfm2_dir, lfm2, capsys):
+    from transformer_explainer.analysis.lens import logit_lens
+
+    code, out, _ = run(capsys, "lens", TEXT, *model_args(lfm2_dir), "--json", "--top", "3")
+    assert code == 0
+    trace = lfm2.trace(TEXT)
+    want = {"model": lfm2.name, "tokens": trace.tokens, "token_ids": trace.token_ids,
+            **logit_lens(lfm2, trace, top=3, positions=[-1]).to_dict()}
+    assert json.loads(out) == json.loads(json.dumps(want, ensure_ascii=False))
+
+
+def test_snapshot_writes_the_page_of_the_trace(lfm2_dir, lfm2, tmp_path, capsys):
+    static = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "web_dist"
+    if not (static / "index.html").is_file():
+        pytest.skip("the web UI is not built (cd web && npm ci && npm run build)")
+    path = tmp_path / "page.html"
+    code, _, err = run(capsys, "snapshot", TEXT, *model_args(lfm2_dir), "--out", str(path), "--no-ablations")
+    assert code == 0 and f"wrote {path}" in err
+    page = path.read_text(encoding="utf-8")
+    data = json.loads(re.search(r'<script type="application/json" id="te-snapshot">(.*?)</script>', page, re.S)[1])
+    trace = lfm2.trace(TEXT)
+    assert data["trace"]["token_ids"] == trace.token_ids
+    assert data["trace"]["config"]["capabilities"]["runs"] == "transformers"
+    assert "blocks.0.conv.out" in data["tensors"] and "blocks.0.attn.pattern" not in data["tensors"]
+
+
 def test_importance_says_which_layers_have_no_heads(lfm2_dir, lfm2, capsys):
     from transformer_explainer.analysis.ablation import head_importance
 
