@@ -385,10 +385,11 @@ def test_trace_cache_counts_what_traces_share_once(tiny_model):
 
 def test_trace_cache_keeps_the_newest_traces_keys_and_values(tiny_model):
     """The newest traces keep their keys and values (what continuing them reads) while those take at most their share
-    of the budget (a quarter by default), the newest trace's always; older traces drop theirs; over the budget the
-    oldest traces go."""
+    of the budget (a quarter by default), the newest trace's always, unless over the budget an older trace would go
+    for them that costs more to trace again than continuing the newest without them (issue 40); older traces drop
+    theirs; over the budget the oldest traces go."""
     from transformer_explainer.memo import Memory
-    from transformer_explainer.memo.costs import KV_SHARE
+    from transformer_explainer.memo.costs import KV_SHARE, NO_KV_COST
     from transformer_explainer.memo.store import TraceCache, trace_nbytes
 
     assert TraceCache(KV_SHARE * 1000).max_kv_bytes == 1000
@@ -404,12 +405,26 @@ def test_trace_cache_keeps_the_newest_traces_keys_and_values(tiny_model):
     assert len(roomy) == 5 and roomy.nbytes <= roomy.max_bytes
     assert [tr.memory.kv is not None for tr in traces] == [False, False, False, True, True]
 
-    traces = [tiny_model.trace_ids(ids, memory=Memory(keep_kv=True)) for _ in range(5)]
+    traces = [tiny_model.trace_ids(ids, memory=Memory(keep_kv=True)) for _ in range(4)]
     tight = TraceCache(max_bytes=with_kv + 3 * without, max_kv_bytes=0)  # no share: the newest keeps its own
     for i, tr in enumerate(traces):
         tight.put(("m", (i,)), tr)
-    assert len(tight) == 4 and tight.nbytes <= tight.max_bytes and tight.get(("m", (0,))) is None
-    assert traces[-1].memory.kv is not None and all(tr.memory.kv is None for tr in traces[1:-1])
+    assert len(tight) == 4 and tight.nbytes <= tight.max_bytes
+    assert traces[-1].memory.kv is not None and all(tr.memory.kv is None for tr in traces[:-1])
+    # one more of the same length: tracing the oldest again would cost more than continuing the newest without its
+    # keys and values (a quarter of its positions), so those go first, and the oldest only where still over
+    newest = tiny_model.trace_ids(ids, memory=Memory(keep_kv=True))
+    tight.put(("m", (4,)), newest)
+    assert newest.memory.kv is None and tight.nbytes <= tight.max_bytes
+    assert len(tight) == (5 if 5 * without <= tight.max_bytes else 4)
+    # a short trace instead is cheaper to trace again than the newest's keys and values: it goes, they stay
+    assert len(ids) > 2 * NO_KV_COST
+    short = tiny_model.trace_ids(ids[:2])
+    small = TraceCache(max_bytes=with_kv + trace_nbytes(short) - 1, max_kv_bytes=0)
+    small.put(("m", (9,)), short)
+    longest = tiny_model.trace_ids(ids, memory=Memory(keep_kv=True))
+    small.put(("m", (10,)), longest)
+    assert longest.memory.kv is not None and len(small) == 1 and small.get(("m", (9,))) is None
 
 
 def test_generating_from_a_trace_without_its_keys_and_values_continues_it(client, tiny_model):
