@@ -125,6 +125,17 @@ def test_importance_says_which_layers_have_no_heads(lfm2_dir, lfm2, capsys):
     assert "nan" not in out
 
 
+def test_importance_json_is_strict_json_with_null_for_a_layer_without_heads(lfm2_dir, lfm2, capsys):
+    from transformer_explainer.analysis.ablation import head_importance
+
+    code, out, _ = run(capsys, "importance", TEXT, *model_args(lfm2_dir), "--json")
+    assert code == 0
+    got = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert got["loss_change"][0] == got["loss_change"][2] == [None] * 4
+    imp = head_importance(lfm2, lfm2.encode(TEXT, truncate=False), mode="zero")
+    assert got["loss_change"][3] == pytest.approx([float(v) for v in imp.loss_change[3]], abs=1e-6)
+
+
 def test_attribute_names_a_layers_token_mixer(lfm2_dir, lfm2, capsys):
     code, out, _ = run(capsys, "attribute", TEXT, *model_args(lfm2_dir), "--top", "100")
     assert code == 0

@@ -16,6 +16,14 @@ from ..errors import InputError
 JSON_HELP = "print the result as one JSON object instead of the table (numbers that are not finite as null)"
 
 
+def _json(out: object) -> str:
+    """An answer as strict JSON: a number that is not finite as null (JSON_HELP), e.g. the importance of the heads
+    of a layer that has none (a short convolution of a model that runs through transformers)."""
+    from .answers import finite
+
+    return json.dumps(finite(out), ensure_ascii=False, allow_nan=False)
+
+
 def _fmt_tok(t: str, width: int = 0) -> str:
     s = repr(t)
     return f"{s:<{width}}" if width else s
@@ -38,7 +46,7 @@ def cmd_lens(args: argparse.Namespace) -> int:
     lens = logit_lens(model, trace, top=args.top, positions=[-1])
     if args.json:
         out = {"model": model.name, "tokens": trace.tokens, "token_ids": trace.token_ids, **lens.to_dict()}
-        print(json.dumps(out, ensure_ascii=False))
+        print(_json(out))
         return 0
     target = lens.token_text[lens.target_ids[0]]
     print(f"logit lens at the last position ({lens.tokens[0]!r}, position {lens.positions[0]}): "
@@ -82,7 +90,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     if args.json:
         out = {"model": model.name, "tokens": res.clean.tokens, "token_ids": ids,
                **res.to_dict(model.tokenizer.token_text, args.top)}
-        print(json.dumps(out, ensure_ascii=False))
+        print(_json(out))
         return 0
     print(f"{args.mode + ' ' if heads else ''}ablation of {what}\n")
     if res.clean_loss is not None:
@@ -122,7 +130,7 @@ def cmd_importance(args: argparse.Namespace) -> int:
     if args.json:
         out = {"model": model.name, "tokens": model.tokenizer.token_texts(ids), "token_ids": ids, **imp.to_dict(),
                "ranked": [list(h) for h, _ in imp.ranked(args.by)]}
-        print(json.dumps(out, ensure_ascii=False))
+        print(_json(out))
         return 0
     m = imp.loss_change if args.by == "loss" else imp.kl
     what = "loss increase (nats/token)" if args.by == "loss" else "KL of the next token (nats)"
@@ -162,8 +170,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         curve = prune_heads(model, ids, mode=args.mode, max_heads=args.max_heads, recompute=args.rescore,
                             between_passes=bar.update)
     if args.json:
-        print(json.dumps({"model": model.name, "tokens": model.tokenizer.token_texts(ids), "token_ids": ids,
-                          "recompute": args.rescore, **curve.to_dict()}, ensure_ascii=False))
+        print(_json({"model": model.name, "tokens": model.tokenizer.token_texts(ids), "token_ids": ids,
+                      "recompute": args.rescore, **curve.to_dict()}))
         return 0
     how = "re-scoring the remaining heads at each step" if args.rescore else "in the order of head importance"
     print(f"pruning heads one by one ({args.mode} ablation), least important first, {how}\n")
@@ -205,7 +213,7 @@ def cmd_heads(args: argparse.Namespace) -> int:
                "text": roles.to_dict(), "stats": stats.to_dict()}
         if ref is not None:
             out["reference"] = ref.to_dict()
-        print(json.dumps(out, ensure_ascii=False))
+        print(_json(out))
         return 0
     short = {"previous_token": "prev", "first_token": "first", "duplicate_token": "dup",
              "induction": "induct", "rare_token": "rare"}
@@ -300,7 +308,7 @@ def cmd_neighbours(args: argparse.Namespace) -> int:
     model = load_model_for(args, lambda m: _word_token(m, args.word, args.no_space))
     tid = _word_token(model, args.word, args.no_space)
     if args.json:
-        print(json.dumps(neighbours_json(model, tid, args.k), ensure_ascii=False))
+        print(_json(neighbours_json(model, tid, args.k)))
         return 0
     print(f"tokens whose embeddings are nearest to {_token_label(model, tid)}, by cosine similarity\n")
     print(f"  {'rank':>4}  {'token':<22} {'id':>6} {'cosine':>7}")
@@ -317,7 +325,7 @@ def cmd_analogy(args: argparse.Namespace) -> int:
     a, b, c = (_word_token(model, w, args.no_space) for w in words)
     res = analogy(model, [a, c], [b], args.k)
     if args.json:
-        print(json.dumps({"model": model.name, **res.to_dict(model.tokenizer.token_text)}, ensure_ascii=False))
+        print(_json({"model": model.name, **res.to_dict(model.tokenizer.token_text)}))
         return 0
     tt = model.tokenizer.token_text
     print(f"{tt(a)!r} - {tt(b)!r} + {tt(c)!r}: the tokens whose embeddings are nearest to that vector "
