@@ -18,7 +18,7 @@ from transformer_explainer import load_model
 from transformer_explainer.analysis.ablation import ablate, head_importance
 from transformer_explainer.analysis.answers import ablation_dict, finite, importance_dict, lens_json
 from transformer_explainer.limits import ABLATION_TOP, LENS_TOP
-from transformer_explainer.notebook import SnapshotView, show, snapshot_data, snapshot_html
+from transformer_explainer.notebook import SnapshotView, show, snapshot_data, snapshot_html, widget_class
 from transformer_explainer.notebook.snapshot import _b64_size, _blocks_of
 
 TEXT = "The cat sat on the mat, and then the cat slept."
@@ -177,3 +177,9 @@ def test_the_page_and_the_notebook_view_are_self_contained(lfm2, static, monkeyp
     assert isinstance(view, SnapshotView)
     assert embedded(view.html)["trace"]["token_ids"] == trace.token_ids
     assert 'sandbox="allow-scripts"' in view._repr_html_()
+    cls = widget_class()
+    if cls is None:
+        pytest.skip("anywidget is not installed")
+    w = show(trace, lfm2, ablations=False, languages=("en",))  # the anywidget, from a trace
+    assert isinstance(w, cls) and embedded(w.html)["trace"]["token_ids"] == trace.token_ids
+    assert embedded(w.html)["trace"]["config"]["capabilities"]["runs"] == "transformers"
