@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.conftest import make_hf_gpt2, random_ids
-from transformer_explainer.memo.costs import values_of
+from transformer_explainer.memo.costs import MAX_PASSES, values_of
 from transformer_explainer.memo.store import TraceStore
 
 # GPT-2 small's shape at 1,000 tokens on the default 256 MB: a continuable trace's bytes over the traces' budget
@@ -101,3 +101,24 @@ def test_a_long_text_typed_beside_short_ones_keeps_its_keys_and_values(long_mode
     ids = ids[:-1] + random_ids(1, vocab, 8)
     trace, computed = store.get("m", long_model, ids)
     assert computed == [n - 1, n] and kv_nbytes(trace) == kv
+
+
+def test_one_long_text_edited_many_times_keeps_continuing_fast(long_model):
+    """One learner edits the end of a long text again and again: the earlier versions, which share its beginning,
+    go before the newest's keys and values do, so every edit computes its own positions from them (the store over
+    its budget with versions: before the versions were counted by what they share, the keys and values went and the
+    edits slowed down pass by pass)."""
+    n = 1000
+    store, kv = scaled_store(long_model, n)
+    vocab = long_model.config.vocab_size
+    ids = random_ids(n, vocab, 3)
+    store.get("m", long_model, ids)
+    whole = 0
+    for k in range(12):
+        ids = ids[: n - 3] + random_ids(3, vocab, 60 + k)
+        trace, computed = store.get("m", long_model, ids)
+        # a chain of MAX_PASSES continued passes is traced whole once (each view of it would run every pass again)
+        whole += computed == [0, n]
+        assert computed in ([n - 3, n], [0, n]) and kv_nbytes(trace) == kv, k
+    assert whole <= 12 // MAX_PASSES + 1
+    assert store.cache.nbytes <= store.cache.max_bytes

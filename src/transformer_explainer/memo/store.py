@@ -135,17 +135,20 @@ class TraceCache:
 
     def _kv_before_traces(self, key: Key, trace: Trace) -> bool:
         """Over the budget with the newest `trace`'s keys and values kept: whether they go rather than the oldest
-        traces that would make room. They go when tracing those traces again would cost more than continuing the
-        newest without them (`NO_KV_COST`: a quarter of its beginning's positions), so that several long texts
-        edited in turn each continue from their kept block inputs rather than the newest continuing fast and the
-        others being traced whole (3 texts of 1,000 tokens in turn, GPT-2-small shape: 3.0 s -> 0.57 s an edit,
-        benchmarks/long_text_edits.py); a long text typed beside a class's short ones keeps them (issue 40)."""
+        traces that would make room. They go when tracing those traces again (the positions they do not share with
+        the newest) would cost more than continuing the newest without them (`NO_KV_COST`: a quarter of its
+        beginning's positions), so that several long texts edited in turn each continue from their kept block inputs
+        rather than the newest continuing fast and the others being traced whole (3 texts of 1,000 tokens in turn,
+        GPT-2-small shape: 3.0 s -> 0.57 s an edit, benchmarks/long_text_edits.py); one text's earlier versions, or
+        a class's short texts beside a long one being typed, go instead (issue 40)."""
         over, freed, lost = self._bytes - self.max_bytes, 0, 0
         for k, (t, held) in self._items.items():  # the oldest first
             if freed >= over or k == key:
                 break
-            freed += sum(held.values())
-            lost += t.n_tokens
+            freed += sum(size for storage, size in held.items() if self._refs[storage][0] == 1)  # its own storages
+            # what tracing it again would cost: the positions the newest does not share (an earlier version of the
+            # text being edited costs its last few positions, continued from the newest's beginning)
+            lost += t.n_tokens - shared_length(k[1], key[1])
         return lost * NO_KV_COST > trace.n_tokens
 
     def put(self, key: Key, trace: Trace) -> None:
