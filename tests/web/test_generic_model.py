@@ -109,6 +109,14 @@ def test_hybrid_model_on_a_desktop(browser, hybrid_server):
         # its output), labelled as such
         for row in page.locator("[data-testid=attr-row][data-kind=mixer]").all():
             assert f"L{row.get_attribute('data-layer')} mixer (whole)" in row.inner_text()
+        # the formula names this model's parts (no position embedding, no attention biases), and the map says why the
+        # rows of the layers ranked whole have no value
+        frame = page.locator("[data-view=attribution]").inner_text()
+        assert "each layer's token mixer" in frame and "position embedding" not in frame
+        whole = sorted({int(r.get_attribute("data-layer")) for r in
+                        page.locator("[data-testid=attr-row][data-kind=mixer]").all()})
+        assert whole == [0, 1, 2, 3]  # 9 parts, all shown: Gated DeltaNet, and attention gated before o_proj
+        assert "rows of layers 0, 1, 2, 3:" in page.get_by_test_id("attr-map-whole").inner_text()
         page.screenshot(path=str(ARTIFACTS / "generic-8-attribution.png"), full_page=True)
         page.get_by_test_id("nav-overview").click()
         page.wait_for_selector("[data-view=overview]")
