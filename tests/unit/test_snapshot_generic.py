@@ -121,6 +121,21 @@ def test_a_model_whose_every_layer_attends_has_head_roles_and_ablations(gpt_oss)
     assert not info.omitted
 
 
+def test_a_model_that_cannot_be_attributed_says_why(tmp_path):
+    # Gemma 4: each layer also adds a gated per-layer input, neither its mixer's write nor its MLP's
+    model = load_model(str(write_checkpoint("gemma4_text", tmp_path / "gemma4", tokenizer=True)),
+                       allow_download=False)
+    trace = model.trace(TEXT)
+    d, info = snapshot_data(model, trace, ablations=False)
+    record = d["attribution"]
+    assert record["entries"] == [] and record["left_out"] == [] and "per_layer" in record["refused"]
+    assert not [o for o in info.omitted if o.startswith("attribution")]
+    for name in trace.names():  # every value is still there, stored or as the next layer's equal input
+        if name != "logits":
+            s = d["tensors"][d["aliases"].get(name, name)]
+            np.testing.assert_array_equal(stored(s), as_stored(trace[name], s["dtype"]), err_msg=name)
+
+
 def test_the_budget_keeps_the_first_attention_layers_patterns(lfm2):
     text = " ".join(["the cat sat on the mat"] * 8)
     trace = lfm2.trace(text)
