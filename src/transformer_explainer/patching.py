@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import Tensor
@@ -32,8 +32,17 @@ from .models.recorder import Recorder
 from .names import block_name
 from .trace import Trace
 
-if TYPE_CHECKING:
-    from .generic import GenericConfig
+
+class GenericShape(Protocol):
+    """What patching reads of a decoder that runs through transformers (`generic.GenericConfig`, which imports this
+    module: the shape is named here rather than imported back)."""
+
+    n_layer: int
+    n_head: int
+
+    def computes(self, layer: int, stage: str) -> bool: ...
+    def pass_gflop(self, n_tokens: int) -> float: ...
+
 
 Kind = Literal["resid_pre", "attn_out", "mlp_out", "heads"]
 KINDS: tuple[Kind, ...] = ("resid_pre", "attn_out", "mlp_out", "heads")
@@ -210,14 +219,14 @@ def activation_patching(net: Decoder, clean: Trace, corrupted_ids: list[int], co
 # -- a decoder that runs through transformers' own modules (generic.GenericModel) ----------------------------
 
 
-def generic_cells(config: GenericConfig, kind: Kind) -> list[int]:
+def generic_cells(config: GenericShape, kind: Kind) -> list[int]:
     """The layers of a generic model (`generic.GenericConfig`) where grid `kind` has cells: every layer for
     resid_pre, those with attention for attn_out and heads, those with an MLP for mlp_out."""
     return [i for i in range(config.n_layer) if config.computes(i, SITE[kind])]
 
 
 @torch.inference_mode()
-def generic_activation_patching(hf: torch.nn.Module, config: GenericConfig, clean: Trace, corrupted_ids: list[int],
+def generic_activation_patching(hf: torch.nn.Module, config: GenericShape, clean: Trace, corrupted_ids: list[int],
                                 clean_metric: float, corrupted_metric: float, answer: int, wrong: int,
                                 what: Sequence[Kind] = KINDS, *, progress: Callable[[int, int], None] | None = None,
                                 cancelled: Callable[[], bool] | None = None
@@ -234,7 +243,8 @@ def generic_activation_patching(hf: torch.nn.Module, config: GenericConfig, clea
     L, H, T = config.n_layer, config.n_head, len(corrupted_ids)
     sites = {k: generic_cells(config, k) for k in what}
     total = sum(len(layers) * (H if k == "heads" else T) for k, layers in sites.items())
-    raw = {k: torch.full((L, H if k == "heads" else T), float("nan"), dtype=torch.float64) for k in what}  # answers
+    raw = {k: torch.full((L, H if k == "heads" else T), float("nan"), dtype=torch.float64, device="cpu")
+           for k in what}  # the answers, as Python's floats: on the CPU
     done = 0
     for kind in what:
         for layer in sites[kind]:
@@ -256,7 +266,7 @@ def generic_activation_patching(hf: torch.nn.Module, config: GenericConfig, clea
 # -- what a request costs, before it runs -----------------------------------------------------------------
 
 
-def patched_runs(config: DecoderConfig | GenericConfig, n_tokens: int, what: Sequence[Kind]) -> int:
+def patched_runs(config: DecoderConfig | GenericShape, n_tokens: int, what: Sequence[Kind]) -> int:
     """How many patched runs the grids `what` take: one per layer and position (`resid_pre`, `attn_out`,
     `mlp_out`), or per layer and head (`heads`)."""
     if not isinstance(config, DecoderConfig):  # a generic model: only the layers that compute the site
@@ -264,7 +274,7 @@ def patched_runs(config: DecoderConfig | GenericConfig, n_tokens: int, what: Seq
     return sum(config.n_layer * (config.n_head if k == "heads" else n_tokens) for k in what)
 
 
-def run_gflop(config: DecoderConfig | GenericConfig, n_tokens: int) -> float:
+def run_gflop(config: DecoderConfig | GenericShape, n_tokens: int) -> float:
     """Billions of floating-point operations of one patched run over `n_tokens` tokens: every block's weight
     products and attention at every position (2 per multiply-add), the unembedding at the last position only."""
     if not isinstance(config, DecoderConfig):  # a generic model: its config's estimate of a whole pass
@@ -283,7 +293,7 @@ class PatchingCost:
     The cost grows with tokens x layers for the per-position grids and with layers x heads for `heads`, each
     run over all the tokens: a server bounds it before any run starts (`check`)."""
 
-    config: DecoderConfig | GenericConfig
+    config: DecoderConfig | GenericShape
     n_tokens: int
     what: tuple[Kind, ...]
 
