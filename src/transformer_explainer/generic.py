@@ -212,7 +212,10 @@ class GenericModel(TextModel):
     `trace`, `next_token`, `generate` as for the families with code of our own; the values are transformers'."""
 
     def __init__(self, hf: nn.Module, tokenizer: TextTokenizer, name: str, source: str = "local",
-                 folder: Path | None = None, file_dtype: str | None = None) -> None:
+                 folder: Path | None = None, file_dtype: str | None = None, *,
+                 trace_budget: int | None = None) -> None:
+        """`trace_budget`: the most bytes one trace may hold (None: half the memory available when it is asked
+        for); a longer text is refused before its pass (`trace_ids`)."""
         from .bridge import record
 
         vocab = int(hf.config.get_text_config().vocab_size)
@@ -224,10 +227,14 @@ class GenericModel(TextModel):
         self.source = source
         self.folder = folder
         self.file_dtype = file_dtype
+        self.trace_budget = trace_budget
         probe = record(self.hf, [0, min(1, vocab - 1)])  # what each layer records
         windows = [k.window for k in probe.layers]
         self._config = generic_config(self.hf, probe.values, windows, [k.kinds for k in probe.layers])
         self._keep_logits = "logits_to_keep" in inspect.signature(type(self.hf).forward).parameters
+        self._leave_out = self._derivable(probe, [0, min(1, vocab - 1)])
+        # the bytes a trace holds at 2, 3 and 4 tokens: a polynomial of degree 2 in the tokens ((H, T, T) patterns)
+        self._trace_bytes_at = [self._recorded_bytes([min(i, vocab - 1) for i in range(n)]) for n in (2, 3, 4)]
 
     @classmethod
     def from_resolved(cls, r: ResolvedModel, dtype: str | torch.dtype | None = None, *,
@@ -289,20 +296,92 @@ class GenericModel(TextModel):
         """Every value the bridge records of transformers' forward over `ids`, by name. A trace of this model is
         recorded whole (`memory` asks nothing of it); it is not continued from a cache. `patches` ({name: fn}, as
         `bridge.record` takes them: blocks.L.resid_pre, attn_out, attn.z, mlp_out, resid_post) replace values as
-        they are computed: the trace of an intervention."""
+        they are computed: the trace of an intervention. What derives exactly from what it keeps is derived on access
+        instead (`memo.values`): each attention layer's masked scores (`applied_scores`, the recording's own
+        arithmetic) and, where the model's head allows (`_derivable`), every position's logits but the last (the
+        forward computes the last position's alone; the others by `bridge.residual_logits` on the last layer's
+        output). A text whose trace would hold more than `trace_budget` is refused before the pass
+        (`trace_bytes`; code text_too_long, with the tokens that fit)."""
         from .bridge import record
 
         if options.get("cache") is not None:
             raise InputError(f"{self.name} runs through transformers' own modules: its traces are recorded whole, "
                              "without a KV cache")
         self._check_ids(ids)
-        rec = record(self.hf, ids, patches=options.get("patches"))
+        self._check_trace_fits(len(ids))
+        rec = record(self.hf, ids, patches=options.get("patches"), leave_out=self._leave_out)
         values = dict(rec.values)
-        logits = values["logits"]
         return Trace(model_name=self.name, config=self.config, text=self.tokenizer.decode(ids), token_ids=list(ids),
                      tokens=self.tokenizer.token_texts(ids),
                      memory=TraceValues(config=self.config, token_ids=list(ids), start=0, kept=values,
-                                        last_logits=logits[-1]))
+                                        last_logits=rec.last_logits, scales=dict(rec.scales),
+                                        head=None if "logits" in values else self._head))
+
+    def _head(self, x: Tensor) -> Tensor:
+        """The logits (T, V) of a last residual stream x (T, D), by the model's own code (`bridge.residual_logits`):
+        how a trace derives every position's logits, which its pass does not compute."""
+        from .bridge import residual_logits
+
+        return residual_logits(self.hf, x)
+
+    def _derivable(self, probe: Any, ids: list[int]) -> frozenset[str]:
+        """What a trace derives on access rather than keeping (`bridge.record`'s leave_out): each attention layer's
+        masked scores (by the arithmetic the recording used), and every position's logits where the forward run for
+        the last position's alone (`logits_to_keep=1`) records the same values as the whole one (Gemma 4's does
+        not: it runs its KV-sharing layers on the last position only) and the model's own head gives the probe's
+        logits from its last layer's output (`bridge.residual_logits`, to 1e-5 of their scale)."""
+        from .bridge import record
+
+        scores = frozenset({"attn.masked_scores"})
+        lean = record(self.hf, ids, leave_out={"attn.masked_scores", "logits"}).values
+        if "logits" in lean:  # the forward computes every position's logits anyway: they are kept
+            return scores
+        for name, value in probe.values.items():
+            if name != "logits" and not name.endswith(".attn.masked_scores") and not (
+                    name in lean and lean[name].shape == value.shape and torch.equal(lean[name], value)):
+                return scores
+        last = probe.values[block_name(self.config.n_layer - 1, "resid_post")]
+        try:
+            lens = self._head(last)
+        except InputError:  # no final norm the bridge finds, or something between it and the last layer
+            return scores
+        logits = probe.values["logits"]
+        same = lens.shape == logits.shape and bool((lens - logits).abs().max() <= 1e-5 * max(1.0, float(
+            logits.abs().max())))
+        return frozenset({"attn.masked_scores", "logits"}) if same else scores
+
+    def _recorded_bytes(self, ids: list[int]) -> int:
+        from .bridge import record
+
+        rec = record(self.hf, ids, leave_out=self._leave_out)
+        return TraceValues(config=self.config, token_ids=ids, start=0, kept=dict(rec.values),
+                           last_logits=rec.last_logits).nbytes()
+
+    def trace_bytes(self, n_tokens: int) -> int:
+        """The bytes a trace of `n_tokens` tokens holds (each layer's queries, keys, values, pattern, z and
+        residual stream, ...): exact, from the traces of 2, 3 and 4 tokens, as it grows with the tokens squared."""
+        f2, f3, f4 = self._trace_bytes_at
+        return f2 + (n_tokens - 2) * (f3 - f2) + (n_tokens - 2) * (n_tokens - 3) // 2 * (f4 - 2 * f3 + f2)
+
+    def _check_trace_fits(self, n_tokens: int) -> None:
+        """Refuse, before the pass, a text whose trace would hold more than the budget (`trace_budget`)."""
+        from .loading.budget import available_memory
+
+        budget = self.trace_budget
+        if budget is None:
+            have = available_memory()
+            budget = None if have is None else have // 2
+        if budget is None or self.trace_bytes(n_tokens) <= budget:
+            return
+        lo, hi = 0, n_tokens  # the most tokens that fit: trace_bytes grows with the tokens
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if self.trace_bytes(mid) <= budget else (lo, mid - 1)
+        raise InputError(f"{n_tokens} tokens would make a trace of {self.trace_bytes(n_tokens) / 1e9:.2f} GB (it "
+                         "keeps every layer's values, each attention layer's weights of heads x tokens x tokens among "
+                         f"them), more than the {budget / 1e9:.2f} GB a trace of {self.name} may hold: at most {lo} "
+                         "tokens fit, so shorten the text",
+                         code="text_too_long", tokens=n_tokens, limit=lo, context=self.context_length)
 
     def extend_trace(self, prefix: Trace, new_ids: list[int], *, memory: Memory | None = None) -> Trace:
         """The trace of `prefix`'s tokens and `new_ids`, recorded whole."""

@@ -5,7 +5,9 @@ kernel. It calls through to the model's own eager function (`eager_attention_for
 modeling file: a sink, a soft cap or any other change a family makes to eager attention is the family's own
 code), returns what that returns, and, when a recorder is current, records from the same call: the queries,
 keys and values it was given (after the model's norms and rotations), the mask as applied, the scores the
-softmax reads, the pattern eager returns, z (pattern @ V per head) and a sink's logit and weight.
+softmax reads (`memo.values.applied_scores`, with the scale and soft cap of the call, which it notes: unless the
+caller leaves them out to derive them on access), the pattern eager returns, z (pattern @ V per head) and a sink's
+logit and weight. The values are the tensors eager computed or was given (views, not copies).
 
 A call's patch of `blocks.L.attn.z` replaces z there, before the module's output projection reads it: the patch
 sees z with its batch dimension, (1, H, T, Dv) (as the project's own engine's patches see it), and what is
@@ -24,6 +26,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 
 from ..errors import CheckpointError
+from ..memo.values import applied_scores
 from .state import Recorder, current
 
 ATTENTION_NAME = "te_record"
@@ -69,20 +72,18 @@ def _record(rec: Recorder, layer: int, module: torch.nn.Module, query: torch.Ten
     scaling = kwargs.get("scaling")
     if scaling is None:
         scaling = getattr(module, "scaling", None) or q.shape[-1] ** -0.5
-    kr = k.repeat_interleave(q.shape[0] // k.shape[0], dim=0)  # repeat_kv: query head h reads kv head h // (H/G)
-    scores = torch.matmul(q, kr.transpose(-1, -2)) * scaling
-    softcap = kwargs.get("softcap")
-    if softcap:
-        scores = torch.tanh(scores / softcap) * softcap
+    softcap = kwargs.get("softcap") or None
+    applied = None
     if mask is not None:
         applied = mask[0, 0, :, : k.shape[-2]] if mask.dtype != torch.bool else torch.where(
-            mask[0, 0, :, : k.shape[-2]], 0.0, torch.finfo(scores.dtype).min).to(scores.dtype)
-        scores = scores + applied
+            mask[0, 0, :, : k.shape[-2]], 0.0, torch.finfo(q.dtype).min).to(q.dtype)
         rec.put(layer, "attn.mask", applied)
     rec.put(layer, "attn.q", q)
     rec.put(layer, "attn.k", k)
     rec.put(layer, "attn.v", v)
-    rec.put(layer, "attn.masked_scores", scores)
+    rec.scales[layer] = (float(scaling), None if softcap is None else float(softcap))
+    if "attn.masked_scores" not in rec.leave_out:
+        rec.put(layer, "attn.masked_scores", applied_scores(q, k, applied, *rec.scales[layer]))
     rec.put(layer, "attn.z", out[0].transpose(0, 1))
     if weights is not None:
         rec.put(layer, "attn.pattern", weights[0])

@@ -9,12 +9,13 @@ attention implementation is set back and the hooks are removed, so the model's o
 
 from __future__ import annotations
 
+import inspect
 import re
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -24,7 +25,7 @@ from ..errors import InputError
 from . import attention
 from .hooks import install
 from .state import Call, Patch, Recorder, active
-from .structure import Structure, find_structure
+from .structure import Structure, find_structure, first_tensor
 from .vocabulary import generic_block_name
 
 
@@ -42,10 +43,20 @@ class LayerKind:
 
 @dataclass(frozen=True)
 class Recording:
-    """What `record` returns: the values by name (batch dimension dropped) and what each layer is."""
+    """What `record` returns: the values by name (batch dimension dropped), what each layer is, the logits at the
+    last position (V,) and each attention layer's scale and soft cap as its attention applied them (what derives
+    its masked scores: `memo.values.applied_scores(q, k, mask, *scales[layer])`)."""
 
     values: dict[str, torch.Tensor]
     layers: tuple[LayerKind, ...]
+    last_logits: torch.Tensor | None = None
+    scales: dict[int, tuple[float, float | None]] = field(default_factory=dict)
+
+
+# what a caller may ask `record` to leave out, deriving it on access instead: each layer's masked scores (an
+# (H, T, S) product the attention's softmax read, from q, k, the mask and `Recording.scales`) and every position's
+# logits but the last (from the last layer's output, by `residual_logits`)
+LEAVE_OUT = frozenset({"attn.masked_scores", "logits"})
 
 
 @dataclass
@@ -148,8 +159,13 @@ def resid_mid(calls: list[Call], mixers: set[str], mlp: str | None, resid_post: 
     return None
 
 
+def takes_logits_to_keep(model: nn.Module) -> bool:
+    """Whether the model's forward takes `logits_to_keep` (computes the logits of the last positions alone)."""
+    return "logits_to_keep" in inspect.signature(type(model).forward).parameters
+
+
 def record(model: nn.Module, input_ids: torch.Tensor | list[int], *,
-           patches: Mapping[str, Patch] | None = None) -> Recording:
+           patches: Mapping[str, Patch] | None = None, leave_out: Collection[str] = ()) -> Recording:
     """Run `model` (a transformers `*ForCausalLM`, in eval mode) on one sequence and record every stage the
     bridge sees, under the project's names (`blocks.3.attn.pattern`, `blocks.3.resid_post`, `logits`).
     Safe to call from several threads at once on the same model, with patches or without.
@@ -162,18 +178,40 @@ def record(model: nn.Module, input_ids: torch.Tensor | list[int], *,
     given may be a view of a value recorded before it, so it is not to be changed in place); what is recorded is
     the patched value, and everything downstream computes from it. A name this model does not compute (attn.z
     of a layer with no attention, an unknown stage or layer) is refused with an InputError, before the forward
-    where the structure shows it, after it where the forward never reached the value."""
+    where the structure shows it, after it where the forward never reached the value.
+
+    `leave_out` (some of LEAVE_OUT) names what the caller derives itself, so the pass neither computes nor keeps
+    it: "attn.masked_scores" (each attention layer's (H, T, S) scores: `memo.values.applied_scores` gives them
+    from q, k, the mask and `Recording.scales`, by the same arithmetic) and "logits" (the forward runs with
+    `logits_to_keep=1` where it takes it and the bridge finds the final norm, and `last_logits` is all it gives:
+    `residual_logits(model, the last layer's resid_post)` gives the rest; ln_final.out is then the final norm run on
+    the last layer's output at every position, by its own module; otherwise the logits it computed are kept). A
+    caller leaving the logits out checks that a model's values are those of a whole forward (`GenericModel` does,
+    once, on a probe: Gemma 4's forward runs its KV-sharing layers on the kept positions alone)."""
+    if unknown := sorted(set(leave_out) - LEAVE_OUT):
+        raise ValueError(f"record cannot leave out {unknown[0]!r}: only {sorted(LEAVE_OUT)}")
     ids = _ids(input_ids, getattr(model.config, "vocab_size", None), next(model.parameters()).device)
     patches = dict(patches or {})
+    last_only = "logits" in leave_out and takes_logits_to_keep(model)
     with _session(model) as structure:
         check_patches(patches, structure)
-        rec = Recorder(owner=id(model), layer_of=structure.layer_of(), patches=patches)
+        last_only = last_only and structure.final_norm is not None
+        rec = Recorder(owner=id(model), layer_of=structure.layer_of(), patches=patches,
+                       leave_out=frozenset(leave_out))
         with active(rec), torch.no_grad():
-            out = model(input_ids=ids, use_cache=False)
+            out = model(input_ids=ids, use_cache=False, **({"logits_to_keep": 1} if last_only else {}))
     if missing := sorted(set(patches) - rec.applied):
         raise InputError(f"This model's forward never computed {missing[0]!r} where the bridge sees it, so it could "
                          "not be patched.")
-    rec.values["logits"] = out.logits[0].detach()
+    if not last_only:
+        rec.values["logits"] = out.logits[0].detach()
+    elif (post := rec.values.get(generic_block_name(structure.layers[-1].index, "resid_post"))) is not None:
+        # the head read the last position alone: the final norm's output at every position is its own module's
+        assert structure.final_norm is not None
+        with torch.no_grad():
+            normed = first_tensor(structure.final_norm(post[None]))
+        if normed is not None:
+            rec.values["ln_final.out"] = normed[0].detach()
     kinds = []
     for layer in structure.layers:
         post = rec.values.get(generic_block_name(layer.index, "resid_post"))
@@ -181,7 +219,7 @@ def record(model: nn.Module, input_ids: torch.Tensor | list[int], *,
         if mid is not None:
             rec.put(layer.index, "resid_mid", mid)
         kinds.append(LayerKind(layer.index, layer.kinds, rec.windows.get(layer.index), mid is not None))
-    return Recording(rec.values, tuple(kinds))
+    return Recording(rec.values, tuple(kinds), out.logits[0, -1].detach(), rec.scales)
 
 
 def residual_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -38,6 +38,8 @@ class Recorder:
     values: dict[str, torch.Tensor] = field(default_factory=dict)
     calls: dict[int, list[Call]] = field(default_factory=dict)
     windows: dict[int, int | None] = field(default_factory=dict)
+    scales: dict[int, tuple[float, float | None]] = field(default_factory=dict)  # each attention's scale, soft cap
+    leave_out: frozenset[str] = frozenset()  # stages the caller derives itself: not computed ("attn.masked_scores")
     patches: Mapping[str, Patch] = field(default_factory=dict)  # full name -> the function that replaces it
     applied: set[str] = field(default_factory=set)  # the names whose patch ran in this call
     lens: torch.Tensor | None = None  # (T, 1, D): the final norm's input instead of the last layer's output

@@ -2,12 +2,16 @@
 computed again from it when first read. The logits at every position from the final norm's output (`unembed`);
 a stage outside the blocks by the pass's own code (`recipes.outside_values`); a block's internals by running the
 block again on its kept input (`recipes.BlockSource`), kept a while in a `BlockCache`; a stage derived from others
-(scaled and masked scores, the concatenated heads) by its rule in `names.DERIVATIONS`. A trace (`trace.Trace`)
-reads through this and knows none of it: the lookups are here, one place, in that order."""
+(scaled and masked scores, the concatenated heads) by its rule in `names.DERIVATIONS`. A recording through
+transformers (`generic.GenericModel`) keeps neither its masked scores nor every position's logits: they are derived
+on access, the scores by `applied_scores` from the queries, keys and mask with the scale and soft cap the pass
+applied (`scales`), the logits by the model's own head from the last block's output (`head`; the last position's
+as the pass computed them), and kept a while in the block cache. A trace (`trace.Trace`) reads through this and
+knows none of it: the lookups are here, one place, in that order."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -33,6 +37,18 @@ from .recipes import (
 from .summaries import Observations, Summary, keep_summary, read_summary, rows_cut, rows_joined
 
 
+def applied_scores(q: Tensor, k: Tensor, mask: Tensor | None, scale: float, softcap: float | None) -> Tensor:
+    """(H, T, S): the scores transformers' eager attention hands its softmax, from queries q (H, T, Dh) and keys k
+    (G, S, Dh) as attention uses them (query head h reads key/value head h // (H / G), as `repeat_kv` repeats
+    them): q @ k^T times `scale`, soft-capped (tanh(x / cap) * cap) where `softcap` is set, plus the additive
+    `mask` (T, S) where there is one. The bridge's recording and a trace that derives them use this one rule."""
+    kr = k.repeat_interleave(q.shape[0] // k.shape[0], dim=0)
+    scores = torch.matmul(q, kr.transpose(-1, -2)) * scale
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
+    return scores if mask is None else scores + mask
+
+
 @dataclass(eq=False)
 class TraceValues(Mapping[str, Tensor]):
     """Every value of one traced pass by name (batch dimension dropped): `kept`, or computed again on access.
@@ -42,7 +58,8 @@ class TraceValues(Mapping[str, Tensor]):
     residual stream entering each block is the recipe's. `kv`: per block, the keys (as attention uses them) and
     values (G, S, Dh) a KV cache would hold, kept to continue the trace without running its blocks again
     (`ExplainerModel.extend_trace`); None when not kept. `observations`: small functions of values the pass
-    computed as it went (`Memory.observe`), a RowSummary's rows packed (read them with `observation`)."""
+    computed as it went (`Memory.observe`), a RowSummary's rows packed (read them with `observation`).
+    `head` and `scales` (a recording through transformers): what derives its logits and its masked scores."""
 
     config: DecoderConfig
     token_ids: list[int]  # the traced positions' ids (the stages outside the blocks are computed from them)
@@ -54,6 +71,10 @@ class TraceValues(Mapping[str, Tensor]):
     kv: list[KV] | None = field(default=None, repr=False)
     block_cache: BlockCache = field(default_factory=BlockCache, repr=False)
     observations: Observations = field(default_factory=dict, repr=False)
+    # the model's own code from its final norm on, (T, D) -> (T, V): unrecorded logits from the last block's output
+    head: Callable[[Tensor], Tensor] | None = field(default=None, repr=False)
+    # per block, the attention scale and soft cap the pass applied: its unrecorded masked scores by `applied_scores`
+    scales: dict[int, tuple[float, float | None]] = field(default_factory=dict, repr=False)
     # its cache key for the stages outside the blocks (its blocks': `blocks.key`, shared by the values that hold them)
     _key: object = field(default_factory=object, init=False, repr=False)
 
@@ -74,6 +95,8 @@ class TraceValues(Mapping[str, Tensor]):
         if name == "logits" and self.unembed is not None:  # the unembedding's own arithmetic (`lm_head`), where it is
             normed = self["ln_final.out"].unsqueeze(0).to(self.unembed.device)
             return linear(normed, self.unembed.T)[0]  # (T, V)
+        if name == "logits" and self.head is not None:  # the model's own head, on the last block's output
+            return self._once(name, self._head_logits)
         part = outside_part(name)
         if part is not None and self.blocks is not None:  # a stage outside the blocks, computed again
             value = self.outside(part).get(name)
@@ -84,6 +107,8 @@ class TraceValues(Mapping[str, Tensor]):
         key = p.suffix
         if p.layer is not None and not 0 <= p.layer < self.config.n_layer:
             raise KeyError(f"{name!r}: the model has {self.config.n_layer} blocks")
+        if key == "attn.masked_scores" and p.layer in self.scales and self.blocks is None:
+            return self._once(name, lambda: self._applied_scores(p.layer))
         derivation = names_for(family).derivations.get(key)
         # a stage derived from others is recorded only where a patch edited it: the others are what to run again for
         if p.layer is not None and self.blocks is not None and (derivation is None or self.blocks.patched(name)):
@@ -93,6 +118,26 @@ class TraceValues(Mapping[str, Tensor]):
         if derivation is None:
             raise KeyError(f"{name!r} is not an activation recorded in this trace")
         return self._derive(derivation, p.layer)
+
+    def _once(self, name: str, compute: Callable[[], Tensor]) -> Tensor:
+        """A value derived on access, kept a while in the block cache (a view asks for it head by head)."""
+        return self.block_cache.get((self._key, name), lambda: {name: compute()})[name]
+
+    def _head_logits(self) -> Tensor:
+        """(T, V): the model's own head (`head`) on the last block's output, the last position's logits as the pass
+        computed them where it did (`last_logits`: what `next_token_logits` answers, the same numbers)."""
+        assert self.head is not None
+        x = self[block_name(self.config.n_layer - 1, "resid_post")]
+        if self.last_logits is None:
+            return self.head(x)
+        before = [self.head(x[:-1])] if x.shape[0] > 1 else []
+        return torch.cat([*before, self.last_logits[None]])
+
+    def _applied_scores(self, layer: int) -> Tensor:
+        """Block `layer`'s masked scores as the recording's attention applied them (`applied_scores`)."""
+        mask = self.kept.get(block_name(layer, "attn.mask"))
+        q, k = self[block_name(layer, "attn.q")], self[block_name(layer, "attn.k")]
+        return applied_scores(q, k, mask, *self.scales[layer])
 
     def _block_value(self, layer: int, stage: str, name: str) -> Tensor | None:
         """A stage of block `layer` from the recipe: the residual stream it keeps, or the block run again."""
@@ -142,7 +187,10 @@ class TraceValues(Mapping[str, Tensor]):
     def block(self, layer: int) -> BlockValues:
         """Every value block `layer` records, by full name: kept, or computed again from the block's input."""
         if self.blocks is None:
-            return {k: v for k, v in self.kept.items() if layer_of(k) == layer}
+            out = {k: v for k, v in self.kept.items() if layer_of(k) == layer}
+            if layer in self.scales:  # derived on access, not kept
+                out[block_name(layer, "attn.masked_scores")] = self[block_name(layer, "attn.masked_scores")]
+            return out
         blocks = self.blocks
         return self.block_cache.get((blocks.key, layer), lambda: blocks.block(layer, cache=self.block_cache))
 
@@ -240,7 +288,8 @@ class TraceValues(Mapping[str, Tensor]):
                            kept=cut_values(self.kept, n, family), unembed=self.unembed,
                            last_logits=self.last_logits if n == len(self.token_ids) else None,
                            blocks=None if self.blocks is None else Cut(self.blocks, n), kv=kv,
-                           block_cache=self.block_cache, observations=rows_cut(self.observations, n))
+                           block_cache=self.block_cache, observations=rows_cut(self.observations, n),
+                           head=self.head, scales=self.scales)
 
     def joined(self, new: TraceValues) -> TraceValues:
         """These values (from position 0) followed by `new`'s, a pass that read these positions' keys and values
@@ -255,5 +304,6 @@ class TraceValues(Mapping[str, Tensor]):
         return TraceValues(config=self.config, token_ids=self.token_ids + new.token_ids, start=0,
                            kept=merge_values(self.kept, new.kept, self.config.family), unembed=new.unembed,
                            last_logits=new.last_logits, blocks=blocks, kv=new.kv, block_cache=new.block_cache,
-                           observations=rows_joined(self.observations, new.observations))
+                           observations=rows_joined(self.observations, new.observations), head=new.head,
+                           scales=new.scales)
 
