@@ -229,3 +229,40 @@ DEEPSEEK_MOE_ACTIVATIONS: dict[str, Entry] = {
     "mlp.shared_out": (("T", "D"), "the shared expert's output, down(SiLU(gate(x)) * up(x)), which every token gets"),
     "mlp.out": (("T", "D"), "routed_out + shared_out: what the mixture adds to the residual stream"),
 }
+
+# gpt-oss's attention with a learned sink logit per head (models/sink_attention.py), under the scope a block gives
+# attention: the sink joins each query's softmax as one more key with no value, so a row of the pattern sums to less
+# than 1. Local layers use a sliding window.
+SINK_ATTENTION_ACTIVATIONS: dict[str, Entry] = {
+    "attn.q": (("H", "T", "Dh"), "queries, x @ W_Q + b_Q, split into heads, before the rotation"),
+    "attn.k": (("G", "T", "Dh"), "keys of the new positions, x @ W_K + b_K, before the rotation" + KV_SLICE),
+    "attn.v": (("G", "S", "Dh"), "values, x @ W_V + b_V, one set per key/value head" + KV_SLICE),
+    "attn.rot_q": (("H", "T", "Dh"), "the queries rotated by their position's angles (RoPE)"),
+    "attn.rot_k": (("G", "S", "Dh"), "the keys rotated by their position's angles (RoPE)" + KV_SLICE),
+    "attn.scores": (("H", "T", "S"), "rot_q @ rot_k^T, before the scale"),
+    "attn.sink": (("H",), "each head's learned sink logit: one more entry in every query's softmax, a key with no "
+                          "value"),
+    "attn.pattern": (("H", "T", "S"), "exp(scores * scale) / (exp(sink) + the sum over the visible keys), 0 after the "
+                                      "query and, in a sliding layer, sliding_window or more positions before it: "
+                                      "each row sums to 1 - sink_weight"),
+    "attn.sink_weight": (("H", "T"), "exp(sink) / the same denominator: the share of its attention a query gives to "
+                                     "no key (1 - the row's sum of pattern)"),
+    "attn.z": (("H", "T", "Dh"), "pattern @ V: each head's weighted sum of values, before the output projection"),
+}
+
+# gpt-oss's mixture (models/sink_attention.py), under the scope a block gives its MLP: the top_k router logits with a
+# softmax over those alone, each expert a clamped SwiGLU with biases. The stages (T, K, M) are per (token, choice).
+CLAMPED_MOE_ACTIVATIONS: dict[str, Entry] = {
+    "mlp.router_logits": (("T", "E"), "x @ W_router + b_router: the router's score of each expert"),
+    "mlp.expert_indices": (("T", "K"), "the top_k experts by router logit, the highest first"),
+    "mlp.expert_weights": (("T", "K"), "softmax over the chosen experts' logits alone: they sum to 1"),
+    "mlp.gate": (("T", "K", "M"), "the even columns of x @ W_gate_up + b of each chosen expert: the gate"),
+    "mlp.up": (("T", "K", "M"), "the odd columns of x @ W_gate_up + b of each chosen expert: the linear branch"),
+    "mlp.gate_clamped": (("T", "K", "M"), "min(gate, swiglu_limit): the gate clamped above only"),
+    "mlp.up_clamped": (("T", "K", "M"), "up clamped to [-swiglu_limit, swiglu_limit]"),
+    "mlp.act": (("T", "K", "M"), "gate_clamped * sigmoid(swiglu_alpha * gate_clamped), swiglu_alpha = 1.702: a "
+                                 "sigmoid approximation of GELU"),
+    "mlp.post": (("T", "K", "M"), "(up_clamped + 1) * act: the gated hidden layer"),
+    "mlp.expert_out": (("T", "K", "D"), "each chosen expert's output before its weight: post @ W_down + b_down"),
+    "mlp.out": (("T", "D"), "the sum over the chosen experts of expert_weights * expert_out"),
+}
