@@ -266,3 +266,40 @@ CLAMPED_MOE_ACTIVATIONS: dict[str, Entry] = {
     "mlp.expert_out": (("T", "K", "D"), "each chosen expert's output before its weight: post @ W_down + b_down"),
     "mlp.out": (("T", "D"), "the sum over the chosen experts of expert_weights * expert_out"),
 }
+
+# OLMo 2 / 3's block (models/post_norm_block.py): no norm before a sublayer, one after each (ln1_post, ln2_post, the
+# names Gemma 3's sandwich uses), so the sublayers read the residual stream as it is; QK-norm over the whole
+# projection (QK_NORM_OVER_PROJECTION_ACTIVATIONS's attn.q_norm.* and attn.k_norm.*).
+POST_NORM_BLOCK_ACTIVATIONS: dict[str, Entry] = {
+    "attn.q": (("H", "T", "Dh"), "queries, resid_pre @ W_Q (no norm before attention), split into heads, before "
+                                 "QK-norm and the rotation"),
+    "attn.k": (("G", "T", "Dh"), "keys, resid_pre @ W_K, before QK-norm and the rotation" + KV_SLICE),
+    **QK_NORM_OVER_PROJECTION_ACTIVATIONS,
+    "attn.v": (("G", "S", "Dh"), "values, resid_pre @ W_V, one set per key/value head" + KV_SLICE),
+    "attn.rot_q": (("H", "T", "Dh"), "the normed queries rotated by their position's angles (RoPE)"),
+    "attn.rot_k": (("G", "S", "Dh"), "the normed keys rotated by their position's angles (RoPE)" + KV_SLICE),
+    "attn.scores": (("H", "T", "S"), "rot_q @ rot_k^T, before the scale"),
+    "attn.pattern": (("H", "T", "S"), "softmax over keys of scores / sqrt(Dh), 0 after the query and, in a sliding "
+                                      "layer, sliding_window or more positions before it; rows sum to 1"),
+    "attn.z": (("H", "T", "Dh"), "pattern @ V: each head's weighted sum of values, before the output projection"),
+    "attn.out": (("T", "D"), "concat @ W_O: attention's output, before its norm (ln1_post)"),
+    "ln1_post.rms": (("T",), "root mean square of attn.out at each position: what the norm after attention divides "
+                             "it by"),
+    "ln1_post.normalized": (("T", "D"), "attn.out / rms: length at most sqrt(D), whatever attention's scale"),
+    "ln1_post.out": (("T", "D"), "normalized * weight"),
+    "attn_out": (("T", "D"), "ln1_post.out: what attention adds to the residual stream, of length at most "
+                             "sqrt(D) * max|weight|"),
+    "resid_mid": (("T", "D"), "resid_pre + attn_out: the MLP's input, as it is (no norm before the MLP)"),
+    "mlp.gate": (("T", "M"), "resid_mid @ W_gate, the gate before its activation"),
+    "mlp.up": (("T", "M"), "resid_mid @ W_in, the linear branch"),
+    "mlp.act": (("T", "M"), "SiLU(gate) = gate * sigmoid(gate)"),
+    "mlp.post": (("T", "M"), "act * up, the gated hidden layer"),
+    "mlp.out": (("T", "D"), "mlp.post @ W_out: the MLP's output, before its norm (ln2_post)"),
+    "ln2_post.rms": (("T",), "root mean square of mlp.out at each position: what the norm after the MLP divides it "
+                             "by"),
+    "ln2_post.normalized": (("T", "D"), "mlp.out / rms"),
+    "ln2_post.out": (("T", "D"), "normalized * weight"),
+    "mlp_out": (("T", "D"), "ln2_post.out: what the MLP adds to the residual stream, of length at most "
+                            "sqrt(D) * max|weight|"),
+    "resid_post": (("T", "D"), "resid_mid + mlp_out: the block's output"),
+}
