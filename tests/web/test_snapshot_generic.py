@@ -134,3 +134,73 @@ def test_the_snapshot_of_a_hybrid_decoder_opens_offline(browser, lfm2_snapshot):
     assert not blocked, f"the snapshot tried to load: {blocked}"
     assert not [u for u in requests if u != own and urlparse(u).scheme not in ("data", "blob")]
     assert not errors, f"errors in the page: {errors}"
+
+
+def test_the_heads_tab_counts_only_the_attention_layers_heads(browser, lfm2_snapshot):
+    # LFM2: attention in 2 of its 4 layers; the pruning counts (and the server prunes) only their heads
+    from .test_snapshot import offline
+
+    model, path = lfm2_snapshot
+    c = model.config
+    n = len(c.attention_layers) * c.n_head
+    assert n < c.n_layer * c.n_head
+    with offline(browser, path) as page:
+        page.get_by_test_id("nav-experiments").click()
+        page.click("[data-testid=exp-tab-heads]")
+        page.wait_for_selector("[data-testid=head-cell-3-1]")
+        assert page.get_by_test_id("prune-limit").get_attribute("placeholder") == str(n)
+        assert page.get_by_test_id("prune-limit").get_attribute("max") == str(n)
+        # without re-scoring: each head alone, then each removal on top of the others (2n passes)
+        assert f"({2 * n} forward passes)" in page.get_by_test_id("prune").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "snapshot-generic-6-prune.png"), full_page=True)
+
+
+def test_why_this_token_names_the_generic_parts_offline(browser, lfm2_snapshot):
+    # the same formula as the live app's on such a model: its mixers, no position embedding, the norm as x·s·γ + b
+    from .test_snapshot import offline
+
+    model, path = lfm2_snapshot
+    with offline(browser, path) as page:
+        page.get_by_test_id("nav-attribution").click()
+        page.wait_for_selector("[data-testid=attr-ranked] [data-testid=attr-row]", timeout=30_000)
+        kinds = page.locator("[data-testid=attr-row]").evaluate_all("els => els.map(e => e.dataset.kind)")
+        assert kinds and set(kinds) <= {"embed", "head", "mlp", "mixer"}, kinds
+        frame = page.locator("[data-view=attribution]").inner_text()
+        assert "each layer's token mixer" in frame and "position embedding" not in frame
+        # the convolution layers (0, 2) write no heads: their rows have no value, and the page says why
+        assert "rows of layers 0, 2:" in page.get_by_test_id("attr-map-whole").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "snapshot-generic-7-attribution.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def gemma4_snapshot(tmp_path_factory):
+    from tests.helpers.hf_checkpoints import write_checkpoint
+    from transformer_explainer import load_model
+    from transformer_explainer.errors import InputError
+
+    folder = write_checkpoint("gemma4_text", tmp_path_factory.mktemp("gemma4") / "gemma4", tokenizer=True)
+    model = load_model(str(folder), allow_download=False)
+    with pytest.raises(InputError) as refusal:
+        model.attribute(TEXT)
+    path = save_snapshot(model, TEXT, tmp_path_factory.mktemp("snap") / "gemma4.html", languages=("en", "zh"),
+                         ablations=False)
+    return str(refusal.value), path
+
+
+@pytest.mark.parametrize(("lang", "why"), [("en", "no attribution, since the model's logit cannot be split"),
+                                           ("zh", "这个模型的 logit 无法拆分")])
+def test_a_refused_attribution_says_why_offline(browser, gemma4_snapshot, lang, why):
+    # Gemma 4's per-layer inputs: the file carries no attribution because the model refuses one, not for its size
+    from .test_snapshot import offline
+
+    sentence, path = gemma4_snapshot
+    with offline(browser, path, lang=lang) as page:
+        page.get_by_test_id("nav-attribution").click()
+        note = page.get_by_test_id("attr-offline")
+        note.wait_for()
+        page.wait_for_timeout(500)  # the attribution asked for has been refused by now
+        text = note.inner_text()
+        assert why in text and sentence in text, text
+        assert "left out" not in text and "文件大小" not in text
+        assert page.get_by_test_id("attr-error").count() == 0  # said once, in the note
+        page.screenshot(path=str(ARTIFACTS / f"snapshot-generic-8-refused-{lang}.png"), full_page=True)

@@ -35,6 +35,7 @@ interface AttributionRecord {
   candidates: number; // the last position's likeliest tokens carried
   entries: StoredAttribution[]; // a position's default target first
   left_out: number[]; // positions without an attribution (the size budget)
+  refused?: string | null; // the model's refusal of any attribution (its sentence, English), where it refused one
 }
 
 export interface SnapshotData {
@@ -242,6 +243,12 @@ export function snapshotAttributionTokens(position: number): TokenIdText[] {
   return snapshot ? attributionsAt(snapshot, position).map((e) => e.target) : [];
 }
 
+/** Why the file carries no attribution at all where the model refused one (`model.attribute`'s sentence, English),
+ *  else null: no position was left out for the file's size then. */
+export function snapshotAttributionRefused(): string | null {
+  return snapshot?.attribution.refused ?? null;
+}
+
 /** The positions whose attribution the file carries, in order. */
 export function snapshotAttributionPositions(): number[] {
   return snapshot ? [...new Set(snapshot.attribution.entries.map((e) => e.position))].sort((a, b) => a - b) : [];
@@ -276,6 +283,7 @@ function attributionOf(d: SnapshotData, q: number, token: unknown): StoredAttrib
  *  server's map is. */
 function attribute(d: SnapshotData, b: Body): AttributeOut {
   sameInput(d, b);
+  if (d.attribution.refused) throw new SnapshotError(d.attribution.refused); // as the server would answer
   const tr = d.trace, T = tr.token_ids.length, p = b.position as number | null | undefined;
   if (p != null && (p < -T || p >= T)) throw new SnapshotError(`position ${p} is outside the ${T} traced tokens`);
   const q = p == null ? T - 1 : p < 0 ? T + p : p;
