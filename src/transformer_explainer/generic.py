@@ -297,10 +297,11 @@ class GenericModel(TextModel):
         recorded whole (`memory` asks nothing of it); it is not continued from a cache. `patches` ({name: fn}, as
         `bridge.record` takes them: blocks.L.resid_pre, attn_out, attn.z, mlp_out, resid_post) replace values as
         they are computed: the trace of an intervention. What derives exactly from what it keeps is derived on access
-        instead (`memo.values`): each attention layer's masked scores (`applied_scores`, the recording's own
-        arithmetic) and, where the model's head allows (`_derivable`), every position's logits but the last (the
-        forward computes the last position's alone; the others by `bridge.residual_logits` on the last layer's
-        output). A text whose trace would hold more than `trace_budget` is refused before the pass
+        instead (`memo.values`), where a probe shows the same numbers (`_derivable`): each attention layer's masked
+        scores (`applied_scores`, the recording's own arithmetic) and z (`attention_z`, eager's product of the
+        pattern and the values), resid_mid where it is resid_pre + attn_out, and every position's logits but the
+        last (the forward computes the last position's alone; the others by `bridge.residual_logits` on the last
+        layer's output). A text whose trace would hold more than `trace_budget` is refused before the pass
         (`trace_bytes`; code text_too_long, with the tokens that fit)."""
         from .bridge import record
 
@@ -314,7 +315,7 @@ class GenericModel(TextModel):
         return Trace(model_name=self.name, config=self.config, text=self.tokenizer.decode(ids), token_ids=list(ids),
                      tokens=self.tokenizer.token_texts(ids),
                      memory=TraceValues(config=self.config, token_ids=list(ids), start=0, kept=values,
-                                        last_logits=rec.last_logits, scales=dict(rec.scales),
+                                        last_logits=rec.last_logits, scales=dict(rec.scales), sums=dict(rec.sums),
                                         head=None if "logits" in values else self._head))
 
     def _head(self, x: Tensor) -> Tensor:
@@ -325,30 +326,39 @@ class GenericModel(TextModel):
         return residual_logits(self.hf, x)
 
     def _derivable(self, probe: Any, ids: list[int]) -> frozenset[str]:
-        """What a trace derives on access rather than keeping (`bridge.record`'s leave_out): each attention layer's
-        masked scores (by the arithmetic the recording used), and every position's logits where the forward run for
-        the last position's alone (`logits_to_keep=1`) records the same values as the whole one (Gemma 4's does
-        not: it runs its KV-sharing layers on the last position only) and the model's own head gives the probe's
-        logits from its last layer's output (`bridge.residual_logits`, to 1e-5 of their scale)."""
+        """What a trace derives on access rather than keeping (`bridge.record`'s leave_out), checked on a probe:
+        each attention layer's masked scores and z, and resid_mid, where the values derived equal the whole
+        recording's bit for bit; and every position's logits where the forward run for the last position's alone
+        (`logits_to_keep=1`) records the same values as the whole one (Gemma 4's does not: it runs its KV-sharing
+        layers on the last position only) and the model's own head gives the probe's logits from its last layer's
+        output (`bridge.residual_logits`, to 1e-5 of their scale)."""
         from .bridge import record
 
-        scores = frozenset({"attn.masked_scores"})
-        lean = record(self.hf, ids, leave_out={"attn.masked_scores", "logits"}).values
-        if "logits" in lean:  # the forward computes every position's logits anyway: they are kept
-            return scores
+        kinds = {"attn.masked_scores", "attn.z", "resid_mid"}
+        lean = record(self.hf, ids, leave_out=kinds)
+        derived = TraceValues(config=self.config, token_ids=ids, start=0, kept=dict(lean.values),
+                              last_logits=lean.last_logits, scales=dict(lean.scales), sums=dict(lean.sums))
         for name, value in probe.values.items():
-            if name != "logits" and not name.endswith(".attn.masked_scores") and not (
-                    name in lean and lean[name].shape == value.shape and torch.equal(lean[name], value)):
-                return scores
+            stage = name.split(".", 2)[2] if layer_of(name) is not None else name
+            if name not in lean.values and stage in kinds and not torch.equal(derived[name], value):
+                kinds.discard(stage)
+        ok = frozenset(kinds)
+        whole = record(self.hf, ids, leave_out={"logits"}).values
+        if "logits" in whole:  # the forward computes every position's logits anyway: they are kept
+            return ok
+        for name, value in probe.values.items():
+            if name != "logits" and not (name in whole and whole[name].shape == value.shape and
+                                         torch.equal(whole[name], value)):
+                return ok
         last = probe.values[block_name(self.config.n_layer - 1, "resid_post")]
         try:
             lens = self._head(last)
         except InputError:  # no final norm the bridge finds, or something between it and the last layer
-            return scores
+            return ok
         logits = probe.values["logits"]
         same = lens.shape == logits.shape and bool((lens - logits).abs().max() <= 1e-5 * max(1.0, float(
             logits.abs().max())))
-        return frozenset({"attn.masked_scores", "logits"}) if same else scores
+        return ok | {"logits"} if same else ok
 
     def _recorded_bytes(self, ids: list[int]) -> int:
         from .bridge import record

@@ -52,9 +52,11 @@ def test_derived_values_equal_a_whole_recording(model_type: str, models: dict[st
         pattern = trace[f"blocks.{i}.attn.pattern"]
         if f"blocks.{i}.attn.sink" not in trace.memory.kept:  # the scores the softmax read
             assert _close(torch.softmax(trace[name], -1), pattern), name
-    for name, value in whole.items():  # what the trace keeps is the whole recording's
-        if name in kept:
-            assert torch.equal(kept[name], value), name
+    for name, value in whole.items():  # what the trace keeps or derives is the whole recording's, bit for bit
+        if name not in ("logits", "ln_final.out"):
+            assert torch.equal(trace[name], value), name
+    left_out = {n.split(".", 2)[2] for n in whole if n not in kept and n.startswith("blocks.")}
+    assert {"attn.masked_scores", "attn.z"} <= left_out <= {"attn.masked_scores", "attn.z", "resid_mid"}
     assert _close(trace["ln_final.out"], whole["ln_final.out"])
     assert _close(trace.logits, whole["logits"])  # the model's own head on the last layer's output
     assert torch.equal(trace.next_token_logits(), trace.logits[-1])
@@ -72,6 +74,17 @@ def test_derived_values_equal_a_whole_recording(model_type: str, models: dict[st
     whole_bytes = sum(v.untyped_storage().nbytes() for v in {v.untyped_storage().data_ptr(): v
                                                            for v in whole.values()}.values())
     assert held < whole_bytes
+
+
+def test_a_patched_z_is_kept(models: dict[str, GenericModel]) -> None:
+    model = models["olmo3"]
+    ids = model.encode(TEXT)
+    trace = model.trace_ids(ids, patches={"blocks.1.attn.z": lambda z: z * 0.5})
+    whole = record(model.hf, ids, patches={"blocks.1.attn.z": lambda z: z * 0.5}).values
+    assert "blocks.1.attn.z" in trace.memory.kept and "blocks.0.attn.z" not in trace.memory.kept
+    for name in ("blocks.1.attn.z", "blocks.0.attn.z", "blocks.2.attn.z", "blocks.3.resid_post"):
+        assert torch.equal(trace[name], whole[name]), name
+    assert _close(trace.logits, whole["logits"])
 
 
 def test_a_trace_over_the_budget_is_refused_before_its_pass(models: dict[str, GenericModel]) -> None:

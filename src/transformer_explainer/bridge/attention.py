@@ -6,8 +6,9 @@ modeling file: a sink, a soft cap or any other change a family makes to eager at
 code), returns what that returns, and, when a recorder is current, records from the same call: the queries,
 keys and values it was given (after the model's norms and rotations), the mask as applied, the scores the
 softmax reads (`memo.values.applied_scores`, with the scale and soft cap of the call, which it notes: unless the
-caller leaves them out to derive them on access), the pattern eager returns, z (pattern @ V per head) and a sink's
-logit and weight. The values are the tensors eager computed or was given (views, not copies).
+caller leaves them out to derive them on access), the pattern eager returns, z (pattern @ V per head: unless the
+caller leaves it out, to derive it by `memo.values.attention_z`, and no patch replaced it) and a sink's logit and
+weight. The values are the tensors eager computed or was given (views, not copies).
 
 A call's patch of `blocks.L.attn.z` replaces z there, before the module's output projection reads it: the patch
 sees z with its batch dimension, (1, H, T, Dv) (as the project's own engine's patches see it), and what is
@@ -28,6 +29,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 from ..errors import CheckpointError
 from ..memo.values import applied_scores
 from .state import Recorder, current
+from .vocabulary import generic_block_name
 
 ATTENTION_NAME = "te_record"
 
@@ -84,7 +86,8 @@ def _record(rec: Recorder, layer: int, module: torch.nn.Module, query: torch.Ten
     rec.scales[layer] = (float(scaling), None if softcap is None else float(softcap))
     if "attn.masked_scores" not in rec.leave_out:
         rec.put(layer, "attn.masked_scores", applied_scores(q, k, applied, *rec.scales[layer]))
-    rec.put(layer, "attn.z", out[0].transpose(0, 1))
+    if weights is None or "attn.z" not in rec.leave_out or generic_block_name(layer, "attn.z") in rec.applied:
+        rec.put(layer, "attn.z", out[0].transpose(0, 1))  # else derived: memo.values.attention_z(pattern, v)
     if weights is not None:
         rec.put(layer, "attn.pattern", weights[0])
     sinks = kwargs.get("s_aux", getattr(module, "sinks", None))

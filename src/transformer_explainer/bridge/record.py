@@ -51,12 +51,14 @@ class Recording:
     layers: tuple[LayerKind, ...]
     last_logits: torch.Tensor | None = None
     scales: dict[int, tuple[float, float | None]] = field(default_factory=dict)
+    sums: dict[str, tuple[str, str]] = field(default_factory=dict)  # left out: each the sum of two values kept
 
 
 # what a caller may ask `record` to leave out, deriving it on access instead: each layer's masked scores (an
-# (H, T, S) product the attention's softmax read, from q, k, the mask and `Recording.scales`) and every position's
-# logits but the last (from the last layer's output, by `residual_logits`)
-LEAVE_OUT = frozenset({"attn.masked_scores", "logits"})
+# (H, T, S) product the attention's softmax read, from q, k, the mask and `Recording.scales`), z (pattern @ V, where
+# no patch replaced it), resid_mid (where it is resid_pre + attn_out bit for bit: `Recording.sums`) and every
+# position's logits but the last (from the last layer's output, by `residual_logits`)
+LEAVE_OUT = frozenset({"attn.masked_scores", "attn.z", "resid_mid", "logits"})
 
 
 @dataclass
@@ -182,10 +184,12 @@ def record(model: nn.Module, input_ids: torch.Tensor | list[int], *,
 
     `leave_out` (some of LEAVE_OUT) names what the caller derives itself, so the pass neither computes nor keeps
     it: "attn.masked_scores" (each attention layer's (H, T, S) scores: `memo.values.applied_scores` gives them
-    from q, k, the mask and `Recording.scales`, by the same arithmetic) and "logits" (the forward runs with
-    `logits_to_keep=1` where it takes it and the bridge finds the final norm, and `last_logits` is all it gives:
-    `residual_logits(model, the last layer's resid_post)` gives the rest; ln_final.out is then the final norm run on
-    the last layer's output at every position, by its own module; otherwise the logits it computed are kept). A
+    from q, k, the mask and `Recording.scales`, by the same arithmetic), "attn.z" (`memo.values.attention_z` from
+    the pattern and the values; kept where a patch replaced it or eager returned no pattern), "resid_mid" (left
+    out where it equals resid_pre + attn_out bit for bit in this pass: `Recording.sums`) and "logits" (the forward
+    runs with `logits_to_keep=1` where it takes it and the bridge finds the final norm, and `last_logits` is all it
+    gives: `residual_logits(model, the last layer's resid_post)` gives the rest; ln_final.out is then the final norm
+    run on the last layer's output at every position, by its own module; otherwise the logits it computed are kept). A
     caller leaving the logits out checks that a model's values are those of a whole forward (`GenericModel` does,
     once, on a probe: Gemma 4's forward runs its KV-sharing layers on the kept positions alone)."""
     if unknown := sorted(set(leave_out) - LEAVE_OUT):
@@ -212,14 +216,19 @@ def record(model: nn.Module, input_ids: torch.Tensor | list[int], *,
             normed = first_tensor(structure.final_norm(post[None]))
         if normed is not None:
             rec.values["ln_final.out"] = normed[0].detach()
-    kinds = []
+    kinds, sums = [], {}
     for layer in structure.layers:
         post = rec.values.get(generic_block_name(layer.index, "resid_post"))
         mid = None if post is None else resid_mid(rec.calls.get(layer.index, []), set(layer.mixers), layer.mlp, post)
-        if mid is not None:
+        pre, attn_out = (rec.values.get(generic_block_name(layer.index, s)) for s in ("resid_pre", "attn_out"))
+        if mid is not None and not ("resid_mid" in leave_out and pre is not None and attn_out is not None and
+                                    pre.shape == attn_out.shape == mid.shape and torch.equal(pre + attn_out, mid)):
             rec.put(layer.index, "resid_mid", mid)
+        elif mid is not None:  # the sum the layer computed, the same numbers: derived on access
+            sums[generic_block_name(layer.index, "resid_mid")] = (generic_block_name(layer.index, "resid_pre"),
+                                                                  generic_block_name(layer.index, "attn_out"))
         kinds.append(LayerKind(layer.index, layer.kinds, rec.windows.get(layer.index), mid is not None))
-    return Recording(rec.values, tuple(kinds), out.logits[0, -1].detach(), rec.scales)
+    return Recording(rec.values, tuple(kinds), out.logits[0, -1].detach(), rec.scales, sums)
 
 
 def residual_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:

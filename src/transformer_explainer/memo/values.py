@@ -3,11 +3,12 @@ computed again from it when first read. The logits at every position from the fi
 a stage outside the blocks by the pass's own code (`recipes.outside_values`); a block's internals by running the
 block again on its kept input (`recipes.BlockSource`), kept a while in a `BlockCache`; a stage derived from others
 (scaled and masked scores, the concatenated heads) by its rule in `names.DERIVATIONS`. A recording through
-transformers (`generic.GenericModel`) keeps neither its masked scores nor every position's logits: they are derived
-on access, the scores by `applied_scores` from the queries, keys and mask with the scale and soft cap the pass
-applied (`scales`), the logits by the model's own head from the last block's output (`head`; the last position's
-as the pass computed them), and kept a while in the block cache. A trace (`trace.Trace`) reads through this and
-knows none of it: the lookups are here, one place, in that order."""
+transformers (`generic.GenericModel`) keeps neither its masked scores, its z, its resid_mid nor every position's
+logits: they are derived on access, the scores by `applied_scores` from the queries, keys and mask with the scale
+and soft cap the pass applied (`scales`), z by `attention_z` from the pattern and the values, resid_mid as the sum
+the layer computed (`sums`), the logits by the model's own head from the last block's output (`head`; the last
+position's as the pass computed them), and kept a while in the block cache. A trace (`trace.Trace`) reads through
+this and knows none of it: the lookups are here, one place, in that order."""
 
 from __future__ import annotations
 
@@ -49,6 +50,12 @@ def applied_scores(q: Tensor, k: Tensor, mask: Tensor | None, scale: float, soft
     return scores if mask is None else scores + mask
 
 
+def attention_z(pattern: Tensor, v: Tensor) -> Tensor:
+    """(H, T, Dv): each head's weighted sum of values, pattern (H, T, S) @ v (G, S, Dv) with query head h reading
+    key/value head h // (H / G): the product transformers' eager attention computes (`repeat_kv`, then matmul)."""
+    return torch.matmul(pattern, v.repeat_interleave(pattern.shape[0] // v.shape[0], dim=0))
+
+
 @dataclass(eq=False)
 class TraceValues(Mapping[str, Tensor]):
     """Every value of one traced pass by name (batch dimension dropped): `kept`, or computed again on access.
@@ -74,7 +81,10 @@ class TraceValues(Mapping[str, Tensor]):
     # the model's own code from its final norm on, (T, D) -> (T, V): unrecorded logits from the last block's output
     head: Callable[[Tensor], Tensor] | None = field(default=None, repr=False)
     # per block, the attention scale and soft cap the pass applied: its unrecorded masked scores by `applied_scores`
+    # and, where `attn.z` is not kept, its z by `attention_z` from the pattern and the values
     scales: dict[int, tuple[float, float | None]] = field(default_factory=dict, repr=False)
+    # stages the pass left out as the sum of two it kept, equal bit for bit (a layer's resid_mid: resid_pre + attn_out)
+    sums: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)
     # its cache key for the stages outside the blocks (its blocks': `blocks.key`, shared by the values that hold them)
     _key: object = field(default_factory=object, init=False, repr=False)
 
@@ -109,6 +119,12 @@ class TraceValues(Mapping[str, Tensor]):
             raise KeyError(f"{name!r}: the model has {self.config.n_layer} blocks")
         if key == "attn.masked_scores" and p.layer in self.scales and self.blocks is None:
             return self._once(name, lambda: self._applied_scores(p.layer))
+        if key == "attn.z" and p.layer in self.scales and self.blocks is None:
+            pattern, v = self[block_name(p.layer, "attn.pattern")], self[block_name(p.layer, "attn.v")]
+            return self._once(name, lambda: attention_z(pattern, v))
+        if name in self.sums:
+            a, b = self.sums[name]
+            return self[a] + self[b]
         derivation = names_for(family).derivations.get(key)
         # a stage derived from others is recorded only where a patch edited it: the others are what to run again for
         if p.layer is not None and self.blocks is not None and (derivation is None or self.blocks.patched(name)):
@@ -188,8 +204,9 @@ class TraceValues(Mapping[str, Tensor]):
         """Every value block `layer` records, by full name: kept, or computed again from the block's input."""
         if self.blocks is None:
             out = {k: v for k, v in self.kept.items() if layer_of(k) == layer}
-            if layer in self.scales:  # derived on access, not kept
-                out[block_name(layer, "attn.masked_scores")] = self[block_name(layer, "attn.masked_scores")]
+            derived = [block_name(layer, s) for s in ("attn.masked_scores", "attn.z")] if layer in self.scales else []
+            for name in [*derived, *(n for n in self.sums if layer_of(n) == layer)]:  # derived on access, not kept
+                out[name] = self[name]
             return out
         blocks = self.blocks
         return self.block_cache.get((blocks.key, layer), lambda: blocks.block(layer, cache=self.block_cache))
@@ -289,7 +306,7 @@ class TraceValues(Mapping[str, Tensor]):
                            last_logits=self.last_logits if n == len(self.token_ids) else None,
                            blocks=None if self.blocks is None else Cut(self.blocks, n), kv=kv,
                            block_cache=self.block_cache, observations=rows_cut(self.observations, n),
-                           head=self.head, scales=self.scales)
+                           head=self.head, scales=self.scales, sums=self.sums)
 
     def joined(self, new: TraceValues) -> TraceValues:
         """These values (from position 0) followed by `new`'s, a pass that read these positions' keys and values
@@ -305,5 +322,5 @@ class TraceValues(Mapping[str, Tensor]):
                            kept=merge_values(self.kept, new.kept, self.config.family), unembed=new.unembed,
                            last_logits=new.last_logits, blocks=blocks, kv=new.kv, block_cache=new.block_cache,
                            observations=rows_joined(self.observations, new.observations), head=new.head,
-                           scales=new.scales)
+                           scales=new.scales, sums=new.sums)
 
