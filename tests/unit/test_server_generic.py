@@ -154,3 +154,18 @@ def test_windows_and_sinks_are_said_per_layer(tmp_path):
         row, sink = (arr(t) for t in r.json()["tensors"])
     assert list(np.flatnonzero(row)) == [7, 8, 9, 10]  # the window: the last 4 keys, itself included
     assert float(sink) == pytest.approx(1 - row.sum(), abs=1e-6) and 0 < float(sink) < 1
+
+
+def test_head_importance_has_no_cells_for_layers_without_heads(served):
+    """/api/analysis/importance on a model whose layers 0 and 2 mix tokens without attention: their rows have no value
+    (null), the attention layers' heads have theirs, and the ranking is over those alone (a 500 before: the answer's
+    schema had no room for a head a layer does not have)."""
+    model_type, m, c = served
+    r = c.post("/api/analysis/importance", json={"model": "g", "text": TEXT, "mode": "zero"})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    for key in ("loss_change", "kl"):
+        rows = d[key]
+        assert [all(v is None for v in row) for row in rows] == [True, False, True, False], key
+        assert all(isinstance(v, float) for i in (1, 3) for v in rows[i]), key
+    assert {layer for layer, _head in d["ranked"]} <= {1, 3} and len(d["ranked"]) > 0

@@ -165,8 +165,10 @@ class ImportanceOut(BaseModel):
     n_kv_heads: int
     mode: AblationMode
     clean_loss: float
-    loss_change: list[list[float]]
-    kl: list[list[float]]
+    # (n_layer, n_head); None where the layer has no heads (a layer without attention, in a model that runs through
+    # transformers' own modules)
+    loss_change: list[list[float | None]]
+    kl: list[list[float | None]]
     ranked: list[HeadOut]
 
 

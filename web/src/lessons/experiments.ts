@@ -127,9 +127,13 @@ function imp(): ImportanceOut | null {
 
 /** The head whose ablation raises the loss most (the map's first), as [layer, head]. */
 function topHead(m: ImportanceOut): [number, number] {
-  const n = m.loss_change[0]?.length || 1, i = argBest(m.loss_change.flat());
+  const n = m.loss_change[0]?.length || 1, i = argBest(m.loss_change.flat().map((v) => v ?? -Infinity));
   return [Math.floor(i / n), i % n];
 }
+/** Every head's loss change (a layer without attention has no heads: no cells). */
+const headChanges = (m: ImportanceOut): number[] => m.loss_change.flat().filter((v): v is number => v != null);
+/** The blocks with heads to switch off. */
+const blocksWithHeads = (m: ImportanceOut): number => m.loss_change.filter((row) => row.some((v) => v != null)).length;
 
 // -- the steps -----------------------------------------------------------------------------------------
 
@@ -139,7 +143,8 @@ function importanceText(): Text {
   const V = app.trace!.config.vocab_size, half = PREDICTED * lnV();
   const cf = app.trace!.config;
   const out: Text = [say("lesson.experiments.importance.model", { name: word("exp-model", app.trace!.model),
-    layers: int("exp-n-layer", cf.n_layer), heads: int("exp-n-head", cf.n_head), total: int("exp-n-heads", cf.n_layer * cf.n_head) })];
+    layers: int("exp-n-layer", blocksWithHeads(m)), heads: int("exp-n-head", cf.n_head),
+    total: int("exp-n-heads", headChanges(m).length) })];
   out.push(say("lesson.experiments.importance.intro", { vocab: int("exp-vocab", V), lnV: dec("exp-lnv", lnV()) }));
   const own = dec("exp-own-loss", c.own, c.used === "own" ? "exp-clean-loss" : "exp-example");
   const example = word("exp-example-text", EXAMPLE_SHORT);
@@ -157,8 +162,8 @@ function importanceText(): Text {
     out.push(claim("lesson.experiments.importance.neither", { loss: own,
       exampleLoss: dec("exp-example-loss", c.exampleLoss ?? NaN), example: word("exp-example-text", EXAMPLE_SHORT) }));
   }
-  const [l, h] = topHead(m), d = m.loss_change[l][h];
-  const flat = m.loss_change.flat();
+  const [l, h] = topHead(m), d = m.loss_change[l][h] ?? NaN;
+  const flat = headChanges(m);
   const N = int("exp-n-heads", flat.length);
   out.push(either(d > 0, "lesson.experiments.importance.top", "lesson.experiments.importance.noneHurts",
     { head: head("exp-top-head", l, h, cell(l, h)), change: dec("exp-top-change", Math.abs(d), cell(l, h)) }));

@@ -46,6 +46,9 @@ async function exampleIds(ctx: ClaimContext): Promise<number[]> {
     () => api.trace({ model: ctx.trace.model, text: EXAMPLE_TEXT, truncate: true, top_n: 1 }))).token_ids;
 }
 
+/** Every head's loss change (none for a layer without attention). */
+const changes = (m: ImportanceOut): number[] => m.loss_change.flat().filter((v): v is number => v != null);
+
 async function importance(ctx: ClaimContext): Promise<ImportanceOut> {
   const inp = usedInput(ctx);
   return once(`importance|${inputKey(inp)}`, () => analysis.importance({ model: inp.model, ids: inp.ids, mode: "zero" }));
@@ -132,27 +135,27 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   },
   "lesson.experiments.importance.top": async (v, ctx) => {
     const [l, h] = headOf(v.head), m = await importance(ctx), d = await change(usedInput(ctx), l, h);
-    const max = Math.max(...m.loss_change.flat());
+    const max = Math.max(...changes(m));
     return d > 0 && near(num(v.change), d, 1e-2, 1e-4) && near(d, max, 1e-3, 1e-5) ? true
       : `switching L${l}H${h} off changes the loss by ${d}; the largest change is ${max}`;
   },
   "lesson.experiments.importance.noneHurts": async (v, ctx) => {
-    const [l, h] = headOf(v.head), m = await importance(ctx), max = Math.max(...m.loss_change.flat());
-    return max <= 0 && near(m.loss_change[l][h], max) && near(num(v.change), -max) ? true : `the largest change is ${max}`;
+    const [l, h] = headOf(v.head), m = await importance(ctx), max = Math.max(...changes(m));
+    return max <= 0 && near(m.loss_change[l][h] ?? NaN, max) && near(num(v.change), -max) ? true : `the largest change is ${max}`;
   },
   "lesson.experiments.importance.negative": async (v, ctx) => {
-    const m = await importance(ctx), flat = m.loss_change.flat(), n = flat.filter((x) => x < 0).length;
+    const m = await importance(ctx), flat = changes(m), n = flat.filter((x) => x < 0).length;
     // one negative cell, measured directly
     const i = flat.findIndex((x) => x < 0), H = m.n_head;
     const d = i >= 0 ? await change(usedInput(ctx), Math.floor(i / H), i % H) : 0;
     return n > 0 && n === num(v.count) && num(v.total) === flat.length && d < 0 ? true : `${n} negative changes`;
   },
   "lesson.experiments.importance.noNegative": async (_v, ctx) => {
-    const n = (await importance(ctx)).loss_change.flat().filter((x) => x < 0).length;
+    const n = changes(await importance(ctx)).filter((x) => x < 0).length;
     return n === 0 ? true : `${n} negative changes`;
   },
   "lesson.experiments.importance.small": async (v, ctx) => {
-    const flat = (await importance(ctx)).loss_change.flat(), n = flat.filter((x) => Math.abs(x) < SMALL_CHANGE).length;
+    const flat = changes(await importance(ctx)), n = flat.filter((x) => Math.abs(x) < SMALL_CHANGE).length;
     return n === num(v.count) && num(v.threshold) === SMALL_CHANGE ? true : `${n} heads change it by less than ${SMALL_CHANGE}`;
   },
   "lesson.experiments.roles.reference": async (_v, ctx) => ((await heads(ctx)).reference ? true : "no reference scores"),

@@ -429,8 +429,8 @@ export interface ImportanceOut {
   n_kv_heads: number;
   mode: "zero" | "mean";
   clean_loss: number;
-  loss_change: number[][];
-  kl: number[][];
+  loss_change: ((number | null)[])[];
+  kl: ((number | null)[])[];
   ranked: number[][];
 }
 
