@@ -113,6 +113,7 @@ def test_hybrid_model_on_a_desktop(browser, hybrid_server):
         # rows of the layers ranked whole have no value
         frame = page.locator("[data-view=attribution]").inner_text()
         assert "each layer's token mixer" in frame and "position embedding" not in frame
+        assert "attention bias" not in frame and "token mixer and MLP added" in frame
         whole = sorted({int(r.get_attribute("data-layer")) for r in
                         page.locator("[data-testid=attr-row][data-kind=mixer]").all()})
         assert whole == [0, 1, 2, 3]  # 9 parts, all shown: Gated DeltaNet, and attention gated before o_proj
