@@ -303,3 +303,24 @@ POST_NORM_BLOCK_ACTIVATIONS: dict[str, Entry] = {
                             "sqrt(D) * max|weight|"),
     "resid_post": (("T", "D"), "resid_mid + mlp_out: the block's output"),
 }
+
+# Gemma 4's per-layer embeddings (models/per_layer_embeddings.py): L layers, P the per-layer width
+# (hidden_size_per_layer_input). The embedding's three (under embed.), then what one block adds from its slice, under
+# the block's scope, after the MLP's write and before the block's layer_scalar.
+PER_LAYER_EMBEDDING_ACTIVATIONS: dict[str, Entry] = {
+    "embed.per_layer": (("T", "L", "P"), "E_per_layer[token] * sqrt(P): the token's own per-layer values, L slices of "
+                                         "P"),
+    "embed.per_layer_projected": (("T", "L", "P"), "rmsnorm(embed.scaled @ W_per_layer / sqrt(D)) over each slice of "
+                                                   "P: the per-layer values the main embedding gives"),
+    "embed.per_layer_inputs": (("T", "L", "P"), "(per_layer_projected + per_layer) / sqrt(2): what each layer reads, "
+                                                "slice l for layer l"),
+}
+PER_LAYER_GATE_ACTIVATIONS: dict[str, Entry] = {
+    "per_layer.input": (("T", "P"), "this layer's slice of embed.per_layer_inputs"),
+    "per_layer.gate": (("T", "P"), "x @ W_gate: the residual stream after the MLP's write, narrowed to P"),
+    "per_layer.act": (("T", "P"), "GELU (tanh approximation) of gate"),
+    "per_layer.post": (("T", "P"), "act * input: the per-layer values, gated by what the stream holds"),
+    "per_layer.out": (("T", "D"), "post @ W_proj: back to the residual stream's width, before its norm"),
+    "per_layer_out": (("T", "D"), "rmsnorm(per_layer.out) * weight: what the per-layer input adds to the residual "
+                                  "stream"),
+}
