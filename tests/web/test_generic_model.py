@@ -60,6 +60,9 @@ def test_hybrid_model_on_a_desktop(browser, hybrid_server):
         # layer 0 (Gated DeltaNet): drawn as what it is, its input and output per token; attention layers offered
         page.wait_for_selector("[data-testid=mixer-layer]")
         assert page.get_by_test_id("mixer-layer").get_attribute("data-kind") == "linear_attention"
+        # what the layer is, said for its kind: no softmax, but earlier tokens reach this one through its state
+        said = page.locator("[data-view=mixer]").inner_text()
+        assert "computes no softmax" in said and "state of fixed size" in said
         offered = page.locator("[data-testid=attention-layers-offered] button")
         assert offered.all_inner_texts() == ["Layer 1", "Layer 3"]
         page.wait_for_function("() => document.querySelectorAll('[data-testid=mixer-norms] tbody tr').length > 0"
