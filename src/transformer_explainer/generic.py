@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from .attribution import Attribution, generic_logit_attribution
 from .devices import check_dtype, describe_device, resolve_device
 from .errors import CheckpointError, InputError
-from .families import BY_MODEL_TYPE, supported_model_types
+from .families import BY_MODEL_TYPE, NEARBY, supported_model_types
 from .loading.budget import check_memory
 from .loading.checkpoint import resolve_dtype, stored_dtype
 from .loading.files import is_regular_file, read_json
@@ -58,14 +58,14 @@ def which_way(folder: Path) -> str:
     except CheckpointError:  # no config, or not one: the loader of our families says what is wrong, as before
         return OWN
     model_type = config.get("model_type")
-    if model_type is None or model_type in BY_MODEL_TYPE:
-        return OWN
+    if model_type is None or model_type in BY_MODEL_TYPE or model_type in NEARBY:
+        return OWN  # (a model type next to one of ours: our family's loader says what to open instead)
     from .bridge import check_config
 
     try:
         check_config(config)
     except CheckpointError as e:
-        raise CheckpointError(f"{e} The decoders with code of our own: {supported_model_types()}.") from None
+        raise CheckpointError(f"{e} The decoders with code of our own: {supported_model_types()}") from None
     return TRANSFORMERS
 
 

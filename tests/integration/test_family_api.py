@@ -31,7 +31,7 @@ from transformer_explainer.analysis.embeddings import analogy, nearest_tokens, t
 from transformer_explainer.analysis.lens import lens_logits, logit_lens  # noqa: E402
 from transformer_explainer.analysis.roles import reference_traces  # noqa: E402
 from transformer_explainer.encoding import decode_array  # noqa: E402
-from transformer_explainer.names import FAMILY_NAMES, names_for  # noqa: E402
+from transformer_explainer.names import NAME_TABLES, names_for  # noqa: E402
 from transformer_explainer.notebook.snapshot import ACTIVATION_ORDER, page_html, snapshot_data  # noqa: E402
 from transformer_explainer.sampling import SamplingParams  # noqa: E402
 from transformer_explainer.server import ServerSettings, create_app  # noqa: E402
@@ -318,7 +318,7 @@ def test_snapshot_orders_name_only_the_familys_activations():
         t = names_for(family)
         assert set(first) <= set(t.global_activations), family
         assert set(order) <= set(t.block_activations), family
-    assert set(ACTIVATION_ORDER) == set(FAMILY_NAMES)
+    assert set(ACTIVATION_ORDER) == set(NAME_TABLES)  # every family, and "generic"
 
 
 def decoded(stored: dict) -> np.ndarray:

@@ -130,6 +130,8 @@ def _config_folder(tmp_path: Path, config: dict, name: str = "m") -> Path:
     ({"model_type": "bert"}, "encoder"),
     ({"model_type": "t5", "is_encoder_decoder": True}, "encoder"),
     ({"model_type": "clip"}, "no causal language model"),
+    ({"model_type": "gemma4"}, "text with images or audio"),  # Gemma4ForConditionalGeneration: gemma4_text opens
+    ({"model_type": "qwen3_5_text", "vision_config": {}}, "text with images or audio"),
 ])
 def test_what_is_not_a_transformers_decoder_is_refused(config: dict, says: str, tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=says):
@@ -203,3 +205,13 @@ def test_non_finite_or_corrupt_weights_are_refused(folders: dict[str, Path], tmp
     (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError):
         load_model(str(folder))
+
+
+def test_a_tensor_shaped_other_than_the_config_says_is_one_sentence(folders: dict[str, Path], tmp_path: Path) -> None:
+    folder = _copy(folders["phi3"], tmp_path / "misshapen")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(intermediate_size=100)  # the weights say 96
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="a tensor's shape differs from what config.json implies") as e:
+        load_model(str(folder))
+    assert "\n" not in str(e.value) and "above report" not in str(e.value)

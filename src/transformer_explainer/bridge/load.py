@@ -41,6 +41,11 @@ def check_config(config: Mapping[str, Any]) -> str:
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise CheckpointError(f"transformers has no causal language model for the model_type {model_type!r} (it is "
                               "not a text decoder).")
+    cls = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
+    if cls.endswith("ForConditionalGeneration") or any(k in config for k in ("vision_config", "audio_config")):
+        raise CheckpointError(f"{model_type!r} is {cls}, a model of text with images or audio; the bridge opens "
+                              "text-only decoders (where transformers has a text-only model type for it, such as "
+                              "gemma3_text, that one opens).")
     return model_type
 
 
@@ -64,6 +69,8 @@ def load_decoder(path: str | Path, dtype: torch.dtype = torch.float32) -> nn.Mod
                                                            output_loading_info=True)
     except Exception as e:  # a broken file or a config transformers refuses, in its own words: one sentence here
         first = (str(e).strip().splitlines() or [type(e).__name__])[0].strip()
+        if "ignore_mismatched_sizes" in first:  # its own sentence points at a report printed before it
+            first = "a tensor's shape differs from what config.json implies"
         raise CheckpointError(f"transformers could not load the checkpoint in {folder}: {first}") from None
     # transformers fills a weight the files lack with random numbers, with a warning: a broken checkpoint here
     for kind in ("missing_keys", "mismatched_keys"):

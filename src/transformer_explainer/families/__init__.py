@@ -16,14 +16,14 @@ from .qwen3 import QWEN3
 from .qwen3_moe import QWEN3_MOE
 
 __all__ = ["BY_MODEL_TYPE", "FAMILIES", "MODEL_TYPES", "Architecture", "Family", "family_for_hf", "family_named",
-           "family_of_model_type", "supported_model_types"]
+           "family_of_model_type", "NEARBY", "supported_model_types"]
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (GPT2, LLAMA, QWEN3, GEMMA3, MIXTRAL, QWEN3_MOE, OLMOE)}
 BY_MODEL_TYPE: dict[str, Family] = {t: f for f in FAMILIES.values() for t in f.architectures}
 MODEL_TYPES: tuple[str, ...] = tuple(BY_MODEL_TYPE)
 
 # model types people try that are not text-only causal LMs of a family above: what to load instead
-_NEARBY = {"gemma3": "it is Gemma3ForConditionalGeneration (text and images); the text-only gemma3_text "
+NEARBY = {"gemma3": "it is Gemma3ForConditionalGeneration (text and images); the text-only gemma3_text "
                      "checkpoints (google/gemma-3-270m, gemma-3-1b) load"}
 
 
@@ -40,7 +40,7 @@ def family_named(name: str) -> Family:
 def family_of_model_type(model_type: object) -> Family:
     """The family of an HF model_type, or a one-line ValueError naming the supported ones."""
     if not isinstance(model_type, str) or model_type not in BY_MODEL_TYPE:
-        hint = f": {_NEARBY[model_type]}" if isinstance(model_type, str) and model_type in _NEARBY else ""
+        hint = f": {NEARBY[model_type]}" if isinstance(model_type, str) and model_type in NEARBY else ""
         raise ValueError(f"model_type is {model_type!r}; supported: {supported_model_types()}{hint}")
     return BY_MODEL_TYPE[model_type]
 
