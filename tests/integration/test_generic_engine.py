@@ -131,7 +131,6 @@ def _config_folder(tmp_path: Path, config: dict, name: str = "m") -> Path:
     ({"model_type": "t5", "is_encoder_decoder": True}, "encoder"),
     ({"model_type": "clip"}, "no causal language model"),
     ({"model_type": "gemma4"}, "text with images or audio"),  # Gemma4ForConditionalGeneration: gemma4_text opens
-    ({"model_type": "qwen3_5_text", "vision_config": {}}, "text with images or audio"),
 ])
 def test_what_is_not_a_transformers_decoder_is_refused(config: dict, says: str, tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=says):
@@ -215,3 +214,26 @@ def test_a_tensor_shaped_other_than_the_config_says_is_one_sentence(folders: dic
     with pytest.raises(CheckpointError, match="a tensor's shape differs from what config.json implies") as e:
         load_model(str(folder))
     assert "\n" not in str(e.value) and "above report" not in str(e.value)
+
+
+def test_the_text_decoder_of_a_checkpoint_with_a_vision_part_opens(tmp_path: Path) -> None:
+    """Qwen3.5's checkpoints carry a vision tower beside the text decoder (model_type qwen3_5): transformers' causal
+    LM for it is the text decoder alone, which opens; the vision weights are not read."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from tests.conftest import write_tiny_bpe_tokenizer
+
+    from ..helpers.hf_checkpoints import SMALL
+
+    cfg = AutoConfig.for_model("qwen3_5", text_config={**SMALL, **FAMILIES["qwen3_5_text"]},
+                               vision_config=dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=32,
+                                                  out_hidden_size=64))
+    torch.manual_seed(0)
+    AutoModelForImageTextToText.from_config(cfg).save_pretrained(tmp_path / "q")
+    write_tiny_bpe_tokenizer(tmp_path / "q", vocab_size=320)
+    model = load_model(str(tmp_path / "q"))
+    assert isinstance(model, GenericModel) and model.config.attention_layers == (1, 3)
+    trace = model.trace(TEXT)
+    eager = AutoModelForCausalLM.from_pretrained(tmp_path / "q", attn_implementation="eager").eval()
+    with torch.no_grad():
+        assert _close(trace.logits, eager(torch.tensor([trace.token_ids]), use_cache=False).logits[0])

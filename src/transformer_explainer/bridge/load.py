@@ -42,7 +42,7 @@ def check_config(config: Mapping[str, Any]) -> str:
         raise CheckpointError(f"transformers has no causal language model for the model_type {model_type!r} (it is "
                               "not a text decoder).")
     cls = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
-    if cls.endswith("ForConditionalGeneration") or any(k in config for k in ("vision_config", "audio_config")):
+    if cls.endswith("ForConditionalGeneration"):  # (a config with a vision part whose causal LM is text-only opens)
         raise CheckpointError(f"{model_type!r} is {cls}, a model of text with images or audio; the bridge opens "
                               "text-only decoders (where transformers has a text-only model type for it, such as "
                               "gemma3_text, that one opens).")
