@@ -110,7 +110,7 @@ class PerLayerEmbeddings(nn.Module):
         c = self.config
         B, T = idx.shape
         table = self.embed_tokens_per_layer.weight
-        scale = torch.tensor(math.sqrt(c.d_per_layer)).to(table.dtype)  # rounded to the table's dtype, as transformers
+        scale = torch.tensor(math.sqrt(c.d_per_layer), device=table.device).to(table.dtype)  # rounded, as transformers
         per_layer = record(rec, "embed.per_layer", (F.embedding(idx, table) * scale).view(B, T, c.n_layers, -1))
         projected = self.per_layer_model_projection(x0) * c.d_model**-0.5  # (B, T, L * P)
         projected = record(rec, "embed.per_layer_projected",
