@@ -30,7 +30,10 @@ from transformer_explainer.analysis.ablation import (  # noqa: E402
 from transformer_explainer.analysis.embeddings import analogy, nearest_tokens, token_id  # noqa: E402
 from transformer_explainer.analysis.lens import lens_logits, logit_lens  # noqa: E402
 from transformer_explainer.analysis.roles import reference_traces  # noqa: E402
-from transformer_explainer.encoding import decode_array  # noqa: E402
+from transformer_explainer.encoding import (
+    decode_array,  # noqa: E402
+    triangle_rows,  # noqa: E402
+)
 from transformer_explainer.names import NAME_TABLES, names_for  # noqa: E402
 from transformer_explainer.notebook.snapshot import ACTIVATION_ORDER, page_html, snapshot_data  # noqa: E402
 from transformer_explainer.sampling import SamplingParams  # noqa: E402
@@ -324,7 +327,10 @@ def test_snapshot_orders_name_only_the_familys_activations():
 def decoded(stored: dict) -> np.ndarray:
     """A tensor the snapshot stores, in float16 or float32 as its dtype says."""
     dtype = {"float16": "<f2", "float32": "<f4"}[stored["dtype"]]
-    return np.frombuffer(base64.b64decode(stored["data"]), dtype).astype(np.float32).reshape(stored["shape"])
+    values = np.frombuffer(base64.b64decode(stored["data"]), dtype).astype(np.float32)
+    if stored.get("triangle"):  # an attention pattern's lower triangle, zeros above
+        return triangle_rows(values, stored["shape"])
+    return values.reshape(stored["shape"])
 
 
 def test_snapshot_builds_and_round_trips(model, tmp_path):

@@ -16,6 +16,7 @@ import pytest
 from transformer_explainer import InputError
 from transformer_explainer.analysis.answers import heads_json, lens_json, reference_roles
 from transformer_explainer.cli import main
+from transformer_explainer.encoding import triangle_rows
 from transformer_explainer.notebook import SnapshotView, show, snapshot_data, snapshot_html, widget_class
 from transformer_explainer.notebook.snapshot import cjk_font_url, page_html
 from transformer_explainer.notebook.snapshot_attribution import CANDIDATES, entry_bytes
@@ -52,7 +53,10 @@ def data(tiny_model):
 
 
 def f16(stored: dict) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(stored["data"]), "<f2").astype(np.float32).reshape(stored["shape"])
+    values = np.frombuffer(base64.b64decode(stored["data"]), "<f2").astype(np.float32)
+    if stored.get("triangle"):  # an attention pattern's lower triangle, zeros above
+        return triangle_rows(values, stored["shape"])
+    return values.reshape(stored["shape"])
 
 
 def embedded(page: str) -> dict:

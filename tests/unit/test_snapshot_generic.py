@@ -17,6 +17,7 @@ from tests.helpers.hf_checkpoints import write_checkpoint
 from transformer_explainer import load_model
 from transformer_explainer.analysis.ablation import ablate, head_importance
 from transformer_explainer.analysis.answers import ablation_dict, finite, importance_dict, lens_json
+from transformer_explainer.encoding import triangle_rows
 from transformer_explainer.limits import ABLATION_TOP, LENS_TOP
 from transformer_explainer.notebook import SnapshotView, show, snapshot_data, snapshot_html, widget_class
 from transformer_explainer.notebook.snapshot import _b64_size, _blocks_of
@@ -44,7 +45,10 @@ def hybrid_data(lfm2):
 
 def stored(s: dict) -> np.ndarray:
     dtype = "<f4" if s["dtype"] == "float32" else "<f2"
-    return np.frombuffer(base64.b64decode(s["data"]), dtype).reshape(s["shape"])
+    values = np.frombuffer(base64.b64decode(s["data"]), dtype)
+    if s.get("triangle"):  # an attention pattern's lower triangle, zeros above
+        return triangle_rows(values.astype(np.float32), s["shape"])
+    return values.reshape(s["shape"])
 
 
 def as_stored(t, dtype: str) -> np.ndarray:

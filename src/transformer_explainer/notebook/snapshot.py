@@ -53,6 +53,7 @@ from ..analysis.answers import (
     reference_roles,
 )
 from ..analysis.embeddings import embedding_matrix
+from ..encoding import lower_triangle
 from ..engine import ExplainerModel
 from ..errors import InputError
 from ..generic import GenericModel
@@ -140,11 +141,24 @@ def norm_weights(t: NameTable) -> tuple[list[str], list[str]]:
 LARGE_WEIGHTS = ["attn.W_O", "attn.W_Q", "attn.W_K", "attn.W_V"]  # shown per head on request
 
 
-def _stored(t: Any, dims: tuple[str, ...], precise: bool = False) -> dict[str, Any]:
+def _triangle(t: Any, dims: tuple[str, ...]) -> bool:
+    """Whether a (..., T, S) value is stored as its lower triangle: a causal pattern, 0 above it (half the bytes; the
+    page's decodeTensor puts the zeros back, as for the live app's answers)."""
+    if tuple(dims[-2:]) != ("T", "S") or t.dim() < 2:
+        return False
+    T, S = t.shape[-2:]
+    return not torch.triu(t.detach(), diagonal=S - T + 1).any()
+
+
+def _stored(t: Any, dims: tuple[str, ...], precise: bool = False, triangle: bool = False) -> dict[str, Any]:
+    shape = list(t.shape)
+    if triangle:
+        t = lower_triangle(t.detach())
     with np.errstate(over="ignore"):  # a mask's "large negative number" is -inf in float16, as the page reads it
         a = np.ascontiguousarray(t.detach().float().cpu().numpy(), dtype="<f4" if precise else "<f2")
-    return {"dims": list(dims), "shape": list(a.shape), "dtype": "float32" if precise else "float16",
-            "data": base64.b64encode(a.tobytes()).decode("ascii")}
+    out = {"dims": list(dims), "shape": shape, "dtype": "float32" if precise else "float16",
+           "data": base64.b64encode(a.tobytes()).decode("ascii")}
+    return {**out, "triangle": True} if triangle else out
 
 
 def _b64_size(n_values: int, precise: bool = False) -> int:
@@ -289,14 +303,26 @@ def snapshot_data(model: Model, trace: Trace, *, max_mb: float = 4.5, ablations:
     def value(n: str, is_weight: bool) -> Any:
         return model.weight(n) if is_weight else trace[n]
 
+    triangles: dict[str, bool] = {}
+
+    def triangle(n: str, is_weight: bool) -> bool:  # an attention pattern: its lower triangle
+        if n not in triangles:
+            triangles[n] = not is_weight and _stage(n) == "attn.pattern" and _triangle(trace[n], describe(n, family)[0])
+        return triangles[n]
+
     def size(n: str, is_weight: bool) -> int:
         if n not in sizes:
-            sizes[n] = _b64_size(value(n, is_weight).numel(), not is_weight and _stage(n) in precise)
+            v = value(n, is_weight)
+            T, S = v.shape[-2:] if v.dim() >= 2 else (0, 0)
+            # a triangle: row i holds keys 0..S - T + i
+            count = v.numel() // (T * S) * (T * (S - T) + T * (T + 1) // 2) if triangle(n, is_weight) else v.numel()
+            sizes[n] = _b64_size(count, not is_weight and _stage(n) in precise)
         return sizes[n]
 
     def store(n: str, is_weight: bool) -> None:
         target = data["weights"] if is_weight else data["tensors"]
-        target[n] = _stored(value(n, is_weight), describe(n, family)[0], not is_weight and _stage(n) in precise)
+        target[n] = _stored(value(n, is_weight), describe(n, family)[0], not is_weight and _stage(n) in precise,
+                            triangle(n, is_weight))
 
     # The attention view of a block needs its pattern and its scores (or the queries and keys the page derives them
     # from). A long text's patterns (H x T x T per block) may not fit whole: then, in the patterns' place, they go in
