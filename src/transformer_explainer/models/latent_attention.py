@@ -52,13 +52,8 @@ import torch
 from torch import Tensor, nn
 
 from .kernels import Linear
-from .layers import RMSNorm, apply_rope
+from .layers import RMSNorm, apply_rope, record
 from .recorder import Recorder
-
-
-def record(rec: Recorder | None, name: str, value: Tensor) -> Tensor:
-    """`rec(name, value)`, or `value` itself on the fast path."""
-    return value if rec is None else rec(name, value)
 
 
 def softmax_scale(qk_head_dim: int, rope_parameters: Mapping[str, Any] | None = None) -> float:

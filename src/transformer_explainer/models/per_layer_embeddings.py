@@ -48,12 +48,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .kernels import Linear
+from .layers import record
 from .recorder import Recorder
-
-
-def record(rec: Recorder | None, name: str, value: Tensor) -> Tensor:
-    """`rec(name, value)`, or `value` itself on the fast path."""
-    return value if rec is None else rec(name, value)
 
 
 @dataclass(frozen=True)

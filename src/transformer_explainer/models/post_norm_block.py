@@ -44,13 +44,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .kernels import Linear, hidden_keys
-from .layers import apply_rope
+from .layers import apply_rope, record
 from .recorder import Recorder, scope
-
-
-def record(rec: Recorder | None, name: str, value: Tensor) -> Tensor:
-    """`rec(name, value)`, or `value` itself on the fast path."""
-    return value if rec is None else rec(name, value)
 
 
 @dataclass(frozen=True)
