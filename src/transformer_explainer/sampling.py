@@ -134,7 +134,9 @@ def next_token_distribution(logits: Tensor, params: SamplingParams, *,
         # keep a token if the mass before it is still below p: the smallest set reaching p
         keep_sorted = (cum - torch.softmax(sorted_logits, dim=-1)) < params.top_p
         keep_sorted[0] = True
-        kept &= torch.empty_like(keep_sorted).scatter_(0, order, keep_sorted)  # back in vocabulary order
+        # and every token tied with the last one kept (as top-k keeps ties): which of equal logits the sort puts first
+        # is not defined, and the most likely token (the first of its ties, `most_likely`) must not depend on it
+        kept &= scaled >= sorted_logits[keep_sorted].min()
     probs = torch.softmax(scaled.masked_fill(~kept, float("-inf")), dim=-1)
     return NextTokenDistribution(logits, scaled, kept, probs, params, token_text)
 

@@ -98,3 +98,13 @@ def test_distribution_is_valid(logits, t, k, p):
     assert d.kept[torch.argmax(x)]  # the most likely token always survives
     if k is not None:
         assert int(d.kept.sum()) <= k or len(set(x.tolist())) < len(logits)  # ties in float32 keep all tied
+
+
+def test_top_p_keeps_every_token_tied_with_the_last_it_keeps():
+    """Which of equal logits a sort puts first is not defined: a top-p cut inside a tie kept one of them at random, and
+    the most likely token (the first of its ties) could be cut (hypothesis found it: test_distribution_is_valid).
+    Ties at the cut are kept, as top-k keeps them."""
+    x = torch.tensor([0.5, 3.0, -1.0] + [3.0] * 30)
+    d = next_token_distribution(x, SamplingParams(temperature=1.0, top_p=0.01))
+    assert d.kept.tolist() == [False, True, False] + [True] * 30
+    assert d.kept[torch.argmax(x)]
