@@ -367,8 +367,10 @@ def test_the_analysis_routes_answer_for_a_generic_model(opened: Opened) -> None:
         assert ab.status_code == 200 and ab.json()["kl"] > 0, ab.text
         conv = client.post("/api/analysis/ablate", json={"model": "m", "text": TEXT, "heads": [[0, 1]]})
         assert conv.status_code == 422 and "has no attention" in conv.text
-        roles = client.post("/api/analysis/heads", json={"model": "m", "text": TEXT})
-        assert roles.status_code == 422 and "mix tokens without attention" in roles.text
+        roles = client.post("/api/analysis/heads", json={"model": "m", "text": TEXT, "reference": False})
+        assert roles.status_code == 200, roles.text  # the attention layers' heads; no value in a convolution layer's
+        assert roles.json()["text"]["scores"]["previous_token"][0] == [None] * model.config.n_head
+        assert None not in roles.json()["text"]["scores"]["previous_token"][layer]
         att = client.post("/api/attribution/attribute", json={"model": "m", "text": TEXT})
         assert att.status_code == 200, att.text
         body = att.json()

@@ -16,7 +16,8 @@ import pytest
 from tests.helpers.hf_checkpoints import write_checkpoint
 from transformer_explainer import load_model
 from transformer_explainer.analysis.ablation import ablate, head_importance
-from transformer_explainer.analysis.answers import ablation_dict, finite, importance_dict, lens_json
+from transformer_explainer.analysis.answers import ablation_dict, finite, heads_json, importance_dict, lens_json
+from transformer_explainer.analysis.roles import reference_head_roles
 from transformer_explainer.encoding import triangle_rows
 from transformer_explainer.limits import ABLATION_TOP, LENS_TOP
 from transformer_explainer.notebook import SnapshotView, show, snapshot_data, snapshot_html, widget_class
@@ -90,9 +91,10 @@ def test_the_analyses_such_a_model_answers(lfm2, hybrid_data):
     a = d["analysis"]
     T = trace.n_tokens
     assert a["lens"]["out"] == finite(lens_json(lfm2, trace, list(range(T)), LENS_TOP))
-    # head roles are scored over every layer's heads, and a short convolution has none; the heads of the attention
-    # layers are ablated one by one, as the API ablates them
-    assert a["heads"] is None
+    # head roles and attention statistics as the API answers them: a short convolution has no heads, so no values in
+    # its rows; the heads of the attention layers are ablated one by one, as the API ablates them
+    assert a["heads"] == finite(heads_json(trace, reference_head_roles(lfm2)))
+    assert a["heads"]["text"]["scores"]["induction"][0] == [None] * 4 and None not in a["heads"]["stats"]["entropy"][1]
     assert sorted(a["ablations"]) == [f"{layer}.{h}" for layer in (1, 3) for h in range(4)]
     assert a["importance"] == finite(importance_dict(lfm2, head_importance(lfm2, trace.token_ids, mode="zero")))
     assert a["importance"]["loss_change"][0] == [None] * 4  # no heads in layer 0: no values

@@ -1,4 +1,6 @@
-"""Attention statistics per head: how spread out its attention is, and how far back it looks."""
+"""Attention statistics per head: how spread out its attention is, and how far back it looks. A layer that mixes
+its tokens without attention (a model that runs through transformers: a short convolution, a state-space or
+linear-attention layer) has no pattern to read: its row is NaN (None in JSON)."""
 
 from __future__ import annotations
 
@@ -15,9 +17,23 @@ from ..names import block_name
 from ..trace import Trace
 
 
+def attention_layers(config: Any) -> tuple[int, ...]:
+    """The layers with an attention pattern: those a config lists (`generic.GenericConfig.attention_layers`: a
+    model that runs through transformers may mix tokens another way in some layers), every layer of a config that
+    lists none (our own families attend in every block)."""
+    layers = getattr(config, "attention_layers", None)
+    return tuple(range(config.n_layer)) if layers is None else tuple(layers)
+
+
+def nan_rows(m: Tensor) -> list[list[float | None]]:
+    """An (L, H) map as JSON rows, NaN (a layer without attention, or nothing to average) as None."""
+    return [[None if v != v else v for v in row] for row in m.tolist()]
+
+
 @dataclass(frozen=True)
 class AttentionStats:
-    """Averages over the query positions that can see at least two keys (the first sees only itself)."""
+    """Averages over the query positions that can see at least two keys (the first sees only itself); NaN rows
+    for the layers without attention."""
 
     entropy: Tensor  # (L, H) nats; 0 = all attention on one key
     normalized_entropy: Tensor  # (L, H) entropy / log(visible keys); 1 = uniform over what it can see
@@ -25,22 +41,26 @@ class AttentionStats:
     queries: int  # how many query positions were averaged
 
     def to_dict(self) -> dict[str, Any]:
-        return {"entropy": self.entropy.tolist(), "normalized_entropy": self.normalized_entropy.tolist(),
-                "mean_distance": self.mean_distance.tolist(), "queries": self.queries}
+        return {"entropy": nan_rows(self.entropy), "normalized_entropy": nan_rows(self.normalized_entropy),
+                "mean_distance": nan_rows(self.mean_distance), "queries": self.queries}
 
 
 def attention_stats(traces: Trace | Sequence[Trace]) -> AttentionStats:
-    """Entropy and mean attention distance of every head, pooled over one or more traces."""
+    """Entropy and mean attention distance of every head, pooled over one or more traces (NaN rows for the layers
+    without attention)."""
     if isinstance(traces, Trace):
         traces = [traces]
     ent = norm = dist = None
     n = 0
     for trace in traces:
-        L = trace.config.n_layer
+        c = trace.config
         S = trace.start + trace.n_tokens
         if S < 2:  # only the first query, which sees one key
             continue
-        per_layer = [_layer_stats(trace[block_name(i, "attn.pattern")], trace.start) for i in range(L)]
+        attends = set(attention_layers(c))
+        nan = (torch.full((c.n_head,), math.nan, dtype=torch.float64),) * 3
+        per_layer = [_layer_stats(trace[block_name(i, "attn.pattern")], trace.start) if i in attends else nan
+                     for i in range(c.n_layer)]
         e, ne, di = (torch.stack([s[j] for s in per_layer]) for j in range(3))  # (L, H) each
         ent, norm, dist = (e, ne, di) if ent is None else (ent + e, norm + ne, dist + di)
         n += S - max(trace.start, 1)

@@ -11,6 +11,9 @@ averaged over the query positions where the mask is not empty (1.0 = all attenti
   two candidates exist. Rarity is a proxy: GPT-2-style BPE numbers tokens in merge order, and merges
   are learned most frequent first, so a higher id is, roughly, a rarer token. Pass `rarity` to use
   real frequencies.
+
+A layer that mixes its tokens without attention (a model that runs through transformers: a short convolution, a
+state-space or linear-attention layer) has no pattern and no heads to judge: its row is NaN (None in JSON).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ..devices import float64_device
 from ..engine import ExplainerModel
 from ..names import block_name
 from ..trace import Trace
+from .attention_statistics import attention_layers, nan_rows
 from .reference import REFERENCE_TEXTS, repeated_random_tokens
 
 ROLES: tuple[str, ...] = ("previous_token", "first_token", "duplicate_token", "induction", "rare_token")
@@ -59,7 +63,8 @@ def role_masks(ids: Tensor, start: int, rarity: Tensor | None = None) -> dict[st
 
 @dataclass(frozen=True)
 class HeadRoles:
-    """Role scores per head; NaN where the texts gave no query position to judge that role by."""
+    """Role scores per head; NaN where the texts gave no query position to judge that role by, and in the rows of
+    the layers without attention."""
 
     source: str  # "text" or "reference"
     scores: dict[str, Tensor]  # role -> (L, H)
@@ -80,21 +85,25 @@ class HeadRoles:
         return best if s == s and s >= threshold else None
 
     def to_dict(self) -> dict[str, Any]:
-        def clean(m: Tensor) -> list[list[float | None]]:
-            return [[None if v != v else v for v in row] for row in m.tolist()]
-
-        return {"source": self.source, "counts": self.counts, "scores": {r: clean(m) for r, m in self.scores.items()}}
+        return {"source": self.source, "counts": self.counts,
+                "scores": {r: nan_rows(m) for r, m in self.scores.items()}}
 
 
 def _accumulate(traces: Iterable[Trace], rarity: Tensor | None) -> tuple[dict[str, Tensor], dict[str, int]]:
     sums: dict[str, Tensor] = {}
     counts = dict.fromkeys(ROLES, 0)
     for trace in traces:
-        L = trace.config.n_layer
+        c = trace.config
+        attends = set(attention_layers(c))
         ids = trace_ids_full(trace)
         masks: dict[torch.device, dict[str, Tensor]] = {}  # made once per device the blocks are on
         mass: dict[str, list[Tensor]] = {r: [] for r in ROLES}
-        for i in range(L):  # each block's pattern where it was computed, in float64 (on the CPU where a GPU lacks it)
+        # each attention layer's pattern where it was computed, in float64 (on the CPU where a GPU lacks it)
+        for i in range(c.n_layer):
+            if i not in attends:  # a layer that mixes tokens another way: no pattern, no heads to judge
+                for role in ROLES:
+                    mass[role].append(torch.full((c.n_head,), float("nan"), dtype=torch.float64))
+                continue
             p = trace[block_name(i, "attn.pattern")]
             here = float64_device(p.device)
             if here not in masks:
@@ -103,7 +112,8 @@ def _accumulate(traces: Iterable[Trace], rarity: Tensor | None) -> tuple[dict[st
             for role, m in masks[here].items():
                 rows = m.any(dim=-1)  # (T,) queries where the role is defined
                 mass[role].append((pattern * m).sum(dim=-1)[..., rows].sum(dim=-1).cpu())  # (H,)
-        for role, m in masks[next(iter(masks))].items():
+        counted = masks[next(iter(masks))] if masks else role_masks(ids, trace.start, rarity)  # (no attention: CPU)
+        for role, m in counted.items():
             total = torch.stack(mass[role])  # (L, H)
             sums[role] = sums[role] + total if role in sums else total
             counts[role] += int(m.any(dim=-1).sum())

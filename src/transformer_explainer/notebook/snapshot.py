@@ -208,14 +208,13 @@ def snapshot_analyses(model: Model, trace: Trace, *, ablations: bool = True,
                       between_passes: BetweenPasses | None = None) -> dict[str, Any]:
     """The analyses the Experiments area shows, answered ahead of time for this trace (`between_passes`: called
     before each of the head ablations' forward passes). What a model cannot answer (a model that runs through
-    transformers: the embedding explorer, which reads the weights by name; head roles where a layer has no heads;
-    the ablations of the heads of its attention layers only) is left out, as the budget leaves things out: the page
-    says so where it is asked."""
+    transformers: the embedding explorer, which reads the weights by name; the heads of its layers without attention,
+    which it has none of to ablate or sort into roles) is left out, as the budget leaves things out: the page says so
+    where it is asked."""
     ids = list(trace.token_ids)
     lens, _ = _try(lambda: {"top": LENS_TOP, "out": _lens_all(model, trace)})
-    # head roles are scored over every layer's heads
-    whole = len(attention_layers(model)) == model.config.n_layer
-    out: dict[str, Any] = {"lens": lens, "heads": heads_json(trace, reference_roles(model)) if whole else None,
+    # head roles and attention statistics: None in the rows of the layers without attention
+    out: dict[str, Any] = {"lens": lens, "heads": heads_json(trace, reference_roles(model)),
                            "importance": None, "ablations": {}, "ablation_top": ABLATION_TOP, "neighbours": {}}
     if ablations and len(ids) >= 2:
         each, imp = ablate_each_head(model, ids, mode="zero", clean=trace, between_passes=between_passes)
