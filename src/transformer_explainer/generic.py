@@ -6,7 +6,9 @@ it computes under the project's names (the generic family's table, `names.GENERI
 output, its attention's queries, keys, values, mask, scores, pattern and z (and a sink where the model has one),
 the output of each mixer that is not attention (a short convolution, a state-space layer, linear attention) and of
 the MLP, the final norm's output and the logits. Its weights and the insides of its MLP and non-attention mixers
-are transformers' and are not named here (`weight` says so in one sentence).
+are transformers' and are not named here (`weight` says so in one sentence), except where our own code implements a
+layer's module (`bridge.mechanisms`, the mechanism lens: Gated DeltaNet): its internals are then derived on access
+from the module's recorded input by our module, under our names (linear_attn.q, beta, decay, implied_pattern, ...).
 
 `which_way(folder)` says which way a checkpoint runs: "own" (a family with code of our own: every intermediate
 named, what the lessons read) or "transformers".
@@ -15,11 +17,11 @@ named, what the lessons read) or "transformers".
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -40,6 +42,9 @@ from .patching import KINDS, Kind, Patching, generic_activation_patching
 from .sampling import SamplingParams, make_generator, most_likely, next_token_distribution
 from .text_model import GeneratedToken, TextModel, TokenLike
 from .trace import Trace
+
+if TYPE_CHECKING:
+    from .bridge.mechanisms import Mechanism
 
 OWN = "own"
 TRANSFORMERS = "transformers"
@@ -72,12 +77,14 @@ def which_way(folder: Path) -> str:
 @dataclass(frozen=True)
 class GenericLayer:
     """What one decoder layer is: its mixers' kinds ("attention", "linear_attention", "short_conv",
-    "state_space"), its local window (keys a query reads; None for full attention or no attention) and the
-    stages it records, in computation order."""
+    "state_space"), its local window (keys a query reads; None for full attention or no attention), the
+    stages it answers, in computation order, and the mechanism our own code explains its mixer by
+    (`bridge.mechanisms`: "gated_deltanet"; None where there is none), whose stages are among them."""
 
     kinds: tuple[str, ...]
     window: int | None
     stages: tuple[str, ...]
+    mechanism: str | None = None
 
 
 @dataclass(frozen=True)
@@ -159,8 +166,9 @@ def _hf_int(cfg: Any, *names: str) -> int | None:
 
 
 def generic_config(hf: nn.Module, values: dict[str, Tensor], windows: list[int | None],
-                   kinds: list[tuple[str, ...]]) -> GenericConfig:
-    """The GenericConfig of a loaded transformers decoder, from its config and one recording of it."""
+                   kinds: list[tuple[str, ...]], mechanisms: Mapping[int, Mechanism] | None = None) -> GenericConfig:
+    """The GenericConfig of a loaded transformers decoder, from its config and one recording of it; a layer with a
+    mechanism of ours (`bridge.find_mechanisms`) answers its stages too."""
     cfg = hf.config
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     stages: dict[int, set[str]] = {}
@@ -168,8 +176,12 @@ def generic_config(hf: nn.Module, values: dict[str, Tensor], windows: list[int |
         layer = layer_of(name)
         if layer is not None:
             stages.setdefault(layer, set()).add(name.split(".", 2)[2])
+    mechanisms = mechanisms or {}
+    for i, m in mechanisms.items():
+        stages.setdefault(i, set()).update(m.stages)
     n_layer = len(kinds)
-    layers = tuple(GenericLayer(kinds[i], windows[i], _stage_order(stages.get(i, set()))) for i in range(n_layer))
+    layers = tuple(GenericLayer(kinds[i], windows[i], _stage_order(stages.get(i, set())),
+                                mechanisms[i].kind if i in mechanisms else None) for i in range(n_layer))
     first = next((i for i, layer in enumerate(layers) if ATTENTION in layer.kinds and "attn.q" in layer.stages), None)
     if first is None:
         raise CheckpointError(f"{type(hf).__name__} has no attention layer whose queries and keys transformers' "
@@ -216,7 +228,7 @@ class GenericModel(TextModel):
                  trace_budget: int | None = None) -> None:
         """`trace_budget`: the most bytes one trace may hold (None: half the memory available when it is asked
         for); a longer text is refused before its pass (`trace_ids`)."""
-        from .bridge import record
+        from .bridge import find_mechanisms, record
 
         vocab = int(hf.config.get_text_config().vocab_size)
         if tokenizer.vocab_size > vocab:
@@ -230,7 +242,9 @@ class GenericModel(TextModel):
         self.trace_budget = trace_budget
         probe = record(self.hf, [0, min(1, vocab - 1)])  # what each layer records
         windows = [k.window for k in probe.layers]
-        self._config = generic_config(self.hf, probe.values, windows, [k.kinds for k in probe.layers])
+        self._mechanisms = find_mechanisms(self.hf)  # the layers whose module our own code explains
+        self._config = generic_config(self.hf, probe.values, windows, [k.kinds for k in probe.layers],
+                                      self._mechanisms)
         self._keep_logits = "logits_to_keep" in inspect.signature(type(self.hf).forward).parameters
         self._leave_out = self._derivable(probe, [0, min(1, vocab - 1)])
         # the bytes a trace holds at 2, 3 and 4 tokens: a polynomial of degree 2 in the tokens ((H, T, T) patterns)
@@ -316,7 +330,8 @@ class GenericModel(TextModel):
                      tokens=self.tokenizer.token_texts(ids),
                      memory=TraceValues(config=self.config, token_ids=list(ids), start=0, kept=values,
                                         last_logits=rec.last_logits, scales=dict(rec.scales), sums=dict(rec.sums),
-                                        head=None if "logits" in values else self._head))
+                                        head=None if "logits" in values else self._head,
+                                        mechanisms=self._mechanisms))
 
     def _head(self, x: Tensor) -> Tensor:
         """The logits (T, V) of a last residual stream x (T, D), by the model's own code (`bridge.residual_logits`):

@@ -29,6 +29,7 @@ from .name_options import (
     DENSE_BLOCKS_WEIGHTS,
     DENSE_MLP_STAGES,
     DENSE_MLP_WEIGHTS,
+    GATED_DELTANET_ACTIVATIONS,
     GEGLU_ACT,
     GLOBAL_LAYERS_ANGLES,
     KV_SLICE,
@@ -414,6 +415,14 @@ GENERIC_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "attn_out": (("T", "D"), "the attention module's output (after its output projection; before a norm that the "
                  "layer applies after it, where it has one)"),
     "linear_attn.in": (("T", "D"), "input of a linear-attention layer (e.g. Gated DeltaNet)"),
+    # a layer whose module our own code implements (bridge/mechanisms.py: Gated DeltaNet) answers its internals too,
+    # derived on access from linear_attn.in by our module (name_options.GATED_DELTANET_ACTIVATIONS; H its value heads, G
+    # its query/key heads); the state per token (H * T * Dk * Dv values) is not among them
+    **{f"linear_attn.{s}": GATED_DELTANET_ACTIVATIONS[f"linear_attn.{s}"] for s in ("q", "k", "v", "beta", "decay")},
+    "linear_attn.implied_pattern": (("H", "T", "S"), "the attention matrix the recurrence implies: o_t = sum_s "
+                                    "w[t, s] v_s exactly; weights may be negative and rows need not sum to 1 (not a "
+                                    "softmax): models.gated_deltanet.implied_attention"),
+    **{f"linear_attn.{s}": GATED_DELTANET_ACTIVATIONS[f"linear_attn.{s}"] for s in ("o", "gate")},
     "linear_attn.out": (("T", "D"), "output of a linear-attention layer"),
     "conv.in": (("T", "D"), "input of a short-convolution layer"),
     "conv.out": (("T", "D"), "output of a short-convolution layer"),

@@ -61,17 +61,19 @@ def _take(t: Tensor, dims: list[str], dim: str, index: int, what: str, name: str
     return t.select(axis, i)
 
 
-def _take_head(t: Tensor, dims: list[str], head: int, name: str, config: DecoderConfig) -> tuple[Tensor, int | None]:
-    """The slice of query head `head`, and the key/value head it was taken at (for a G dim)."""
+def _take_head(t: Tensor, dims: list[str], head: int, name: str, config: DecoderConfig,
+               heads: tuple[int, int] | None = None) -> tuple[Tensor, int | None]:
+    """The slice of query head `head`, and the key/value head it was taken at (for a G dim); `heads`: the (H, G)
+    of a layer whose heads are not its attention's (a linear-attention layer's value and key heads)."""
     dim = next((d for d in HEAD_DIMS if d in dims), None)
     if dim is None:
         raise InputError(f"{name} has no head dimension (its dims are {', '.join(dims)})")
     if HEAD_DIMS[dim] == "query_head":
         return _take(t, dims, dim, head, "head", name), None
-    H = config.n_head
+    H, G = heads or (config.n_head, config.n_kv_heads)
     if not -H <= head < H:
         raise InputError(f"head {head} is out of range for {name} (0..{H - 1})")
-    g = kv_head_of(head % H, H, config.n_kv_heads)
+    g = kv_head_of(head % H, H, G)
     return _take(t, dims, dim, g, "key/value head", name), g
 
 
@@ -234,10 +236,18 @@ def _activation_slice(trace: Trace, spec: TensorSpec,
     else:
         t = trace[spec.name]
         if spec.head is not None:
-            t, kv_head = _take_head(t, dims, spec.head, spec.name, cfg)
+            t, kv_head = _take_head(t, dims, spec.head, spec.name, cfg, _linear_heads(trace, layer, suffix, t, dims))
     if spec.position is not None:
         t = _take(t, dims, _position_dim(dims), spec.position, "position", spec.name, trace.start)
     return _Slice(spec, t, dims, kv_head, spec.triangle and _lower_triangular(t, dims, spec.name))
+
+
+def _linear_heads(trace: Trace, layer: int | None, suffix: str, t: Tensor, dims: list[str]) -> tuple[int, int] | None:
+    """A linear-attention layer's (value heads H, query/key heads G), for its queries' and keys' G dim: its own,
+    not its model's attention's (a Gated DeltaNet layer of Qwen3.5 has 32 value heads on 16 key heads)."""
+    if layer is None or not suffix.startswith("linear_attn.") or "G" not in dims:
+        return None
+    return int(trace[block_name(layer, "linear_attn.v")].shape[0]), int(t.shape[dims.index("G")])
 
 
 def _lower_triangular(t: Tensor, dims: list[str], name: str) -> bool:

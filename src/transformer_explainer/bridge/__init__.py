@@ -19,6 +19,9 @@ How it works:
 - state.py holds one call's values in a recorder reached through a context variable, so concurrent calls on one
   model keep their values apart; vocabulary.py declares the names (TransformerLens's, as names.py).
 - load.py refuses, in one sentence, what is not a decoder transformers implements (remote code never runs).
+- mechanisms.py is the mechanism lens: where our own code implements a layer's module (Gated DeltaNet), a mechanism
+  built from the module's weights derives its internals, in our names, from the module's recorded input (on access,
+  by `memo.values.TraceValues`): the forward stays transformers'.
 
 The values are transformers' own, so they equal its forward by construction; tests/integration/test_bridge.py
 checks it anyway, family by family.
@@ -26,11 +29,13 @@ checks it anyway, family by family.
 
 from .attention import ATTENTION_NAME, record_attention, register
 from .load import check_config, load_decoder
+from .mechanisms import MECHANISMS, Mechanism, find_mechanisms
 from .record import PATCHABLE, LayerKind, Recording, record, residual_logits
 from .state import Patch
 from .structure import Structure, find_structure
 from .vocabulary import GENERIC_BLOCK_ACTIVATIONS, GENERIC_GLOBAL_ACTIVATIONS, generic_block_name
 
 __all__ = ["ATTENTION_NAME", "GENERIC_BLOCK_ACTIVATIONS", "GENERIC_GLOBAL_ACTIVATIONS", "PATCHABLE", "LayerKind",
-           "Patch", "Recording", "Structure", "check_config", "find_structure", "generic_block_name", "load_decoder",
+           "MECHANISMS", "Mechanism", "Patch", "Recording", "Structure", "check_config", "find_mechanisms",
+           "find_structure", "generic_block_name", "load_decoder",
            "record", "record_attention", "register", "residual_logits"]

@@ -7,13 +7,17 @@ transformers (`generic.GenericModel`) keeps neither its masked scores, its z, it
 logits: they are derived on access, the scores by `applied_scores` from the queries, keys and mask with the scale
 and soft cap the pass applied (`scales`), z by `attention_z` from the pattern and the values, resid_mid as the sum
 the layer computed (`sums`), the logits by the model's own head from the last block's output (`head`; the last
-position's as the pass computed them), and kept a while in the block cache. A trace (`trace.Trace`) reads through
-this and knows none of it: the lookups are here, one place, in that order."""
+position's as the pass computed them), and kept a while in the block cache. A layer whose module our own code
+implements (`bridge.mechanisms`: Gated DeltaNet) answers that module's internals too, derived on access from the
+module's recorded input by our module (`mechanisms`), every stage of the layer in one run, kept a while in the block
+cache: the pass records none of them. A trace (`trace.Trace`) reads through this and knows none of it: the lookups
+are here, one place, in that order."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -56,6 +60,19 @@ def attention_z(pattern: Tensor, v: Tensor) -> Tensor:
     return torch.matmul(pattern, v.repeat_interleave(pattern.shape[0] // v.shape[0], dim=0))
 
 
+class Lens(Protocol):
+    """A layer's module explained by our own code (`bridge.mechanisms.Mechanism`): from the recorded stage
+    `input_stage` (batch dropped), `derive` gives every stage of `stages` (suffixes, e.g. "linear_attn.beta")."""
+
+    @property
+    def input_stage(self) -> str: ...
+
+    @property
+    def stages(self) -> tuple[str, ...]: ...
+
+    def derive(self, x: Tensor) -> dict[str, Tensor]: ...
+
+
 @dataclass(eq=False)
 class TraceValues(Mapping[str, Tensor]):
     """Every value of one traced pass by name (batch dimension dropped): `kept`, or computed again on access.
@@ -85,6 +102,8 @@ class TraceValues(Mapping[str, Tensor]):
     scales: dict[int, tuple[float, float | None]] = field(default_factory=dict, repr=False)
     # stages the pass left out as the sum of two it kept, equal bit for bit (a layer's resid_mid: resid_pre + attn_out)
     sums: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)
+    # per layer, our own code for its module (a recording through transformers): the module's internals on access
+    mechanisms: Mapping[int, Lens] = field(default_factory=dict, repr=False)
     # its cache key for the stages outside the blocks (its blocks': `blocks.key`, shared by the values that hold them)
     _key: object = field(default_factory=object, init=False, repr=False)
 
@@ -122,6 +141,8 @@ class TraceValues(Mapping[str, Tensor]):
         if key == "attn.z" and p.layer in self.scales and self.blocks is None:
             pattern, v = self[block_name(p.layer, "attn.pattern")], self[block_name(p.layer, "attn.v")]
             return self._once(name, lambda: attention_z(pattern, v))
+        if p.layer in self.mechanisms and key in self.mechanisms[p.layer].stages:
+            return self._mechanism_values(p.layer)[name]
         if name in self.sums:
             a, b = self.sums[name]
             return self[a] + self[b]
@@ -138,6 +159,17 @@ class TraceValues(Mapping[str, Tensor]):
     def _once(self, name: str, compute: Callable[[], Tensor]) -> Tensor:
         """A value derived on access, kept a while in the block cache (a view asks for it head by head)."""
         return self.block_cache.get((self._key, name), lambda: {name: compute()})[name]
+
+    def _mechanism_values(self, layer: int) -> dict[str, Tensor]:
+        """Every stage layer `layer`'s mechanism derives, by full name: one run of our module on the module's
+        recorded input, kept a while in the block cache (a view reads several stages of one layer)."""
+        lens = self.mechanisms[layer]
+
+        def derive() -> dict[str, Tensor]:
+            values = lens.derive(self[block_name(layer, lens.input_stage)])
+            return {block_name(layer, s): values[s] for s in lens.stages}
+
+        return self.block_cache.get((self._key, "mechanism", layer), derive)
 
     def _head_logits(self) -> Tensor:
         """(T, V): the model's own head (`head`) on the last block's output, the last position's logits as the pass
@@ -205,6 +237,8 @@ class TraceValues(Mapping[str, Tensor]):
         if self.blocks is None:
             out = {k: v for k, v in self.kept.items() if layer_of(k) == layer}
             derived = [block_name(layer, s) for s in ("attn.masked_scores", "attn.z")] if layer in self.scales else []
+            if layer in self.mechanisms:
+                derived += [block_name(layer, s) for s in self.mechanisms[layer].stages]
             for name in [*derived, *(n for n in self.sums if layer_of(n) == layer)]:  # derived on access, not kept
                 out[name] = self[name]
             return out
@@ -306,7 +340,7 @@ class TraceValues(Mapping[str, Tensor]):
                            last_logits=self.last_logits if n == len(self.token_ids) else None,
                            blocks=None if self.blocks is None else Cut(self.blocks, n), kv=kv,
                            block_cache=self.block_cache, observations=rows_cut(self.observations, n),
-                           head=self.head, scales=self.scales, sums=self.sums)
+                           head=self.head, scales=self.scales, sums=self.sums, mechanisms=self.mechanisms)
 
     def joined(self, new: TraceValues) -> TraceValues:
         """These values (from position 0) followed by `new`'s, a pass that read these positions' keys and values
@@ -322,5 +356,5 @@ class TraceValues(Mapping[str, Tensor]):
                            kept=merge_values(self.kept, new.kept, self.config.family), unembed=new.unembed,
                            last_logits=new.last_logits, blocks=blocks, kv=new.kv, block_cache=new.block_cache,
                            observations=rows_joined(self.observations, new.observations), head=new.head,
-                           scales=new.scales, sums=new.sums)
+                           scales=new.scales, sums=new.sums, mechanisms=new.mechanisms)
 

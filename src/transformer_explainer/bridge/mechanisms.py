@@ -1,0 +1,129 @@
+"""The mechanism lens: a transformers layer module that our own code implements, explained in our named stages.
+
+A model that runs through transformers is recorded at its modules' inputs and outputs (`hooks.py`); the inside of
+a mixer that is not attention is transformers' code, not named there. Where our code implements that module's
+maths (`models/`), a `Mechanism` is built from the layer's own weights (shared, not copied, where the layouts are the
+same) and `derive`s the module's internals on access from its recorded input: the forward stays transformers', and
+the views read the mechanism in our names (`names.GENERIC_BLOCK_ACTIVATIONS`). Nothing is recorded in the forward.
+
+`MECHANISMS` is the registry: one row per mechanism, (transformers module, class name, builder). A builder takes the
+module and the model's text config and gives a `Mechanism`, whose contract is:
+- `kind`: what it is ("gated_deltanet"), the same for every model that has it;
+- `input_stage`: the stage suffix the bridge records that it reads ("linear_attn.in": the module's input, (T, D));
+- `output_stage`: the stage suffix the bridge records of the module's output, which `derive` computes too (the
+  check that ours is the module's maths: equal within float rounding);
+- `stages`: the stage suffixes it adds to the trace, in computation order;
+- `derive(x)`: from the recorded input x (batch dimension dropped), a dict with every stage of `stages` and
+  `output_stage`, each batch dimension dropped, computed together in one run of our module (in `torch.no_grad`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from ..models.gated_deltanet import GatedDeltaNet, GatedDeltaNetConfig, implied_attention, qwen3_next_weights
+from ..models.recorder import Recorder
+from .structure import find_structure
+
+
+class Mechanism(Protocol):
+    """A layer's module explained by our own code (the module docstring's contract)."""
+
+    kind: str
+    input_stage: str
+    output_stage: str
+    stages: tuple[str, ...]
+
+    def derive(self, x: Tensor) -> dict[str, Tensor]: ...
+
+
+# the stages a Gated DeltaNet layer derives (name_options.GATED_DELTANET_ACTIVATIONS without the state per token, which
+# holds H * T * Dk * Dv values), and the attention matrix its recurrence implies
+DELTANET_STAGES = tuple(f"linear_attn.{s}" for s in ("q", "k", "v", "beta", "decay", "implied_pattern", "o", "gate"))
+
+
+@dataclass(frozen=True)
+class GatedDeltaNetLens:
+    """A Qwen3.5 / Qwen3-Next Gated DeltaNet module read by `models.gated_deltanet.GatedDeltaNet`: its weights under
+    Qwen3.5's names (`weights()`: the module's own tensors, or Qwen3-Next's rearranged by `qwen3_next_weights`)."""
+
+    module: nn.Module
+    config: GatedDeltaNetConfig
+    weights: Callable[[], dict[str, Tensor]]
+    kind: str = "gated_deltanet"
+    input_stage: str = "linear_attn.in"
+    output_stage: str = "linear_attn.out"
+    stages: tuple[str, ...] = DELTANET_STAGES
+
+    def ours(self) -> GatedDeltaNet:
+        """Our module on the transformers module's own tensors (assigned, not copied)."""
+        with torch.device("meta"):
+            net = GatedDeltaNet(self.config)
+        net.load_state_dict(self.weights(), strict=True, assign=True)
+        return net.eval()
+
+    @torch.no_grad()
+    def derive(self, x: Tensor) -> dict[str, Tensor]:
+        """q, k (G, T, Dk), v, o, gate (H, T, Dv), beta, decay (H, T), implied_pattern (H, T, T) and out (T, D) of
+        the input x (T, D), by our module's recorded forward (the state per token is not kept)."""
+        rec = Recorder()
+        out = self.ours()(x[None], rec.scope("linear_attn"))
+        values = {name: value[0] for name, value in rec.values.items()}
+        values["linear_attn.out"] = out[0]
+        values["linear_attn.implied_pattern"] = implied_attention(
+            values["linear_attn.q"], values["linear_attn.k"], values["linear_attn.beta"], values["linear_attn.decay"])
+        return {name: values[name] for name in (*self.stages, self.output_stage)}
+
+
+def _qwen3_5_deltanet(module: nn.Module, config: Any) -> Mechanism:
+    c = GatedDeltaNetConfig.from_hf(config)
+    return GatedDeltaNetLens(module, c, lambda: dict(module.state_dict()))
+
+
+def _qwen3_next_deltanet(module: nn.Module, config: Any) -> Mechanism:
+    c = GatedDeltaNetConfig.from_hf(config)
+    return GatedDeltaNetLens(module, c, lambda: qwen3_next_weights(module.state_dict(), c))
+
+
+# transformers module (its modeling module, its class) -> the builder of our mechanism; one row per mechanism
+MECHANISMS: tuple[tuple[str, str, Callable[[nn.Module, Any], Mechanism]], ...] = (
+    ("transformers.models.qwen3_5.modeling_qwen3_5", "Qwen3_5GatedDeltaNet", _qwen3_5_deltanet),
+    ("transformers.models.qwen3_next.modeling_qwen3_next", "Qwen3NextGatedDeltaNet", _qwen3_next_deltanet),
+)
+
+
+def _class(module_path: str, name: str) -> type | None:
+    """transformers' class, or None where this transformers has none of that name."""
+    try:
+        return getattr(importlib.import_module(module_path), name, None)
+    except ImportError:
+        return None
+
+
+def mechanism_of(module: nn.Module, config: Any) -> Mechanism | None:
+    """Our mechanism for a transformers module (None where our code implements none of its class)."""
+    for module_path, name, build in MECHANISMS:
+        cls = _class(module_path, name)
+        if cls is not None and isinstance(module, cls):
+            return build(module, config)
+    return None
+
+
+def find_mechanisms(model: nn.Module) -> dict[int, Mechanism]:
+    """Layer index -> the mechanism of its mixer, for every layer of `model` (a transformers `*ForCausalLM`) with a
+    mixer our code implements."""
+    cfg = model.config
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    out: dict[int, Mechanism] = {}
+    for layer in find_structure(model).layers:
+        for name in layer.mixers:
+            m = mechanism_of(getattr(layer.module, name), text)
+            if m is not None:
+                out[layer.index] = m
+    return out
