@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import Tensor
@@ -38,6 +38,7 @@ from .schemas import (
     PassCostOut,
     SampledOut,
     SamplingIn,
+    StateMemoryOut,
     TensorSpec,
     TokenOut,
     TraceOut,
@@ -103,7 +104,8 @@ def generic_capabilities_out(c: GenericConfig) -> CapabilitiesOut:
         mixers=[list(layer.kinds) for layer in c.layers], windows=windows, attention_layers=sorted(attn),
         resid_mid=["resid_mid" in layer.stages for layer in c.layers],
         sinks=["attn.sink" in layer.stages for layer in c.layers],
-        layer_stages=[list(layer.stages) for layer in c.layers])
+        layer_stages=[list(layer.stages) for layer in c.layers], mechanisms=[layer.mechanism for layer in c.layers],
+        state_memory=None if c.memory is None else StateMemoryOut(**asdict(c.memory)))
 
 
 def capabilities_out(c: DecoderConfig | GenericConfig) -> CapabilitiesOut:

@@ -131,6 +131,20 @@ class WeightIn(Strict):
 FamilyName = Literal[tuple(NAME_TABLES)]  # type: ignore[valid-type]
 
 
+class StateMemoryOut(BaseModel):
+    """What a model with Gated DeltaNet layers keeps between tokens, for one sequence
+    (`bridge.mechanisms.HybridMemory`): its DeltaNet layers' states and convolution windows, a fixed size, against
+    its full-attention layers' KV cache after each number of `tokens`."""
+
+    linear_layers: list[int]  # the Gated DeltaNet layers
+    full_attention_layers: list[int]  # the attention layers without a local window
+    state_bytes: int  # every DeltaNet layer's states (H x Dk x Dv each), in float32 as transformers keeps them
+    conv_bytes: int  # every DeltaNet layer's convolution window (kernel - 1 positions of its q, k, v channels)
+    tokens: list[int]  # 1k, 32k and 1M
+    kv_cache_bytes: list[int]  # the full-attention layers' keys and values after each of `tokens`
+    dtype: str  # the model's: the convolution windows' and the KV cache's
+
+
 class CapabilitiesOut(BaseModel):
     """What a model's blocks are made of and which options it has: what the views branch on. The first
     fields are its family's (`families/`: the declaration's `Architecture`); the others this model's. A model
@@ -174,6 +188,11 @@ class CapabilitiesOut(BaseModel):
     # per layer: the stages its trace records (names.GENERIC_BLOCK_ACTIVATIONS), for a model that runs through
     # transformers; None for an own-code model, whose family's table names every stage of every layer
     layer_stages: list[list[str]] | None = None
+    # per layer: the mechanism our own code explains its mixer by (bridge/mechanisms.py: "gated_deltanet"; None where
+    # there is none, and for every layer of an own-code model)
+    mechanisms: list[str | None] = []
+    # a model with Gated DeltaNet layers: their fixed memory against its full-attention layers' KV cache
+    state_memory: StateMemoryOut | None = None
 
 
 class ModelConfigOut(BaseModel):

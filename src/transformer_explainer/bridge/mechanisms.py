@@ -20,14 +20,20 @@ module and the model's text config and gives a `Mechanism`, whose contract is:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
 
-from ..models.gated_deltanet import GatedDeltaNet, GatedDeltaNetConfig, implied_attention, qwen3_next_weights
+from ..models.gated_deltanet import (
+    GatedDeltaNet,
+    GatedDeltaNetConfig,
+    implied_attention,
+    qwen3_next_weights,
+    state_memory,
+)
 from ..models.recorder import Recorder
 from .structure import find_structure
 
@@ -127,3 +133,40 @@ def find_mechanisms(model: nn.Module) -> dict[int, Mechanism]:
             if m is not None:
                 out[layer.index] = m
     return out
+
+
+# -- memory: what a hybrid model keeps between tokens ----------------------------------------------------------------
+
+MEMORY_TOKENS = (1024, 32768, 1048576)  # 1k, 32k and 1M tokens (powers of two)
+
+
+@dataclass(frozen=True)
+class HybridMemory:
+    """What a model with Gated DeltaNet layers keeps between tokens, for one sequence: every DeltaNet layer's state
+    and convolution window (a fixed size, whatever the text's length) against the KV cache of its full-attention
+    layers after each of `tokens`. The states in float32 (transformers' recurrence keeps them so, whatever the model's
+    dtype), the convolution windows and the KV cache in the model's dtype."""
+
+    linear_layers: tuple[int, ...]  # the Gated DeltaNet layers
+    full_attention_layers: tuple[int, ...]  # the attention layers without a local window
+    state_bytes: int  # every DeltaNet layer's states: H * Dk * Dv float32 values each
+    conv_bytes: int  # every DeltaNet layer's convolution window: (kernel - 1) positions of its q, k, v channels
+    tokens: tuple[int, ...]
+    kv_cache_bytes: tuple[int, ...]  # the full-attention layers' keys and values after each of `tokens`
+    dtype: str  # the model's (the convolution windows' and the KV cache's)
+
+
+def hybrid_memory(mechanisms: Mapping[int, Mechanism], full_attention_layers: Sequence[int], n_kv_heads: int,
+                  head_dim: int, dtype: torch.dtype, tokens: Sequence[int] = MEMORY_TOKENS) -> HybridMemory | None:
+    """The memory table of a model whose Gated DeltaNet layers are `mechanisms`' of that kind (None where it has
+    none), by `models.gated_deltanet.state_memory` per layer: `n_kv_heads` key/value heads of `head_dim` in each of
+    the `full_attention_layers`."""
+    deltanet = {i: m for i, m in mechanisms.items() if isinstance(m, GatedDeltaNetLens)}
+    if not deltanet:
+        return None
+    size = torch.empty((), dtype=dtype).element_size()
+    per_layer = [state_memory(m.config, n_kv_heads, head_dim, tokens, bytes_per_value=size) for m in deltanet.values()]
+    kv = per_layer[0].kv_cache_bytes  # one full-attention layer's: the same for every DeltaNet layer's call
+    return HybridMemory(tuple(sorted(deltanet)), tuple(full_attention_layers),
+                        sum(m.state_bytes for m in per_layer), sum(m.conv_bytes for m in per_layer), tuple(tokens),
+                        tuple(len(full_attention_layers) * kv[n] for n in tokens), str(dtype).removeprefix("torch."))

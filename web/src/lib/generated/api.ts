@@ -150,6 +150,8 @@ export interface CapabilitiesOut {
   resid_mid?: boolean[];
   sinks?: boolean[];
   layer_stages?: string[][] | null;
+  mechanisms?: (string | null)[];
+  state_memory?: StateMemoryOut | null;
 }
 
 /** Tokens [start, end) that split characters between them (e.g. the four bytes of an emoji). */
@@ -746,6 +748,17 @@ export interface StartEvent {
   lr: number;
   warmup: number;
   max_minutes: number;
+}
+
+/** What a model with Gated DeltaNet layers keeps between tokens, for one sequence (`bridge.mechanisms.HybridMemory`): its DeltaNet layers' states and convolution windows, a fixed size, against its full-attention layers' KV cache after each number of `tokens`. */
+export interface StateMemoryOut {
+  linear_layers: number[];
+  full_attention_layers: number[];
+  state_bytes: number;
+  conv_bytes: number;
+  tokens: number[];
+  kv_cache_bytes: number[];
+  dtype: string;
 }
 
 export interface StepEvent {
