@@ -410,7 +410,8 @@ GENERIC_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
                            "mask: the scores the softmax reads"),
     "attn.pattern": (("H", "T", "S"), "the weights over the keys, as transformers' eager attention returns them"),
     "attn.sink": (("H",), "the learned sink logit per head: one more entry in the softmax's denominator"),
-    "attn.sink_weight": (("H", "T"), "the weight the sink takes from each query: 1 - the pattern's row sum"),
+    "attn.sink_weight": (("H", "T"), "the weight the sink takes from each query: the softmax's sink column, which "
+                         "eager computes and drops (1 - the pattern's row sum, to rounding)"),
     "attn.z": (("H", "T", "Dv"), "pattern @ V: each head's weighted sum of values, before the output projection"),
     "attn_out": (("T", "D"), "the attention module's output (after its output projection; before a norm that the "
                  "layer applies after it, where it has one)"),

@@ -6,6 +6,7 @@ phone in 中文 too. Screenshots go to test-artifacts/generic-*.png."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -201,3 +202,95 @@ def test_parallel_mixers_both_shown(browser, tmp_path_factory):
         page.screenshot(path=str(ARTIFACTS / "generic-7-falcon-residual.png"), full_page=True)
         page.get_by_test_id("nav-attention").click()
         page.wait_for_selector("[data-testid=attn-pattern]")
+
+
+def shown(text: str) -> float:
+    """A number as the page shows it (4 decimals, or 4 significant digits; "−" for minus)."""
+    return float(text.replace("−", "-"))
+
+
+def approx(v: float) -> object:
+    """What a number shown by the page equals: 4 decimals, or 4 significant digits when very small."""
+    return pytest.approx(float(v), rel=1e-3, abs=6e-5 if abs(v) >= 1e-3 else 0)
+
+
+def _pattern_cells(page) -> list[list[float]]:
+    """Every cell of the drawn pattern, read back through its readout (the value the heatmap draws there): the
+    keyboard walks the picture row by row from the top left. A masked cell reads 0."""
+    pic = page.locator("[data-testid=attn-pattern] .pic")
+    readout = page.get_by_test_id("attn-pattern-readout")
+    rows = len(page.locator("[data-testid=attn-pattern] .rl").all())
+    cols = len(page.locator("[data-testid=attn-pattern] .cl").all())
+    pic.focus()
+    pic.press("Home")
+    for _ in range(rows):
+        pic.press("ArrowUp")
+    out = []
+    for r in range(rows):
+        if r:
+            pic.press("ArrowDown")
+            pic.press("Home")
+        got = []
+        for c in range(cols):
+            if c:
+                pic.press("ArrowRight")
+            said = readout.inner_text()
+            got.append(0.0 if said.endswith(("masked", "已掩码")) else shown(said.rsplit(":", 1)[-1]))
+        out.append(got)
+    return out
+
+
+def test_the_sink_is_a_column_of_its_own(browser, sink_server):
+    """gpt-oss: the pattern draws each query's weight on the sink as its own column, left of the keys, labelled; its
+    values are the API's attn.sink_weight for the chosen head, and each row (keys and sink) sums to 1. The note says,
+    in this head's numbers, what the focus query gives the sink against its largest key, and which query gives the
+    sink the most and the least. On a phone in 中文 too."""
+    layer, head = 1, 2
+    with open_app(browser, sink_server.url, query=f"#text={TEXT}&view=attention&layer={layer}") as page:
+        _ready(page)
+        page.wait_for_selector("[data-testid=attn-pattern]")
+        page.locator("[data-testid=head-picker] button").nth(head).click()
+        page.wait_for_selector(f"[data-testid=head-picker] button[aria-checked=true]:text-is('{head}')")
+        page.wait_for_selector("[data-testid=sink-column-note]")
+        assert page.locator("[data-testid=attn-pattern] .cl").first.inner_text() == "sink"
+        got = api(sink_server, "tensors", text=TEXT, tensors=[
+            {"name": f"blocks.{layer}.attn.sink_weight", "head": head, "dtype": "float32"},
+            {"name": f"blocks.{layer}.attn.pattern", "head": head, "dtype": "float32"}])
+        sink, pattern = (decode_array(t["data"], t["shape"], t["dtype"]) for t in got["tensors"])
+        cells = np.array(_pattern_cells(page))
+        assert cells.shape == (pattern.shape[0], pattern.shape[1] + 1)
+        np.testing.assert_allclose(cells[:, 0], sink, atol=1e-4)  # the column is the sink's weight (4 decimals)
+        np.testing.assert_allclose(cells[:, 1:], pattern, atol=1e-4)
+        np.testing.assert_allclose(cells.sum(1), 1.0, atol=1e-3)  # keys and sink: a whole softmax
+        assert (1 - pattern.sum(1)).max() > 1e-2  # without the column a row does not sum to 1: the column matters
+        # the note in this head's numbers
+        note = page.get_by_test_id("generic-sink").inner_text()
+        pos = pattern.shape[0] - 1  # the focus is the last token
+        said = re.search(r"head (\d+) gives the sink (\S+) of the focus token's weight\. That is (more|less) than",
+                         note)
+        assert said and int(said[1]) == head and shown(said[2]) == approx(sink[pos])
+        k = int(np.argmax(pattern[pos]))
+        assert said[3] == ("more" if sink[pos] > pattern[pos, k] else "less")
+        labels = page.locator("[data-testid=attn-pattern] .rl").all_inner_texts()
+        said = re.search(r"largest(?: key)?, “(.*?)” \((\d+)\), gets \(?([^\s)]+)\)?\.", note)
+        assert said and (said[1], int(said[2])) == (labels[k], k) and shown(said[3]) == approx(pattern[pos, k])
+        said = re.search(r"the most from query “.*” \((\d+)\): (\S+), and the least from query “.*” "
+                         r"\((\d+)\): (\S+)\.$", note)
+        most, least = int(np.argmax(sink)), int(np.argmin(sink))
+        assert said and (int(said[1]), int(said[3])) == (most, least)
+        assert (shown(said[2]), shown(said[4])) == (approx(sink[most]), approx(sink[least]))
+        page.screenshot(path=str(ARTIFACTS / "generic-9-sink-column.png"), full_page=True)
+    phone = {"viewport": {"width": 412, "height": 839}, "screen": {"width": 412, "height": 915},
+             "device_scale_factor": 2.625, "is_mobile": True, "has_touch": True}
+    with open_app(browser, sink_server.url, query=f"#text={TEXT}&view=attention&layer={layer}&lang=zh",
+                  **phone) as page:
+        _ready(page)
+        page.wait_for_function("() => document.documentElement.lang.startsWith('zh')")
+        page.wait_for_selector("[data-testid=sink-column-note]")
+        assert page.locator("[data-testid=attn-pattern] .cl").first.inner_text() == "汇点"
+        page.wait_for_function("() => /从查询/.test(document.querySelector('[data-testid=generic-sink]')"
+                               "?.textContent ?? '')")
+        assert page.evaluate("document.documentElement.scrollWidth <= innerWidth + 1")
+        page.screenshot(path=str(ARTIFACTS / "generic-10-phone-zh-sink-column.png"), full_page=True)
+        page.get_by_test_id("generic-sink").scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / "generic-11-phone-zh-sink-note.png"))

@@ -84,17 +84,31 @@ def _record(rec: Recorder, layer: int, module: torch.nn.Module, query: torch.Ten
     rec.put(layer, "attn.k", k)
     rec.put(layer, "attn.v", v)
     rec.scales[layer] = (float(scaling), None if softcap is None else float(softcap))
+    sinks = kwargs.get("s_aux", getattr(module, "sinks", None))
+    sinks = sinks if isinstance(sinks, torch.Tensor) and weights is not None else None
+    scores = None
+    if "attn.masked_scores" not in rec.leave_out or sinks is not None:
+        scores = applied_scores(q, k, applied, *rec.scales[layer])
     if "attn.masked_scores" not in rec.leave_out:
-        rec.put(layer, "attn.masked_scores", applied_scores(q, k, applied, *rec.scales[layer]))
+        rec.put(layer, "attn.masked_scores", scores)
     if weights is None or "attn.z" not in rec.leave_out or generic_block_name(layer, "attn.z") in rec.applied:
         rec.put(layer, "attn.z", out[0].transpose(0, 1))  # else derived: memo.values.attention_z(pattern, v)
     if weights is not None:
         rec.put(layer, "attn.pattern", weights[0])
-    sinks = kwargs.get("s_aux", getattr(module, "sinks", None))
-    if isinstance(sinks, torch.Tensor) and weights is not None:
+    if sinks is not None and scores is not None:
         rec.put(layer, "attn.sink", sinks)
-        rec.put(layer, "attn.sink_weight", 1.0 - weights[0].sum(-1))
+        rec.put(layer, "attn.sink_weight", sink_weight(scores, sinks))
     rec.windows[layer] = kwargs.get("sliding_window", getattr(module, "sliding_window", None))
+
+
+def sink_weight(scores: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
+    """(H, T): the sink's column of the softmax over the keys' scores (H, T, S) and each head's sink logit (H,), by
+    eager's arithmetic (the row's maximum subtracted, then the softmax): the column eager computes and drops. Not
+    1 - the pattern's row sum, which loses a weight below float32's rounding of 1 (it read -1.2e-7 for one)."""
+    column = sinks.to(scores.dtype).reshape(-1, 1, 1).expand(-1, scores.shape[1], 1)
+    combined = torch.cat([scores, column], dim=-1)
+    combined = combined - combined.max(dim=-1, keepdim=True).values
+    return torch.softmax(combined, dim=-1, dtype=combined.dtype)[..., -1]
 
 
 def register() -> str:

@@ -592,7 +592,7 @@ export const GENERIC_BLOCK_ACTIVATIONS = {
   "attn.masked_scores": { dims: ["H", "T", "S"], description: "q @ k^T times the scale (soft-capped where the model caps), plus the mask: the scores the softmax reads" },
   "attn.pattern": { dims: ["H", "T", "S"], description: "the weights over the keys, as transformers' eager attention returns them" },
   "attn.sink": { dims: ["H"], description: "the learned sink logit per head: one more entry in the softmax's denominator" },
-  "attn.sink_weight": { dims: ["H", "T"], description: "the weight the sink takes from each query: 1 - the pattern's row sum" },
+  "attn.sink_weight": { dims: ["H", "T"], description: "the weight the sink takes from each query: the softmax's sink column, which eager computes and drops (1 - the pattern's row sum, to rounding)" },
   "attn.z": { dims: ["H", "T", "Dv"], description: "pattern @ V: each head's weighted sum of values, before the output projection" },
   "attn_out": { dims: ["T", "D"], description: "the attention module's output (after its output projection; before a norm that the layer applies after it, where it has one)" },
   "linear_attn.in": { dims: ["T", "D"], description: "input of a linear-attention layer (e.g. Gated DeltaNet)" },
