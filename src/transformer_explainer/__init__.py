@@ -12,9 +12,10 @@ from .lazy_exports import lazy_getattr
 
 if TYPE_CHECKING:
     from .config import DecoderConfig
-    from .engine import ExplainerModel, GeneratedToken, load_model
+    from .engine import ExplainerModel, load_model
     from .errors import CheckpointError, ExplainerError, InputError, ModelNotFoundError
     from .sampling import NextTokenDistribution, SamplingParams
+    from .text_model import GeneratedToken
     from .trace import Trace
 
 _EXPORTS = {
@@ -22,7 +23,7 @@ _EXPORTS = {
     "ExplainerError": ".errors",
     "ExplainerModel": ".engine",
     "DecoderConfig": ".config",
-    "GeneratedToken": ".engine",
+    "GeneratedToken": ".text_model",
     "InputError": ".errors",
     "ModelNotFoundError": ".errors",
     "NextTokenDistribution": ".sampling",

@@ -4,7 +4,7 @@ Python API, the CLI and the web app."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,8 +37,7 @@ from .models.placement import (
 )
 from .models.recorder import Patch, Recorder
 from .patching import KINDS, Kind, Patching, activation_patching
-from .sampling import SamplingParams, make_generator, most_likely, next_token_distribution
-from .text_model import GeneratedToken, TextModel, TokenLike
+from .text_model import TextModel, TokenLike
 from .trace import Trace, merge_traces
 
 log = logging.getLogger(__name__)
@@ -194,35 +193,13 @@ class ExplainerModel(TextModel):
 
     # -- prediction --------------------------------------------------------------------------------
 
-    @torch.inference_mode()
-    def generate_ids(self, ids: list[int], max_new_tokens: int, params: SamplingParams | None = None,
-                     *, stop_at_eos: bool = True) -> Iterator[GeneratedToken]:
-        """Yield new tokens one by one; each step runs only the new position (KV cache). Stops at
-        `max_new_tokens`, at the end-of-text token, or where the context is full."""
-        params = params or SamplingParams()
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise InputError(f"the number of tokens to generate must be a whole number >= 0, got {max_new_tokens!r}",
-                             code="generate_count", value=str(max_new_tokens))
-        self._check_ids(ids, None)
-        eos = set(self.tokenizer.eos_ids())
-        cache = KVCache(capacity=min(len(ids) + max_new_tokens, self.context_length))  # no regrowth while generating
+    def _start_decoding(self, ids: list[int], capacity: int) -> tuple[Tensor, Callable[[int], Tensor]]:
+        """The prompt's last logits through our own decoder, filling a KV cache of `capacity` positions (no regrowth
+        while generating), then one position a step (`DecodeStep`: the same numbers as the decoder on that position,
+        with less Python)."""
+        cache = KVCache(capacity=capacity)
         logits = self.net(self._input(ids), cache=cache, logits_for="last")[0, -1]
-        step = DecodeStep(self.net, cache)  # the same numbers as self.net on one position, with less Python
-        gen = None if params.greedy else make_generator(params.seed, logits.device)  # draws where the probabilities are
-        pos = len(ids)
-        params.check_vocabulary(logits.shape[-1])  # greedy steps build no distribution, which would check it
-        for _ in range(max_new_tokens):
-            if params.greedy:  # the most likely token, with probability 1: no distribution to build
-                tid, prob = most_likely(logits), 1.0
-            else:
-                dist = next_token_distribution(logits, params)
-                tid = dist.sample(gen)
-                prob = float(dist.probs[tid])
-            yield GeneratedToken(tid, self.tokenizer.token_text(tid), prob, pos)
-            pos += 1
-            if (stop_at_eos and tid in eos) or pos >= self.context_length:
-                return
-            logits = step(tid)
+        return logits, DecodeStep(self.net, cache)
 
     # -- why this token ------------------------------------------------------------------------------
 

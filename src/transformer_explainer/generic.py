@@ -17,7 +17,7 @@ named, what the lessons read) or "transformers".
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -39,8 +39,7 @@ from .memo.plan import Memory
 from .memo.values import TraceValues
 from .names import GENERIC_BLOCK_ACTIVATIONS, GENERIC_NAMES, NameTable, block_name, layer_of
 from .patching import KINDS, Kind, Patching, generic_activation_patching
-from .sampling import SamplingParams, make_generator, most_likely, next_token_distribution
-from .text_model import GeneratedToken, TextModel, TokenLike
+from .text_model import TextModel, TokenLike
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -429,34 +428,19 @@ class GenericModel(TextModel):
         extra = {"logits_to_keep": 1} if self._keep_logits else {}
         return self.hf(input_ids=self._input(ids), use_cache=False, **extra).logits[0, -1]
 
-    @torch.inference_mode()
-    def generate_ids(self, ids: list[int], max_new_tokens: int, params: SamplingParams | None = None,
-                     *, stop_at_eos: bool = True) -> Iterator[GeneratedToken]:
-        """New tokens one by one, each step running only the new position with transformers' own KV cache."""
-        params = params or SamplingParams()
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise InputError(f"the number of tokens to generate must be a whole number >= 0, got {max_new_tokens!r}",
-                             code="generate_count", value=str(max_new_tokens))
-        self._check_ids(ids)
-        eos = set(self.tokenizer.eos_ids())
+    def _start_decoding(self, ids: list[int], capacity: int) -> tuple[Tensor, Callable[[int], Tensor]]:
+        """The prompt's last logits, then one position a step with transformers' own cache (it grows as it needs:
+        `capacity` is not needed)."""
         out = self.hf(input_ids=self._input(ids), use_cache=True)
-        logits, cache = out.logits[0, -1], out.cache
-        gen = None if params.greedy else make_generator(params.seed, logits.device)
-        pos = len(ids)
-        params.check_vocabulary(logits.shape[-1])
-        for _ in range(max_new_tokens):
-            if params.greedy:
-                tid, prob = most_likely(logits), 1.0
-            else:
-                dist = next_token_distribution(logits, params)
-                tid = dist.sample(gen)
-                prob = float(dist.probs[tid])
-            yield GeneratedToken(tid, self.tokenizer.token_text(tid), prob, pos)
-            pos += 1
-            if (stop_at_eos and tid in eos) or pos >= self.context_length:
-                return
+        cache = out.cache
+
+        def step(tid: int) -> Tensor:
+            nonlocal cache
             out = self.hf(input_ids=self._input([tid]), cache=cache, use_cache=True)
-            logits, cache = out.logits[0, -1], out.cache
+            cache = out.cache
+            return out.logits[0, -1]
+
+        return out.logits[0, -1], step
 
     def weight(self, name: str) -> Tensor:
         raise InputError(f"{self.name} runs through transformers' own modules: its weights keep transformers' names "

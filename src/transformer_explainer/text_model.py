@@ -1,12 +1,13 @@
 """What every text model the project explains does alike, whichever way it runs: `TextModel`, the base of
 `engine.ExplainerModel` (the families with code of our own) and `generic.GenericModel` (any transformers decoder,
 through transformers' own modules). Reading the text (tokens, their checks), the next-token distribution, and the
-checks before a patching run; the forward pass, its trace and generation are each model's own."""
+checks before a patching run, and generation's sampling loop; the forward pass, its trace and how it computes the
+logits of one more token are each model's own."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from .errors import InputError
 from .loading.tokenizer import TextTokenizer
 from .models.kv_cache import KVCache
 from .patching import KINDS, Kind, check_kinds
-from .sampling import NextTokenDistribution, SamplingParams, next_token_distribution
+from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
 from .trace import Trace, with_text
 
 TokenLike = int | str  # a token id, a text that is one token, or a raw vocabulary entry ('Ġking')
@@ -66,9 +67,10 @@ class TextModel(ABC):
         """The next-token logits (V,) after `ids`, recording nothing (the fast path)."""
 
     @abstractmethod
-    def generate_ids(self, ids: list[int], max_new_tokens: int, params: SamplingParams | None = None,
-                     *, stop_at_eos: bool = True) -> Iterator[GeneratedToken]:
-        """New tokens one by one, each from the distribution `params` makes of the logits."""
+    def _start_decoding(self, ids: list[int], capacity: int) -> tuple[Tensor, Callable[[int], Tensor]]:
+        """How this model computes logits while generating: the next-token logits (V,) after the prompt `ids`, and
+        a step that takes the next token's id and returns the logits after it, running only that position (the
+        state it carries, such as a KV cache, holds at most `capacity` positions)."""
 
     # -- input -------------------------------------------------------------------------------------
 
@@ -127,6 +129,35 @@ class TextModel(ABC):
         else:
             logits = self.logits(text_or_trace)
         return next_token_distribution(logits, params, token_text=self.tokenizer.token_text)
+
+    @torch.inference_mode()
+    def generate_ids(self, ids: list[int], max_new_tokens: int, params: SamplingParams | None = None,
+                     *, stop_at_eos: bool = True) -> Iterator[GeneratedToken]:
+        """New tokens one by one, each from the distribution `params` makes of the logits (the most likely token
+        when greedy); each step runs only the new position (`_start_decoding`). Stops at `max_new_tokens`, at an
+        end-of-text token (unless `stop_at_eos` is False), or where the context is full."""
+        params = params or SamplingParams()
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise InputError(f"the number of tokens to generate must be a whole number >= 0, got {max_new_tokens!r}",
+                             code="generate_count", value=str(max_new_tokens))
+        self._check_ids(ids, None)
+        eos = set(self.tokenizer.eos_ids())
+        logits, step = self._start_decoding(ids, min(len(ids) + max_new_tokens, self.context_length))
+        gen = None if params.greedy else make_generator(params.seed, logits.device)  # draws where the probabilities are
+        pos = len(ids)
+        params.check_vocabulary(logits.shape[-1])  # greedy steps build no distribution, which would check it
+        for _ in range(max_new_tokens):
+            if params.greedy:  # the most likely token, with probability 1: no distribution to build
+                tid, prob = most_likely(logits), 1.0
+            else:
+                dist = next_token_distribution(logits, params)
+                tid = dist.sample(gen)
+                prob = float(dist.probs[tid])
+            yield GeneratedToken(tid, self.tokenizer.token_text(tid), prob, pos)
+            pos += 1
+            if (stop_at_eos and tid in eos) or pos >= self.context_length:
+                return
+            logits = step(tid)
 
     def generate(self, text: str, max_new_tokens: int,
                  params: SamplingParams | None = None) -> Iterator[GeneratedToken]:

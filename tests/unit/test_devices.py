@@ -76,8 +76,8 @@ def _device():
 def cpu_generators(monkeypatch) -> list[torch.device]:
     """torch makes no random generator for the simulated device: draws use the CPU's (the rest of sampling runs on
     the device); the list records the device each generator was asked for."""
-    import transformer_explainer.engine as engine
     import transformer_explainer.overview as overview
+    import transformer_explainer.text_model as text_model  # generation's sampling loop, for every kind of model
 
     asked: list[torch.device] = []
 
@@ -86,7 +86,7 @@ def cpu_generators(monkeypatch) -> list[torch.device]:
         g = torch.Generator(device="cpu")
         return g.manual_seed(seed) if seed is not None else g
 
-    monkeypatch.setattr(engine, "make_generator", cpu_generator)
+    monkeypatch.setattr(text_model, "make_generator", cpu_generator)
     monkeypatch.setattr(overview, "make_generator", cpu_generator)
     return asked
 
