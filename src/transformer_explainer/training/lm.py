@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..loading.tokenizer import TextTokenizer
 from ..models.decoder import Decoder
@@ -92,6 +92,22 @@ def evaluate_lm(model: Decoder, ids: np.ndarray, token_bytes: np.ndarray, block_
             "tokens": float(count)}
 
 
+class CausalLMLogits(nn.Module):
+    """A transformers causal language model seen as the training loop sees our decoders: token ids (B, T) ->
+    next-token logits (B, T, V). Its weights are the transformers model's own (`self.lm`), initialised by its
+    `post_init`, and saved from there with `save_pretrained`."""
+
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.lm(input_ids=ids, use_cache=False).logits
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # a tied table is one parameter: counted once
+
+
 @dataclass
 class LMTask:
     """Random windows of the training tokens; batch `step` depends only on (seed, step)."""
@@ -150,9 +166,9 @@ class MoeLMTask(LMTask):
     aux_loss_coef: float = 0.0
 
     def loss(self, model: Decoder, batch: tuple[Tensor, Tensor]) -> Tensor:
-        c = model.config
-        if not self.aux_loss_coef or not c.moe_layers:
+        if not self.aux_loss_coef or not model.config.moe_layers:
             return super().loss(model, batch)
+        c = model.config
         assert c.n_experts is not None and c.top_k is not None
         x, y = batch
         kept: list[Tensor] = []

@@ -17,12 +17,26 @@ def add_lm_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-size", type=int_range(257), default=8192,
                    help="when training a tokenizer: 256 byte tokens, the merges and <|endoftext|> (default 8192)")
     p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints and run.json; resumes if present")
-    p.add_argument("--family", choices=["gpt2", "llama", "mixtral"], default="gpt2",
+    p.add_argument("--family", choices=["gpt2", "llama", "mixtral", "qwen3_5_text"], default="gpt2",
                    help="gpt2: LayerNorm, learned positions, GELU MLP; llama: RMSNorm, RoPE, gated MLP, "
                         "grouped-query attention, no biases (saved as HF LlamaForCausalLM); mixtral: llama's "
-                        "attention and a mixture of experts in place of the MLP (saved as HF MixtralForCausalLM)")
+                        "attention and a mixture of experts in place of the MLP (saved as HF MixtralForCausalLM); "
+                        "qwen3_5_text: Qwen3.5's hybrid, Gated DeltaNet (linear attention) layers with a full "
+                        "attention layer every --full-attention-interval, built and saved by transformers "
+                        "(Qwen3_5ForCausalLM)")
     p.add_argument("--n-kv-head", type=positive_int, default=None,
-                   help="llama, mixtral: key/value heads (grouped-query attention); default one per query head")
+                   help="llama, mixtral, qwen3_5_text: key/value heads (grouped-query attention); default one per "
+                        "query head")
+    p.add_argument("--full-attention-interval", type=positive_int, default=4,
+                   help="qwen3_5_text: every this many layers, the last is full attention, the others Gated "
+                        "DeltaNet (default 4, Qwen3.5's)")
+    p.add_argument("--linear-key-heads", type=positive_int, default=4,
+                   help="qwen3_5_text: the Gated DeltaNet's query/key heads (default 4)")
+    p.add_argument("--linear-value-heads", type=positive_int, default=8,
+                   help="qwen3_5_text: the Gated DeltaNet's value heads, a multiple of --linear-key-heads "
+                        "(default 8)")
+    p.add_argument("--linear-head-dim", type=positive_int, default=32,
+                   help="qwen3_5_text: the width of each Gated DeltaNet key and value head (default 32)")
     p.add_argument("--n-inner", type=positive_int, default=None,
                    help="MLP hidden width (mixtral: each expert's); default 4 x n_embd (gpt2), 8/3 x n_embd rounded "
                         "to 64 (llama), n_embd (mixtral)")
@@ -53,7 +67,8 @@ def add_lm_args(p: argparse.ArgumentParser) -> None:
                    help="seed of the initial weights and of the batches drawn (default 1337)")
     p.add_argument("--export", type=Path, default=None,
                    help="write the trained model here as an HF folder with a model card: GPT2LMHeadModel for "
-                        "--family gpt2, LlamaForCausalLM for --family llama")
+                        "--family gpt2, LlamaForCausalLM for --family llama, MixtralForCausalLM for --family "
+                        "mixtral, Qwen3_5ForCausalLM for --family qwen3_5_text")
     p.add_argument("--export-dtype", choices=["float32", "float16"], default="float16",
                    help="the weights' type in the --export folder (default float16: half the size)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
