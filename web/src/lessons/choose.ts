@@ -3,17 +3,28 @@
 import type { Capabilities } from "../lib/family";
 import type { StageId } from "../lib/pipeline";
 
+/** Whether a model has the mechanisms of the chapter "Attention that forgets, compresses and sinks": a Gated DeltaNet
+ *  layer, a learned sink, or latent attention (the capabilities' `kv_latent`). */
+export function newAttention(caps: Capabilities): boolean {
+  const c = caps as Capabilities & { kv_latent?: unknown };
+  return !!c.mixers?.some((m) => m.includes("linear_attention")) || !!c.sinks?.some(Boolean) || !!c.kv_latent;
+}
+
 /** The lessons' ids (each lesson's `id`; lessons/index.ts maps every one to its lesson). */
-export type LessonId = "gpt2" | "seq2seq" | "experiments" | "modern" | "stable" | "why" | "moe";
+export type LessonId = "gpt2" | "seq2seq" | "experiments" | "modern" | "stable" | "why" | "moe" | "hybrid";
 
 /** The lesson of the page in view: the encoder-decoder page's, the Experiments area's, Why this token's, by the loaded
  *  model's capabilities the chapter on mixtures of experts (Mixtral, Qwen3-MoE, OLMoE: before the next rule, since a
  *  Qwen3-MoE has QK-norm too and its experts are what is new), the chapter on QK-norm, sandwich norms and local layers
- *  (Qwen3, Gemma 3), the chapter on today's models for the other rotary models (the Llama family), or GPT-2's. */
+ *  (Qwen3, Gemma 3), the chapter on today's models for the other rotary models (the Llama family), or GPT-2's. Before
+ *  those, the chapter on attention that forgets, compresses and sinks for a model with a layer that is not attention
+ *  (Gated DeltaNet: Qwen3.5), learned sinks (gpt-oss) or latent attention (DeepSeek-V3): such a model runs through
+ *  transformers, where the other chapters, which read our own code's intermediates, are not offered. */
 export function lessonFor(seq2seq: boolean, view: StageId, caps?: Capabilities): LessonId {
   if (seq2seq) return "seq2seq";
   if (view === "experiments") return "experiments";
   if (view === "attribution") return "why";
+  if (caps && newAttention(caps)) return "hybrid";
   if (caps?.mlp === "moe") return "moe";
   if (caps && (caps.qk_norm || caps.sandwich_norm || caps.local_window !== null)) return "stable";
   if (caps?.positions === "rope") return "modern";

@@ -4,6 +4,7 @@ import type { Lesson } from "../lib/lesson";
 import type { LessonId } from "./choose";
 import { experimentsLesson } from "./experiments";
 import { gpt2Lesson } from "./gpt2";
+import { hybridLesson } from "./hybrid";
 import { modernLesson } from "./modern";
 import { moeLesson } from "./moe";
 import { seq2seqLesson } from "./seq2seq";
@@ -18,4 +19,5 @@ export const LESSONS: Record<LessonId, Lesson> = {
   stable: stableLesson,
   why: whyLesson,
   moe: moeLesson,
+  hybrid: hybridLesson,
 };

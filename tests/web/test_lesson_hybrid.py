@@ -1,0 +1,99 @@
+"""The chapter "Attention that forgets, compresses and sinks" (web/src/lessons/hybrid.ts) on models that run through
+transformers: a random-weight Qwen3.5-shaped hybrid (Gated DeltaNet in layers 0 and 2, full attention in 1 and 3) and
+a random-weight gpt-oss (learned sinks, sliding and full layers), tests/helpers/hf_checkpoints.py. The lesson button,
+hidden for such models before, opens this chapter for both; every step renders in English and 中文 with the same
+steps (gpt-oss, which has no Gated DeltaNet layer, has no memory and recall steps), on a desktop and on a phone in
+中文; and every claim of every step holds on the 20 texts of web/tests/lessons/texts.ts against the numbers the
+Python API answers (web/tests/lessons/claims.hybrid.ts, run by vitest as test_lesson_claims does). Screenshots go
+to test-artifacts/lesson-hybrid-*.png."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import ARTIFACTS, LiveServer, cannot_run, open_app
+from .test_lesson import CJK, set_text, walk
+from .test_lesson_claims import passed, vitest
+
+pytestmark = pytest.mark.browser
+
+TEXT = "the cat sat on the mat and the cat"
+STEPS = ["intro", "forget", "memory", "recall", "compress", "sink-why", "sinks", "per-layer", "summary"]
+# a model without Gated DeltaNet layers has no state to measure nor to compare with attention
+EXPECTED = {"qwen3_5_text": STEPS, "gpt_oss": [s for s in STEPS if s not in ("memory", "recall")]}
+
+
+@pytest.fixture(scope="module", params=list(EXPECTED))
+def server(request, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, LiveServer]]:
+    pytest.importorskip("transformers")
+    from tests.helpers.hf_checkpoints import write_checkpoint
+    from transformer_explainer.engine import load_model
+    from transformer_explainer.server import create_app
+
+    static = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "web_dist"
+    if not (static / "index.html").is_file():
+        cannot_run("the web UI is not built (cd web && npm ci && npx vite build)")
+    folder = write_checkpoint(request.param, tmp_path_factory.mktemp(request.param), tokenizer=True)
+    name = f"random-{request.param}"
+    with LiveServer(create_app({name: load_model(str(folder), allow_download=False)})) as srv:
+        yield request.param, srv
+
+
+def _walk_both(page, srv: LiveServer, shots: str, phone: bool = False) -> tuple[list[dict], list[dict]]:
+    set_text(page, TEXT, srv)
+    assert page.get_by_test_id("model-runs").get_attribute("data-runs") == "transformers"
+    assert page.get_by_test_id("tour-open").is_visible() or phone  # offered, where it was hidden for such a model
+    en = walk(page, "en", shots, phone=phone)
+    page.select_option("[data-testid=lang]", "zh")
+    page.wait_for_function("() => document.documentElement.lang === 'zh-CN'")
+    zh = walk(page, "zh", shots, phone=phone)
+    return en, zh
+
+
+def test_the_lesson_button_opens_this_chapter_in_both_languages(browser, server):
+    kind, srv = server
+    with open_app(browser, srv.url) as page:
+        set_text(page, TEXT, srv)
+        page.click("[data-testid=tour-open]")
+        page.wait_for_selector("[data-testid=tour]")
+        assert page.get_attribute("[data-testid=tour]", "data-lesson") == "hybrid"
+        page.keyboard.press("Escape")
+        en, zh = _walk_both(page, srv, f"lesson-hybrid-{kind}")
+    (ARTIFACTS / f"lesson-hybrid-{kind}-text.json").write_text(json.dumps({"en": en, "zh": zh}, ensure_ascii=False,
+                                                                           indent=1))
+    assert [s["id"] for s in en] == [s["id"] for s in zh] == EXPECTED[kind]
+    for a, b in zip(en, zh, strict=True):
+        assert a["title"].strip() and a["body"].strip() and b["title"].strip() and b["body"].strip(), a["id"]
+        assert not CJK.search(a["title"] + a["body"]), a
+        assert CJK.search(b["title"] + b["body"]), b
+    body = {s["id"]: s["body"] for s in en}
+    if kind == "gpt_oss":  # its learned sinks, each head's weight
+        assert "learned sink" in body["sink-why"] and "head 0:" in body["sinks"], body["sinks"]
+        assert "has no latent attention" in body["compress"] and "none keeps a state" in body["forget"]
+    else:
+        assert "no learned sinks" in body["sinks"], body["sinks"]
+        assert "The same token came before" in body["recall"], body["recall"]  # "cat" repeats
+
+
+def test_on_a_phone_in_chinese(browser, server):
+    kind, srv = server
+    with open_app(browser, srv.url, viewport={"width": 412, "height": 915}, is_mobile=True, has_touch=True,
+                  device_scale_factor=2.625, locale="zh-CN") as page:  # a Pixel 7's screen
+        set_text(page, TEXT, srv)
+        if page.evaluate("() => document.documentElement.lang") != "zh-CN":
+            page.select_option("[data-testid=lang]", "zh")
+            page.wait_for_function("() => document.documentElement.lang === 'zh-CN'")
+        zh = walk(page, "zh", f"lesson-hybrid-phone-{kind}", phone=True)
+    assert [s["id"] for s in zh] == EXPECTED[kind]
+    assert all(CJK.search(s["body"]) for s in zh)
+
+
+def test_every_claim_holds_on_twenty_texts(server):
+    kind, srv = server
+    r = vitest("tests/lessons/lessons.test.ts", env={"TE_SERVER": srv.url, "TE_LESSONS": "hybrid"})
+    assert r.returncode == 0, r.stdout[-12000:] + r.stderr[-4000:]
+    assert passed(r) == 1, r.stdout[-4000:]
