@@ -35,6 +35,7 @@ from .name_options import (
     KV_SLICE,
     LOCAL_ANGLES,
     MASKED_IN_LOCAL_LAYERS,
+    MLA_ACTIVATIONS,
     MLP_BIASES,
     MOE_ACTIVATIONS,
     MOE_MLP_OUT,
@@ -401,6 +402,9 @@ FAMILY_NAMES: dict[str, NameTable] = {name: name_table(f) for name, f in FAMILIE
 # conv.*): `GenericConfig.activation_names`.
 GENERIC_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "resid_pre": (("T", "D"), "residual stream entering the block (the decoder layer's input)"),
+    # a multi-head latent attention layer (DeepSeek-V3) answers its latents too, derived on access from resid_pre by our
+    # module (bridge/latent_lens.py; name_options.MLA_ACTIVATIONS)
+    **{s: MLA_ACTIVATIONS[s] for s in ("attn.q_latent", "attn.kv_latent", "attn.k_rope")},
     "attn.q": (("H", "T", "Dh"), "queries as attention uses them: after the model's norms and rotations"),
     "attn.k": (("G", "S", "Dh"), "keys as attention uses them: after the model's norms and rotations"),
     "attn.v": (("G", "S", "Dv"), "values"),

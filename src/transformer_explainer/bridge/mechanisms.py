@@ -7,7 +7,8 @@ same) and `derive`s the module's internals on access from its recorded input: th
 the views read the mechanism in our names (`names.GENERIC_BLOCK_ACTIVATIONS`). Nothing is recorded in the forward.
 
 `MECHANISMS` is the registry: one row per mechanism, (transformers module, class name, builder). A builder takes the
-module and the model's text config and gives a `Mechanism`, whose contract is:
+module, the model's text config and the decoder layer that holds the module (DeepSeek-V3's latent attention reads its
+input through the layer's norm) and gives a `Mechanism`, whose contract is:
 - `kind`: what it is ("gated_deltanet"), the same for every model that has it;
 - `input_stage`: the stage suffix the bridge records that it reads ("linear_attn.in": the module's input, (T, D));
 - `output_stage`: the stage suffix the bridge records of the module's output, which `derive` computes too (the
@@ -35,6 +36,7 @@ from ..models.gated_deltanet import (
     state_memory,
 )
 from ..models.recorder import Recorder
+from .latent_lens import deepseek_v3_latent
 from .structure import find_structure
 
 
@@ -87,20 +89,22 @@ class GatedDeltaNetLens:
         return {name: values[name] for name in (*self.stages, self.output_stage)}
 
 
-def _qwen3_5_deltanet(module: nn.Module, config: Any) -> Mechanism:
+def _qwen3_5_deltanet(module: nn.Module, config: Any, _layer: nn.Module | None = None) -> Mechanism:
     c = GatedDeltaNetConfig.from_hf(config)
     return GatedDeltaNetLens(module, c, lambda: dict(module.state_dict()))
 
 
-def _qwen3_next_deltanet(module: nn.Module, config: Any) -> Mechanism:
+def _qwen3_next_deltanet(module: nn.Module, config: Any, _layer: nn.Module | None = None) -> Mechanism:
     c = GatedDeltaNetConfig.from_hf(config)
     return GatedDeltaNetLens(module, c, lambda: qwen3_next_weights(module.state_dict(), c))
 
 
-# transformers module (its modeling module, its class) -> the builder of our mechanism; one row per mechanism
-MECHANISMS: tuple[tuple[str, str, Callable[[nn.Module, Any], Mechanism]], ...] = (
+# transformers module (its modeling module, its class) -> the builder of our mechanism (the module, the model's text
+# config and the decoder layer that holds the module); one row per mechanism
+MECHANISMS: tuple[tuple[str, str, Callable[[nn.Module, Any, nn.Module | None], Mechanism]], ...] = (
     ("transformers.models.qwen3_5.modeling_qwen3_5", "Qwen3_5GatedDeltaNet", _qwen3_5_deltanet),
     ("transformers.models.qwen3_next.modeling_qwen3_next", "Qwen3NextGatedDeltaNet", _qwen3_next_deltanet),
+    ("transformers.models.deepseek_v3.modeling_deepseek_v3", "DeepseekV3Attention", deepseek_v3_latent),
 )
 
 
@@ -112,12 +116,13 @@ def _class(module_path: str, name: str) -> type | None:
         return None
 
 
-def mechanism_of(module: nn.Module, config: Any) -> Mechanism | None:
-    """Our mechanism for a transformers module (None where our code implements none of its class)."""
+def mechanism_of(module: nn.Module, config: Any, layer: nn.Module | None = None) -> Mechanism | None:
+    """Our mechanism for a transformers module of decoder layer `layer` (None where our code implements none of its
+    class)."""
     for module_path, name, build in MECHANISMS:
         cls = _class(module_path, name)
         if cls is not None and isinstance(module, cls):
-            return build(module, config)
+            return build(module, config, layer)
     return None
 
 
@@ -129,7 +134,7 @@ def find_mechanisms(model: nn.Module) -> dict[int, Mechanism]:
     out: dict[int, Mechanism] = {}
     for layer in find_structure(model).layers:
         for name in layer.mixers:
-            m = mechanism_of(getattr(layer.module, name), text)
+            m = mechanism_of(getattr(layer.module, name), text, layer.module)
             if m is not None:
                 out[layer.index] = m
     return out

@@ -59,7 +59,8 @@ def names_ts() -> str:
     parts = [
         HEADER.format(src="src/transformer_explainer/names.py"),
         "export type Dim = \"T\" | \"S\" | \"H\" | \"G\" | \"D\" | \"Dh\" | \"H*Dh\" | \"G*Dh\" | \"R\" | \"M\" "
-        "| \"V\" | \"P\" | \"E\" | \"K\" | \"Dv\";",  # Dv: a value head's width (the generic table's)
+        "| \"V\" | \"P\" | \"E\" | \"K\" | \"Dv\" | \"Dk\""  # Dv, Dk: a value's and a key's width (generic table)
+        " | \"Rq\" | \"Rkv\" | \"Dr\";",  # latent attention's query latent, key-value latent, rotary key
         "export interface NameInfo { readonly dims: readonly Dim[]; readonly description: string }",
         "",
         _table("BLOCK_ACTIVATIONS", names.BLOCK_ACTIVATIONS),
