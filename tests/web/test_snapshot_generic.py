@@ -13,6 +13,7 @@ import torch
 
 from transformer_explainer.analysis.ablation import head_importance
 from transformer_explainer.analysis.answers import ablate_json, lens_json
+from transformer_explainer.analysis.roles import reference_head_roles
 from transformer_explainer.notebook import save_snapshot
 
 from .conftest import ARTIFACTS
@@ -121,13 +122,23 @@ def test_the_snapshot_of_a_hybrid_decoder_opens_offline(browser, lfm2_snapshot):
         for layer, h in ((1, 0), (3, 1)):
             shown = page.get_by_test_id(f"head-cell-{layer}-{h}").inner_text()
             assert number(shown) == pytest.approx(float(imp.loss_change[layer, h]), abs=6e-3)
-        assert page.get_by_test_id("head-cell-0-0").inner_text().strip() in ("–", "-", "")
+        # a convolution layer's row is one label, no cells
+        assert page.get_by_test_id("head-row-none-0").inner_text().startswith("short-convolution layer:")
+        assert page.locator("[data-testid^=head-cell-0-]").count() == 0
         page.click("[data-testid=head-cell-3-1]")
         page.wait_for_selector("[data-testid=ablation-table]")
         ref = ablate_json(model, trace.token_ids, [(3, 1)], "zero", 10)
         after = [number(x) for x in page.locator("[data-testid=abl-after]").all_inner_texts()]
         assert after == pytest.approx([c["after"] for c in ref["changes"]], rel=2e-3)
         page.screenshot(path=str(ARTIFACTS / "snapshot-generic-5-heads.png"), full_page=True)
+        # the heads' roles on the reference set, from the file: the attention layers' scores, the others a label
+        page.select_option("[data-testid=head-metric]", "previous_token")
+        page.wait_for_selector("[data-testid=head-map][data-metric=previous_token]")
+        roles = reference_head_roles(model).scores["previous_token"]
+        for layer, h in ((1, 0), (3, 1)):
+            shown = float(page.get_attribute(f"[data-testid=head-cell-{layer}-{h}]", "data-value"))
+            assert shown == pytest.approx(float(roles[layer, h]), rel=1e-5)
+        assert page.get_by_test_id("head-row-none-2").inner_text().startswith("short-convolution layer:")
         assert page.locator("[data-testid=error]").count() == 0
     finally:
         context.close()

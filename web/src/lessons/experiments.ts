@@ -9,6 +9,7 @@
 import { tick } from "svelte";
 import { SvelteSet } from "svelte/reactivity";
 import { api } from "../lib/client";
+import { attentionLayers } from "../lib/family";
 import type { AblateOut, AnalogyOut, HeadsOut, ImportanceOut, LensOut, PruneOut } from "../lib/generated/api";
 import { claim, either, say, type Lesson, type LessonStep, type Sentence, type Text, type Value } from "../lib/lesson";
 import { dec, int, pct, token, word } from "../lib/lessonFormat";
@@ -210,8 +211,9 @@ function rolesText(): Text {
   }
   const roleOf = H.reference_role_of ?? H.text_role_of;
   const named = roleOf.flat().filter(Boolean).length;
+  const heads = attentionLayers(app.caps, H.n_layer).length * H.n_head; // a layer without attention has none
   out.push(either(named > 0, "lesson.experiments.roles.named", "lesson.experiments.roles.noneNamed",
-    { count: int("exp-roles-named", named), total: int("exp-roles-heads", roleOf.flat().length),
+    { count: int("exp-roles-named", named), total: int("exp-roles-heads", heads),
       threshold: dec("exp-role-threshold", ROLE_THRESHOLD) }));
   out.push(say("lesson.experiments.roles.caveat"));
   return out;

@@ -173,7 +173,8 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     for (let l = 0; l < H.n_layer; l++) for (let h = 0; h < H.n_head; h++) {
       if (ROLES.some((r) => (src.scores[r]?.[l]?.[h] ?? -1) >= ROLE_THRESHOLD)) n++;
     }
-    return n > 0 && n === num(v.count) ? true : `${n} heads reach ${ROLE_THRESHOLD}`;
+    const total = changes(await importance(ctx)).length; // the heads there are (none in a layer without attention)
+    return n > 0 && n === num(v.count) && num(v.total) === total ? true : `${n} of ${total} heads reach ${ROLE_THRESHOLD}`;
   },
   "lesson.experiments.roles.noneNamed": async (_v, ctx) => {
     const H = await heads(ctx), src = H.reference ?? H.text;
