@@ -1,6 +1,7 @@
 """The chapter "Attention that forgets, compresses and sinks" (web/src/lessons/hybrid.ts) on models that run through
 transformers: a random-weight Qwen3.5-shaped hybrid (Gated DeltaNet in layers 0 and 2, full attention in 1 and 3) and
-a random-weight gpt-oss (learned sinks, sliding and full layers), tests/helpers/hf_checkpoints.py. The lesson button,
+a random-weight gpt-oss (learned sinks, sliding and full layers) and a random-weight DeepSeek-V3 (multi-head latent
+attention), tests/helpers/hf_checkpoints.py. The lesson button,
 hidden for such models before, opens this chapter for both; every step renders in English and 中文 with the same
 steps (gpt-oss, which has no Gated DeltaNet layer, has no memory and recall steps), on a desktop and on a phone in
 中文; and every claim of every step holds on the 20 texts of web/tests/lessons/texts.ts against the numbers the
@@ -24,7 +25,8 @@ pytestmark = pytest.mark.browser
 TEXT = "the cat sat on the mat and the cat"
 STEPS = ["intro", "forget", "memory", "recall", "compress", "sink-why", "sinks", "per-layer", "summary"]
 # a model without Gated DeltaNet layers has no state to measure nor to compare with attention
-EXPECTED = {"qwen3_5_text": STEPS, "gpt_oss": [s for s in STEPS if s not in ("memory", "recall")]}
+NO_DELTANET = [s for s in STEPS if s not in ("memory", "recall")]
+EXPECTED = {"qwen3_5_text": STEPS, "gpt_oss": NO_DELTANET, "deepseek_v3": NO_DELTANET}
 
 
 @pytest.fixture(scope="module", params=list(EXPECTED))
@@ -74,6 +76,8 @@ def test_the_lesson_button_opens_this_chapter_in_both_languages(browser, server)
     if kind == "gpt_oss":  # its learned sinks, each head's weight
         assert "learned sink" in body["sink-why"] and "head 0:" in body["sinks"], body["sinks"]
         assert "has no latent attention" in body["compress"] and "none keeps a state" in body["forget"]
+    elif kind == "deepseek_v3":  # its own latent's cache, not a what-if
+        assert "This model has it" in body["compress"] and "what-if" not in body["compress"], body["compress"]
     else:
         assert "no learned sinks" in body["sinks"], body["sinks"]
         assert "The same token came before" in body["recall"], body["recall"]  # "cat" repeats

@@ -33,12 +33,19 @@ export interface StateMemoryOut {
   kv_cache_bytes: number[];
   dtype: string;
 }
-/** Multi-head latent attention's widths (capabilities, DeepSeek-V3): the latent d_c and the shared rotary key d_R. */
+/** What a model with multi-head latent attention caches (capabilities; schemas.LatentCacheOut, DeepSeek-V3): its widths,
+ *  and bytes per token per layer against multi-head and grouped-query attention of the same heads and widths. */
 export interface LatentOut {
+  layers: number[];
+  n_heads: number;
   kv_lora_rank: number;
   qk_rope_head_dim: number;
   qk_nope_head_dim: number;
   v_head_dim: number;
+  gqa_heads: number;
+  mla_per_token: number;
+  mha_per_token: number;
+  gqa_per_token: number;
 }
 
 const caps = () => app.caps as unknown as Caps;
@@ -234,11 +241,12 @@ function compress(): Text {
   const H = c.n_head, G = c.n_kv_heads || H, bv = bytesOf(c.dtype), lat = caps().kv_latent;
   const out: Text = [say("lesson.hybrid.mla.what")];
   if (lat) {
-    const dn = lat.qk_nope_head_dim, dr = lat.qk_rope_head_dim, dv = lat.v_head_dim, dc = lat.kv_lora_rank;
-    const mha = H * (dn + dr + dv) * bv, mla = (dc + dr) * bv;
-    out.push(claim("lesson.hybrid.mla.own", { heads: int("n-head", H), dn: int("d-nope", dn), dr: int("d-rope", dr),
-      dv: int("d-v", dv), dc: int("d-latent", dc), mha: size("mha-bytes", mha), mla: size("mla-bytes", mla),
-      r: dec("mla-ratio", mha / mla) }));
+    const mha = lat.mha_per_token, gqa = lat.gqa_per_token, mla = lat.mla_per_token;
+    const vars = { heads: int("n-head", lat.n_heads), dn: int("d-nope", lat.qk_nope_head_dim), dr: int("d-rope", lat.qk_rope_head_dim),
+      dv: int("d-v", lat.v_head_dim), dc: int("d-latent", lat.kv_lora_rank), kv: int("n-kv-heads", lat.gqa_heads),
+      mha: size("mha-bytes", mha), gqa: size("gqa-bytes", gqa), mla: size("mla-bytes", mla), r: dec("mla-ratio", mha / mla) };
+    out.push(claim("lesson.hybrid.mla.own", vars),
+      either(mla < gqa, "lesson.hybrid.mla.belowGqaOf", "lesson.hybrid.mla.aboveGqaOf", vars), say("lesson.hybrid.mla.cost"));
     return out;
   }
   const dh = c.head_dim, { dc, dr } = latentWhatIf(dh);

@@ -195,6 +195,25 @@ async function memoryCheck(v: Record<string, Value>, ctx: ClaimContext, key: str
   return (hybrid < all) === (key === "saves") ? true : `${hybrid} against ${all}`;
 }
 
+/** A latent-attention model's cache per token per layer, from the trace's tensors: the latent's and the shared rotary
+ *  key's widths (attn.kv_latent, attn.k_rope), each head's key and value widths (attn.k, attn.v), in the model's dtype;
+ *  grouped-query attention with the key/value heads the sentence names. */
+async function latentCaches(v: Record<string, Value>, ctx: ClaimContext): Promise<{ mha: number; gqa: number; mla: number } | string> {
+  const c = await described(ctx), caps = c.capabilities as Caps, bv = bytesOfDtype(c.dtype);
+  if (!caps.kv_latent) return "the model has no latent attention";
+  const l = (await layerKinds(ctx)).attn[0];
+  const [lat, kr, k, val] = await Promise.all(["attn.kv_latent", "attn.k_rope", "attn.k", "attn.v"].map((s) =>
+    ctx.tensor({ name: `blocks.${l}.${s}` })));
+  const last = (t: Tensor) => t.shape[t.shape.length - 1];
+  const H = k.shape[0], dc = last(lat), dr = last(kr), dk = last(k), dv = last(val), g = num(v.kv);
+  if (num(v.heads) !== H || num(v.dc) !== dc || num(v.dr) !== dr || num(v.dn) !== dk - dr || num(v.dv) !== dv)
+    return `${H} heads, d_c ${dc}, d_R ${dr}, keys of ${dk}, values of ${dv}`;
+  if (!(g >= 1 && H % g === 0)) return `${g} key/value heads cannot serve ${H} heads`;
+  const mha = H * (dk + dv) * bv, gqa = g * (dk + dv) * bv, mla = (dc + dr) * bv;
+  if (num(v.mha) !== mha || num(v.gqa) !== gqa || num(v.mla) !== mla || !near(num(v.r), mha / mla)) return `bytes ${mha}, ${gqa}, ${mla}`;
+  return { mha, gqa, mla };
+}
+
 const PER_LAYER_TYPES = /^gemma(4|3n)/;
 
 export const CLAIMS: Partial<Record<MessageKey, Check>> = {
@@ -268,6 +287,18 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   },
   "lesson.hybrid.mla.aboveGqa": async (v, ctx) => {
     const r = await caches(v, ctx);
+    return typeof r === "string" ? r : r.mla >= r.gqa ? true : `${r.mla} against ${r.gqa}`;
+  },
+  "lesson.hybrid.mla.own": async (v, ctx) => {
+    const r = await latentCaches(v, ctx);
+    return typeof r === "string" ? r : r.mla < r.mha ? true : `${r.mla} against ${r.mha}`;
+  },
+  "lesson.hybrid.mla.belowGqaOf": async (v, ctx) => {
+    const r = await latentCaches(v, ctx);
+    return typeof r === "string" ? r : r.mla < r.gqa ? true : `${r.mla} against ${r.gqa}`;
+  },
+  "lesson.hybrid.mla.aboveGqaOf": async (v, ctx) => {
+    const r = await latentCaches(v, ctx);
     return typeof r === "string" ? r : r.mla >= r.gqa ? true : `${r.mla} against ${r.gqa}`;
   },
   "lesson.hybrid.sink.learned": async (v, ctx) => {
