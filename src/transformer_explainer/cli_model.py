@@ -137,19 +137,6 @@ NOT_FOR_TRANSFORMERS: dict[str, str] = {
 }
 
 
-def layers_without_heads(model: ExplainerModel | GenericModel) -> str | None:
-    """Where a model that runs through transformers has layers without attention heads, which they are and what
-    they are instead ("layers 0, 2 (short convolution)"); None where every layer has heads."""
-    if model.runs != "transformers":
-        return None
-    c = model.config
-    others = [i for i in range(c.n_layer) if i not in c.attention_layers]
-    if not others:
-        return None
-    kinds = dict.fromkeys(KIND_WORDS.get(k, k) for i in others for k in c.layers[i].kinds)
-    return f"layer{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} ({', '.join(kinds) or 'no mixer'})"
-
-
 def refuse_unavailable(args: argparse.Namespace, model: ExplainerModel | GenericModel) -> None:
     """One sentence, before the model line, where the command needs what `model` does not have."""
     why = NOT_FOR_TRANSFORMERS.get(getattr(args, "command", ""))

@@ -159,9 +159,32 @@ def test_patch_marks_what_a_layer_does_not_compute(lfm2_dir, capsys):
     assert "(-: layers 0, 2 have no heads to patch)" in heads and "nan" not in out
 
 
+def test_heads_scores_the_attention_layers_and_names_the_others(lfm2_dir, lfm2, capsys):
+    """Head roles were refused for a model with layers without attention; the attention layers' heads are scored (the
+    library's numbers), each other layer is one line saying what it mixes its tokens with; the JSON has None rows."""
+    from transformer_explainer.analysis import ROLES, attention_stats, head_roles
+
+    code, out, _ = run(capsys, "heads", TEXT, *model_args(lfm2_dir), "--no-reference")
+    assert code == 0 and "nan" not in out
+    for layer in (0, 2):
+        assert re.search(rf"^\s+{layer}\s+\(no attention heads: short convolution\)$", out, re.M)
+    trace = lfm2.trace(TEXT)
+    roles, stats = head_roles(trace), attention_stats(trace)
+    for layer in (1, 3):
+        for h in range(4):
+            line = re.search(rf"^\s+{layer}\s+{h} (.*)$", out, re.M)
+            assert line, (layer, h)
+            shown = [float(v) for v in line[1].split()]
+            want = [roles.scores[r][layer, h].item() for r in ROLES]
+            want += [stats.normalized_entropy[layer, h].item(), stats.mean_distance[layer, h].item()]
+            assert shown == pytest.approx(want, abs=6e-3)
+    code, out, _ = run(capsys, "heads", TEXT, *model_args(lfm2_dir), "--no-reference", "--json")
+    body = json.loads(out)
+    assert code == 0 and body["text"]["scores"]["induction"][2] == [None] * 4
+    assert body["stats"]["entropy"][0] == [None] * 4 and None not in body["stats"]["entropy"][1]
+
+
 @pytest.mark.parametrize(("command", "words"), [
-    (["heads", TEXT], "head roles are scored for every layer's attention heads, and lfm2's layers 0, 2 (short "
-                      "convolution) have none"),
     (["neighbours", "a", "--no-space"], "lfm2 runs through transformers' own modules (lfm2), and the embedding "
                                         "explorer reads the token embedding by its name (embed.W_E)"),
     (["analogy", "a", "b", "c", "--no-space"], "the embedding explorer reads the token embedding by its name"),

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ..cli_args import int_range, output_file, positive_float, positive_int
-from ..cli_model import KIND_WORDS, layers_without_heads, load_model_for, model_args, progress_bar, text_args
+from ..cli_model import KIND_WORDS, load_model_for, model_args, progress_bar, text_args
 from ..errors import InputError
 
 JSON_HELP = "print the result as one JSON object instead of the table (numbers that are not finite as null)"
@@ -187,12 +187,7 @@ def cmd_heads(args: argparse.Namespace) -> int:
     from .reference import REFERENCE_TEXTS
     from .roles import ROLES, head_roles, head_roles_of, reference_traces
 
-    def check(m) -> None:
-        if (others := layers_without_heads(m)) is not None:
-            raise InputError(f"head roles are scored for every layer's attention heads, and {m.name}'s {others} "
-                             f"have none")
-
-    model = load_model_for(args, check)
+    model = load_model_for(args)
     trace = model.trace(args.text, truncate=args.truncate)
     roles = head_roles(trace)
     stats = attention_stats(trace)
@@ -228,7 +223,11 @@ def cmd_heads(args: argparse.Namespace) -> int:
     print("attention-head roles: share of attention where each kind of head looks (1 = all of it)")
     print(groups)
     print(header)
+    attends = _layers_with_heads(model)
     for layer in range(model.config.n_layer):
+        if layer not in attends:  # a layer that mixes its tokens another way: one line saying so
+            print(f"{layer:>5}      (no attention heads: {_mixer_words(model, layer)})")
+            continue
         for h in range(model.config.n_head):
             line = f"{layer:>5} {h:>4} " + " ".join(f" {_score(roles.scores[r][layer, h].item())}" for r in ROLES)
             if ref is not None:
