@@ -43,6 +43,7 @@ from .text_model import TextModel, TokenLike
 from .trace import Trace
 
 if TYPE_CHECKING:
+    from .bridge.latent_lens import LatentMemory
     from .bridge.mechanisms import HybridMemory, Mechanism
 
 OWN = "own"
@@ -109,6 +110,8 @@ class GenericConfig:
     dense_layers: tuple[int, ...] = ()
     # a model with Gated DeltaNet layers: their fixed states against its full-attention layers' KV cache
     memory: HybridMemory | None = None
+    # a model with multi-head latent attention: its latents' cache against multi-head and grouped-query attention's
+    latent_memory: LatentMemory | None = None
 
     @property
     def names(self) -> NameTable:
@@ -170,7 +173,8 @@ def generic_config(hf: nn.Module, values: dict[str, Tensor], windows: list[int |
                    kinds: list[tuple[str, ...]], mechanisms: Mapping[int, Mechanism] | None = None) -> GenericConfig:
     """The GenericConfig of a loaded transformers decoder, from its config and one recording of it; a layer with a
     mechanism of ours (`bridge.find_mechanisms`) answers its stages too."""
-    from .bridge.mechanisms import hybrid_memory
+    from .bridge.latent_lens import latent_memory
+    from .bridge.mechanisms import MEMORY_TOKENS, hybrid_memory
 
     cfg = hf.config
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
@@ -192,14 +196,16 @@ def generic_config(hf: nn.Module, values: dict[str, Tensor], windows: list[int |
     q, k = values[block_name(first, "attn.q")], values[block_name(first, "attn.k")]
     n_embd = int(values["embed.token"].shape[-1])
     full = [i for i, layer in enumerate(layers) if ATTENTION in layer.kinds and layer.window is None]
-    memory = hybrid_memory(mechanisms, full, int(k.shape[0]), int(k.shape[-1]), next(hf.parameters()).dtype)
+    dtype = next(hf.parameters()).dtype
+    memory = hybrid_memory(mechanisms, full, int(k.shape[0]), int(k.shape[-1]), dtype)
     experts = _hf_int(text, "num_experts", "num_local_experts", "n_routed_experts")
     return GenericConfig(
         model_type=str(text.model_type), architecture=type(hf).__name__, n_layer=n_layer, n_head=int(q.shape[0]),
         n_kv_heads=int(k.shape[0]), head_dim=int(q.shape[-1]), n_embd=n_embd, vocab_size=int(text.vocab_size),
         block_size=_hf_int(text, "max_position_embeddings", "n_positions", "n_ctx", "seq_length") or 2048,
         d_mlp=_hf_int(text, "intermediate_size", "n_inner", "ffn_hidden_size"), layers=layers,
-        n_experts=experts, top_k=_hf_int(text, "num_experts_per_tok", "top_k") if experts else None, memory=memory)
+        n_experts=experts, top_k=_hf_int(text, "num_experts_per_tok", "top_k") if experts else None, memory=memory,
+        latent_memory=latent_memory(mechanisms, dtype, MEMORY_TOKENS))
 
 
 def _check_safetensors(folder: Path) -> None:

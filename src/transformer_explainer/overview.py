@@ -31,6 +31,7 @@ from .schemas import (
     CharGroupOut,
     EncodedTensor,
     Histogram,
+    LatentCacheOut,
     ModelConfigOut,
     NameEntry,
     NamesOut,
@@ -105,7 +106,8 @@ def generic_capabilities_out(c: GenericConfig) -> CapabilitiesOut:
         resid_mid=["resid_mid" in layer.stages for layer in c.layers],
         sinks=["attn.sink" in layer.stages for layer in c.layers],
         layer_stages=[list(layer.stages) for layer in c.layers], mechanisms=[layer.mechanism for layer in c.layers],
-        state_memory=None if c.memory is None else StateMemoryOut(**asdict(c.memory)))
+        state_memory=None if c.memory is None else StateMemoryOut(**asdict(c.memory)),
+        kv_latent=None if c.latent_memory is None else LatentCacheOut(**asdict(c.latent_memory)))
 
 
 def capabilities_out(c: DecoderConfig | GenericConfig) -> CapabilitiesOut:

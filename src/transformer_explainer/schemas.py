@@ -131,6 +131,29 @@ class WeightIn(Strict):
 FamilyName = Literal[tuple(NAME_TABLES)]  # type: ignore[valid-type]
 
 
+class LatentCacheOut(BaseModel):
+    """What the KV cache of a model's multi-head latent attention layers holds for one sequence
+    (`bridge.latent_lens.LatentMemory`): a latent and a rotary key per token and layer, against multi-head and
+    grouped-query attention of the same heads and widths; per token and layer, and over those layers after each
+    number of `tokens`, in the model's dtype."""
+
+    layers: list[int]  # the latent-attention layers
+    n_heads: int
+    kv_lora_rank: int  # d_c: the latent's width
+    qk_rope_head_dim: int  # d_R: the rotary key's, shared by every head
+    qk_nope_head_dim: int  # a head's key width without position
+    v_head_dim: int  # a head's value width
+    gqa_heads: int  # the key/value heads of the grouped-query attention compared with
+    mla_per_token: int  # bytes one token costs one layer
+    mha_per_token: int
+    gqa_per_token: int
+    tokens: list[int]  # 1k, 32k and 1M
+    mla_bytes: list[int]  # the latent-attention layers' cache after each of `tokens`
+    mha_bytes: list[int]
+    gqa_bytes: list[int]
+    dtype: str
+
+
 class StateMemoryOut(BaseModel):
     """What a model with Gated DeltaNet layers keeps between tokens, for one sequence
     (`bridge.mechanisms.HybridMemory`): its DeltaNet layers' states and convolution windows, a fixed size, against
@@ -193,6 +216,8 @@ class CapabilitiesOut(BaseModel):
     mechanisms: list[str | None] = []
     # a model with Gated DeltaNet layers: their fixed memory against its full-attention layers' KV cache
     state_memory: StateMemoryOut | None = None
+    # a model with multi-head latent attention (DeepSeek-V3): its widths and its cache against MHA's and GQA's
+    kv_latent: LatentCacheOut | None = None
 
 
 class ModelConfigOut(BaseModel):

@@ -12,13 +12,14 @@ token). `derive` returns the module's output too (`attn_out`): the check that ou
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..models.latent_attention import LatentAttention, LatentAttentionConfig
+from ..models.latent_attention import LatentAttention, LatentAttentionConfig, kv_cache_bytes
 from ..models.recorder import Recorder
 
 # the stages a latent-attention layer derives, in computation order (name_options.MLA_ACTIVATIONS's, the query's
@@ -78,3 +79,53 @@ def deepseek_v3_latent(module: nn.Module, config: Any, layer: nn.Module | None) 
     weight = next(module.parameters())
     rotary = DeepseekV3RotaryEmbedding(config).to(weight.device)
     return LatentAttentionLens(module, layer.input_layernorm, rotary, c, stages=stages)
+
+
+# -- memory: what a token costs the cache --------------------------------------------------------------------------
+
+
+def comparison_kv_heads(n_heads: int) -> int:
+    """The key/value heads of the grouped-query attention a latent is compared with: 8, as Llama 3 and Qwen3 share
+    theirs, or for a model of fewer than 16 heads the largest divisor of its heads up to half of them (1 for one)."""
+    cap = max(1, min(8, n_heads // 2))
+    return max(g for g in range(1, cap + 1) if n_heads % g == 0)
+
+
+@dataclass(frozen=True)
+class LatentMemory:
+    """What the KV cache of a model's latent-attention layers holds for one sequence, against multi-head and
+    grouped-query attention of the same heads and widths (`models.latent_attention.kv_cache_bytes`): bytes a token
+    costs one layer, and the cache of all those layers after each of `tokens`, in the model's dtype."""
+
+    layers: tuple[int, ...]  # the latent-attention layers
+    n_heads: int  # H
+    kv_lora_rank: int  # d_c: the latent's width
+    qk_rope_head_dim: int  # d_R: the rotary key's, shared by every head
+    qk_nope_head_dim: int  # a head's key width without position
+    v_head_dim: int  # a head's value width
+    gqa_heads: int  # the key/value heads of the grouped-query attention compared with (`comparison_kv_heads`)
+    mla_per_token: int  # bytes a token costs one layer: (d_c + d_R) values
+    mha_per_token: int  # H * (Dn + Dr + Dv) values
+    gqa_per_token: int  # gqa_heads * (Dn + Dr + Dv) values
+    tokens: tuple[int, ...]
+    mla_bytes: tuple[int, ...]  # every latent-attention layer's cache after each of `tokens`
+    mha_bytes: tuple[int, ...]
+    gqa_bytes: tuple[int, ...]
+    dtype: str  # the model's
+
+
+def latent_memory(mechanisms: Mapping[int, Any], dtype: torch.dtype, tokens: Sequence[int]) -> LatentMemory | None:
+    """The cache table of a model whose latent-attention layers are `mechanisms`' of that kind (None where it has
+    none); every such layer is built from the one text config, so they share one shape."""
+    latent = {i: m for i, m in mechanisms.items() if isinstance(m, LatentAttentionLens)}
+    if not latent:
+        return None
+    c = next(iter(latent.values())).config
+    size = torch.empty((), dtype=dtype).element_size()
+    g = comparison_kv_heads(c.n_heads)
+    per = kv_cache_bytes(c, gqa_heads=g, bytes_per_value=size)
+    n = len(latent)
+    return LatentMemory(tuple(sorted(latent)), c.n_heads, c.kv_lora_rank, c.qk_rope_dim, c.qk_nope_dim, c.v_dim, g,
+                        per.mla, per.mha, per.gqa, tuple(tokens), tuple(n * per.mla * t for t in tokens),
+                        tuple(n * per.mha * t for t in tokens), tuple(n * per.gqa * t for t in tokens),
+                        str(dtype).removeprefix("torch."))

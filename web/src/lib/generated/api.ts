@@ -152,6 +152,7 @@ export interface CapabilitiesOut {
   layer_stages?: string[][] | null;
   mechanisms?: (string | null)[];
   state_memory?: StateMemoryOut | null;
+  kv_latent?: LatentCacheOut | null;
 }
 
 /** Tokens [start, end) that split characters between them (e.g. the four bytes of an emoji). */
@@ -434,6 +435,25 @@ export interface ImportanceOut {
   loss_change: ((number | null)[])[];
   kl: ((number | null)[])[];
   ranked: number[][];
+}
+
+/** What the KV cache of a model's multi-head latent attention layers holds for one sequence (`bridge.latent_lens.LatentMemory`): a latent and a rotary key per token and layer, against multi-head and grouped-query attention of the same heads and widths; per token and layer, and over those layers after each number of `tokens`, in the model's dtype. */
+export interface LatentCacheOut {
+  layers: number[];
+  n_heads: number;
+  kv_lora_rank: number;
+  qk_rope_head_dim: number;
+  qk_nope_head_dim: number;
+  v_head_dim: number;
+  gqa_heads: number;
+  mla_per_token: number;
+  mha_per_token: number;
+  gqa_per_token: number;
+  tokens: number[];
+  mla_bytes: number[];
+  mha_bytes: number[];
+  gqa_bytes: number[];
+  dtype: string;
 }
 
 export interface LensColumn {
