@@ -309,8 +309,10 @@ function sinks(): Text {
   return out;
 }
 
-/** Whether the model has Gemma 4's per-layer inputs, by the stages its trace answers. */
-const perLayerStages = () => (caps().layer_stages ?? []).some((s) => s.some((x) => x.startsWith("per_layer")));
+/** Whether the model has per-layer inputs: a Gemma 4 (or Gemma 3n, where they began), or a trace that answers them. */
+const PER_LAYER_TYPES = /^gemma(4|3n)/;
+const perLayerStages = () => PER_LAYER_TYPES.test(cfg()?.model_type ?? "")
+  || (caps().layer_stages ?? []).some((s) => s.some((x) => x.startsWith("per_layer")));
 
 function perLayer(): Text {
   const c = cfg();
@@ -335,7 +337,8 @@ const STEPS: LessonStep[] = [
   { id: "forget", target: "", title: "lesson.hybrid.forget.title",
     enter: () => attnView(deltaLayer() >= 0 ? deltaLayer() : linearLayers()[0] ?? -1),
     needs: () => (deltaLayer() >= 0 ? [S.beta(deltaLayer()), S.decay(deltaLayer())] : []), body: forget },
-  { id: "memory", target: "", title: "lesson.hybrid.mem.title", body: memory },
+  { id: "memory", target: "", title: "lesson.hybrid.mem.title", enter: () => attnView(deltaLayer() >= 0 ? deltaLayer() : linearLayers()[0] ?? -1),
+    body: memory },
   { id: "recall", target: "attn-pattern", title: "lesson.hybrid.recall.title",
     enter: () => attnView(recallLayer(deltaLayer())),
     needs: () => {
@@ -345,7 +348,9 @@ const STEPS: LessonStep[] = [
       return [S.decay(dl), S.pattern(al, app.head), ...(d ? [S.implied(dl, deltaHead(d))] : [])];
     },
     body: recall },
-  { id: "compress", target: "", title: "lesson.hybrid.mla.title", body: compress },
+  { id: "compress", target: "", title: "lesson.hybrid.mla.title", body: compress,
+    // the Attention view of a latent-attention layer shows what its cache holds (stages/LatentCache.svelte)
+    enter: async () => { const lat = caps().kv_latent; if (lat?.layers.length) await attnView(lat.layers[0]); } },
   { id: "sink-why", target: "", title: "lesson.hybrid.sink.title", body: () => [say("lesson.hybrid.sink.what")] },
   { id: "sinks", get target() { return attnLayers().length ? "attn-pattern" : ""; }, title: "lesson.hybrid.sinkHere.title",
     enter: () => attnView(sinkLayer() >= 0 ? sinkLayer() : attnLayers()[0] ?? -1),

@@ -323,7 +323,9 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   "lesson.hybrid.sink.firstNone": (v, ctx) => firstToken(v, ctx, false),
   "lesson.hybrid.ple.here": async (v, ctx) => {
     const c = await described(ctx);
-    return v.type.raw === c.model_type && PER_LAYER_TYPES.test(c.model_type ?? "") ? true : `${c.model_type} has no per-layer inputs`;
+    const stages = (c.capabilities.layer_stages ?? []).flat();
+    return v.type.raw === c.model_type && (PER_LAYER_TYPES.test(c.model_type ?? "") || stages.some((s) => s.startsWith("per_layer")))
+      ? true : `${c.model_type} has no per-layer inputs`;
   },
   "lesson.hybrid.ple.none": async (v, ctx) => {
     const c = await described(ctx), stages = (c.capabilities.layer_stages ?? []).flat();
