@@ -89,7 +89,7 @@ const S = {
   decay: (l: number): TensorSpec => ({ name: b(l, "linear_attn.decay") }), // (H, T): g < 0, the state times exp(g)
   implied: (l: number, h: number): TensorSpec => ({ name: b(l, "linear_attn.implied_pattern"), head: h, position: app.pos }),
   pattern: (l: number, h: number): TensorSpec => ({ name: b(l, "attn.pattern"), head: h, position: app.pos }),
-  patternAll: (l: number): TensorSpec => ({ name: b(l, "attn.pattern") }), // (H, T, S)
+  patternAll: (l: number): TensorSpec => ({ name: b(l, "attn.pattern"), triangle: true }), // (H, T, S), half of it sent
   sink: (l: number): TensorSpec => ({ name: b(l, "attn.sink_weight") }), // (H, T)
 };
 const get = (s: TensorSpec): Tensor | undefined => app.tensor(s);
