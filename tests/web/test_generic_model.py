@@ -279,6 +279,19 @@ def test_the_sink_is_a_column_of_its_own(browser, sink_server):
         most, least = int(np.argmax(sink)), int(np.argmin(sink))
         assert said and (int(said[1]), int(said[3])) == (most, least)
         assert (shown(said[2]), shown(said[4])) == (approx(sink[most]), approx(sink[least]))
+        # the focus row's stages: the sink's logit, then its weight, before the keys' scores and weights
+        got = api(sink_server, "tensors", text=TEXT, tensors=[
+            {"name": f"blocks.{layer}.attn.sink", "head": head, "dtype": "float32"}])["tensors"][0]
+        logit = float(decode_array(got["data"], got["shape"], got["dtype"]).reshape(-1)[0])
+        for stage, first in (("masked", logit), ("softmax", sink[pos])):
+            pic = page.locator(f"[data-testid=stage-{stage}] .pic")
+            readout = page.get_by_test_id(f"stage-{stage}-readout")
+            pic.focus()
+            pic.press("Home")
+            said = readout.inner_text()
+            assert "sink" in said and shown(said.rsplit(":", 1)[-1].split(",")[0]) == approx(first), said
+            pic.press("ArrowRight")  # then the first key
+            assert "(0):" in readout.inner_text()
         page.screenshot(path=str(ARTIFACTS / "generic-9-sink-column.png"), full_page=True)
     phone = {"viewport": {"width": 412, "height": 839}, "screen": {"width": 412, "height": 915},
              "device_scale_factor": 2.625, "is_mobile": True, "has_touch": True}
