@@ -101,3 +101,9 @@ def test_every_claim_holds_on_twenty_texts(server):
     r = vitest("tests/lessons/lessons.test.ts", env={"TE_SERVER": srv.url, "TE_LESSONS": "hybrid"})
     assert r.returncode == 0, r.stdout[-12000:] + r.stderr[-4000:]
     assert passed(r) == 1, r.stdout[-4000:]
+
+
+def test_which_models_get_this_chapter() -> None:
+    r = vitest("tests/lessonChoice.test.ts", timeout=300)
+    assert r.returncode == 0, r.stdout[-8000:] + r.stderr[-4000:]
+    assert passed(r) == 3, r.stdout[-4000:]

@@ -6,8 +6,7 @@ import type { StageId } from "../lib/pipeline";
 /** Whether a model has the mechanisms of the chapter "Attention that forgets, compresses and sinks": a Gated DeltaNet
  *  layer, a learned sink, or latent attention (the capabilities' `kv_latent`). */
 export function newAttention(caps: Capabilities): boolean {
-  const c = caps as Capabilities & { kv_latent?: unknown };
-  return !!c.mixers?.some((m) => m.includes("linear_attention")) || !!c.sinks?.some(Boolean) || !!c.kv_latent;
+  return !!caps.mixers?.some((m) => m.includes("linear_attention")) || !!caps.sinks?.some(Boolean) || !!caps.kv_latent;
 }
 
 /** The lessons' ids (each lesson's `id`; lessons/index.ts maps every one to its lesson). */

@@ -19,36 +19,8 @@ import { bytesOf, cfg, focusToken, nTok, showLoaded, size, tokenAt } from "./rea
 
 // -- what the model has -------------------------------------------------------------------------------------------
 
-/** The capabilities with the per-layer fields of a model that runs through transformers, and the blocks the
- *  mechanisms' helpers add where the model has them (the DeltaNet state's memory, the latent's cache). */
-type Caps = CapabilitiesOut & { state_memory?: StateMemoryOut | null; kv_latent?: LatentOut | null };
-/** What a model with Gated DeltaNet layers keeps between tokens (capabilities; schemas.StateMemoryOut): every DeltaNet
- *  layer's state and convolution window, a fixed size, against its full-attention layers' KV cache at each length. */
-export interface StateMemoryOut {
-  linear_layers: number[];
-  full_attention_layers: number[];
-  state_bytes: number;
-  conv_bytes: number;
-  tokens: number[];
-  kv_cache_bytes: number[];
-  dtype: string;
-}
-/** What a model with multi-head latent attention caches (capabilities; schemas.LatentCacheOut, DeepSeek-V3): its widths,
- *  and bytes per token per layer against multi-head and grouped-query attention of the same heads and widths. */
-export interface LatentOut {
-  layers: number[];
-  n_heads: number;
-  kv_lora_rank: number;
-  qk_rope_head_dim: number;
-  qk_nope_head_dim: number;
-  v_head_dim: number;
-  gqa_heads: number;
-  mla_per_token: number;
-  mha_per_token: number;
-  gqa_per_token: number;
-}
-
-const caps = () => app.caps as unknown as Caps;
+type Caps = CapabilitiesOut;
+const caps = (): Caps => app.caps;
 const nLayer = () => cfg()?.n_layer ?? 0;
 /** The layers whose mixer is Gated DeltaNet linear attention. */
 export const linearLayers = (c: Caps = caps()): number[] =>
@@ -63,12 +35,6 @@ const deltaLayer = () => linearLayers().find((l) => records(l, "linear_attn.deca
 function recallLayer(dl: number): number {
   const a = attnLayers();
   return a.find((l) => l > dl) ?? a[0] ?? -1;
-}
-
-/** Whether the model has the mechanisms the chapter is about (lessons/choose.ts opens it for those). */
-export function hasNewAttention(c: CapabilitiesOut): boolean {
-  const k = c as Caps;
-  return linearLayers(k).length > 0 || sinkLayers(k).length > 0 || !!k.kv_latent;
 }
 
 // -- words ----------------------------------------------------------------------------------------------------
