@@ -107,3 +107,49 @@ def test_which_models_get_this_chapter() -> None:
     r = vitest("tests/lessonChoice.test.ts", timeout=300)
     assert r.returncode == 0, r.stdout[-8000:] + r.stderr[-4000:]
     assert passed(r) == 3, r.stdout[-4000:]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_offline_snapshot_walks_every_step(browser, tmp_path_factory, lang):
+    """The lesson in an offline snapshot of the Qwen3.5-shaped hybrid: every step either shows its text or says that
+    the file cannot show it, with a skip button (the snapshot carries what its views show, not every tensor a step
+    reads); no error in the page, no request outside the file."""
+    pytest.importorskip("transformers")
+    from tests.helpers.hf_checkpoints import write_checkpoint
+    from transformer_explainer import load_model
+    from transformer_explainer.notebook import save_snapshot
+
+    from .test_snapshot import offline
+
+    folder = write_checkpoint("qwen3_5_text", tmp_path_factory.mktemp("snap-hybrid"), tokenizer=True)
+    model = load_model(str(folder), allow_download=False)
+    path = save_snapshot(model, TEXT, tmp_path_factory.mktemp("snap") / "hybrid.html", languages=("en", "zh"))
+    seen = []
+    with offline(browser, path, lang=lang) as page:
+        page.click("[data-testid=tour-open]")
+        page.wait_for_selector("[data-testid=tour]")
+        assert page.get_attribute("[data-testid=tour]", "data-lesson") == "hybrid"
+        while True:
+            sid = page.get_attribute("[data-testid=tour]", "data-step")
+            page.wait_for_function("() => document.querySelector('[data-testid=lesson-blocked]') || (() => {"
+                                   " const b = document.querySelector('[data-testid=lesson-body]');"
+                                   " return b && b.getAttribute('aria-busy') === 'false' && b.textContent.trim() })()",
+                                   timeout=30_000)
+            blocked = page.locator("[data-testid=lesson-blocked]").count() > 0
+            seen.append((sid, blocked))
+            page.screenshot(path=str(ARTIFACTS / f"lesson-hybrid-snapshot-{lang}-{len(seen) - 1:02d}-{sid}.png"))
+            if blocked:
+                skip = page.locator("[data-testid=lesson-skip]")
+                if page.locator("[data-testid=tour-next]").count() == 0:
+                    break
+                skip.click()
+                page.wait_for_function(f"() => document.querySelector('[data-testid=tour]')?.dataset.step !== '{sid}'")
+                continue
+            if page.locator("[data-testid=tour-next]").count() == 0:
+                break
+            page.click("[data-testid=tour-next]")
+            page.wait_for_function(f"() => document.querySelector('[data-testid=tour]')?.dataset.step !== '{sid}'")
+    assert [s for s, _ in seen] == EXPECTED["qwen3_5_text"], seen
+    # the steps that read only the model's description show their text offline
+    shown = {s for s, b in seen if not b}
+    assert {"intro", "memory", "compress", "sink-why", "per-layer", "summary"} <= shown, seen

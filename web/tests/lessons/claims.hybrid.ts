@@ -14,8 +14,7 @@ import { described, type Check, type ClaimContext } from "./claims";
 const num = (v: Value | undefined) => Number(v?.raw);
 /** `shown` agrees with `x` to the 3 significant digits prose carries. */
 const near = (shown: number, x: number, rel = 6e-3, abs = 1e-6) => Math.abs(shown - x) <= Math.max(abs, rel * Math.abs(x));
-type Caps = CapabilitiesOut & { state_memory?: { linear_layers: number[]; full_attention_layers: number[]; state_bytes: number;
-  conv_bytes: number; tokens: number[]; kv_cache_bytes: number[] } | null; kv_latent?: Record<string, number> | null };
+type Caps = CapabilitiesOut;
 const capsOf = async (ctx: ClaimContext) => (await described(ctx)).capabilities as Caps;
 
 /** Whether the trace answers `name` (the server refuses a name the layer does not record). */
