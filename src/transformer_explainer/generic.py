@@ -45,6 +45,7 @@ from .trace import Trace
 if TYPE_CHECKING:
     from .bridge.latent_lens import LatentMemory
     from .bridge.mechanisms import HybridMemory, Mechanism
+    from .bridge.per_layer_lens import PerLayerMemory
 
 OWN = "own"
 TRANSFORMERS = "transformers"
@@ -112,6 +113,10 @@ class GenericConfig:
     memory: HybridMemory | None = None
     # a model with multi-head latent attention: its latents' cache against multi-head and grouped-query attention's
     latent_memory: LatentMemory | None = None
+    # stages outside the blocks our own code derives (Gemma 4's per-layer inputs: bridge/per_layer_lens.py), in order
+    global_stages: tuple[str, ...] = ()
+    # a model with per-layer inputs (Gemma 4): its width, the layers that read one, KV sharing and what it saves
+    per_layer: PerLayerMemory | None = None
 
     @property
     def names(self) -> NameTable:
@@ -127,7 +132,7 @@ class GenericConfig:
 
     def activation_names(self) -> list[str]:
         """Every name a trace answers, in computation order: each layer its own stages."""
-        out = ["embed.token"]
+        out = ["embed.token", *self.global_stages]
         for i, layer in enumerate(self.layers):
             out += [block_name(i, s) for s in layer.stages]
         return [*out, "ln_final.out", "logits"]
@@ -172,9 +177,11 @@ def _hf_int(cfg: Any, *names: str) -> int | None:
 def generic_config(hf: nn.Module, values: dict[str, Tensor], windows: list[int | None],
                    kinds: list[tuple[str, ...]], mechanisms: Mapping[int, Mechanism] | None = None) -> GenericConfig:
     """The GenericConfig of a loaded transformers decoder, from its config and one recording of it; a layer with a
-    mechanism of ours (`bridge.find_mechanisms`) answers its stages too."""
+    mechanism of ours (`bridge.find_mechanisms`) answers its stages too, and a model with per-layer embeddings
+    (`bridge.per_layer_lens`) theirs."""
     from .bridge.latent_lens import latent_memory
     from .bridge.mechanisms import MEMORY_TOKENS, hybrid_memory
+    from .bridge.per_layer_lens import find_per_layer_inputs, per_layer_memory
 
     cfg = hf.config
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
@@ -205,7 +212,9 @@ def generic_config(hf: nn.Module, values: dict[str, Tensor], windows: list[int |
         block_size=_hf_int(text, "max_position_embeddings", "n_positions", "n_ctx", "seq_length") or 2048,
         d_mlp=_hf_int(text, "intermediate_size", "n_inner", "ffn_hidden_size"), layers=layers,
         n_experts=experts, top_k=_hf_int(text, "num_experts_per_tok", "top_k") if experts else None, memory=memory,
-        latent_memory=latent_memory(mechanisms, dtype, MEMORY_TOKENS))
+        latent_memory=latent_memory(mechanisms, dtype, MEMORY_TOKENS),
+        global_stages=() if (ple := find_per_layer_inputs(hf)) is None else ple.stages,
+        per_layer=per_layer_memory(hf, mechanisms, MEMORY_TOKENS))
 
 
 def _check_safetensors(folder: Path) -> None:
@@ -240,6 +249,7 @@ class GenericModel(TextModel):
         """`trace_budget`: the most bytes one trace may hold (None: half the memory available when it is asked
         for); a longer text is refused before its pass (`trace_ids`)."""
         from .bridge import find_mechanisms, record
+        from .bridge.per_layer_lens import find_per_layer_inputs
 
         vocab = int(hf.config.get_text_config().vocab_size)
         if tokenizer.vocab_size > vocab:
@@ -254,6 +264,7 @@ class GenericModel(TextModel):
         probe = record(self.hf, [0, min(1, vocab - 1)])  # what each layer records
         windows = [k.window for k in probe.layers]
         self._mechanisms = find_mechanisms(self.hf)  # the layers whose module our own code explains
+        self._outside_lens = find_per_layer_inputs(self.hf)  # the stages outside the layers it explains
         self._config = generic_config(self.hf, probe.values, windows, [k.kinds for k in probe.layers],
                                       self._mechanisms)
         self._keep_logits = "logits_to_keep" in inspect.signature(type(self.hf).forward).parameters
@@ -342,7 +353,7 @@ class GenericModel(TextModel):
                      memory=TraceValues(config=self.config, token_ids=list(ids), start=0, kept=values,
                                         last_logits=rec.last_logits, scales=dict(rec.scales), sums=dict(rec.sums),
                                         head=None if "logits" in values else self._head,
-                                        mechanisms=self._mechanisms))
+                                        mechanisms=self._mechanisms, outside_lens=self._outside_lens))
 
     def _head(self, x: Tensor) -> Tensor:
         """The logits (T, V) of a last residual stream x (T, D), by the model's own code (`bridge.residual_logits`):

@@ -46,6 +46,8 @@ from .name_options import (
     OFFSET_NORM_OUTPUTS,
     OFFSET_NORM_WEIGHTS,
     OFFSET_QK_NORM_OUTPUTS,
+    PER_LAYER_EMBEDDING_ACTIVATIONS,
+    PER_LAYER_GATE_ACTIVATIONS,
     QK_NORM_ACTIVATIONS,
     QK_NORM_OVER_PROJECTION_ACTIVATIONS,
     QK_NORM_OVER_PROJECTION_WEIGHTS,
@@ -439,11 +441,19 @@ GENERIC_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
                   "branch is added to); absent where the layer has no such point (parallel sublayers)"),
     "mlp_out": (("T", "D"), "the MLP module's output (dense or mixture of experts; before a norm the layer applies "
                 "after it, where it has one)"),
+    # a layer with a per-layer input (Gemma 4) answers its last write too, derived on access by our module
+    # (bridge/per_layer_lens.py; name_options.PER_LAYER_GATE_ACTIVATIONS) from resid_mid, mlp_out and its slice of
+    # embed.per_layer_inputs
+    "per_layer.resid": (("T", "D"), "the residual stream after the MLP's write: what the per-layer gate reads, "
+                        "resid_mid + the layer's norm of mlp_out"),
+    **PER_LAYER_GATE_ACTIVATIONS,
     "resid_post": (("T", "D"), "the decoder layer's output"),
 }
 
 GENERIC_GLOBAL_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "embed.token": (("T", "D"), "the token embedding module's output (scaled where that module scales)"),
+    # a model with per-layer embeddings (Gemma 4): derived on access by our module from the token ids and embed.token
+    **PER_LAYER_EMBEDDING_ACTIVATIONS,
     "ln_final.out": (("T", "D"), "the input of the unembedding: the final norm's output"),
     "logits": (("T", "V"), "the model's logits, as its forward returns them (soft-capped where the model caps)"),
 }

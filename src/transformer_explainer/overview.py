@@ -37,6 +37,7 @@ from .schemas import (
     NamesOut,
     NextTokenOut,
     PassCostOut,
+    PerLayerOut,
     SampledOut,
     SamplingIn,
     StateMemoryOut,
@@ -107,7 +108,8 @@ def generic_capabilities_out(c: GenericConfig) -> CapabilitiesOut:
         sinks=["attn.sink" in layer.stages for layer in c.layers],
         layer_stages=[list(layer.stages) for layer in c.layers], mechanisms=[layer.mechanism for layer in c.layers],
         state_memory=None if c.memory is None else StateMemoryOut(**asdict(c.memory)),
-        kv_latent=None if c.latent_memory is None else LatentCacheOut(**asdict(c.latent_memory)))
+        kv_latent=None if c.latent_memory is None else LatentCacheOut(**asdict(c.latent_memory)),
+        per_layer=None if c.per_layer is None else PerLayerOut(**asdict(c.per_layer)))
 
 
 def capabilities_out(c: DecoderConfig | GenericConfig) -> CapabilitiesOut:

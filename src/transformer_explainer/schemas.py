@@ -168,6 +168,22 @@ class StateMemoryOut(BaseModel):
     dtype: str  # the model's: the convolution windows' and the KV cache's
 
 
+class PerLayerOut(BaseModel):
+    """A model with per-layer inputs and KV sharing (Gemma 4; `bridge.per_layer_lens.PerLayerMemory`): the values
+    each layer reads per token, which layers read them, and which layer's keys and values each layer attends with,
+    with the KV cache that saves after each number of `tokens`."""
+
+    d_per_layer: int  # P: the per-layer values each layer reads per token
+    per_layer_layers: list[int]  # the layers that read a per-layer input (each answers per_layer.* by the lens)
+    per_layer_table_params: int  # the per-layer table's parameters (looked up, never multiplied)
+    kv_sources: list[int]  # per layer: the layer whose keys and values it attends with (itself, or an earlier one)
+    tokens: list[int]  # 1k, 32k and 1M
+    kv_unshared_bytes: list[int]  # were every layer to keep its own keys and values
+    kv_shared_bytes: list[int]  # as the model keeps them: a layer that reuses another's keeps none
+    kv_saved_bytes: list[int]
+    dtype: str  # the model's
+
+
 class CapabilitiesOut(BaseModel):
     """What a model's blocks are made of and which options it has: what the views branch on. The first
     fields are its family's (`families/`: the declaration's `Architecture`); the others this model's. A model
@@ -218,6 +234,8 @@ class CapabilitiesOut(BaseModel):
     state_memory: StateMemoryOut | None = None
     # a model with multi-head latent attention (DeepSeek-V3): its widths and its cache against MHA's and GQA's
     kv_latent: LatentCacheOut | None = None
+    # a model with per-layer inputs (Gemma 4): their width and layers, and its KV sharing
+    per_layer: PerLayerOut | None = None
 
 
 class ModelConfigOut(BaseModel):

@@ -20,9 +20,9 @@ How it works:
   model keep their values apart; vocabulary.py declares the names (TransformerLens's, as names.py).
 - load.py refuses, in one sentence, what is not a decoder transformers implements (remote code never runs).
 - mechanisms.py is the mechanism lens: where our own code implements a layer's module (Gated DeltaNet; DeepSeek-V3's
-  multi-head latent attention, latent_lens.py), a mechanism built from the module's weights derives its internals, in
-  our names, from the module's recorded input or its layer's (on access, by `memo.values.TraceValues`): the forward
-  stays transformers'.
+  multi-head latent attention, latent_lens.py; Gemma 4's per-layer inputs and each layer's gated write from them,
+  per_layer_lens.py), a mechanism built from the module's weights derives its internals, in our names, from the
+  module's recorded input or its layer's (on access, by `memo.values.TraceValues`): the forward stays transformers'.
 
 The values are transformers' own, so they equal its forward by construction; tests/integration/test_bridge.py
 checks it anyway, family by family.

@@ -11,6 +11,8 @@ module, the model's text config and the decoder layer that holds the module (Dee
 input through the layer's norm) and gives a `Mechanism`, whose contract is:
 - `kind`: what it is ("gated_deltanet"), the same for every model that has it;
 - `input_stage`: the stage suffix the bridge records that it reads ("linear_attn.in": the module's input, (T, D));
+  a mechanism that reads several (Gemma 4's per-layer write: `per_layer_lens.py`) has `derive_from(values)`, which a
+  trace calls with its values instead;
 - `output_stage`: the stage suffix the bridge records of the module's output, which `derive` computes too (the
   check that ours is the module's maths: equal within float rounding);
 - `stages`: the stage suffixes it adds to the trace, in computation order;
@@ -37,6 +39,7 @@ from ..models.gated_deltanet import (
 )
 from ..models.recorder import Recorder
 from .latent_lens import deepseek_v3_latent
+from .per_layer_lens import gemma4_per_layer_gate
 from .structure import find_structure
 
 
@@ -106,6 +109,11 @@ MECHANISMS: tuple[tuple[str, str, Callable[[nn.Module, Any, nn.Module | None], M
     ("transformers.models.qwen3_next.modeling_qwen3_next", "Qwen3NextGatedDeltaNet", _qwen3_next_deltanet),
     ("transformers.models.deepseek_v3.modeling_deepseek_v3", "DeepseekV3Attention", deepseek_v3_latent),
 )
+# the same for a mechanism of the decoder layer itself rather than its mixer (the builder gets the layer as its module
+# and may answer None: a layer without it); a layer whose mixer has a mechanism keeps that one
+LAYER_MECHANISMS: tuple[tuple[str, str, Callable[[nn.Module, Any, nn.Module | None], Mechanism | None]], ...] = (
+    ("transformers.models.gemma4.modeling_gemma4", "Gemma4TextDecoderLayer", gemma4_per_layer_gate),
+)
 
 
 def _class(module_path: str, name: str) -> type | None:
@@ -116,10 +124,11 @@ def _class(module_path: str, name: str) -> type | None:
         return None
 
 
-def mechanism_of(module: nn.Module, config: Any, layer: nn.Module | None = None) -> Mechanism | None:
+def mechanism_of(module: nn.Module, config: Any, layer: nn.Module | None = None,
+                 rows: Sequence[tuple[str, str, Callable[..., Mechanism | None]]] = MECHANISMS) -> Mechanism | None:
     """Our mechanism for a transformers module of decoder layer `layer` (None where our code implements none of its
-    class)."""
-    for module_path, name, build in MECHANISMS:
+    class), by the registry `rows`."""
+    for module_path, name, build in rows:
         cls = _class(module_path, name)
         if cls is not None and isinstance(module, cls):
             return build(module, config, layer)
@@ -128,7 +137,7 @@ def mechanism_of(module: nn.Module, config: Any, layer: nn.Module | None = None)
 
 def find_mechanisms(model: nn.Module) -> dict[int, Mechanism]:
     """Layer index -> the mechanism of its mixer, for every layer of `model` (a transformers `*ForCausalLM`) with a
-    mixer our code implements."""
+    mixer our code implements; else of the layer itself (`LAYER_MECHANISMS`: Gemma 4's per-layer input)."""
     cfg = model.config
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     out: dict[int, Mechanism] = {}
@@ -137,6 +146,8 @@ def find_mechanisms(model: nn.Module) -> dict[int, Mechanism]:
             m = mechanism_of(getattr(layer.module, name), text, layer.module)
             if m is not None:
                 out[layer.index] = m
+        if layer.index not in out and (m := mechanism_of(layer.module, text, layer.module, LAYER_MECHANISMS)):
+            out[layer.index] = m
     return out
 
 

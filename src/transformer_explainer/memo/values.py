@@ -10,8 +10,9 @@ the layer computed (`sums`), the logits by the model's own head from the last bl
 position's as the pass computed them), and kept a while in the block cache. A layer whose module our own code
 implements (`bridge.mechanisms`: Gated DeltaNet) answers that module's internals too, derived on access from the
 module's recorded input by our module (`mechanisms`), every stage of the layer in one run, kept a while in the block
-cache: the pass records none of them. A trace (`trace.Trace`) reads through this and knows none of it: the lookups
-are here, one place, in that order."""
+cache: the pass records none of them; so do stages outside the blocks our code explains (`outside_lens`: Gemma 4's
+per-layer inputs, from the token ids and the recorded embedding). A trace (`trace.Trace`) reads through this and
+knows none of it: the lookups are here, one place, in that order."""
 
 from __future__ import annotations
 
@@ -73,6 +74,15 @@ class Lens(Protocol):
     def derive(self, x: Tensor) -> dict[str, Tensor]: ...
 
 
+class OutsideLens(Protocol):
+    """Stages outside the blocks explained by our own code (`bridge.per_layer_lens.PerLayerInputsLens`)."""
+
+    @property
+    def stages(self) -> tuple[str, ...]: ...
+
+    def derive_from(self, values: TraceValues) -> dict[str, Tensor]: ...
+
+
 @dataclass(eq=False)
 class TraceValues(Mapping[str, Tensor]):
     """Every value of one traced pass by name (batch dimension dropped): `kept`, or computed again on access.
@@ -104,6 +114,9 @@ class TraceValues(Mapping[str, Tensor]):
     sums: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)
     # per layer, our own code for its module (a recording through transformers): the module's internals on access
     mechanisms: Mapping[int, Lens] = field(default_factory=dict, repr=False)
+    # our own code for stages outside the blocks (Gemma 4's per-layer inputs): `stages`, derived together on access by
+    # `derive_from(self)` from the token ids and what the pass kept
+    outside_lens: OutsideLens | None = field(default=None, repr=False)
     # its cache key for the stages outside the blocks (its blocks': `blocks.key`, shared by the values that hold them)
     _key: object = field(default_factory=object, init=False, repr=False)
 
@@ -121,6 +134,9 @@ class TraceValues(Mapping[str, Tensor]):
     def __getitem__(self, name: str) -> Tensor:
         if name in self.kept:
             return self.kept[name]
+        if self.outside_lens is not None and name in self.outside_lens.stages:
+            lens = self.outside_lens
+            return self.block_cache.get((self._key, "outside_lens"), lambda: lens.derive_from(self))[name]
         if name == "logits" and self.unembed is not None:  # the unembedding's own arithmetic (`lm_head`), where it is
             normed = self["ln_final.out"].unsqueeze(0).to(self.unembed.device)
             return linear(normed, self.unembed.T)[0]  # (T, V)
@@ -164,9 +180,10 @@ class TraceValues(Mapping[str, Tensor]):
         """Every stage layer `layer`'s mechanism derives, by full name: one run of our module on the module's
         recorded input, kept a while in the block cache (a view reads several stages of one layer)."""
         lens = self.mechanisms[layer]
+        several = getattr(lens, "derive_from", None)  # a lens that reads several values (Gemma 4's per-layer write)
 
         def derive() -> dict[str, Tensor]:
-            values = lens.derive(self[block_name(layer, lens.input_stage)])
+            values = several(self) if several is not None else lens.derive(self[block_name(layer, lens.input_stage)])
             return {block_name(layer, s): values[s] for s in lens.stages}
 
         return self.block_cache.get((self._key, "mechanism", layer), derive)
@@ -340,7 +357,8 @@ class TraceValues(Mapping[str, Tensor]):
                            last_logits=self.last_logits if n == len(self.token_ids) else None,
                            blocks=None if self.blocks is None else Cut(self.blocks, n), kv=kv,
                            block_cache=self.block_cache, observations=rows_cut(self.observations, n),
-                           head=self.head, scales=self.scales, sums=self.sums, mechanisms=self.mechanisms)
+                           head=self.head, scales=self.scales, sums=self.sums, mechanisms=self.mechanisms,
+                           outside_lens=self.outside_lens)
 
     def joined(self, new: TraceValues) -> TraceValues:
         """These values (from position 0) followed by `new`'s, a pass that read these positions' keys and values
@@ -356,5 +374,5 @@ class TraceValues(Mapping[str, Tensor]):
                            kept=merge_values(self.kept, new.kept, self.config.family), unembed=new.unembed,
                            last_logits=new.last_logits, blocks=blocks, kv=new.kv, block_cache=new.block_cache,
                            observations=rows_joined(self.observations, new.observations), head=new.head,
-                           scales=new.scales, sums=new.sums, mechanisms=new.mechanisms)
+                           scales=new.scales, sums=new.sums, mechanisms=new.mechanisms, outside_lens=new.outside_lens)
 

@@ -60,7 +60,8 @@ def names_ts() -> str:
         HEADER.format(src="src/transformer_explainer/names.py"),
         "export type Dim = \"T\" | \"S\" | \"H\" | \"G\" | \"D\" | \"Dh\" | \"H*Dh\" | \"G*Dh\" | \"R\" | \"M\" "
         "| \"V\" | \"P\" | \"E\" | \"K\" | \"Dv\" | \"Dk\""  # Dv, Dk: a value's and a key's width (generic table)
-        " | \"Rq\" | \"Rkv\" | \"Dr\";",  # latent attention's query latent, key-value latent, rotary key
+        " | \"Rq\" | \"Rkv\" | \"Dr\""  # latent attention's query latent, key-value latent, rotary key
+        " | \"L\";",  # the layers (Gemma 4's per-layer inputs: (T, L, P))
         "export interface NameInfo { readonly dims: readonly Dim[]; readonly description: string }",
         "",
         _table("BLOCK_ACTIVATIONS", names.BLOCK_ACTIVATIONS),

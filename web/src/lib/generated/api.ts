@@ -153,6 +153,7 @@ export interface CapabilitiesOut {
   mechanisms?: (string | null)[];
   state_memory?: StateMemoryOut | null;
   kv_latent?: LatentCacheOut | null;
+  per_layer?: PerLayerOut | null;
 }
 
 /** Tokens [start, end) that split characters between them (e.g. the four bytes of an emoji). */
@@ -644,6 +645,19 @@ export interface PatchStreamError {
   params?: Record<string, string | number>;
   errors?: Record<string, unknown>[] | null;
   status: number;
+}
+
+/** A model with per-layer inputs and KV sharing (Gemma 4; `bridge.per_layer_lens.PerLayerMemory`): the values each layer reads per token, which layers read them, and which layer's keys and values each layer attends with, with the KV cache that saves after each number of `tokens`. */
+export interface PerLayerOut {
+  d_per_layer: number;
+  per_layer_layers: number[];
+  per_layer_table_params: number;
+  kv_sources: number[];
+  tokens: number[];
+  kv_unshared_bytes: number[];
+  kv_shared_bytes: number[];
+  kv_saved_bytes: number[];
+  dtype: string;
 }
 
 export interface PositionalOut {
