@@ -1,12 +1,12 @@
 """The chapter "Attention that forgets, compresses and sinks" (web/src/lessons/hybrid.ts) on models that run through
-transformers: a random-weight Qwen3.5-shaped hybrid (Gated DeltaNet in layers 0 and 2, full attention in 1 and 3) and
-a random-weight gpt-oss (learned sinks, sliding and full layers) and a random-weight DeepSeek-V3 (multi-head latent
-attention), tests/helpers/hf_checkpoints.py. The lesson button,
-hidden for such models before, opens this chapter for both; every step renders in English and 中文 with the same
-steps (gpt-oss, which has no Gated DeltaNet layer, has no memory and recall steps), on a desktop and on a phone in
-中文; and every claim of every step holds on the 20 texts of web/tests/lessons/texts.ts against the numbers the
-Python API answers (web/tests/lessons/claims.hybrid.ts, run by vitest as test_lesson_claims does). Screenshots go
-to test-artifacts/lesson-hybrid-*.png."""
+transformers: random-weight checkpoints of a Qwen3.5-shaped hybrid (Gated DeltaNet in layers 0 and 2, full attention
+in 1 and 3), gpt-oss (learned sinks, sliding and full layers) and DeepSeek-V3 (multi-head latent attention), from
+tests/helpers/hf_checkpoints.py, and the built-in explainer-hybrid the project trains, where the checkout has it. The
+lesson button, hidden for such models before, opens this chapter; every step renders in English and 中文 with the same
+steps (a model without Gated DeltaNet layers has no memory and recall steps), on a desktop and on a phone in 中文, and
+in an offline snapshot; every claim of every step holds on the 20 texts of web/tests/lessons/texts.ts against the
+numbers the Python API answers (web/tests/lessons/claims.hybrid.ts, run by vitest as test_lesson_claims does).
+Screenshots go to test-artifacts/lesson-hybrid-*.png."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ TEXT = "the cat sat on the mat and the cat"
 STEPS = ["intro", "forget", "memory", "recall", "compress", "sink-why", "sinks", "per-layer", "summary"]
 # a model without Gated DeltaNet layers has no state to measure nor to compare with attention
 NO_DELTANET = [s for s in STEPS if s not in ("memory", "recall")]
-EXPECTED = {"qwen3_5_text": STEPS, "gpt_oss": NO_DELTANET, "deepseek_v3": NO_DELTANET}
+EXPECTED = {"qwen3_5_text": STEPS, "gpt_oss": NO_DELTANET, "deepseek_v3": NO_DELTANET, "explainer-hybrid": STEPS}
+BUILTIN = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "builtin"
 
 
 @pytest.fixture(scope="module", params=list(EXPECTED))
@@ -39,9 +40,14 @@ def server(request, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     static = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "web_dist"
     if not (static / "index.html").is_file():
         cannot_run("the web UI is not built (cd web && npm ci && npx vite build)")
-    folder = write_checkpoint(request.param, tmp_path_factory.mktemp(request.param), tokenizer=True)
-    name = f"random-{request.param}"
-    with LiveServer(create_app({name: load_model(str(folder), allow_download=False)})) as srv:
+    if request.param == "explainer-hybrid":  # the built-in hybrid the project trains (learned weights)
+        if not (BUILTIN / "explainer-hybrid" / "config.json").is_file():
+            cannot_run("the built-in explainer-hybrid is not in this checkout")
+        name, model = "explainer-hybrid", load_model("explainer-hybrid", allow_download=False)
+    else:
+        folder = write_checkpoint(request.param, tmp_path_factory.mktemp(request.param), tokenizer=True)
+        name, model = f"random-{request.param}", load_model(str(folder), allow_download=False)
+    with LiveServer(create_app({name: model})) as srv:
         yield request.param, srv
 
 
@@ -80,7 +86,7 @@ def test_the_lesson_button_opens_this_chapter_in_both_languages(browser, server)
         assert "This model has it" in body["compress"] and "what-if" not in body["compress"], body["compress"]
     else:
         assert "no learned sinks" in body["sinks"], body["sinks"]
-        assert "The same token came before" in body["recall"], body["recall"]  # "cat" repeats
+        assert "The same token came before" in body["recall"], body["recall"]  # "cat" repeats (as one token or more)
 
 
 def test_on_a_phone_in_chinese(browser, server):

@@ -127,7 +127,7 @@ function forget(): Text {
   if (back === 0) out.push(claim("lesson.hybrid.forget.first", { token: f }));
   else {
     const kept = keptBetween(decay, fast, p - back, p);
-    out.push(either(kept < 0.5, "lesson.hybrid.forget.fades", "lesson.hybrid.forget.lasts", { fast: int("fast-head", fast),
+    out.push(claim(kept < 0.01 ? "lesson.hybrid.forget.gone" : kept < 0.5 ? "lesson.hybrid.forget.fades" : "lesson.hybrid.forget.lasts", { fast: int("fast-head", fast),
       earlier: tokenAt("earlier-token", p - back)!, n: int("look-back", back), token: f, kept: dec("kept", kept) }));
   }
   return out;

@@ -53,7 +53,8 @@ function means(decay: Tensor): number[] {
   });
 }
 
-async function fading(v: Record<string, Value>, ctx: ClaimContext, fades: boolean): Promise<true | string> {
+/** The decays compounded: under a hundredth ("gone"), under a half ("fades"), at least a half ("lasts"). */
+async function fading(v: Record<string, Value>, ctx: ClaimContext, said: "gone" | "fades" | "lasts"): Promise<true | string> {
   const p = ctx.focus.pos, n = num(v.n), fast = num(v.fast);
   if (n !== Math.min(20, p)) return `looks back ${n} tokens from position ${p}`;
   if (!tokenIs(v.earlier, ctx, p - n) || !tokenIs(v.token, ctx, p)) return "the tokens quoted are not those positions'";
@@ -64,7 +65,8 @@ async function fading(v: Record<string, Value>, ctx: ClaimContext, fades: boolea
   let kept = 1;
   for (let r = p - n + 1; r <= p; r++) kept *= Math.exp(rowOf(decay, fast, r));
   if (!near(num(v.kept), kept)) return `the decays leave ${kept}, not ${v.kept.v}`;
-  return (kept < 0.5) === fades ? true : `${kept} against one half`;
+  const is = kept < 0.01 ? "gone" : kept < 0.5 ? "fades" : "lasts";
+  return is === said ? true : `${kept} is "${is}"`;
 }
 
 /** What the recall step compares, from tensors fetched here: the example token, the attention layer's weight on it and
@@ -256,8 +258,9 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     return near(num(v.mean), m[fast]) && near(num(v.most), Math.max(...m)) ? true : `means ${m}`;
   },
   "lesson.hybrid.forget.first": (v, ctx) => (ctx.focus.pos === 0 && tokenIs(v.token, ctx, 0) ? true : `the focus is at ${ctx.focus.pos}`),
-  "lesson.hybrid.forget.fades": (v, ctx) => fading(v, ctx, true),
-  "lesson.hybrid.forget.lasts": (v, ctx) => fading(v, ctx, false),
+  "lesson.hybrid.forget.gone": (v, ctx) => fading(v, ctx, "gone"),
+  "lesson.hybrid.forget.fades": (v, ctx) => fading(v, ctx, "fades"),
+  "lesson.hybrid.forget.lasts": (v, ctx) => fading(v, ctx, "lasts"),
   "lesson.hybrid.mem.state": (v, ctx) => memoryCheck(v, ctx, "state"),
   "lesson.hybrid.mem.noCache": (v, ctx) => memoryCheck(v, ctx, "noCache"),
   "lesson.hybrid.mem.cache": (v, ctx) => memoryCheck(v, ctx, "cache"),
