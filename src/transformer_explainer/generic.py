@@ -117,6 +117,9 @@ class GenericConfig:
     global_stages: tuple[str, ...] = ()
     # a model with per-layer inputs (Gemma 4): its width, the layers that read one, KV sharing and what it saves
     per_layer: PerLayerMemory | None = None
+    # per layer: (attention's, the MLP's) write bound sqrt(D) * max|gamma| where the layer norms what each sublayer
+    # writes (OLMo 2 and 3: bridge/post_norm_lens.py), else None
+    write_bounds: tuple[tuple[float, float] | None, ...] = ()
 
     @property
     def names(self) -> NameTable:
@@ -182,6 +185,7 @@ def generic_config(hf: nn.Module, values: dict[str, Tensor], windows: list[int |
     from .bridge.latent_lens import latent_memory
     from .bridge.mechanisms import MEMORY_TOKENS, hybrid_memory
     from .bridge.per_layer_lens import find_per_layer_inputs, per_layer_memory
+    from .bridge.post_norm_lens import PostNormLens
 
     cfg = hf.config
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
@@ -214,7 +218,9 @@ def generic_config(hf: nn.Module, values: dict[str, Tensor], windows: list[int |
         n_experts=experts, top_k=_hf_int(text, "num_experts_per_tok", "top_k") if experts else None, memory=memory,
         latent_memory=latent_memory(mechanisms, dtype, MEMORY_TOKENS),
         global_stages=() if (ple := find_per_layer_inputs(hf)) is None else ple.stages,
-        per_layer=per_layer_memory(hf, mechanisms, MEMORY_TOKENS))
+        per_layer=per_layer_memory(hf, mechanisms, MEMORY_TOKENS),
+        write_bounds=tuple(m.bounds if isinstance(m := mechanisms.get(i), PostNormLens) else None
+                           for i in range(n_layer)))
 
 
 def _check_safetensors(folder: Path) -> None:
@@ -250,6 +256,7 @@ class GenericModel(TextModel):
         for); a longer text is refused before its pass (`trace_ids`)."""
         from .bridge import find_mechanisms, record
         from .bridge.per_layer_lens import find_per_layer_inputs
+        from .bridge.post_norm_lens import find_post_norms
 
         vocab = int(hf.config.get_text_config().vocab_size)
         if tokenizer.vocab_size > vocab:
@@ -264,6 +271,8 @@ class GenericModel(TextModel):
         probe = record(self.hf, [0, min(1, vocab - 1)])  # what each layer records
         windows = [k.window for k in probe.layers]
         self._mechanisms = find_mechanisms(self.hf)  # the layers whose module our own code explains
+        for i, lens in find_post_norms(self.hf, probe.values).items():  # a norm after each sublayer (OLMo 2, 3)
+            self._mechanisms.setdefault(i, lens)
         self._outside_lens = find_per_layer_inputs(self.hf)  # the stages outside the layers it explains
         self._config = generic_config(self.hf, probe.values, windows, [k.kinds for k in probe.layers],
                                       self._mechanisms)

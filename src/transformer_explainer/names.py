@@ -421,6 +421,10 @@ GENERIC_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "attn.z": (("H", "T", "Dv"), "pattern @ V: each head's weighted sum of values, before the output projection"),
     "attn_out": (("T", "D"), "the attention module's output (after its output projection; before a norm that the "
                  "layer applies after it, where it has one)"),
+    # a layer that norms what each sublayer writes (OLMo 2, 3: bridge/post_norm_lens.py) answers the writes too, its
+    # norms on attn_out and mlp_out by our RMSNorm (OLMo's own names)
+    "ln1_post.out": (("T", "D"), "the norm after attention applied to attn_out: what attention adds to the residual "
+                     "stream, of length at most sqrt(D) * max|weight|"),
     "linear_attn.in": (("T", "D"), "input of a linear-attention layer (e.g. Gated DeltaNet)"),
     # a layer whose module our own code implements (bridge/mechanisms.py: Gated DeltaNet) answers its internals too,
     # derived on access from linear_attn.in by our module (name_options.GATED_DELTANET_ACTIVATIONS; H its value heads, G
@@ -441,6 +445,8 @@ GENERIC_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
                   "branch is added to); absent where the layer has no such point (parallel sublayers)"),
     "mlp_out": (("T", "D"), "the MLP module's output (dense or mixture of experts; before a norm the layer applies "
                 "after it, where it has one)"),
+    "ln2_post.out": (("T", "D"), "the norm after the MLP applied to mlp_out: what the MLP adds to the residual stream, "
+                     "of length at most sqrt(D) * max|weight|"),
     # a layer with a per-layer input (Gemma 4) answers its last write too, derived on access by our module
     # (bridge/per_layer_lens.py; name_options.PER_LAYER_GATE_ACTIVATIONS) from resid_mid, mlp_out and its slice of
     # embed.per_layer_inputs

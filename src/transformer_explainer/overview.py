@@ -109,7 +109,8 @@ def generic_capabilities_out(c: GenericConfig) -> CapabilitiesOut:
         layer_stages=[list(layer.stages) for layer in c.layers], mechanisms=[layer.mechanism for layer in c.layers],
         state_memory=None if c.memory is None else StateMemoryOut(**asdict(c.memory)),
         kv_latent=None if c.latent_memory is None else LatentCacheOut(**asdict(c.latent_memory)),
-        per_layer=None if c.per_layer is None else PerLayerOut(**asdict(c.per_layer)))
+        per_layer=None if c.per_layer is None else PerLayerOut(**asdict(c.per_layer)),
+        write_bounds=[None if b is None else list(b) for b in c.write_bounds])
 
 
 def capabilities_out(c: DecoderConfig | GenericConfig) -> CapabilitiesOut:

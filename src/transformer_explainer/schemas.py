@@ -236,6 +236,9 @@ class CapabilitiesOut(BaseModel):
     kv_latent: LatentCacheOut | None = None
     # a model with per-layer inputs (Gemma 4): their width and layers, and its KV sharing
     per_layer: PerLayerOut | None = None
+    # per layer: [attention's, the MLP's] write bound sqrt(D) * max|gamma| where the layer norms what each sublayer
+    # writes before adding it (OLMo 2, 3: its writes are ln1_post.out and ln2_post.out), else None
+    write_bounds: list[list[float] | None] = []
 
 
 class ModelConfigOut(BaseModel):

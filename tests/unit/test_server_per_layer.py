@@ -1,7 +1,7 @@
 """The app's API on a Gemma 4 model that runs through transformers: the capabilities name each layer's per-layer input
 and its KV sharing (by hand from the checkpoint's shapes: P, the sliding window, the heads), and the stages the
 per-layer lens derives are answered by name and position, equal to the Python API's. A model without per-layer
-inputs has no table."""
+inputs has no table (an OLMo 3 gives its write bounds instead: its norms after each sublayer)."""
 
 from __future__ import annotations
 
@@ -68,6 +68,12 @@ def test_the_per_layer_stages_are_answered_by_name_and_position(served):
 
 def test_a_model_without_per_layer_inputs_has_no_table(tmp_path):
     folder = write_checkpoint("olmo3", tmp_path / "olmo3", tokenizer=True)
-    with _client(load_model(str(folder), allow_download=False), tmp_path) as c:
+    model = load_model(str(folder), allow_download=False)
+    with _client(model, tmp_path) as c:
         caps = c.get("/api/models").json()["models"][0]["config"]["capabilities"]
-    assert caps["per_layer"] is None and caps["mechanisms"] == [None] * 4
+    assert caps["per_layer"] is None and caps["mechanisms"] == ["post_norm"] * 4  # (its norms after each sublayer)
+    # each layer's write bounds, sqrt(D) * max|gamma| of its two norms after the sublayers
+    want = [[64**0.5 * float(n.weight.abs().max()) for n in (layer.post_attention_layernorm,
+                                                              layer.post_feedforward_layernorm)]
+            for layer in model.hf.model.layers]
+    assert np.allclose(caps["write_bounds"], want, rtol=1e-6)

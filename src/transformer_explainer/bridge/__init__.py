@@ -21,8 +21,9 @@ How it works:
 - load.py refuses, in one sentence, what is not a decoder transformers implements (remote code never runs).
 - mechanisms.py is the mechanism lens: where our own code implements a layer's module (Gated DeltaNet; DeepSeek-V3's
   multi-head latent attention, latent_lens.py; Gemma 4's per-layer inputs and each layer's gated write from them,
-  per_layer_lens.py), a mechanism built from the module's weights derives its internals, in our names, from the
-  module's recorded input or its layer's (on access, by `memo.values.TraceValues`): the forward stays transformers'.
+  per_layer_lens.py; the norm after each sublayer, found by what a layer computes, post_norm_lens.py), a mechanism
+  built from the module's weights derives its internals, in our names, from the module's recorded input or its
+  layer's (on access, by `memo.values.TraceValues`): the forward stays transformers'.
 
 The values are transformers' own, so they equal its forward by construction; tests/integration/test_bridge.py
 checks it anyway, family by family.

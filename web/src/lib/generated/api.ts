@@ -154,6 +154,7 @@ export interface CapabilitiesOut {
   state_memory?: StateMemoryOut | null;
   kv_latent?: LatentCacheOut | null;
   per_layer?: PerLayerOut | null;
+  write_bounds?: (number[] | null)[];
 }
 
 /** Tokens [start, end) that split characters between them (e.g. the four bytes of an emoji). */
