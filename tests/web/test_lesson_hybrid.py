@@ -26,7 +26,7 @@ TEXT = "the cat sat on the mat and the cat"
 STEPS = ["intro", "forget", "memory", "recall", "compress", "sink-why", "sinks", "per-layer", "summary"]
 # a model without Gated DeltaNet layers has no state to measure nor to compare with attention
 NO_DELTANET = [s for s in STEPS if s not in ("memory", "recall")]
-EXPECTED = {"qwen3_5_text": STEPS, "gpt_oss": NO_DELTANET, "deepseek_v3": NO_DELTANET, "explainer-hybrid": STEPS}
+EXPECTED = {"qwen3_5_text": STEPS, "qwen3_next": STEPS, "gpt_oss": NO_DELTANET, "deepseek_v3": NO_DELTANET, "explainer-hybrid": STEPS}
 BUILTIN = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "builtin"
 
 

@@ -189,10 +189,13 @@ function recall(): Text {
     al: int("attn-layer", al), ha: int("attn-head", ha), dl: int("delta-layer", dl), hd: int("delta-head", hd),
     full: dec("attn-weight", row.data[ex.j], "attn-pattern"), implied: dec("implied-weight", imp.data[ex.j]) };
   out.push(either(ex.repeat, "lesson.hybrid.recall.repeat", "lesson.hybrid.recall.largest", vars));
-  out.push(either(row.data[ex.j] > imp.data[ex.j], "lesson.hybrid.recall.attnMore", "lesson.hybrid.recall.stateMore", vars));
-  const w = imp.data[ex.j];
-  if (Math.abs(w) < GONE) out.push(claim("lesson.hybrid.recall.gone", { ...vars, gone: dec("gone", GONE) }));
-  else if (w < 0) out.push(claim("lesson.hybrid.recall.negative", vars));
+  const full = row.data[ex.j], w = imp.data[ex.j], gone = dec("gone", GONE);
+  if (Math.abs(full) < GONE && Math.abs(w) < GONE) out.push(claim("lesson.hybrid.recall.neither", { ...vars, gone }));
+  else {
+    out.push(either(full > w, "lesson.hybrid.recall.attnMore", "lesson.hybrid.recall.stateMore", vars));
+    if (Math.abs(w) < GONE) out.push(claim("lesson.hybrid.recall.gone", { ...vars, gone }));
+    else if (w < 0) out.push(claim("lesson.hybrid.recall.negative", vars));
+  }
   out.push(say("lesson.hybrid.recall.why"));
   return out;
 }

@@ -89,6 +89,8 @@ async function recalled(v: Record<string, Value>, ctx: ClaimContext): Promise<{ 
   if (!near(num(v.full), row.data[j]) || !near(num(v.implied), imp.data[j])) return `weights ${row.data[j]} and ${imp.data[j]}, not ${v.full.v} and ${v.implied.v}`;
   return { full: row.data[j], implied: imp.data[j], j, repeat };
 }
+/** Both weights under a thousandth in size: neither layer recalls the token. */
+const small = (r: { full: number; implied: number }) => Math.abs(r.full) < 1e-3 && Math.abs(r.implied) < 1e-3;
 async function recallCheck(v: Record<string, Value>, ctx: ClaimContext, test: (r: { full: number; implied: number; repeat: boolean }) => boolean): Promise<true | string> {
   const r = await recalled(v, ctx);
   if (typeof r === "string") return r;
@@ -270,8 +272,9 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   "lesson.hybrid.recall.first": (v, ctx) => (ctx.focus.pos === 0 && tokenIs(v.token, ctx, 0) ? true : `the focus is at ${ctx.focus.pos}`),
   "lesson.hybrid.recall.repeat": (v, ctx) => recallCheck(v, ctx, (r) => r.repeat),
   "lesson.hybrid.recall.largest": (v, ctx) => recallCheck(v, ctx, (r) => !r.repeat),
-  "lesson.hybrid.recall.attnMore": (v, ctx) => recallCheck(v, ctx, (r) => r.full > r.implied),
-  "lesson.hybrid.recall.stateMore": (v, ctx) => recallCheck(v, ctx, (r) => r.full <= r.implied),
+  "lesson.hybrid.recall.attnMore": (v, ctx) => recallCheck(v, ctx, (r) => r.full > r.implied && !small(r)),
+  "lesson.hybrid.recall.stateMore": (v, ctx) => recallCheck(v, ctx, (r) => r.full <= r.implied && !small(r)),
+  "lesson.hybrid.recall.neither": (v, ctx) => recallCheck(v, ctx, (r) => num(v.gone) === 1e-3 && small(r)),
   "lesson.hybrid.recall.negative": (v, ctx) => recallCheck(v, ctx, (r) => r.implied <= -1e-3),
   "lesson.hybrid.recall.gone": (v, ctx) => recallCheck(v, ctx, (r) => num(v.gone) === 1e-3 && Math.abs(r.implied) < 1e-3),
   "lesson.hybrid.sink.noAttention": async (_v, ctx) => ((await layerKinds(ctx)).attn.length === 0 ? true : "the model has attention layers"),
