@@ -288,8 +288,10 @@ def snapshot_data(model: Model, trace: Trace, *, max_mb: float = 4.5, ablations:
 
     global_first, block_order = ACTIVATION_ORDER[family]
     precise = PRECISE[family]
-    groups: list[tuple[str, list[str], bool]] = [(n, [n], False) for n in global_first]
     answered = set(trace.names())  # a mixture's blocks answer their MLP's stages: experts' or a dense MLP's
+    # (a model through transformers answers the global stages it has: Gemma 4's per-layer inputs, its alone)
+    groups: list[tuple[str, list[str], bool]] = [(n, [n], False) for n in global_first
+                                                 if family != "generic" or n in answered]
     groups += [(blocks_label("*", s), [n for i in range(L) if (n := block_name(i, s)) in answered
                                        and n not in data["aliases"]], False) for s in block_order]
     groups += [(blocks_label("*", s), [n for i in range(L) if (n := block_name(i, s)) in has], True)
