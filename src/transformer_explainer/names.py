@@ -459,7 +459,9 @@ GENERIC_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
 GENERIC_GLOBAL_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "embed.token": (("T", "D"), "the token embedding module's output (scaled where that module scales)"),
     # a model with per-layer embeddings (Gemma 4): derived on access by our module from the token ids and embed.token
-    **PER_LAYER_EMBEDDING_ACTIVATIONS,
+    # (name_options.PER_LAYER_EMBEDDING_ACTIVATIONS, whose embed.scaled is this table's embed.token)
+    **{n: (dims, text.replace("embed.scaled", "embed.token"))
+       for n, (dims, text) in PER_LAYER_EMBEDDING_ACTIVATIONS.items()},
     "ln_final.out": (("T", "D"), "the input of the unembedding: the final norm's output"),
     "logits": (("T", "V"), "the model's logits, as its forward returns them (soft-capped where the model caps)"),
 }

@@ -630,7 +630,7 @@ export const GENERIC_BLOCK_ACTIVATIONS = {
 export const GENERIC_GLOBAL_ACTIVATIONS = {
   "embed.token": { dims: ["T", "D"], description: "the token embedding module's output (scaled where that module scales)" },
   "embed.per_layer": { dims: ["T", "L", "P"], description: "E_per_layer[token] * sqrt(P): the token's own per-layer values, L slices of P" },
-  "embed.per_layer_projected": { dims: ["T", "L", "P"], description: "rmsnorm(embed.scaled @ W_per_layer / sqrt(D)) over each slice of P: the per-layer values the main embedding gives" },
+  "embed.per_layer_projected": { dims: ["T", "L", "P"], description: "rmsnorm(embed.token @ W_per_layer / sqrt(D)) over each slice of P: the per-layer values the main embedding gives" },
   "embed.per_layer_inputs": { dims: ["T", "L", "P"], description: "(per_layer_projected + per_layer) / sqrt(2): what each layer reads, slice l for layer l" },
   "ln_final.out": { dims: ["T", "D"], description: "the input of the unembedding: the final norm's output" },
   "logits": { dims: ["T", "V"], description: "the model's logits, as its forward returns them (soft-capped where the model caps)" },
