@@ -83,3 +83,32 @@ def test_bad_hybrid_shapes_are_one_sentence(tmp_path: Path, capsys: pytest.Captu
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err
     assert not (tmp_path / "tok").exists()  # refused before a tokenizer was trained
+
+
+def test_mamba2_decay_init_starts_every_head_with_a_memory():
+    """transformers' own initialisation makes most Gated DeltaNet heads' decay exp(g) nearly 0 (dt_bias 1, A up to
+    16: the state is wiped at every token); `--decay-init mamba2` (the Gated DeltaNet paper's code's) starts every
+    head's decay between 0.2 and 1 on a neutral input (a = 0), and leaves the other weights alone."""
+    import torch.nn.functional as F
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    from transformer_explainer.training.lm import CausalLMLogits
+    from transformer_explainer.training.lm_run import mamba2_decay_init_
+
+    torch.manual_seed(0)
+    cfg = Qwen3_5TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=8, linear_num_key_heads=4,
+                            linear_num_value_heads=16, linear_key_head_dim=8, linear_value_head_dim=8)
+    model = CausalLMLogits(Qwen3_5ForCausalLM(cfg))
+
+    def decays() -> torch.Tensor:
+        return torch.cat([(-la.A_log.exp() * F.softplus(la.dt_bias)).exp() for la in
+                          (layer.linear_attn for layer in model.lm.model.layers[:3])]).detach()
+
+    assert (decays() < 0.05).float().mean() > 0.5  # transformers' own: most heads forget almost everything
+    before = {k: v.clone() for k, v in model.state_dict().items() if "A_log" not in k and "dt_bias" not in k}
+    mamba2_decay_init_(model)
+    d = decays()
+    assert ((d > 0.2) & (d < 1)).all(), d
+    after = model.state_dict()
+    assert all(torch.equal(v, after[k]) for k, v in before.items())

@@ -35,6 +35,11 @@ def add_lm_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--linear-value-heads", type=positive_int, default=8,
                    help="qwen3_5_text: the Gated DeltaNet's value heads, a multiple of --linear-key-heads "
                         "(default 8)")
+    p.add_argument("--decay-init", choices=["transformers", "mamba2"], default="transformers",
+                   help="qwen3_5_text: the Gated DeltaNet decay's starting values. transformers: its own "
+                        "(dt_bias 1, A in (0.01, 16): most heads keep almost nothing from one token to the next); "
+                        "mamba2: the Gated DeltaNet paper's code's (A in (0, 16), dt in (0.001, 0.1): each head "
+                        "keeps 20-100 %% of its memory per token)")
     p.add_argument("--linear-head-dim", type=positive_int, default=32,
                    help="qwen3_5_text: the width of each Gated DeltaNet key and value head (default 32)")
     p.add_argument("--n-inner", type=positive_int, default=None,

@@ -6,6 +6,7 @@ import argparse
 import copy
 import json
 import logging
+import math
 import platform
 import shutil
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from ..config import DecoderConfig
 from ..errors import InputError
@@ -86,6 +88,21 @@ def hf_model_config(args: argparse.Namespace, vocab_size: int, eos_id: int | Non
         bos_token_id=eos_id, eos_token_id=eos_id)
 
 
+def mamba2_decay_init_(model: nn.Module) -> None:
+    """The decay's starting values of the Gated DeltaNet paper's code (flash-linear-attention, after Mamba2): per
+    value head A uniform in (0, 16) and a step dt log-uniform in (0.001, 0.1) that softplus(dt_bias) gives back, so
+    the decay exp(-A * dt) starts between 0.2 and 1 (transformers' dt_bias of 1 makes it exp(-1.3 A), near 0 for
+    most heads)."""
+    for m in model.modules():
+        if isinstance(getattr(m, "A_log", None), nn.Parameter) and isinstance(getattr(m, "dt_bias", None),
+                                                                             nn.Parameter):
+            n = m.dt_bias.numel()
+            dt = torch.exp(torch.rand(n) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)).clamp(min=1e-4)
+            with torch.no_grad():
+                m.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus's inverse
+                m.A_log.copy_(torch.empty(n).uniform_(0, 16).clamp(min=1e-2).log())
+
+
 def _hf_from_dict(d: dict[str, Any]) -> Any:
     from transformers import CONFIG_MAPPING
 
@@ -149,6 +166,8 @@ def run_lm_training(args: argparse.Namespace) -> Path:
 
         # fresh weights from transformers' own initialisation (post_init); float32 whatever the default dtype
         model = CausalLMLogits(AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32))
+        if getattr(args, "decay_init", "transformers") == "mamba2":
+            mamba2_decay_init_(model)
         block_size, aux = hf_config.max_position_embeddings, 0.0
     else:
         model = Decoder(config)  # with fresh weights (init_weights_)
