@@ -26,7 +26,8 @@ TEXT = "the cat sat on the mat and the cat"
 STEPS = ["intro", "forget", "memory", "recall", "compress", "sink-why", "sinks", "per-layer", "summary"]
 # a model without Gated DeltaNet layers has no state to measure nor to compare with attention
 NO_DELTANET = [s for s in STEPS if s not in ("memory", "recall")]
-EXPECTED = {"qwen3_5_text": STEPS, "qwen3_next": STEPS, "gpt_oss": NO_DELTANET, "deepseek_v3": NO_DELTANET, "explainer-hybrid": STEPS}
+EXPECTED = {"qwen3_5_text": STEPS, "qwen3_next": STEPS, "gpt_oss": NO_DELTANET, "deepseek_v3": NO_DELTANET,
+            "lfm2": NO_DELTANET, "falcon_h1": NO_DELTANET, "explainer-hybrid": STEPS}
 BUILTIN = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "builtin"
 
 
@@ -82,6 +83,10 @@ def test_the_lesson_button_opens_this_chapter_in_both_languages(browser, server)
     if kind == "gpt_oss":  # its learned sinks, each head's weight
         assert "learned sink" in body["sink-why"] and "head 0:" in body["sinks"], body["sinks"]
         assert "has no latent attention" in body["compress"] and "none keeps a state" in body["forget"]
+    elif kind in ("lfm2", "falcon_h1"):  # its other mixers, said as what they are
+        what = {"lfm2": "short-convolution layers (2) keep no state",
+                "falcon_h1": "state-space layers (4, Mamba's kind)"}
+        assert "no Gated DeltaNet layer" in body["forget"] and what[kind] in body["forget"], body["forget"]
     elif kind == "deepseek_v3":  # its own latent's cache, not a what-if
         assert "This model has it" in body["compress"] and "what-if" not in body["compress"], body["compress"]
     else:

@@ -1,7 +1,8 @@
 // Which lesson the lesson button opens for a model that runs through transformers (lessons/choose.ts): the chapter
-// "Attention that forgets, compresses and sinks" for a model with a Gated DeltaNet layer (Qwen3.5), learned sinks
-// (gpt-oss) or latent attention (DeepSeek-V3); not for one whose layers are all plain attention; the other models'
-// choices as before. Run by tests/web/test_lesson_hybrid.py.
+// "Attention that forgets, compresses and sinks" for a model with a layer that is not attention (Gated DeltaNet in
+// Qwen3.5, LFM2's short convolutions, Falcon-H1's state-space layers beside attention), learned sinks (gpt-oss) or
+// latent attention (DeepSeek-V3); not for one whose layers are all plain attention; the other models' choices as
+// before. Run by tests/web/test_lesson_hybrid.py.
 import { describe, expect, it } from "vitest";
 import { GPT2_CAPABILITIES, type Capabilities } from "../src/lib/family";
 import { lessonFor, newAttention } from "../src/lessons/choose";
@@ -22,21 +23,20 @@ const deepseek = generic([["attention"], ["attention"]], { kv_latent: { layers: 
   gqa_per_token: 320, tokens: [1024], mla_bytes: [196608], mha_bytes: [1310720], gqa_bytes: [655360], dtype: "float32" } });
 const phi3 = generic([["attention"], ["attention"]]);
 const lfm2 = generic([["short_conv"], ["attention"]]);
+const falconH1 = generic([["attention", "state_space"], ["attention", "state_space"]]);
 
 describe("the lesson of a model that runs through transformers", () => {
   it("is the chapter on attention that forgets, compresses and sinks where the model has one of those", () => {
-    for (const caps of [qwen35, gptOss, deepseek]) {
+    for (const caps of [qwen35, lfm2, falconH1, gptOss, deepseek]) {
       expect(newAttention(caps)).toBe(true);
       expect(lessonFor(false, "overview", caps)).toBe("hybrid");
       expect(lessonFor(false, "attention", caps)).toBe("hybrid");
     }
   });
 
-  it("is not that chapter for a model of plain attention, nor for a short convolution alone", () => {
-    for (const caps of [phi3, lfm2]) {
-      expect(newAttention(caps)).toBe(false);
-      expect(lessonFor(false, "overview", caps)).not.toBe("hybrid");
-    }
+  it("is not that chapter for a model of plain attention", () => {
+    expect(newAttention(phi3)).toBe(false);
+    expect(lessonFor(false, "overview", phi3)).not.toBe("hybrid");
   });
 
   it("leaves the Experiments area's, Why this token's and the encoder-decoder page's lessons as they were", () => {

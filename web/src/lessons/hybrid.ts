@@ -26,6 +26,10 @@ const nLayer = () => cfg()?.n_layer ?? 0;
 export const linearLayers = (c: Caps = caps()): number[] =>
   (c.mixers ?? []).flatMap((m, l) => (m.includes("linear_attention") ? [l] : []));
 const attnLayers = () => attentionLayers(caps(), nLayer());
+/** The kinds of token mixer other than attention and Gated DeltaNet, in this order, that the chapter names. */
+const OTHER_KINDS = ["short_conv", "state_space", "mixer"] as const;
+/** The layers with a mixer of kind `kind`. */
+const layersOf = (kind: string): number[] => (caps().mixers ?? []).flatMap((m, l) => (m.includes(kind) ? [l] : []));
 export const sinkLayers = (c: Caps = caps()): number[] => (c.sinks ?? []).flatMap((s, l) => (s ? [l] : []));
 /** Whether layer `l`'s trace answers `stage` (a model that runs through transformers lists each layer's). */
 const records = (l: number, stage: string) => caps().layer_stages?.[l]?.includes(stage) ?? false;
@@ -90,14 +94,19 @@ function intro(): Text {
   const c = cfg(), f = focusToken();
   if (!c || !f) return [];
   const lin = linearLayers(), att = attnLayers(), sinks = sinkLayers();
+  // each kind of mixer the model has, counted: attention, Gated DeltaNet, then the others
+  const kinds: Var[] = [];
+  if (att.length) kinds.push(nOf("n-attention", att.length, "lesson.hybrid.nAttnOne", "lesson.hybrid.nAttn"));
+  if (lin.length) kinds.push(nOf("n-linear", lin.length, "lesson.hybrid.nLinearOne", "lesson.hybrid.nLinear"));
+  for (const k of OTHER_KINDS) {
+    const n = layersOf(k).length;
+    if (n) kinds.push(nOf(`n-${k}`, n, `lesson.hybrid.nKindOne.${k}`, `lesson.hybrid.nKind.${k}`));
+  }
   const out: Text = [
     say("lesson.hybrid.intro.model", { name: word("model-name", app.trace!.model), type: word("model-type", c.model_type ?? ""),
       layers: int("n-layer", c.n_layer), d: int("d-model", c.n_embd) }),
-    lin.length
-      ? claim("lesson.hybrid.intro.hybrid", {
-        lin: nOf("n-linear", lin.length, "lesson.hybrid.nLinearOne", "lesson.hybrid.nLinear"),
-        attn: nOf("n-attention", att.length, "lesson.hybrid.nAttnOne", "lesson.hybrid.nAttn") })
-      : claim("lesson.hybrid.intro.allAttention", { layers: int("n-layer", c.n_layer) }),
+    att.length === c.n_layer && kinds.length === 1 ? claim("lesson.hybrid.intro.allAttention", { layers: int("n-layer", c.n_layer) })
+      : claim("lesson.hybrid.intro.kinds", { list: list(kinds) }),
   ];
   if (sinks.length) out.push(claim("lesson.hybrid.intro.sinks", { n: nOf("n-sink", sinks.length, "lesson.hybrid.nSinkOne", "lesson.hybrid.nSink") }));
   if (caps().kv_latent) out.push(claim("lesson.hybrid.intro.latent"));
@@ -109,7 +118,13 @@ function intro(): Text {
 function forget(): Text {
   const c = cfg(), f = focusToken();
   if (!c || !f) return [];
-  if (!linearLayers().length) return [say("lesson.hybrid.forget.what"), claim("lesson.hybrid.forget.none", { layers: int("n-layer", c.n_layer) })];
+  if (!linearLayers().length) {
+    const others = (["short_conv", "state_space"] as const).filter((k) => layersOf(k).length);
+    if (!others.length && attnLayers().length === c.n_layer)
+      return [say("lesson.hybrid.forget.what"), claim("lesson.hybrid.forget.none", { layers: int("n-layer", c.n_layer) })];
+    return [say("lesson.hybrid.forget.what"), claim("lesson.hybrid.forget.noDeltaNet"),
+      ...others.map((k) => claim(`lesson.hybrid.forget.${k}`, { n: int(`n-${k}`, layersOf(k).length) }))];
+  }
   const l = deltaLayer();
   if (l < 0) return [say("lesson.hybrid.forget.what"), claim("lesson.hybrid.forget.notRecorded", { layer: int("layer", linearLayers()[0]) })];
   const beta = get(S.beta(l)), decay = get(S.decay(l));

@@ -26,14 +26,18 @@ async function answers(ctx: ClaimContext, spec: TensorSpec): Promise<boolean> {
     return false;
   }
 }
-/** The layers with attention and the layers with a linear-attention output, asked layer by layer. */
-async function layerKinds(ctx: ClaimContext): Promise<{ attn: number[]; linear: number[]; n: number }> {
+/** The layers of each kind of token mixer, asked layer by layer: attention answers its pattern, a Gated DeltaNet layer
+ *  linear_attn.out, a short convolution conv.out, a state-space layer ssm.out, another kind mixer.out. */
+async function layerKinds(ctx: ClaimContext): Promise<{ attn: number[]; linear: number[]; n: number; other: Record<string, number[]> }> {
   const n = (await described(ctx)).n_layer, attn: number[] = [], linear: number[] = [];
+  const other: Record<string, number[]> = { short_conv: [], state_space: [], mixer: [] };
+  const outs: Record<string, string> = { short_conv: "conv.out", state_space: "ssm.out", mixer: "mixer.out" };
   for (let l = 0; l < n; l++) {
     if (await answers(ctx, { name: `blocks.${l}.attn.pattern`, head: 0, position: 0 })) attn.push(l);
     if (await answers(ctx, { name: `blocks.${l}.linear_attn.out`, position: 0 })) linear.push(l);
+    for (const [k, s] of Object.entries(outs)) if (await answers(ctx, { name: `blocks.${l}.${s}`, position: 0 })) other[k].push(l);
   }
-  return { attn, linear, n };
+  return { attn, linear, n, other };
 }
 const rowOf = (t: Tensor, h: number, p: number) => t.data[h * t.shape[1] + p];
 /** The catalogue's count phrase quoted: its number. */
@@ -220,14 +224,27 @@ async function latentCaches(v: Record<string, Value>, ctx: ClaimContext): Promis
 const PER_LAYER_TYPES = /^gemma(4|3n)/;
 
 export const CLAIMS: Partial<Record<MessageKey, Check>> = {
-  "lesson.hybrid.intro.hybrid": async (v, ctx) => {
-    const { attn, linear } = await layerKinds(ctx);
-    return linear.length && countIs(v, "lin", linear.length) && countIs(v, "attn", attn.length) ? true
-      : `${linear.length} Gated DeltaNet layers and ${attn.length} attention layers`;
+  "lesson.hybrid.intro.kinds": async (v, ctx) => {
+    const { attn, linear, other } = await layerKinds(ctx);
+    // the counts the list quotes, in its order (attention, Gated DeltaNet, short convolution, state space, other)
+    const want = [attn.length, linear.length, other.short_conv.length, other.state_space.length, other.mixer.length].filter(Boolean);
+    const said = Object.entries(v).filter(([k]) => k.endsWith(".n")).map(([, x]) => num(x));
+    if (want.length < 2) return "the model mixes its tokens one way";
+    return said.join() === want.join() ? true : `the layers are ${want} of each kind, the text says ${said}`;
+  },
+  "lesson.hybrid.forget.noDeltaNet": async (_v, ctx) => ((await layerKinds(ctx)).linear.length === 0 ? true : "the model has Gated DeltaNet layers"),
+  "lesson.hybrid.forget.short_conv": async (v, ctx) => {
+    const n = (await layerKinds(ctx)).other.short_conv.length;
+    return n && num(v.n) === n ? true : `${n} short-convolution layers`;
+  },
+  "lesson.hybrid.forget.state_space": async (v, ctx) => {
+    const n = (await layerKinds(ctx)).other.state_space.length;
+    return n && num(v.n) === n ? true : `${n} state-space layers`;
   },
   "lesson.hybrid.intro.allAttention": async (v, ctx) => {
-    const { attn, linear, n } = await layerKinds(ctx);
-    return !linear.length && attn.length === n && num(v.layers) === n ? true : `${attn.length} of ${n} layers have attention`;
+    const { attn, linear, n, other } = await layerKinds(ctx);
+    return !linear.length && !Object.values(other).flat().length && attn.length === n && num(v.layers) === n ? true
+      : `${attn.length} of ${n} layers have attention, and no other mixer`;
   },
   "lesson.hybrid.intro.sinks": async (v, ctx) => {
     const n = ((await capsOf(ctx)).sinks ?? []).filter(Boolean).length;
@@ -238,8 +255,9 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   },
   "lesson.hybrid.intro.latent": async (_v, ctx) => ((await capsOf(ctx)).kv_latent ? true : "no latent attention"),
   "lesson.hybrid.forget.none": async (v, ctx) => {
-    const { linear, n } = await layerKinds(ctx);
-    return !linear.length && num(v.layers) === n ? true : `layers ${linear} are Gated DeltaNet`;
+    const { attn, linear, n, other } = await layerKinds(ctx);
+    return attn.length === n && !linear.length && !Object.values(other).flat().length && num(v.layers) === n ? true
+      : `layers ${attn} are attention, and some mix tokens another way`;
   },
   "lesson.hybrid.forget.notRecorded": async (v, ctx) =>
     (!(await answers(ctx, { name: `blocks.${num(v.layer)}.linear_attn.decay` })) ? true : "the server gives the decays"),
