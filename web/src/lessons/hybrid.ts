@@ -148,6 +148,11 @@ function forget(): Text {
   return out;
 }
 
+/** The type the bytes are counted in: the model's as it runs here (the file's may be smaller: a float16 file runs in
+ *  float32 on a CPU), the states in float32 whatever it is. */
+const dtypeSaid = (dtype: string, states = false): Sentence =>
+  claim(states ? "lesson.hybrid.dtypeMem" : "lesson.hybrid.dtype", { dtype: word("dtype", dtype) });
+
 /** Step 1, the memory: the states' fixed bytes against the KV cache of the model's full-attention layers. */
 function memory(): Text {
   const c = cfg(), m = caps().state_memory;
@@ -165,6 +170,7 @@ function memory(): Text {
   if (!full) return [...out, claim("lesson.hybrid.mem.noCache")];
   out.push(claim("lesson.hybrid.mem.cache", { attn: count.attn, n1: int("tokens-1", n1), n2: int("tokens-2", n2), n3: int("tokens-3", n3),
     k1: size("kv-1", k1), k2: size("kv-2", k2), k3: size("kv-3", k3) }));
+  out.push(dtypeSaid(m.dtype, true));
   // a model of the same width with full attention in every layer would cache what one full-attention layer does in each
   if (full === attnLayers().length) {
     const all = (c.n_layer * k2) / full, hybrid = k2 + fixed;
@@ -230,7 +236,8 @@ function compress(): Text {
       dv: int("d-v", lat.v_head_dim), dc: int("d-latent", lat.kv_lora_rank), kv: int("n-kv-heads", lat.gqa_heads),
       mha: size("mha-bytes", mha), gqa: size("gqa-bytes", gqa), mla: size("mla-bytes", mla), r: dec("mla-ratio", mha / mla) };
     out.push(claim("lesson.hybrid.mla.own", vars),
-      either(mla < gqa, "lesson.hybrid.mla.belowGqaOf", "lesson.hybrid.mla.aboveGqaOf", vars), say("lesson.hybrid.mla.cost"));
+      either(mla < gqa, "lesson.hybrid.mla.belowGqaOf", "lesson.hybrid.mla.aboveGqaOf", vars), dtypeSaid(c.dtype ?? "float32"),
+      say("lesson.hybrid.mla.cost"));
     return out;
   }
   const dh = c.head_dim, { dc, dr } = latentWhatIf(dh);
@@ -240,7 +247,7 @@ function compress(): Text {
     r: dec("mla-ratio", mha / mla) };
   out.push(claim(G < H ? "lesson.hybrid.mla.whatIfGqa" : "lesson.hybrid.mla.whatIfMha", vars));
   if (G < H) out.push(either(mla < gqa, "lesson.hybrid.mla.belowGqa", "lesson.hybrid.mla.aboveGqa", vars));
-  out.push(say("lesson.hybrid.mla.cost"));
+  out.push(dtypeSaid(c.dtype ?? "float32"), say("lesson.hybrid.mla.cost"));
   return out;
 }
 

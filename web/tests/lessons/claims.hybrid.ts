@@ -221,6 +221,13 @@ async function latentCaches(v: Record<string, Value>, ctx: ClaimContext): Promis
   return { mha, gqa, mla };
 }
 
+/** The type quoted is the one the model runs in (/api/models), and the memory table's where it has one. */
+async function dtypeIs(v: Record<string, Value>, ctx: ClaimContext): Promise<true | string> {
+  const c = await described(ctx), m = (c.capabilities as Caps).state_memory;
+  if (v.dtype.raw !== c.dtype) return `the model runs in ${c.dtype}, not ${v.dtype.v}`;
+  return !m || m.dtype === c.dtype ? true : `the memory table counts ${m.dtype}`;
+}
+
 const PER_LAYER_TYPES = /^gemma(4|3n)/;
 
 export const CLAIMS: Partial<Record<MessageKey, Check>> = {
@@ -286,6 +293,8 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   "lesson.hybrid.mem.cache": (v, ctx) => memoryCheck(v, ctx, "cache"),
   "lesson.hybrid.mem.saves": (v, ctx) => memoryCheck(v, ctx, "saves"),
   "lesson.hybrid.mem.noSaving": (v, ctx) => memoryCheck(v, ctx, "noSaving"),
+  "lesson.hybrid.dtype": (v, ctx) => dtypeIs(v, ctx),
+  "lesson.hybrid.dtypeMem": (v, ctx) => dtypeIs(v, ctx),
   "lesson.hybrid.mem.unknown": async (_v, ctx) => (!(await capsOf(ctx)).state_memory ? true : "the capabilities give the states' sizes"),
   "lesson.hybrid.recall.first": (v, ctx) => (ctx.focus.pos === 0 && tokenIs(v.token, ctx, 0) ? true : `the focus is at ${ctx.focus.pos}`),
   "lesson.hybrid.recall.repeat": (v, ctx) => recallCheck(v, ctx, (r) => r.repeat),
