@@ -15,7 +15,7 @@ import { claim, either, say, type Lesson, type LessonStep, type Sentence, type T
 import { dec, int, word } from "../lib/lessonFormat";
 import { app } from "../lib/state.svelte";
 import type { Tensor } from "../lib/tensor";
-import { bytesOf, cfg, focusToken, nTok, showLoaded, size, tokenAt } from "./reader";
+import { bytesOf, cfg, fetched, focusToken, nTok, showLoaded, size, tokenAt } from "./reader";
 
 // -- what the model has -------------------------------------------------------------------------------------------
 
@@ -269,6 +269,20 @@ export function firstTokenWeights(pattern: Tensor, window: number | null): { mea
   return { mean, even: even / (T - 1) };
 }
 
+/** The attention head that puts the most weight on the first token over the text (ties: the earlier layer and head),
+ *  with that mean and the even spread's; null where the model has no attention layer, undefined until the patterns
+ *  are here. */
+function firstTokenBest(): { l: number; h: number; m: number; even: number } | null | undefined {
+  let best: { l: number; h: number; m: number; even: number } | null = null;
+  for (const al of attnLayers()) {
+    const pat = get(S.patternAll(al));
+    if (!pat) return undefined;
+    const { mean, even } = firstTokenWeights(pat, caps().windows?.[al] ?? null);
+    mean.forEach((m, h) => { if (!best || m > best.m) best = { l: al, h, m, even }; });
+  }
+  return best;
+}
+
 /** Step 4: what a sink is for; the model's learned sinks, or its heads' weight on the first token. */
 function sinks(): Text {
   const c = cfg(), f = focusToken();
@@ -285,18 +299,14 @@ function sinks(): Text {
     out.push(claim("lesson.hybrid.sink.top", { h: int("sink-top-head", top), w: dec("sink-top", w[top]) }));
     return out;
   }
-  const T = nTok(), att = attnLayers();
+  const T = nTok();
   if (T < 2) return [...out, claim("lesson.hybrid.sink.tooShort", { n: int("n-tokens", T) })];
-  let best = { l: -1, h: 0, m: -1, even: 0 };
-  for (const al of att) {
-    const pat = get(S.patternAll(al));
-    if (!pat) return [];
-    const { mean, even } = firstTokenWeights(pat, caps().windows?.[al] ?? null);
-    mean.forEach((m, h) => { if (m > best.m) best = { l: al, h, m, even }; });
-  }
-  if (best.l < 0) return [claim("lesson.hybrid.sink.noAttention")];
+  const best = firstTokenBest();
+  if (best === undefined) return [];
+  if (best === null) return [claim("lesson.hybrid.sink.noAttention")];
   out.push(either(best.m > 0.5, "lesson.hybrid.sink.firstLike", "lesson.hybrid.sink.firstNone", { layer: int("first-layer", best.l),
-    head: int("first-head", best.h), m: dec("first-weight", best.m), even: dec("first-even", best.even), n: int("n-queries", T - 1) }));
+    head: int("first-head", best.h), m: dec("first-weight", best.m, app.layer === best.l && app.head === best.h ? "attn-pattern" : undefined),
+    even: dec("first-even", best.even), n: int("n-queries", T - 1) }));
   return out;
 }
 
@@ -344,7 +354,13 @@ const STEPS: LessonStep[] = [
     enter: async () => { const lat = caps().kv_latent; if (lat?.layers.length) await attnView(lat.layers[0]); } },
   { id: "sink-why", target: "", title: "lesson.hybrid.sink.title", body: () => [say("lesson.hybrid.sink.what")] },
   { id: "sinks", get target() { return attnLayers().length ? "attn-pattern" : ""; }, title: "lesson.hybrid.sinkHere.title",
-    enter: () => attnView(sinkLayer() >= 0 ? sinkLayer() : attnLayers()[0] ?? -1),
+    // the layer with learned sinks; else the head that weighs the first token most, once the patterns are here
+    enter: async () => {
+      if (sinkLayer() >= 0 || nTok() < 2) return attnView(sinkLayer() >= 0 ? sinkLayer() : attnLayers()[0] ?? -1);
+      await fetched(attnLayers().map(S.patternAll));
+      const best = firstTokenBest();
+      await attnView(best ? best.l : attnLayers()[0] ?? -1, best ? best.h : undefined);
+    },
     needs: () => (sinkLayer() >= 0 ? [S.sink(sinkLayer())] : nTok() >= 2 ? attnLayers().map(S.patternAll) : []), body: sinks },
   { id: "per-layer", target: "", title: "lesson.hybrid.ple.title", body: perLayer },
   { id: "summary", target: "", title: "lesson.hybrid.end.title", body: () => [say("lesson.hybrid.end.body")] },
