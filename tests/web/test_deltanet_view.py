@@ -134,3 +134,20 @@ def test_deltanet_layer_on_a_phone_in_chinese(browser, hybrid):
             page.get_by_test_id(part).evaluate("e => e.scrollIntoView({block: 'start'})")
             page.screenshot(path=str(ARTIFACTS / f"deltanet-{4 + i}-phone-zh-{part.split('-')[1]}.png"))
         assert page.locator("[data-testid=error]").count() == 0
+
+
+def test_the_chosen_value_head_is_the_focus_head(browser, hybrid):
+    """The view's head is the page's focus head (what the lessons' sentences name), so a head set elsewhere (a link, a
+    lesson step) is the one drawn, and a head picked here becomes the focus head."""
+    srv, model = hybrid
+    with open_app(browser, srv.url, query=f"#text={TEXT}&head=2") as page:
+        _open_layer_0(page)
+        page.locator("[data-testid=deltanet-pattern] canvas").wait_for()
+        _check_head(page, model, 2)
+        page.locator("[data-testid=deltanet-heads] button").nth(1).click()
+        _check_head(page, model, 1)
+        for _ in range(100):  # the link says the focus head (the page rewrites it a moment after a change)
+            if "head=1" in page.evaluate("location.hash"):
+                break
+            page.wait_for_timeout(100)
+        assert "head=1" in page.evaluate("location.hash")

@@ -335,10 +335,10 @@ const attnView = async (layer: number, head?: number) => {
 
 const STEPS: LessonStep[] = [
   { id: "intro", target: "arch", title: "lesson.hybrid.intro.title", enter: () => showLoaded("overview"), body: intro },
-  { id: "forget", target: "", title: "lesson.hybrid.forget.title",
+  { id: "forget", get target() { return deltaLayer() >= 0 ? "deltanet-gates" : ""; }, title: "lesson.hybrid.forget.title",
     enter: () => attnView(deltaLayer() >= 0 ? deltaLayer() : linearLayers()[0] ?? -1),
     needs: () => (deltaLayer() >= 0 ? [S.beta(deltaLayer()), S.decay(deltaLayer())] : []), body: forget },
-  { id: "memory", target: "", title: "lesson.hybrid.mem.title", enter: () => attnView(deltaLayer() >= 0 ? deltaLayer() : linearLayers()[0] ?? -1),
+  { id: "memory", get target() { return caps().state_memory ? "deltanet-memory" : ""; }, title: "lesson.hybrid.mem.title", enter: () => attnView(deltaLayer() >= 0 ? deltaLayer() : linearLayers()[0] ?? -1),
     body: memory },
   { id: "recall", target: "attn-pattern", title: "lesson.hybrid.recall.title",
     enter: () => attnView(recallLayer(deltaLayer())),
@@ -349,7 +349,7 @@ const STEPS: LessonStep[] = [
       return [S.decay(dl), S.pattern(al, app.head), ...(d ? [S.implied(dl, deltaHead(d))] : [])];
     },
     body: recall },
-  { id: "compress", target: "", title: "lesson.hybrid.mla.title", body: compress,
+  { id: "compress", get target() { return caps().kv_latent?.layers.length ? "latent-cache" : ""; }, title: "lesson.hybrid.mla.title", body: compress,
     // the Attention view of a latent-attention layer shows what its cache holds (stages/LatentCache.svelte)
     enter: async () => { const lat = caps().kv_latent; if (lat?.layers.length) await attnView(lat.layers[0]); } },
   { id: "sink-why", target: "", title: "lesson.hybrid.sink.title", body: () => [say("lesson.hybrid.sink.what")] },
