@@ -184,6 +184,7 @@ def generic_config(hf: nn.Module, values: dict[str, Tensor], windows: list[int |
     (`bridge.per_layer_lens`) theirs."""
     from .bridge.latent_lens import latent_memory
     from .bridge.mechanisms import MEMORY_TOKENS, hybrid_memory
+    from .bridge.moe_lens import MoELens, first_part
     from .bridge.per_layer_lens import find_per_layer_inputs, per_layer_memory
     from .bridge.post_norm_lens import PostNormLens
 
@@ -194,9 +195,11 @@ def generic_config(hf: nn.Module, values: dict[str, Tensor], windows: list[int |
         layer = layer_of(name)
         if layer is not None:
             stages.setdefault(layer, set()).add(name.split(".", 2)[2])
-    mechanisms = mechanisms or {}
-    for i, m in mechanisms.items():
+    for i, m in (mechanisms or {}).items():
         stages.setdefault(i, set()).update(m.stages)
+    # the layers' mechanisms, the memory tables and the write bounds are the mixer's (or the layer's), not an MLP's
+    # (bridge/moe_lens.py), alone or beside the mixer's
+    mechanisms = {i: p for i, m in (mechanisms or {}).items() if not isinstance(p := first_part(m), MoELens)}
     n_layer = len(kinds)
     layers = tuple(GenericLayer(kinds[i], windows[i], _stage_order(stages.get(i, set())),
                                 mechanisms[i].kind if i in mechanisms else None) for i in range(n_layer))
@@ -255,6 +258,7 @@ class GenericModel(TextModel):
         """`trace_budget`: the most bytes one trace may hold (None: half the memory available when it is asked
         for); a longer text is refused before its pass (`trace_ids`)."""
         from .bridge import find_mechanisms, record
+        from .bridge.mechanisms import with_mlp_mechanisms
         from .bridge.per_layer_lens import find_per_layer_inputs
         from .bridge.post_norm_lens import find_post_norms
 
@@ -273,6 +277,7 @@ class GenericModel(TextModel):
         self._mechanisms = find_mechanisms(self.hf)  # the layers whose module our own code explains
         for i, lens in find_post_norms(self.hf, probe.values).items():  # a norm after each sublayer (OLMo 2, 3)
             self._mechanisms.setdefault(i, lens)
+        self._mechanisms = with_mlp_mechanisms(self.hf, self._mechanisms)  # a mixture of experts (bridge/moe_lens.py)
         self._outside_lens = find_per_layer_inputs(self.hf)  # the stages outside the layers it explains
         self._config = generic_config(self.hf, probe.values, windows, [k.kinds for k in probe.layers],
                                       self._mechanisms)

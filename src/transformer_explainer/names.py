@@ -443,6 +443,25 @@ GENERIC_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "mixer.out": (("T", "D"), "output of a token mixer of another kind"),
     "resid_mid": (("T", "D"), "the residual stream between the mixing sublayer and the MLP (what the MLP's "
                   "branch is added to); absent where the layer has no such point (parallel sublayers)"),
+    # a mixture of experts our own code implements (bridge/moe_lens.py: DeepSeek-V3's, gpt-oss's) answers its inside
+    # too, derived on access by our module from resid_mid through the layer's post_attention_layernorm (x below)
+    "mlp.router_logits": (("T", "E"), "x @ W_router (+ b_router where the router has one): the router's score of "
+                          "each routed expert"),
+    "mlp.router_scores": (("T", "E"), "sigmoid(router_logits) (DeepSeek-V3): each expert's affinity in (0, 1), on "
+                          "its own, not a softmax over the experts"),
+    "mlp.group_scores": (("T", "Ng"), "the sum of each group's 2 highest router_scores + e_score_correction_bias: "
+                         "how the groups are ranked"),
+    "mlp.chosen_groups": (("T", "Kg"), "the topk_group groups a token's experts may come from, the best first"),
+    "mlp.expert_indices": (("T", "K"), "the top_k experts each token is sent to, the highest choice score first "
+                           "(DeepSeek-V3: of the chosen groups, by router_scores + e_score_correction_bias)"),
+    "mlp.expert_weights": (("T", "K"), "what each chosen expert's output is multiplied by: DeepSeek-V3's router_score "
+                           "(without the bias) renormalised and scaled by routed_scaling_factor; gpt-oss's softmax "
+                           "over the chosen experts' logits alone"),
+    "mlp.expert_out": (("T", "K", "D"), "each chosen expert's output before its weight"),
+    "mlp.routed_out": (("T", "D"), "the sum over the chosen experts of expert_weights * expert_out"),
+    "mlp.shared_out": (("T", "D"), "the shared expert's output, which every token gets (DeepSeek-V3)"),
+    "mlp.out": (("T", "D"), "what the mixture adds: the routed sum (+ shared_out where there is a shared expert); "
+                "mlp_out, computed by our module"),
     "mlp_out": (("T", "D"), "the MLP module's output (dense or mixture of experts; before a norm the layer applies "
                 "after it, where it has one)"),
     "ln2_post.out": (("T", "D"), "the norm after the MLP applied to mlp_out: what the MLP adds to the residual stream, "

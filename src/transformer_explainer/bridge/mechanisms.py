@@ -39,6 +39,7 @@ from ..models.gated_deltanet import (
 )
 from ..models.recorder import Recorder
 from .latent_lens import deepseek_v3_latent
+from .moe_lens import LayerLenses, deepseek_v3_moe, gpt_oss_moe
 from .per_layer_lens import gemma4_per_layer_gate
 from .structure import find_structure
 
@@ -115,6 +116,13 @@ LAYER_MECHANISMS: tuple[tuple[str, str, Callable[[nn.Module, Any, nn.Module | No
     ("transformers.models.gemma4.modeling_gemma4", "Gemma4TextDecoderLayer", gemma4_per_layer_gate),
 )
 
+# the same for a layer's MLP (`bridge/moe_lens.py`: a mixture of experts); the builder also gets the layer's index. A
+# layer may have one beside its mixer's (DeepSeek-V3: latent attention and experts): `find_mlp_mechanisms`
+MLP_MECHANISMS: tuple[tuple[str, str, Callable[[nn.Module, Any, nn.Module | None, int], Mechanism]], ...] = (
+    ("transformers.models.deepseek_v3.modeling_deepseek_v3", "DeepseekV3MoE", deepseek_v3_moe),
+    ("transformers.models.gpt_oss.modeling_gpt_oss", "GptOssMLP", gpt_oss_moe),
+)
+
 
 def _class(module_path: str, name: str) -> type | None:
     """transformers' class, or None where this transformers has none of that name."""
@@ -148,6 +156,32 @@ def find_mechanisms(model: nn.Module) -> dict[int, Mechanism]:
                 out[layer.index] = m
         if layer.index not in out and (m := mechanism_of(layer.module, text, layer.module, LAYER_MECHANISMS)):
             out[layer.index] = m
+    return out
+
+
+def find_mlp_mechanisms(model: nn.Module) -> dict[int, Mechanism]:
+    """Layer index -> the mechanism of its MLP (`MLP_MECHANISMS`), for every layer of `model` whose MLP our code
+    implements (not DeepSeek-V3's first, dense, layers)."""
+    cfg = model.config
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    out: dict[int, Mechanism] = {}
+    for layer in find_structure(model).layers:
+        if layer.mlp is None:
+            continue
+        module = getattr(layer.module, layer.mlp)
+        for module_path, name, build in MLP_MECHANISMS:
+            cls = _class(module_path, name)
+            if cls is not None and isinstance(module, cls):
+                out[layer.index] = build(module, text, layer.module, layer.index)
+                break
+    return out
+
+
+def with_mlp_mechanisms(model: nn.Module, mechanisms: Mapping[int, Mechanism]) -> dict[int, Mechanism]:
+    """`mechanisms` with each layer's MLP mechanism added: alone, or after the layer's own in a `LayerLenses`."""
+    out = dict(mechanisms)
+    for i, lens in find_mlp_mechanisms(model).items():
+        out[i] = lens if i not in out else LayerLenses(i, (out[i], lens))  # type: ignore[assignment]
     return out
 
 
