@@ -25,6 +25,7 @@ from .name_options import (
     ATTN_BIASES,
     BIAS_AFTER,
     BIASES,
+    CLAMPED_MOE_ACTIVATIONS,
     DENSE_BLOCKS_STAGES,
     DENSE_BLOCKS_WEIGHTS,
     DENSE_MLP_STAGES,
@@ -457,6 +458,9 @@ GENERIC_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "mlp.expert_weights": (("T", "K"), "what each chosen expert's output is multiplied by: DeepSeek-V3's router_score "
                            "(without the bias) renormalised and scaled by routed_scaling_factor; gpt-oss's softmax "
                            "over the chosen experts' logits alone"),
+    # gpt-oss's experts: a clamped SwiGLU with biases, per (token, choice)
+    **{f"mlp.{s}": CLAMPED_MOE_ACTIVATIONS[f"mlp.{s}"] for s in ("gate", "up", "gate_clamped", "up_clamped", "act",
+                                                                 "post")},
     "mlp.expert_out": (("T", "K", "D"), "each chosen expert's output before its weight"),
     "mlp.routed_out": (("T", "D"), "the sum over the chosen experts of expert_weights * expert_out"),
     "mlp.shared_out": (("T", "D"), "the shared expert's output, which every token gets (DeepSeek-V3)"),

@@ -115,3 +115,33 @@ def test_the_forward_records_no_expert(model: GenericModel) -> None:
     trace = model.trace(TEXT)
     assert not any(".mlp." in name for name in trace.memory.kept)
     assert block_name(model.config.n_layer - 1, "mlp.expert_out") in trace
+
+
+def test_gpt_oss_clamped_swiglu_on_transformers_tensors(model: GenericModel) -> None:
+    """gpt-oss's stages per (token, choice) against transformers' own expert tensors: the gate and up columns of
+    x @ gate_up_proj + bias (x the layer's norm of resid_mid), the clamps, the activation, and post @ down_proj + bias
+    equal to the expert's output."""
+    if model.config.model_type != "gpt_oss":
+        pytest.skip("the clamped SwiGLU is gpt-oss's")
+    trace = model.trace(TEXT)
+    cfg = model.hf.config
+    for i, layer in enumerate(model.hf.model.layers):
+        experts = layer.mlp.experts
+        indices = trace[block_name(i, "mlp.expert_indices")]
+        with torch.no_grad():
+            x = layer.post_attention_layernorm(trace[block_name(i, "resid_mid")][None])[0]
+            for t in range(trace.n_tokens):
+                for k in range(cfg.num_experts_per_tok):
+                    e = int(indices[t, k])
+                    gate_up = x[t] @ experts.gate_up_proj[e] + experts.gate_up_proj_bias[e]
+                    gate, up = gate_up[0::2], gate_up[1::2]
+                    assert torch.allclose(trace[block_name(i, "mlp.gate")][t, k], gate, atol=1e-6)
+                    assert torch.allclose(trace[block_name(i, "mlp.up")][t, k], up, atol=1e-6)
+                    g = gate.clamp(max=cfg.swiglu_limit)
+                    assert torch.equal(trace[block_name(i, "mlp.gate_clamped")][t, k],
+                                       trace[block_name(i, "mlp.gate")][t, k].clamp(max=cfg.swiglu_limit))
+                    act = g * torch.sigmoid(g * cfg.swiglu_alpha)
+                    assert torch.allclose(trace[block_name(i, "mlp.act")][t, k], act, atol=1e-6)
+                    post = trace[block_name(i, "mlp.post")][t, k]
+                    want = post @ experts.down_proj[e] + experts.down_proj_bias[e]
+                    assert relative(trace[block_name(i, "mlp.expert_out")][t, k], want) < 1e-5, (i, t, k)

@@ -27,12 +27,13 @@ from ..models.sink_attention import ClampedMoE, ClampedMoEConfig
 from ..names import block_name
 
 # the stages each mixture derives, in computation order (name_options.DEEPSEEK_MOE_ACTIVATIONS and
-# CLAMPED_MOE_ACTIVATIONS, without gpt-oss's per-expert hidden stages (T, K, M))
+# CLAMPED_MOE_ACTIVATIONS: gpt-oss's clamped SwiGLU per (token, choice), (T, K, M) each)
 DEEPSEEK_MOE_STAGES = tuple(f"mlp.{s}" for s in (
     "router_logits", "router_scores", "group_scores", "chosen_groups", "expert_indices", "expert_weights",
     "expert_out", "routed_out", "shared_out", "out"))
 CLAMPED_MOE_STAGES = tuple(f"mlp.{s}" for s in (
-    "router_logits", "expert_indices", "expert_weights", "expert_out", "out"))
+    "router_logits", "expert_indices", "expert_weights", "gate", "up", "gate_clamped", "up_clamped", "act", "post",
+    "expert_out", "out"))
 
 
 @dataclass(frozen=True)
