@@ -204,3 +204,16 @@ def test_the_page_and_the_notebook_view_are_self_contained(lfm2, static, monkeyp
     w = show(trace, lfm2, ablations=False, languages=("en",))  # the anywidget, from a trace
     assert isinstance(w, cls) and embedded(w.html)["trace"]["token_ids"] == trace.token_ids
     assert embedded(w.html)["trace"]["config"]["capabilities"]["runs"] == "transformers"
+
+
+def test_a_deltanet_layers_implied_attention_is_stored_in_float32(tmp_path):
+    # its weights are products of decays, 1e-9 beside 1e-3 in a row: float16 flushes the small ones to 0 or its
+    # subnormals, and the view counts their signs and orders them by size (tests/web/test_snapshot_new_views.py)
+    model = load_model(str(write_checkpoint("qwen3_5_text", tmp_path / "hybrid", tokenizer=True)),
+                       allow_download=False, dtype="float32")
+    trace = model.trace(TEXT)
+    d, _ = snapshot_data(model, trace, ablations=False, languages=("en",))
+    for i in (0, 2):  # the checkpoint's Gated DeltaNet layers
+        s = d["tensors"][f"blocks.{i}.linear_attn.implied_pattern"]
+        assert s["dtype"] == "float32" and s["triangle"]  # causal: its lower triangle, as an attention pattern's
+        np.testing.assert_array_equal(stored(s), trace[f"blocks.{i}.linear_attn.implied_pattern"].float().numpy())

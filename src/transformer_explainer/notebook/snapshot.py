@@ -88,6 +88,10 @@ LENS_CHUNK = 32  # positions per logit-lens call: (L+1) x chunk x V logits at a 
 # Stages the trace derives are left to the page, but for the raw scores and the key/value head of each
 # query head, which the views read directly and cost little.
 STORED_DERIVED = ("attn.scores", "attn.kv_head")
+# Query x key grids stored in float32 and as their lower triangle: a Gated DeltaNet layer's implied attention, whose
+# weights (products of decays) span many orders of magnitude in a row (1e-9 beside 1e-3); float16 would flush the
+# small ones to 0 or to its subnormals, and the view counts their signs and orders them by size, as the live app does.
+PRECISE_GRIDS = ("linear_attn.implied_pattern",)
 RESIDUAL = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post")
 
 
@@ -121,9 +125,10 @@ def _kind(t: NameTable, stage: str) -> int:
 def precise_stages(t: NameTable) -> set[str]:
     """The block stages stored in float32: the per-position statistics (norm statistics, the router's logits and
     probabilities, the experts' weights), a few values per token that the views show with 4 decimals, as the live
-    app (which asks for float32) shows them; float16 would change the 4th digit (0.5032 -> 0.5029)."""
+    app (which asks for float32) shows them; float16 would change the 4th digit (0.5032 -> 0.5029); and the grids of
+    PRECISE_GRIDS."""
     small = {n for n, (dims, _) in t.global_activations.items() if not {"D", "Dh", "Dk", "Dv", "M", "V"} & set(dims)}
-    return small | {s for s in t.block_activations if _kind(t, s) == 1}
+    return small | {s for s in t.block_activations if _kind(t, s) == 1 or s in PRECISE_GRIDS}
 
 
 ACTIVATION_ORDER: dict[str, tuple[list[str], list[str]]] = {f: activation_order(t) for f, t in NAME_TABLES.items()}
@@ -308,7 +313,8 @@ def snapshot_data(model: Model, trace: Trace, *, max_mb: float = 4.5, ablations:
 
     def triangle(n: str, is_weight: bool) -> bool:  # an attention pattern: its lower triangle
         if n not in triangles:
-            triangles[n] = not is_weight and _stage(n) == "attn.pattern" and _triangle(trace[n], describe(n, family)[0])
+            triangles[n] = (not is_weight and _stage(n) in ("attn.pattern", *PRECISE_GRIDS)
+                            and _triangle(trace[n], describe(n, family)[0]))
         return triangles[n]
 
     def size(n: str, is_weight: bool) -> int:
