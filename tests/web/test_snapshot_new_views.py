@@ -22,12 +22,14 @@ from .test_snapshot import offline
 
 pytestmark = pytest.mark.browser
 
-TEXT = "the cat sat on the mat"
+TEXT = "the cat sat on the mat"  # the built-in hybrid's 6 tokens
+SHORT = "the cat sat"  # the random checkpoints' 7 (a character tokenizer): fewer attributions to compute, a short test
 REL = 6e-3  # float16: 3 significant digits
 BUILTIN = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "builtin"
 
 
-def _snapshot(tmp_path_factory: pytest.TempPathFactory, kind: str, languages: tuple[str, ...] = ("en",)):
+def _snapshot(tmp_path_factory: pytest.TempPathFactory, kind: str, text: str = SHORT,
+              languages: tuple[str, ...] = ("en",)):
     pytest.importorskip("transformers")
     from tests.helpers.hf_checkpoints import write_checkpoint
     from transformer_explainer import load_model
@@ -43,9 +45,9 @@ def _snapshot(tmp_path_factory: pytest.TempPathFactory, kind: str, languages: tu
         model = load_model(str(write_checkpoint(kind, tmp_path_factory.mktemp(kind), tokenizer=True)),
                            allow_download=False)
     # the views need no ablations: leaving them out keeps the test short, the budget is the default one
-    path = save_snapshot(model, TEXT, tmp_path_factory.mktemp("snap") / f"{kind}.html", languages=languages,
+    path = save_snapshot(model, text, tmp_path_factory.mktemp("snap") / f"{kind}.html", languages=languages,
                          ablations=False)
-    return model, model.trace(TEXT), path
+    return model, model.trace(text), path
 
 
 def _strip(page, strip: str) -> np.ndarray:
@@ -70,7 +72,7 @@ def _layer(page, layer: int) -> None:
 
 @pytest.fixture(scope="module")
 def hybrid(tmp_path_factory):
-    return _snapshot(tmp_path_factory, "explainer-hybrid", ("en", "zh"))
+    return _snapshot(tmp_path_factory, "explainer-hybrid", TEXT, ("en", "zh"))
 
 
 def _check_deltanet(page, model, trace, head: int, lang: str = "en") -> None:
