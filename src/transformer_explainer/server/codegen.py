@@ -55,13 +55,21 @@ def _table(name: str, table: dict[str, tuple[tuple[str, ...], str]]) -> str:
     return "\n".join(lines)
 
 
+def _dims() -> list[str]:
+    """Every dimension a name of any table has, in the order first met (the TypeScript type `Dim`): derived from the
+    tables, so a new stage's dimension is never missing from it."""
+    seen: dict[str, None] = {}
+    for table in names.NAME_TABLES.values():
+        for entries in (table.block_activations, table.global_activations, table.block_weights, table.global_weights):
+            for dims, _ in entries.values():
+                seen.update(dict.fromkeys(dims))
+    return list(seen)
+
+
 def names_ts() -> str:
     parts = [
         HEADER.format(src="src/transformer_explainer/names.py"),
-        "export type Dim = \"T\" | \"S\" | \"H\" | \"G\" | \"D\" | \"Dh\" | \"H*Dh\" | \"G*Dh\" | \"R\" | \"M\" "
-        "| \"V\" | \"P\" | \"E\" | \"K\" | \"Dv\" | \"Dk\""  # Dv, Dk: a value's and a key's width (generic table)
-        " | \"Rq\" | \"Rkv\" | \"Dr\""  # latent attention's query latent, key-value latent, rotary key
-        " | \"L\";",  # the layers (Gemma 4's per-layer inputs: (T, L, P))
+        f"export type Dim = {' | '.join(json.dumps(d) for d in _dims())};",
         "export interface NameInfo { readonly dims: readonly Dim[]; readonly description: string }",
         "",
         _table("BLOCK_ACTIVATIONS", names.BLOCK_ACTIVATIONS),
