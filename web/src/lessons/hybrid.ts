@@ -190,6 +190,15 @@ export function recallExample(ids: number[], p: number, attnRow: ArrayLike<numbe
   return { j: best, repeat: false };
 }
 
+/** The keys attention layer `l` reads from the query at position p: every earlier token and itself, or its window. */
+export function visibleKeys(l: number, p: number): number {
+  const w = caps().windows?.[l] ?? null;
+  return w === null ? p + 1 : Math.min(w, p + 1);
+}
+
+/** A weight at least this many times an even share singles its token out (below it, the head barely prefers it). */
+export const SINGLED_OUT = 2;
+
 /** Below this size an implied weight is said to be practically nothing (a thousandth of a value). */
 export const GONE = 1e-3;
 
@@ -214,6 +223,10 @@ function recall(): Text {
   if (Math.abs(full) < GONE && Math.abs(w) < GONE) out.push(claim("lesson.hybrid.recall.neither", { ...vars, gone }));
   else {
     out.push(either(full > w, "lesson.hybrid.recall.attnMore", "lesson.hybrid.recall.stateMore", vars));
+    // against an even spread over the keys the attention head sees: whether it singles the token out (twice that or more)
+    const k = visibleKeys(al, p);
+    out.push(either(full * k >= SINGLED_OUT, "lesson.hybrid.recall.aboveEven", "lesson.hybrid.recall.notAboveEven",
+      { ...vars, k: int("visible-keys", k), even: dec("even-weight", 1 / k), x: dec("even-times", full * k) }));
     if (Math.abs(w) < GONE) out.push(claim("lesson.hybrid.recall.gone", { ...vars, gone }));
     else if (w < 0) out.push(claim("lesson.hybrid.recall.negative", vars));
   }

@@ -101,6 +101,18 @@ async function recallCheck(v: Record<string, Value>, ctx: ClaimContext, test: (r
   return test(r) ? true : `attention ${r.full}, the state ${r.implied}, a repeat: ${r.repeat}`;
 }
 
+/** The attention weight against an even spread over the keys the head sees (the window from the capabilities, else
+ *  every key up to the query): k, 1 / k, the weight over 1 / k, and whether it is at least twice 1 / k. */
+async function evenCheck(v: Record<string, Value>, ctx: ClaimContext, above: boolean): Promise<true | string> {
+  const r = await recalled(v, ctx);
+  if (typeof r === "string") return r;
+  const p = ctx.focus.pos, w = (await capsOf(ctx)).windows?.[num(v.al)] ?? null;
+  const k = w === null ? p + 1 : Math.min(w, p + 1);
+  if (num(v.k) !== k) return `the head sees ${k} keys, not ${v.k.v}`;
+  if (!near(num(v.even), 1 / k) || !near(num(v.x), r.full * k)) return `an even share is ${1 / k}, the weight ${r.full * k} times it`;
+  return (r.full * k >= 2) === above ? true : `the weight ${r.full} against an even ${1 / k}`;
+}
+
 const bytesPer = (c: ModelConfigOut) => ({ float32: 4, float16: 2, bfloat16: 2 } as Record<string, number>)[c.dtype ?? "float32"] ?? 4;
 /** The cache per token per layer: multi-head, grouped-query and a latent of DeepSeek-V2's proportions (d_c = 4 d_h,
  *  d_R = d_h / 2), from the model's description. */
@@ -302,6 +314,8 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   "lesson.hybrid.recall.attnMore": (v, ctx) => recallCheck(v, ctx, (r) => r.full > r.implied && !small(r)),
   "lesson.hybrid.recall.stateMore": (v, ctx) => recallCheck(v, ctx, (r) => r.full <= r.implied && !small(r)),
   "lesson.hybrid.recall.neither": (v, ctx) => recallCheck(v, ctx, (r) => num(v.gone) === 1e-3 && small(r)),
+  "lesson.hybrid.recall.aboveEven": (v, ctx) => evenCheck(v, ctx, true),
+  "lesson.hybrid.recall.notAboveEven": (v, ctx) => evenCheck(v, ctx, false),
   "lesson.hybrid.recall.negative": (v, ctx) => recallCheck(v, ctx, (r) => r.implied <= -1e-3),
   "lesson.hybrid.recall.gone": (v, ctx) => recallCheck(v, ctx, (r) => num(v.gone) === 1e-3 && Math.abs(r.implied) < 1e-3),
   "lesson.hybrid.sink.noAttention": async (_v, ctx) => ((await layerKinds(ctx)).attn.length === 0 ? true : "the model has attention layers"),
