@@ -58,7 +58,7 @@ def attention_stats(traces: Trace | Sequence[Trace]) -> AttentionStats:
         if S < 2:  # only the first query, which sees one key
             continue
         attends = set(attention_layers(c))
-        nan = (torch.full((c.n_head,), math.nan, dtype=torch.float64),) * 3
+        nan = (torch.full((c.n_head,), math.nan, dtype=torch.float64, device="cpu"),) * 3  # as _layer_stats returns
         per_layer = [_layer_stats(trace[block_name(i, "attn.pattern")], trace.start) if i in attends else nan
                      for i in range(c.n_layer)]
         e, ne, di = (torch.stack([s[j] for s in per_layer]) for j in range(3))  # (L, H) each

@@ -102,7 +102,7 @@ def _accumulate(traces: Iterable[Trace], rarity: Tensor | None) -> tuple[dict[st
         for i in range(c.n_layer):
             if i not in attends:  # a layer that mixes tokens another way: no pattern, no heads to judge
                 for role in ROLES:
-                    mass[role].append(torch.full((c.n_head,), float("nan"), dtype=torch.float64))
+                    mass[role].append(torch.full((c.n_head,), float("nan"), dtype=torch.float64, device="cpu"))
                 continue
             p = trace[block_name(i, "attn.pattern")]
             here = float64_device(p.device)

@@ -121,7 +121,7 @@ def latent_memory(mechanisms: Mapping[int, Any], dtype: torch.dtype, tokens: Seq
     if not latent:
         return None
     c = next(iter(latent.values())).config
-    size = torch.empty((), dtype=dtype).element_size()
+    size = dtype.itemsize
     g = comparison_kv_heads(c.n_heads)
     per = kv_cache_bytes(c, gqa_heads=g, bytes_per_value=size)
     n = len(latent)

@@ -214,7 +214,7 @@ def hybrid_memory(mechanisms: Mapping[int, Mechanism], full_attention_layers: Se
     deltanet = {i: m for i, m in mechanisms.items() if isinstance(m, GatedDeltaNetLens)}
     if not deltanet:
         return None
-    size = torch.empty((), dtype=dtype).element_size()
+    size = dtype.itemsize
     per_layer = [state_memory(m.config, n_kv_heads, head_dim, tokens, bytes_per_value=size) for m in deltanet.values()]
     kv = per_layer[0].kv_cache_bytes  # one full-attention layer's: the same for every DeltaNet layer's call
     return HybridMemory(tuple(sorted(deltanet)), tuple(full_attention_layers),
