@@ -38,11 +38,23 @@ def cmdline(pid: int) -> str:
 
 
 def alive(pid: int) -> bool:
+    """Whether any thread of `pid` is still running. A zombie counts as ended (a container's init may never
+    reap it), but only once every thread is one: after exit_group the leader can show `Z` while its other
+    threads are still exiting, and they hold the process's files, the listening socket among them, until the
+    last one has gone (a port test read "Z" as gone and found the port still bound)."""
     try:
-        with open(f"/proc/{pid}/status") as f:
-            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return False
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                state = next((line.split()[1] for line in f if line.startswith("State:")), "X")
+        except OSError:
+            continue  # the thread ended while it was read
+        if state not in ("Z", "X"):
+            return True
+    return False
 
 
 class TwoWorkers:
