@@ -89,6 +89,48 @@ class GenericLayer:
 
 
 @dataclass(frozen=True)
+class GenericExperts:
+    """A mixture of experts our own code reads (`bridge.moe_lens`: DeepSeek-V3's, gpt-oss's), as the views branch on it:
+    its router's kind, the layers that have it, and the numbers its routing and weights depend on."""
+
+    # "sigmoid_grouped" (DeepSeek-V3: a sigmoid score per expert; the top_k of the best groups, chosen by score + a
+    # per-expert bias; the weights from the scores alone, times routed_scaling) or "softmax_topk" (gpt-oss: the top_k
+    # logits, a softmax over them alone)
+    router: str
+    layers: tuple[int, ...]  # the layers whose MLP is this mixture (DeepSeek-V3's first ones are dense)
+    n_experts: int  # routed experts
+    top_k: int
+    d_expert: int  # a routed expert's hidden width
+    norm_topk_prob: bool  # the chosen weights divided by their sum (a softmax over the top_k does so by itself)
+    n_groups: int | None = None  # sigmoid_grouped: the experts' groups, and how many a token's experts may come from
+    topk_groups: int | None = None
+    routed_scaling: float | None = None  # sigmoid_grouped: the routed weights' factor (routed_scaling_factor)
+    d_shared: int | None = None  # the shared expert's width, which every token goes through; None: none
+    swiglu_limit: float | None = None  # softmax_topk: the experts' clamp (gate <= limit, up in [-limit, limit])
+    swiglu_alpha: float | None = None  # softmax_topk: act = gate * sigmoid(alpha * gate)
+
+
+def generic_experts(mechanisms: Mapping[int, Any]) -> GenericExperts | None:
+    """The mixture of experts of the layers whose MLP our own code reads (`bridge.moe_lens.MoELens`, alone or a part of
+    a layer's `LayerLenses`); None where no layer has one."""
+    from .bridge.moe_lens import LayerLenses, MoELens
+    from .models.deepseek_moe import DeepSeekMoEConfig
+
+    lenses = {i: p for i, m in mechanisms.items()
+              for p in (m.parts if isinstance(m, LayerLenses) else (m,)) if isinstance(p, MoELens)}
+    if not lenses:
+        return None
+    layers = tuple(sorted(lenses))
+    c = lenses[layers[0]].config
+    if isinstance(c, DeepSeekMoEConfig):
+        return GenericExperts("sigmoid_grouped", layers, c.n_experts, c.top_k, c.d_expert, c.norm_topk_prob,
+                              n_groups=c.n_group, topk_groups=c.topk_group, routed_scaling=c.routed_scaling_factor,
+                              d_shared=c.d_expert * c.n_shared)
+    return GenericExperts("softmax_topk", layers, c.n_experts, c.top_k, c.d_expert, True, swiglu_limit=c.limit,
+                          swiglu_alpha=c.alpha)
+
+
+@dataclass(frozen=True)
 class GenericConfig:
     """The shape of a decoder that runs through transformers, as the views read it: the fields `DecoderConfig`
     shares (nanoGPT's names) and what each layer is. Heads and their widths are those its attention computes
@@ -120,6 +162,8 @@ class GenericConfig:
     # per layer: (attention's, the MLP's) write bound sqrt(D) * max|gamma| where the layer norms what each sublayer
     # writes (OLMo 2 and 3: bridge/post_norm_lens.py), else None
     write_bounds: tuple[tuple[float, float] | None, ...] = ()
+    # a mixture of experts our own code reads (DeepSeek-V3's, gpt-oss's): its router and layers; None: none read
+    experts: GenericExperts | None = None
 
     @property
     def names(self) -> NameTable:
@@ -197,6 +241,7 @@ def generic_config(hf: nn.Module, values: dict[str, Tensor], windows: list[int |
             stages.setdefault(layer, set()).add(name.split(".", 2)[2])
     for i, m in (mechanisms or {}).items():
         stages.setdefault(i, set()).update(m.stages)
+    experts = generic_experts(mechanisms or {})
     # the layers' mechanisms, the memory tables and the write bounds are the mixer's (or the layer's), not an MLP's
     # (bridge/moe_lens.py), alone or beside the mixer's
     mechanisms = {i: p for i, m in (mechanisms or {}).items() if not isinstance(p := first_part(m), MoELens)}
@@ -212,18 +257,19 @@ def generic_config(hf: nn.Module, values: dict[str, Tensor], windows: list[int |
     full = [i for i, layer in enumerate(layers) if ATTENTION in layer.kinds and layer.window is None]
     dtype = next(hf.parameters()).dtype
     memory = hybrid_memory(mechanisms, full, int(k.shape[0]), int(k.shape[-1]), dtype)
-    experts = _hf_int(text, "num_experts", "num_local_experts", "n_routed_experts")
+    n_experts = _hf_int(text, "num_experts", "num_local_experts", "n_routed_experts")
     return GenericConfig(
         model_type=str(text.model_type), architecture=type(hf).__name__, n_layer=n_layer, n_head=int(q.shape[0]),
         n_kv_heads=int(k.shape[0]), head_dim=int(q.shape[-1]), n_embd=n_embd, vocab_size=int(text.vocab_size),
         block_size=_hf_int(text, "max_position_embeddings", "n_positions", "n_ctx", "seq_length") or 2048,
         d_mlp=_hf_int(text, "intermediate_size", "n_inner", "ffn_hidden_size"), layers=layers,
-        n_experts=experts, top_k=_hf_int(text, "num_experts_per_tok", "top_k") if experts else None, memory=memory,
+        n_experts=n_experts, top_k=_hf_int(text, "num_experts_per_tok", "top_k") if n_experts else None, memory=memory,
         latent_memory=latent_memory(mechanisms, dtype, MEMORY_TOKENS),
         global_stages=() if (ple := find_per_layer_inputs(hf)) is None else ple.stages,
         per_layer=per_layer_memory(hf, mechanisms, MEMORY_TOKENS),
         write_bounds=tuple(m.bounds if isinstance(m := mechanisms.get(i), PostNormLens) else None
-                           for i in range(n_layer)))
+                           for i in range(n_layer)),
+        experts=experts)
 
 
 def _check_safetensors(folder: Path) -> None:

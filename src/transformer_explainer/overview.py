@@ -9,6 +9,7 @@ import math
 import random
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -90,6 +91,18 @@ def overview_thumbnails(trace: Trace) -> Tensor:
                         for i in attention_layers(trace.config)])
 
 
+def _experts_out(c: GenericConfig) -> dict[str, Any]:
+    """The capabilities' fields of the mixture of experts our own code reads in a model that runs through transformers
+    (`GenericConfig.experts`); for one without, its config's n_experts and top_k alone (None for a dense model)."""
+    x = c.experts
+    if x is None:
+        return dict(n_experts=c.n_experts, top_k=c.top_k)
+    return dict(n_experts=x.n_experts, top_k=x.top_k, d_expert=x.d_expert, norm_topk_prob=x.norm_topk_prob,
+                moe_layers=list(x.layers), router=x.router, n_groups=x.n_groups, topk_groups=x.topk_groups,
+                routed_scaling=x.routed_scaling, d_shared=x.d_shared, swiglu_limit=x.swiglu_limit,
+                swiglu_alpha=x.swiglu_alpha)
+
+
 def generic_capabilities_out(c: GenericConfig) -> CapabilitiesOut:
     """What the views branch on, for a model that runs through transformers' own modules: each layer's mixers,
     window and recorded stages; the family's fields (its norms, positions, MLP) are null: transformers' code."""
@@ -102,7 +115,7 @@ def generic_capabilities_out(c: GenericConfig) -> CapabilitiesOut:
         local_window=local[0] if len(local) == 1 else None,  # one window for every local layer, else each its own
         layer_types=[None if i not in attn else "sliding_attention" if windows[i] is not None else "full_attention"
                      for i in range(c.n_layer)],
-        attn_scale=None, rope_local_theta=None, n_experts=c.n_experts, top_k=c.top_k, runs="transformers",
+        attn_scale=None, rope_local_theta=None, runs="transformers", **_experts_out(c),
         mixers=[list(layer.kinds) for layer in c.layers], windows=windows, attention_layers=sorted(attn),
         resid_mid=["resid_mid" in layer.stages for layer in c.layers],
         sinks=["attn.sink" in layer.stages for layer in c.layers],
@@ -127,6 +140,7 @@ def capabilities_out(c: DecoderConfig | GenericConfig) -> CapabilitiesOut:
                            rope_local_theta=c.rope_local_theta, qk_norm_scope=a.qk_norm_scope,
                            n_experts=c.n_experts, top_k=c.top_k, d_expert=c.d_expert,
                            norm_topk_prob=c.norm_topk_prob if a.mlp == "moe" else False, moe_layers=c.moe_layers,
+                           router="softmax" if a.mlp == "moe" else None,
                            runs="own", mixers=[[ATTENTION]] * c.n_layer,
                            windows=[c.sliding_window if c.layer_type(i) == SLIDING else None for i in range(c.n_layer)],
                            attention_layers=list(range(c.n_layer)), resid_mid=[True] * c.n_layer,

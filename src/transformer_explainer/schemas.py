@@ -215,6 +215,17 @@ class CapabilitiesOut(BaseModel):
     d_expert: int | None = None  # an expert's hidden width
     norm_topk_prob: bool = False  # the chosen experts' weights renormalised to sum to 1 (Mixtral: always)
     moe_layers: list[int] = []  # the blocks whose MLP is a mixture of experts (Qwen3-MoE may keep some dense)
+    # how the router chooses and weighs: "softmax" (a softmax over every expert, its top_k chosen: Mixtral, Qwen3-MoE,
+    # OLMoE), "sigmoid_grouped" (DeepSeek-V3: a sigmoid score per expert, the top_k of the best groups chosen by
+    # score + a per-expert bias, the weights from the scores alone times routed_scaling), "softmax_topk" (gpt-oss:
+    # the top_k logits, a softmax over them alone); None: no experts, or none whose router the trace shows
+    router: Literal["softmax", "sigmoid_grouped", "softmax_topk"] | None = None
+    n_groups: int | None = None  # sigmoid_grouped: the experts' groups (n_group)
+    topk_groups: int | None = None  # sigmoid_grouped: the groups a token's experts may come from (topk_group)
+    routed_scaling: float | None = None  # sigmoid_grouped: the routed weights' factor (routed_scaling_factor)
+    d_shared: int | None = None  # the shared expert's width (every token goes through it); None: no shared expert
+    swiglu_limit: float | None = None  # softmax_topk: the experts' clamp (gate <= limit, up in [-limit, limit])
+    swiglu_alpha: float | None = None  # softmax_topk: the SwiGLU's slope, act = gate * sigmoid(alpha * gate)
     # which way the model runs: "own" (a family with code of our own, every intermediate named) or
     # "transformers" (transformers' own modules, recorded at their inputs and outputs: generic.GenericModel)
     runs: Literal["own", "transformers"] = "own"

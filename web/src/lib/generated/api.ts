@@ -143,6 +143,13 @@ export interface CapabilitiesOut {
   d_expert?: number | null;
   norm_topk_prob?: boolean;
   moe_layers?: number[];
+  router?: "softmax" | "sigmoid_grouped" | "softmax_topk" | null;
+  n_groups?: number | null;
+  topk_groups?: number | null;
+  routed_scaling?: number | null;
+  d_shared?: number | null;
+  swiglu_limit?: number | null;
+  swiglu_alpha?: number | null;
   runs?: "own" | "transformers";
   mixers?: string[][];
   windows?: (number | null)[];
