@@ -1,0 +1,442 @@
+"""Steering (activation addition): `strength * direction` added to the residual stream after block L, at every
+position the model runs, the prompt's and each generated token's, and the continuation beside the plain one from
+the same seed.
+
+Where it is added: `resid_post` of block L is `resid_mid + w`, where w is what the block's last sublayer writes
+(its MLP's output, or that output normed again where the family norms its sublayers' writes: Gemma's sandwich
+norms). A forward hook on that module adds the vector to w, which adds it to `resid_post` exactly, and fires
+wherever the block runs: the decoder's forward over the prompt and the lean one-token step of generation
+(`models/decode.py`, which calls the MLP and its norm as modules), so generation keeps its one loop
+(`TextModel.generate_ids`). A model that runs through transformers has the hook on its decoder layer, whose output
+is `resid_post`. As the bridge's hooks do (`bridge/state.py`), the hook reads what to add from a context variable
+set by the call that steers, so a call running meanwhile on the same model in another thread is not steered.
+
+Directions: a feature's decoder row (a sparse autoencoder at `blocks.L.hook_resid_post`, `features/sae.py`), or the
+difference of the residual-stream means at layer L of two sets of prompts (each prompt's mean over its positions,
+then the mean over the prompts: activation addition's "contrast" direction).
+
+Where the text breaks down, measured: the steered continuation's mean log-probability per token under the
+unsteered model (teacher-forced on prompt + continuation). The text counts as broken where that mean falls below
+`BREAKDOWN_BOUND` of the way from the plain continuation's own mean to a uniform guess over the vocabulary
+(-ln V): halfway, by default. A sweep of strengths from small to large fractions of the residual stream's typical
+size (the median norm over the prompt's positions at layer L) finds the first strength that breaks it; every
+point of the sweep is returned, not only the verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from .errors import InputError
+from .sampling import SamplingParams
+from .text_model import GeneratedToken, TextModel
+
+if TYPE_CHECKING:
+    from .features.sae import SparseAutoencoder
+
+# the sweep's strengths, as multiples of the residual stream's median norm at the layer over the direction's norm
+SWEEP_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+BREAKDOWN_BOUND = 0.5  # broken: the mean log-probability has gone this far from the plain text's to a uniform guess's
+MAX_STEER_TOKENS = 64  # tokens one steered continuation may have
+MAX_CONTRAST_PROMPTS = 16  # prompts per contrast set
+LENS_TOKENS = 10  # tokens the direction's lens lists each way
+
+BetweenRuns = Callable[[], None]
+
+
+# -- adding the vector: one hook, dispatched by a context variable -------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class _Addition:
+    add: Tensor  # (D,) strength * direction, in the residual stream's dtype on the hooked module's device
+
+
+_ACTIVE: ContextVar[_Addition | None] = ContextVar("transformer_explainer_steering", default=None)
+
+
+def _add_to_first_tensor(out: Any, add: Tensor) -> Any:
+    """`out` with `add` added to its first tensor (a tuple keeps its other items)."""
+    if isinstance(out, Tensor):
+        return out + add
+    j = next(j for j, o in enumerate(out) if isinstance(o, Tensor))
+    return type(out)([*out[:j], out[j] + add, *out[j + 1:]])
+
+
+def _writer(model: TextModel, layer: int) -> nn.Module:
+    """The module whose output becomes `resid_post` of block `layer` when added to the stream: our own block's last
+    sublayer write (the MLP, or the norm after it), or the transformers decoder layer itself."""
+    from .engine import ExplainerModel
+    from .generic import GenericModel
+
+    if isinstance(model, ExplainerModel):
+        block = model.net.blocks[layer]
+        return block.ln2_post if block.ln2_post is not None else block.mlp
+    if isinstance(model, GenericModel):
+        from .bridge.structure import find_structure
+
+        return find_structure(model.hf).layers[layer].module
+    raise InputError(f"steering needs a decoder of our own code or one through transformers, not "
+                     f"{type(model).__name__}")
+
+
+@contextmanager
+def steering(model: TextModel, layer: int, vector: Tensor) -> Iterator[None]:
+    """Within the block, in this thread (and context) alone, `vector` (D,) is added to the residual stream after
+    block `layer` at every position `model` runs. `layer` and `vector` as `check_layer` / `check_vector` pass them."""
+    module = _writer(model, layer)
+    weight = next(module.parameters(), None)
+    device = weight.device if weight is not None else model.device
+    mine = _Addition(vector.to(device=device, dtype=model.dtype))
+
+    def hook(_m: nn.Module, _args: tuple[Any, ...], out: Any) -> Any:
+        return _add_to_first_tensor(out, mine.add) if _ACTIVE.get() is mine else None
+
+    handle = module.register_forward_hook(hook)
+    token = _ACTIVE.set(mine)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+        handle.remove()
+
+
+# -- checks ----------------------------------------------------------------------------------------------------
+
+
+def check_layer(model: TextModel, layer: int) -> int:
+    L = model.config.n_layer
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise InputError(f"the layer must be a whole number from 0 to {L - 1}, got {layer!r}")
+    if not 0 <= layer < L:
+        raise InputError(f"layer {layer} is outside 0..{L - 1}: {model.name} has {L} blocks, and steering adds to the "
+                         f"residual stream after one of them", code="layer_out_of_range", layer=layer, max=L - 1)
+    return layer
+
+
+def check_strength(strength: float) -> float:
+    if isinstance(strength, bool) or not isinstance(strength, int | float) or not math.isfinite(strength):
+        raise InputError(f"the steering strength must be a finite number, got {strength!r}")
+    return float(strength)
+
+
+def check_vector(model: TextModel, vector: Tensor | Sequence[float], what: str = "the direction") -> Tensor:
+    """`vector` as a float32 (D,) tensor on the CPU; one sentence if its width is not the model's, or it is not
+    finite, or it is zero."""
+    v = torch.as_tensor(vector, dtype=torch.float32).detach().cpu()
+    D = model.config.n_embd
+    if v.shape != (D,):
+        raise InputError(f"{what} has shape {tuple(v.shape)} but {model.name}'s residual stream is {D} wide: give "
+                         f"one vector of {D} numbers")
+    if not bool(torch.isfinite(v).all()):
+        raise InputError(f"{what} has a NaN or infinite entry")
+    if not bool(v.any()):
+        raise InputError(f"{what} is zero: adding it changes nothing")
+    return v
+
+
+def check_tokens(tokens: int) -> int:
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= MAX_STEER_TOKENS:
+        raise InputError(f"the number of tokens to generate must be a whole number from 1 to {MAX_STEER_TOKENS}, "
+                         f"got {tokens!r}")
+    return tokens
+
+
+# -- directions ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Direction:
+    """A vector of the residual stream's width (float32, CPU) meant for layer `layer`, and where it came from."""
+
+    vector: Tensor  # (D,)
+    layer: int
+    kind: str  # "feature", "contrast" or "vector"
+    describe: str  # e.g. "feature 120 of the autoencoder at blocks.3.hook_resid_post"
+    feature: int | None = None
+
+    @property
+    def norm(self) -> float:
+        return float(self.vector.norm())
+
+
+def _prompt_ids(model: TextModel, prompts: Sequence[str], which: str) -> list[list[int]]:
+    if isinstance(prompts, str) or not isinstance(prompts, Sequence):
+        raise InputError(f"contrast set {which} must be a list of prompts")
+    if not prompts:
+        raise InputError(f"contrast set {which} is empty: write at least one prompt in it")
+    if len(prompts) > MAX_CONTRAST_PROMPTS:
+        raise InputError(f"contrast set {which} has {len(prompts)} prompts; at most {MAX_CONTRAST_PROMPTS} are read")
+    out = []
+    for i, p in enumerate(prompts):
+        try:
+            out.append(model.encode(p))
+        except InputError as e:
+            raise InputError(f"contrast set {which}, prompt {i + 1}: {e}") from None
+    return out
+
+
+@torch.inference_mode()
+def residual_mean(model: TextModel, ids: list[int], layer: int) -> Tensor:
+    """(D,) float32: the residual stream after block `layer`, averaged over the positions of `ids`."""
+    from .names import block_name
+
+    return model.trace_ids(ids)[block_name(layer, "resid_post")].to(torch.float32).mean(0).cpu()
+
+
+def contrast_direction(model: TextModel, prompts_a: Sequence[str], prompts_b: Sequence[str], layer: int) -> Direction:
+    """The mean residual stream after block `layer` over set A minus that over set B (each prompt's mean over its
+    positions, then the mean over the set's prompts)."""
+    check_layer(model, layer)
+    a, b = _prompt_ids(model, prompts_a, "A"), _prompt_ids(model, prompts_b, "B")
+    mean_a = torch.stack([residual_mean(model, ids, layer) for ids in a]).mean(0)
+    mean_b = torch.stack([residual_mean(model, ids, layer) for ids in b]).mean(0)
+    vector = check_vector(model, mean_a - mean_b, "the difference of the two sets' means (they read alike there)")
+    return Direction(vector, layer, "contrast",
+                     f"mean of {len(a)} prompt{'s' * (len(a) != 1)} minus mean of {len(b)} at layer {layer}")
+
+
+def feature_hook(layer: int) -> str:
+    return f"blocks.{layer}.hook_resid_post"
+
+
+def feature_direction(model: TextModel, layer: int, feature: int,
+                      sae: SparseAutoencoder | str | Path | None = None) -> Direction:
+    """The decoder row `W_dec[feature]` of the sparse autoencoder at `blocks.{layer}.hook_resid_post`: `sae` (one
+    loaded, or a folder / hub reference `load_sae` reads), or the one shipped with a built-in model."""
+    from .features.sae import builtin_saes, check_fits, load_sae
+
+    check_layer(model, layer)
+    hook = feature_hook(layer)
+    if sae is None:
+        shipped = builtin_saes(model)
+        if hook not in shipped:
+            have = ", ".join(sorted(shipped)) or "none"
+            raise InputError(f"{model.name} has no autoencoder at {hook} (shipped: {have}); load one with --sae")
+        sae = shipped[hook]
+    if not isinstance(sae, nn.Module):
+        sae = load_sae(sae)
+    if sae.cfg.hook_name != hook:
+        raise InputError(f"the autoencoder reads {sae.cfg.hook_name}, not {hook}: steer at the layer it was trained "
+                         f"on")
+    check_fits(sae, model)
+    n = sae.W_dec.shape[0]
+    if isinstance(feature, bool) or not isinstance(feature, int) or not 0 <= feature < n:
+        raise InputError(f"feature {feature} is outside 0..{n - 1}: the autoencoder at {hook} has {n} features")
+    vector = check_vector(model, sae.W_dec[feature].detach(), f"feature {feature}'s decoder row")
+    return Direction(vector, layer, "feature", f"feature {feature} of the autoencoder at {hook}", feature)
+
+
+def vector_direction(model: TextModel, vector: Tensor | Sequence[float], layer: int) -> Direction:
+    check_layer(model, layer)
+    return Direction(check_vector(model, vector), layer, "vector", f"a given vector at layer {layer}")
+
+
+# -- the direction's logit lens -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LensToken:
+    id: int
+    text: str
+    logit: float  # the change in its logit: lens(direction) - lens(0)
+
+
+@torch.inference_mode()
+def direction_lens(model: TextModel, vector: Tensor, top: int = LENS_TOKENS) -> tuple[list[LensToken], list[LensToken]]:
+    """The tokens the direction promotes and suppresses most, read as the logit lens reads a residual stream: through
+    the final norm and the unembedding (`residual_logits`), minus what a zero stream reads there (a LayerNorm's shift,
+    which every direction gets alike)."""
+    x = torch.stack([vector, torch.zeros_like(vector)]).to(device=model.device, dtype=model.dtype)
+    logits = model.residual_logits(x).to(torch.float32).cpu()  # type: ignore[attr-defined]
+    change = logits[0] - logits[1]
+    k = min(top, change.shape[0])
+    text = model.tokenizer.token_text
+
+    def listed(ids: Tensor) -> list[LensToken]:
+        return [LensToken(int(i), text(int(i)), float(change[i])) for i in ids]
+
+    return listed(torch.topk(change, k).indices), listed(torch.topk(-change, k).indices)
+
+
+# -- generation, steered and scored -----------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def steered_tokens(model: TextModel, ids: list[int], direction: Direction, strength: float, max_new_tokens: int,
+                   params: SamplingParams) -> list[GeneratedToken]:
+    """The continuation of `ids` with `strength * direction` added after block `direction.layer`: the model's own
+    generation loop (`generate_ids`) under `steering`."""
+    with steering(model, direction.layer, strength * direction.vector):
+        return list(model.generate_ids(ids, max_new_tokens, params))
+
+
+@torch.inference_mode()
+def _all_logits(model: TextModel, ids: list[int]) -> Tensor:
+    """(T, V) logits at every position of `ids`, unsteered."""
+    from .engine import ExplainerModel
+
+    x = torch.tensor([ids], device=model.device)
+    if isinstance(model, ExplainerModel):
+        return model.net(x)[0]
+    return model.hf(input_ids=x, use_cache=False).logits[0]  # type: ignore[attr-defined]
+
+
+def mean_log_prob(model: TextModel, ids: list[int], continuation: Sequence[int]) -> float:
+    """The mean natural-log probability per token of `continuation` after `ids` under the unsteered model (each
+    token given the ones before it); nan for an empty continuation."""
+    if not continuation:
+        return math.nan
+    full = [*ids, *continuation]
+    logp = torch.log_softmax(_all_logits(model, full[:-1]).to(torch.float32), dim=-1)
+    rows = logp[len(ids) - 1:]
+    return float(rows[torch.arange(len(continuation)), torch.tensor(list(continuation), device=rows.device)].mean())
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    strength: float
+    tokens: list[GeneratedToken]
+    mean_log_prob: float  # per token, under the unsteered model
+    broken: bool
+
+
+@dataclass(frozen=True)
+class Steering:
+    """The plain and the steered continuation of one prompt, from the same sampling parameters and seed."""
+
+    prompt_ids: list[int]
+    prompt_tokens: list[str]
+    direction: Direction
+    strength: float
+    params: SamplingParams
+    plain: list[GeneratedToken]
+    steered: list[GeneratedToken]
+    plain_log_prob: float  # the plain continuation's mean log-probability per token (unsteered model)
+    steered_log_prob: float
+    uniform_log_prob: float  # -ln V: a uniform guess over the vocabulary
+    bound: float  # below this mean log-probability a continuation counts as broken
+    residual_norm: float  # the median norm of the residual stream after the layer over the prompt's positions
+    lens_promoted: list[LensToken]
+    lens_suppressed: list[LensToken]
+    sweep: list[SweepPoint] = field(default_factory=list)
+
+    @property
+    def steered_broken(self) -> bool:
+        return self.steered_log_prob < self.bound
+
+    @property
+    def breakdown(self) -> float | None:
+        """The smallest strength of the sweep whose continuation is broken; None if none of them is."""
+        return next((p.strength for p in self.sweep if p.broken), None)
+
+    @property
+    def changed_at(self) -> int | None:
+        """The index of the first generated token where the two continuations differ; None where they agree."""
+        for i, (a, b) in enumerate(zip(self.plain, self.steered, strict=False)):
+            if a.id != b.id:
+                return i
+        return None if len(self.plain) == len(self.steered) else min(len(self.plain), len(self.steered))
+
+    def __repr__(self) -> str:
+        text = "".join
+        lines = [f"Steering with {self.direction.describe}, strength {self.strength:g} "
+                 f"(direction norm {self.direction.norm:.3g}; residual stream ~{self.residual_norm:.3g})",
+                 f"  plain:   {text(t.text for t in self.plain)!r}  (mean log-prob {self.plain_log_prob:.3f})",
+                 f"  steered: {text(t.text for t in self.steered)!r}  (mean log-prob {self.steered_log_prob:.3f}"
+                 f"{', broken' if self.steered_broken else ''})",
+                 f"  promotes {[t.text for t in self.lens_promoted[:5]]}, suppresses "
+                 f"{[t.text for t in self.lens_suppressed[:5]]}"]
+        if self.sweep:
+            b = self.breakdown
+            lines.append(f"  breaks down (mean log-prob < {self.bound:.3f}) at strength {b:g}" if b is not None else
+                         f"  no strength of the sweep up to {self.sweep[-1].strength:g} breaks it down "
+                         f"(mean log-prob < {self.bound:.3f})")
+        return "\n".join(lines)
+
+
+def sweep_strengths(direction: Direction, residual_norm: float, sign: float) -> list[float]:
+    """The sweep's strengths: `SWEEP_FACTORS` times the residual stream's median norm over the direction's norm
+    (so factor 1 adds a vector as long as a typical residual vector), with the sign of the strength asked for."""
+    scale = residual_norm / direction.norm
+    return [float(f"{sign * f * scale:.4g}") for f in SWEEP_FACTORS]
+
+
+def steer(model: TextModel, prompt: str | Sequence[int], direction: Direction, strength: float, *,
+          tokens: int = 20, params: SamplingParams | None = None, sweep: bool = True,
+          between_runs: BetweenRuns | None = None) -> Steering:
+    """The plain and the steered continuation of `prompt` (a text, or token ids) side by side, both from `params`
+    (greedy by default; a seed draws the same way in both), their mean log-probabilities under the unsteered model,
+    the direction's lens, and (with `sweep`) the continuation at each strength of `sweep_strengths` and where the
+    text breaks down. `between_runs()` is called before each generation (a server stops an abandoned request)."""
+    strength = check_strength(strength)
+    tokens = check_tokens(tokens)
+    check_layer(model, direction.layer)
+    check_vector(model, direction.vector)
+    params = params or SamplingParams(temperature=0)
+    ids = model.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
+    if ids and len(ids) + 1 > model.context_length:
+        raise InputError(f"the prompt is {len(ids)} tokens long and fills {model.name}'s context of "
+                         f"{model.context_length}: no room to continue it; shorten it", code="text_too_long",
+                         tokens=len(ids), limit=model.context_length - 1, context=model.context_length)
+    tick = between_runs or (lambda: None)
+
+    from .names import block_name
+
+    with torch.inference_mode():
+        tick()
+        resid = model.trace_ids(ids)[block_name(direction.layer, "resid_post")].to(torch.float32)
+        residual_norm = statistics.median(resid.norm(dim=-1).tolist())
+    tick()
+    plain = list(model.generate_ids(ids, tokens, params))
+    tick()
+    steered = steered_tokens(model, ids, direction, strength, tokens, params)
+
+    def score(generated: list[GeneratedToken]) -> float:
+        return mean_log_prob(model, ids, [t.id for t in generated])
+
+    plain_lp, steered_lp = score(plain), score(steered)
+    uniform = -math.log(model.config.vocab_size)
+    bound = plain_lp + BREAKDOWN_BOUND * (uniform - plain_lp)
+    points = []
+    if sweep:
+        for s in sweep_strengths(direction, residual_norm, -1.0 if strength < 0 else 1.0):
+            tick()
+            out = steered_tokens(model, ids, direction, s, tokens, params)
+            lp = score(out)
+            points.append(SweepPoint(s, out, lp, lp < bound))
+    promoted, suppressed = direction_lens(model, direction.vector)
+    return Steering(ids, model.tokenizer.token_texts(ids), direction, strength, params, plain, steered, plain_lp,
+                    steered_lp, uniform, bound, residual_norm, promoted, suppressed, points)
+
+
+def make_direction(model: TextModel, *, feature: tuple[int, int] | None = None,
+                   contrast: tuple[Sequence[str], Sequence[str]] | None = None, layer: int | None = None,
+                   vector: Tensor | Sequence[float] | None = None,
+                   sae: SparseAutoencoder | str | Path | None = None) -> Direction:
+    """One direction from exactly one of: `feature` (layer, id), `contrast` (prompts A, prompts B) at `layer`, or
+    `vector` at `layer`."""
+    given = sum(x is not None for x in (feature, contrast, vector))
+    if given != 1:
+        raise InputError("give exactly one direction: a feature (layer, id), a contrast of two prompt sets with a "
+                         "layer, or a vector with a layer")
+    if feature is not None:
+        if layer is not None and layer != feature[0]:
+            raise InputError(f"the feature is at layer {feature[0]} but layer {layer} was asked for")
+        return feature_direction(model, feature[0], feature[1], sae)
+    if layer is None:
+        raise InputError("a contrast or a vector needs the layer to add it at")
+    if contrast is not None:
+        return contrast_direction(model, contrast[0], contrast[1], layer)
+    assert vector is not None
+    return vector_direction(model, vector, layer)
