@@ -2,15 +2,24 @@
 or over the whole projection), the biases a checkpoint may have, Gemma 3's sandwich and 1 + weight norms, scaled
 embedding, local layers, attention scale and GeGLU, and a mixture of experts' router and experts.
 `names.name_table` composes them into a family's table; nothing here is a table of its own.
+
+And what each mechanism of the lens (`bridge/`: our code explaining a transformers module) answers, declared once
+(`LensNames`, `LENS_NAMES`): `names.GENERIC_BLOCK_ACTIVATIONS` is composed from these, and each lens derives the
+stages its declaration names.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 Entry = tuple[tuple[str, ...], str]  # (dims, what it is)
 
 # Tensors with a G (key/value head) dim are sliced by query head, as the attention reads them: asking
 # for head h gives key/value head h // (H / G), the one query head h shares with its group.
 KV_SLICE = "; asking for head h gives key/value head h // (H / G), the one query head h reads"
+# attention's z where the output projection is the model's own (the lens's families, the generic table's)
+Z_BEFORE_PROJECTION = "pattern @ V: each head's weighted sum of values, before the output projection"
 
 
 # QK-norm: an RMSNorm over each head's query and key (Qwen3, Gemma 3), before the rotation
@@ -128,6 +137,7 @@ OFFSET_FINAL_NORM_WEIGHT: Entry = (("D",), "final RMSNorm: its effective scale, 
 
 
 # mixtures of experts (Mixtral, Qwen3-MoE, OLMoE): the router and the experts in place of the dense MLP
+ROUTED_SUM = "the sum over the chosen experts of expert_weights * expert_out"  # every mixture's
 MOE_ACTIVATIONS: dict[str, Entry] = {
     "mlp.router_logits": (("T", "E"), "ln2.out @ W_router: the router's score of each expert for each token"),
     "mlp.router_probs": (("T", "E"), "softmax over all experts of the router logits, in float32: each token's "
@@ -138,7 +148,7 @@ MOE_ACTIVATIONS: dict[str, Entry] = {
                                        "(norm_topk_prob; Mixtral always)"),
     "mlp.expert_out": (("T", "K", "D"), "each chosen expert's output before its weight: down(SiLU(gate(x)) * up(x)) "
                                         "with that expert's matrices, x = ln2.out"),
-    "mlp.out": (("T", "D"), "the sum over the chosen experts of expert_weights * expert_out"),
+    "mlp.out": (("T", "D"), ROUTED_SUM),
 }
 MOE_STAGES = tuple(MOE_ACTIVATIONS)
 DENSE_MLP_STAGES = ("mlp.gate", "mlp.up", "mlp.act", "mlp.post")
@@ -208,7 +218,7 @@ MLA_ACTIVATIONS: dict[str, Entry] = {
     "attn.scores": (("H", "T", "S"), "q @ k^T = q_nope . k_nope (what the tokens are) + q_rope . k_rope (where they "
                                      "are), before the scale"),
     "attn.pattern": (("H", "T", "S"), "softmax over keys of scores * scale with -inf after the query; rows sum to 1"),
-    "attn.z": (("H", "T", "Dv"), "pattern @ V: each head's weighted sum of values, before the output projection"),
+    "attn.z": (("H", "T", "Dv"), Z_BEFORE_PROJECTION),
 }
 
 # DeepSeek-V3's mixture of experts (models/deepseek_moe.py), under the scope a block gives its MLP. E routed experts in
@@ -225,7 +235,7 @@ DEEPSEEK_MOE_ACTIVATIONS: dict[str, Entry] = {
     "mlp.expert_weights": (("T", "K"), "each chosen expert's router_score (without the bias), divided by the chosen "
                                        "ones' sum where norm_topk_prob, times routed_scaling_factor"),
     "mlp.expert_out": (("T", "K", "D"), "each chosen expert's output before its weight: down(SiLU(gate(x)) * up(x))"),
-    "mlp.routed_out": (("T", "D"), "the sum over the chosen experts of expert_weights * expert_out"),
+    "mlp.routed_out": (("T", "D"), ROUTED_SUM),
     "mlp.shared_out": (("T", "D"), "the shared expert's output, down(SiLU(gate(x)) * up(x)), which every token gets"),
     "mlp.out": (("T", "D"), "routed_out + shared_out: what the mixture adds to the residual stream"),
 }
@@ -247,7 +257,7 @@ SINK_ATTENTION_ACTIVATIONS: dict[str, Entry] = {
                                       "each row sums to 1 - sink_weight"),
     "attn.sink_weight": (("H", "T"), "exp(sink) / the same denominator: the share of its attention a query gives to "
                                      "no key (1 - the row's sum of pattern)"),
-    "attn.z": (("H", "T", "Dh"), "pattern @ V: each head's weighted sum of values, before the output projection"),
+    "attn.z": (("H", "T", "Dh"), Z_BEFORE_PROJECTION),
 }
 
 # gpt-oss's mixture (models/sink_attention.py), under the scope a block gives its MLP: the top_k router logits with a
@@ -264,12 +274,16 @@ CLAMPED_MOE_ACTIVATIONS: dict[str, Entry] = {
                                  "sigmoid approximation of GELU"),
     "mlp.post": (("T", "K", "M"), "(up_clamped + 1) * act: the gated hidden layer"),
     "mlp.expert_out": (("T", "K", "D"), "each chosen expert's output before its weight: post @ W_down + b_down"),
-    "mlp.out": (("T", "D"), "the sum over the chosen experts of expert_weights * expert_out"),
+    "mlp.out": (("T", "D"), ROUTED_SUM),
 }
 
 # OLMo 2 / 3's block (models/post_norm_block.py): no norm before a sublayer, one after each (ln1_post, ln2_post, the
 # names Gemma 3's sandwich uses), so the sublayers read the residual stream as it is; QK-norm over the whole
 # projection (QK_NORM_OVER_PROJECTION_ACTIVATIONS's attn.q_norm.* and attn.k_norm.*).
+# what each post-norm write is (the own block's attn_out and mlp_out; the lens's ln1_post.out and ln2_post.out, which it
+# derives from the module outputs that the bridge names attn_out and mlp_out)
+POST_NORM_ATTN_WRITE = "what attention adds to the residual stream, of length at most sqrt(D) * max|weight|"
+POST_NORM_MLP_WRITE = "what the MLP adds to the residual stream, of length at most sqrt(D) * max|weight|"
 POST_NORM_BLOCK_ACTIVATIONS: dict[str, Entry] = {
     "attn.q": (("H", "T", "Dh"), "queries, resid_pre @ W_Q (no norm before attention), split into heads, before "
                                  "QK-norm and the rotation"),
@@ -281,14 +295,13 @@ POST_NORM_BLOCK_ACTIVATIONS: dict[str, Entry] = {
     "attn.scores": (("H", "T", "S"), "rot_q @ rot_k^T, before the scale"),
     "attn.pattern": (("H", "T", "S"), "softmax over keys of scores / sqrt(Dh), 0 after the query and, in a sliding "
                                       "layer, sliding_window or more positions before it; rows sum to 1"),
-    "attn.z": (("H", "T", "Dh"), "pattern @ V: each head's weighted sum of values, before the output projection"),
+    "attn.z": (("H", "T", "Dh"), Z_BEFORE_PROJECTION),
     "attn.out": (("T", "D"), "concat @ W_O: attention's output, before its norm (ln1_post)"),
     "ln1_post.rms": (("T",), "root mean square of attn.out at each position: what the norm after attention divides "
                              "it by"),
     "ln1_post.normalized": (("T", "D"), "attn.out / rms: length at most sqrt(D), whatever attention's scale"),
     "ln1_post.out": (("T", "D"), "normalized * weight"),
-    "attn_out": (("T", "D"), "ln1_post.out: what attention adds to the residual stream, of length at most "
-                             "sqrt(D) * max|weight|"),
+    "attn_out": (("T", "D"), f"ln1_post.out: {POST_NORM_ATTN_WRITE}"),
     "resid_mid": (("T", "D"), "resid_pre + attn_out: the MLP's input, as it is (no norm before the MLP)"),
     "mlp.gate": (("T", "M"), "resid_mid @ W_gate, the gate before its activation"),
     "mlp.up": (("T", "M"), "resid_mid @ W_in, the linear branch"),
@@ -299,8 +312,7 @@ POST_NORM_BLOCK_ACTIVATIONS: dict[str, Entry] = {
                              "by"),
     "ln2_post.normalized": (("T", "D"), "mlp.out / rms"),
     "ln2_post.out": (("T", "D"), "normalized * weight"),
-    "mlp_out": (("T", "D"), "ln2_post.out: what the MLP adds to the residual stream, of length at most "
-                            "sqrt(D) * max|weight|"),
+    "mlp_out": (("T", "D"), f"ln2_post.out: {POST_NORM_MLP_WRITE}"),
     "resid_post": (("T", "D"), "resid_mid + mlp_out: the block's output"),
 }
 
@@ -324,3 +336,73 @@ PER_LAYER_GATE_ACTIVATIONS: dict[str, Entry] = {
     "per_layer_out": (("T", "D"), "rmsnorm(per_layer.out) * weight: what the per-layer input adds to the residual "
                                   "stream"),
 }
+
+
+# -- the lens (bridge/): what each mechanism our code explains in a transformers model answers ------------------------
+
+@dataclass(frozen=True)
+class LensNames:
+    """The names one mechanism of the lens answers (`bridge/mechanisms.py`), declared once: `entries`, its stages in
+    computation order, each (dims, what it is), and `after`, where they go among the stages the bridge records (a
+    recorded stage -> the mechanism's stages that follow it). `models` says whose mechanism it is, for a description
+    that another mechanism's stage of the same name shares."""
+
+    models: str
+    entries: Mapping[str, Entry]
+    after: Mapping[str, tuple[str, ...]]
+
+    def __post_init__(self) -> None:
+        placed = [s for stages in self.after.values() for s in stages]
+        if sorted(placed) != sorted(self.entries):
+            raise ValueError(f"{self.models}: `after` places {placed}, the entries are {list(self.entries)}")
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """What the lens derives, in computation order."""
+        return tuple(self.entries)
+
+
+def _lens(models: str, entries: Mapping[str, Entry], after: str) -> LensNames:
+    """A mechanism whose stages all follow one recorded stage."""
+    return LensNames(models, dict(entries), {after: tuple(entries)})
+
+
+# Gated DeltaNet read by our module from the layer's input (bridge/mechanisms.py): GATED_DELTANET_ACTIVATIONS without
+# the state per token (H * T * Dk * Dv values), with the attention matrix the recurrence implies
+DELTANET_LENS = _lens("Qwen3.5, Qwen3-Next", {
+    **{f"linear_attn.{s}": GATED_DELTANET_ACTIVATIONS[f"linear_attn.{s}"] for s in ("q", "k", "v", "beta", "decay")},
+    "linear_attn.implied_pattern": (("H", "T", "S"), "the attention matrix the recurrence implies: o_t = sum_s "
+                                    "w[t, s] v_s exactly; weights may be negative and rows need not sum to 1 (not a "
+                                    "softmax): models.gated_deltanet.implied_attention"),
+    **{f"linear_attn.{s}": GATED_DELTANET_ACTIVATIONS[f"linear_attn.{s}"] for s in ("o", "gate")},
+}, after="linear_attn.in")
+# multi-head latent attention's latents, from the layer's input through its own norm (bridge/latent_lens.py); q_latent
+# only where the model has a query latent
+LATENT_ATTENTION_LENS = _lens("DeepSeek-V3", {s: MLA_ACTIVATIONS[s] for s in (
+    "attn.q_latent", "attn.kv_latent", "attn.k_rope")}, after="resid_pre")
+# the norm after each sublayer (bridge/post_norm_lens.py): our norms on the module outputs the bridge records
+POST_NORM_LENS = LensNames("OLMo 2, 3", {
+    "ln1_post.out": (("T", "D"), f"the norm after attention applied to attn_out: {POST_NORM_ATTN_WRITE}"),
+    "ln2_post.out": (("T", "D"), f"the norm after the MLP applied to mlp_out: {POST_NORM_MLP_WRITE}"),
+}, {"attn_out": ("ln1_post.out",), "mlp_out": ("ln2_post.out",)})
+# the mixtures of experts (bridge/moe_lens.py), from resid_mid through the layer's post_attention_layernorm (x)
+DEEPSEEK_MOE_LENS = _lens("DeepSeek-V3", DEEPSEEK_MOE_ACTIVATIONS, after="resid_mid")
+CLAMPED_MOE_LENS = _lens("gpt-oss", CLAMPED_MOE_ACTIVATIONS, after="resid_mid")
+# Gemma 4's per-layer write (bridge/per_layer_lens.py), from resid_mid, mlp_out and the layer's slice of
+# embed.per_layer_inputs: the stream the gate reads, then what it writes
+PER_LAYER_GATE_LENS = _lens("Gemma 4", {
+    "per_layer.resid": (("T", "D"), "the residual stream after the MLP's write: what the per-layer gate reads, "
+                        "resid_mid + the layer's norm of mlp_out"),
+    **PER_LAYER_GATE_ACTIVATIONS,
+}, after="mlp_out")
+# and its per-layer embeddings, global (bridge/per_layer_lens.py), from the token ids and the recorded embed.token: the
+# scaled embedding that PER_LAYER_EMBEDDING_ACTIVATIONS calls embed.scaled
+PER_LAYER_INPUTS_LENS = _lens("Gemma 4", {
+    name: (dims, text.replace("embed.scaled", "embed.token"))
+    for name, (dims, text) in PER_LAYER_EMBEDDING_ACTIVATIONS.items()}, after="embed.token")
+
+# Every mechanism of the lens, a block's and the model's (global): `names.GENERIC_BLOCK_ACTIVATIONS` and
+# `GENERIC_GLOBAL_ACTIVATIONS` place their stages in this order where two follow the same recorded stage
+LENS_NAMES: tuple[LensNames, ...] = (LATENT_ATTENTION_LENS, DELTANET_LENS, POST_NORM_LENS, DEEPSEEK_MOE_LENS,
+                                     CLAMPED_MOE_LENS, PER_LAYER_GATE_LENS)
+GLOBAL_LENS_NAMES: tuple[LensNames, ...] = (PER_LAYER_INPUTS_LENS,)

@@ -25,18 +25,17 @@ from .name_options import (
     ATTN_BIASES,
     BIAS_AFTER,
     BIASES,
-    CLAMPED_MOE_ACTIVATIONS,
     DENSE_BLOCKS_STAGES,
     DENSE_BLOCKS_WEIGHTS,
     DENSE_MLP_STAGES,
     DENSE_MLP_WEIGHTS,
-    GATED_DELTANET_ACTIVATIONS,
     GEGLU_ACT,
     GLOBAL_LAYERS_ANGLES,
+    GLOBAL_LENS_NAMES,
     KV_SLICE,
+    LENS_NAMES,
     LOCAL_ANGLES,
     MASKED_IN_LOCAL_LAYERS,
-    MLA_ACTIVATIONS,
     MLP_BIASES,
     MOE_ACTIVATIONS,
     MOE_MLP_OUT,
@@ -47,8 +46,6 @@ from .name_options import (
     OFFSET_NORM_OUTPUTS,
     OFFSET_NORM_WEIGHTS,
     OFFSET_QK_NORM_OUTPUTS,
-    PER_LAYER_EMBEDDING_ACTIVATIONS,
-    PER_LAYER_GATE_ACTIVATIONS,
     QK_NORM_ACTIVATIONS,
     QK_NORM_OVER_PROJECTION_ACTIVATIONS,
     QK_NORM_OVER_PROJECTION_WEIGHTS,
@@ -60,7 +57,9 @@ from .name_options import (
     SCALED_BY_QUERY_PRE_ATTN_SCALAR,
     SCALED_EMBEDDING,
     TOKEN_BEFORE_SCALING,
+    Z_BEFORE_PROJECTION,
     Entry,
+    LensNames,
 )
 
 # Per-block activations: suffix -> (dims, what it is). Dims use: T query positions, S key positions
@@ -403,11 +402,10 @@ FAMILY_NAMES: dict[str, NameTable] = {name: name_table(f) for name, f in FAMILIE
 # applied, a sink, a mixer that is not attention) are the bridge's. Dims as above; Dv where values have a width
 # of their own. A layer answers only the stages it has (an attention layer's attn.*, a short convolution's
 # conv.*): `GenericConfig.activation_names`.
-GENERIC_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
+# What the bridge records (hooks on transformers' modules, its attention function): the stages every generic model
+# may answer, before the lens adds its mechanisms'.
+GENERIC_RECORDED_BLOCK_ACTIVATIONS: dict[str, Entry] = {
     "resid_pre": (("T", "D"), "residual stream entering the block (the decoder layer's input)"),
-    # a multi-head latent attention layer (DeepSeek-V3) answers its latents too, derived on access from resid_pre by our
-    # module (bridge/latent_lens.py; name_options.MLA_ACTIVATIONS)
-    **{s: MLA_ACTIVATIONS[s] for s in ("attn.q_latent", "attn.kv_latent", "attn.k_rope")},
     "attn.q": (("H", "T", "Dh"), "queries as attention uses them: after the model's norms and rotations"),
     "attn.k": (("G", "S", "Dh"), "keys as attention uses them: after the model's norms and rotations"),
     "attn.v": (("G", "S", "Dv"), "values"),
@@ -419,22 +417,10 @@ GENERIC_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "attn.sink": (("H",), "the learned sink logit per head: one more entry in the softmax's denominator"),
     "attn.sink_weight": (("H", "T"), "the weight the sink takes from each query: the softmax's sink column, which "
                          "eager computes and drops (1 - the pattern's row sum, to rounding)"),
-    "attn.z": (("H", "T", "Dv"), "pattern @ V: each head's weighted sum of values, before the output projection"),
+    "attn.z": (("H", "T", "Dv"), Z_BEFORE_PROJECTION),
     "attn_out": (("T", "D"), "the attention module's output (after its output projection; before a norm that the "
                  "layer applies after it, where it has one)"),
-    # a layer that norms what each sublayer writes (OLMo 2, 3: bridge/post_norm_lens.py) answers the writes too, its
-    # norms on attn_out and mlp_out by our RMSNorm (OLMo's own names)
-    "ln1_post.out": (("T", "D"), "the norm after attention applied to attn_out: what attention adds to the residual "
-                     "stream, of length at most sqrt(D) * max|weight|"),
     "linear_attn.in": (("T", "D"), "input of a linear-attention layer (e.g. Gated DeltaNet)"),
-    # a layer whose module our own code implements (bridge/mechanisms.py: Gated DeltaNet) answers its internals too,
-    # derived on access from linear_attn.in by our module (name_options.GATED_DELTANET_ACTIVATIONS; H its value heads, G
-    # its query/key heads); the state per token (H * T * Dk * Dv values) is not among them
-    **{f"linear_attn.{s}": GATED_DELTANET_ACTIVATIONS[f"linear_attn.{s}"] for s in ("q", "k", "v", "beta", "decay")},
-    "linear_attn.implied_pattern": (("H", "T", "S"), "the attention matrix the recurrence implies: o_t = sum_s "
-                                    "w[t, s] v_s exactly; weights may be negative and rows need not sum to 1 (not a "
-                                    "softmax): models.gated_deltanet.implied_attention"),
-    **{f"linear_attn.{s}": GATED_DELTANET_ACTIVATIONS[f"linear_attn.{s}"] for s in ("o", "gate")},
     "linear_attn.out": (("T", "D"), "output of a linear-attention layer"),
     "conv.in": (("T", "D"), "input of a short-convolution layer"),
     "conv.out": (("T", "D"), "output of a short-convolution layer"),
@@ -444,50 +430,65 @@ GENERIC_BLOCK_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "mixer.out": (("T", "D"), "output of a token mixer of another kind"),
     "resid_mid": (("T", "D"), "the residual stream between the mixing sublayer and the MLP (what the MLP's "
                   "branch is added to); absent where the layer has no such point (parallel sublayers)"),
-    # a mixture of experts our own code implements (bridge/moe_lens.py: DeepSeek-V3's, gpt-oss's) answers its inside
-    # too, derived on access by our module from resid_mid through the layer's post_attention_layernorm (x below)
-    "mlp.router_logits": (("T", "E"), "x @ W_router (+ b_router where the router has one): the router's score of "
-                          "each routed expert"),
-    "mlp.router_scores": (("T", "E"), "sigmoid(router_logits) (DeepSeek-V3): each expert's affinity in (0, 1), on "
-                          "its own, not a softmax over the experts"),
-    "mlp.group_scores": (("T", "Ng"), "the sum of each group's 2 highest router_scores + e_score_correction_bias: "
-                         "how the groups are ranked"),
-    "mlp.chosen_groups": (("T", "Kg"), "the topk_group groups a token's experts may come from, the best first"),
-    "mlp.expert_indices": (("T", "K"), "the top_k experts each token is sent to, the highest choice score first "
-                           "(DeepSeek-V3: of the chosen groups, by router_scores + e_score_correction_bias)"),
-    "mlp.expert_weights": (("T", "K"), "what each chosen expert's output is multiplied by: DeepSeek-V3's router_score "
-                           "(without the bias) renormalised and scaled by routed_scaling_factor; gpt-oss's softmax "
-                           "over the chosen experts' logits alone"),
-    # gpt-oss's experts: a clamped SwiGLU with biases, per (token, choice)
-    **{f"mlp.{s}": CLAMPED_MOE_ACTIVATIONS[f"mlp.{s}"] for s in ("gate", "up", "gate_clamped", "up_clamped", "act",
-                                                                 "post")},
-    "mlp.expert_out": (("T", "K", "D"), "each chosen expert's output before its weight"),
-    "mlp.routed_out": (("T", "D"), "the sum over the chosen experts of expert_weights * expert_out"),
-    "mlp.shared_out": (("T", "D"), "the shared expert's output, which every token gets (DeepSeek-V3)"),
-    "mlp.out": (("T", "D"), "what the mixture adds: the routed sum (+ shared_out where there is a shared expert); "
-                "mlp_out, computed by our module"),
     "mlp_out": (("T", "D"), "the MLP module's output (dense or mixture of experts; before a norm the layer applies "
                 "after it, where it has one)"),
-    "ln2_post.out": (("T", "D"), "the norm after the MLP applied to mlp_out: what the MLP adds to the residual stream, "
-                     "of length at most sqrt(D) * max|weight|"),
-    # a layer with a per-layer input (Gemma 4) answers its last write too, derived on access by our module
-    # (bridge/per_layer_lens.py; name_options.PER_LAYER_GATE_ACTIVATIONS) from resid_mid, mlp_out and its slice of
-    # embed.per_layer_inputs
-    "per_layer.resid": (("T", "D"), "the residual stream after the MLP's write: what the per-layer gate reads, "
-                        "resid_mid + the layer's norm of mlp_out"),
-    **PER_LAYER_GATE_ACTIVATIONS,
     "resid_post": (("T", "D"), "the decoder layer's output"),
 }
 
-GENERIC_GLOBAL_ACTIVATIONS: dict[str, tuple[tuple[str, ...], str]] = {
+GENERIC_RECORDED_GLOBAL_ACTIVATIONS: dict[str, Entry] = {
     "embed.token": (("T", "D"), "the token embedding module's output (scaled where that module scales)"),
-    # a model with per-layer embeddings (Gemma 4): derived on access by our module from the token ids and embed.token
-    # (name_options.PER_LAYER_EMBEDDING_ACTIVATIONS, whose embed.scaled is this table's embed.token)
-    **{n: (dims, text.replace("embed.scaled", "embed.token"))
-       for n, (dims, text) in PER_LAYER_EMBEDDING_ACTIVATIONS.items()},
     "ln_final.out": (("T", "D"), "the input of the unembedding: the final norm's output"),
     "logits": (("T", "V"), "the model's logits, as its forward returns them (soft-capped where the model caps)"),
 }
+
+
+def _merged_order(orders: list[tuple[str, ...]]) -> list[str]:
+    """One order that keeps each of `orders` (stages that several mechanisms share keep each mechanism's order), a stage
+    as early as they allow, ties by first mention."""
+    first = list(dict.fromkeys(s for order in orders for s in order))
+    before: dict[str, set[str]] = {s: set() for s in first}
+    for order in orders:
+        for a, b in zip(order, order[1:], strict=False):
+            before[b].add(a)
+    out: list[str] = []
+    while len(out) < len(first):
+        ready = next((s for s in first if s not in out and before[s] <= set(out)), None)
+        if ready is None:
+            raise ValueError(f"the mechanisms order their stages in a cycle: {orders}")
+        out.append(ready)
+    return out
+
+
+def with_lenses(recorded: dict[str, Entry], lenses: tuple[LensNames, ...]) -> dict[str, Entry]:
+    """`recorded` with every lens's stages after the recorded stage its declaration names. A stage that several
+    lenses answer (a router's logits) has one entry: its description where they agree, else each, saying whose."""
+    said: dict[str, list[tuple[str, Entry]]] = {}
+    for lens in lenses:
+        for name, entry in lens.entries.items():
+            said.setdefault(name, []).append((lens.models, entry))
+    unplaced = {a for lens in lenses for a in lens.after} - set(recorded)
+    if unplaced:
+        raise ValueError(f"lens stages placed after stages the bridge does not record: {sorted(unplaced)}")
+    out: dict[str, Entry] = {}
+    for stage, entry in recorded.items():
+        out[stage] = entry
+        for name in _merged_order([lens.after[stage] for lens in lenses if stage in lens.after]):
+            if name in recorded:
+                raise ValueError(f"{name} is recorded by the bridge and derived by a lens")
+            dims = {e[0] for _, e in said[name]}
+            if len(dims) > 1:
+                raise ValueError(f"the lenses give {name} different dims: {sorted(dims)}")
+            texts = list(dict.fromkeys(e[1] for _, e in said[name]))
+            out[name] = (dims.pop(), texts[0] if len(texts) == 1 else "; ".join(
+                f"{text} ({models})" for models, (_, text) in said[name]))
+    return out
+
+
+# The generic tables: what the bridge records, and what each mechanism our code explains derives on access
+# (name_options.LENS_NAMES: Gated DeltaNet, multi-head latent attention, the norms after each sublayer, the mixtures
+# of experts of DeepSeek-V3 and gpt-oss, Gemma 4's per-layer inputs)
+GENERIC_BLOCK_ACTIVATIONS: dict[str, Entry] = with_lenses(GENERIC_RECORDED_BLOCK_ACTIVATIONS, LENS_NAMES)
+GENERIC_GLOBAL_ACTIVATIONS: dict[str, Entry] = with_lenses(GENERIC_RECORDED_GLOBAL_ACTIVATIONS, GLOBAL_LENS_NAMES)
 
 GENERIC_NAMES = NameTable(GENERIC_BLOCK_ACTIVATIONS, GENERIC_GLOBAL_ACTIVATIONS, {}, {}, {}, ("embed.token",))
 # Every table by family: the families with code of their own, and "generic" (any transformers decoder).

@@ -21,10 +21,11 @@ from torch import Tensor, nn
 
 from ..models.latent_attention import LatentAttention, LatentAttentionConfig, kv_cache_bytes
 from ..models.recorder import Recorder
+from ..name_options import LATENT_ATTENTION_LENS
 
-# the stages a latent-attention layer derives, in computation order (name_options.MLA_ACTIVATIONS's, the query's
-# latent only where the model has one)
-LATENT_STAGES = ("attn.q_latent", "attn.kv_latent", "attn.k_rope")
+# the stages a latent-attention layer derives, in computation order (its declaration,
+# name_options.LATENT_ATTENTION_LENS: MLA_ACTIVATIONS's latents; the query's latent only where the model has one)
+LATENT_STAGES = LATENT_ATTENTION_LENS.stages
 
 
 @dataclass(frozen=True)

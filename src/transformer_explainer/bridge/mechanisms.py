@@ -15,7 +15,8 @@ input through the layer's norm) and gives a `Mechanism`, whose contract is:
   trace calls with its values instead;
 - `output_stage`: the stage suffix the bridge records of the module's output, which `derive` computes too (the
   check that ours is the module's maths: equal within float rounding);
-- `stages`: the stage suffixes it adds to the trace, in computation order;
+- `stages`: the stage suffixes it adds to the trace, in computation order: its declaration's
+  (`name_options.LENS_NAMES`, from which `names.GENERIC_BLOCK_ACTIVATIONS` is composed);
 - `derive(x)`: from the recorded input x (batch dimension dropped), a dict with every stage of `stages` and
   `output_stage`, each batch dimension dropped, computed together in one run of our module (in `torch.no_grad`).
 """
@@ -38,6 +39,7 @@ from ..models.gated_deltanet import (
     state_memory,
 )
 from ..models.recorder import Recorder
+from ..name_options import DELTANET_LENS
 from .latent_lens import deepseek_v3_latent
 from .moe_lens import LayerLenses, deepseek_v3_moe, gpt_oss_moe
 from .per_layer_lens import gemma4_per_layer_gate
@@ -55,9 +57,10 @@ class Mechanism(Protocol):
     def derive(self, x: Tensor) -> dict[str, Tensor]: ...
 
 
-# the stages a Gated DeltaNet layer derives (name_options.GATED_DELTANET_ACTIVATIONS without the state per token, which
-# holds H * T * Dk * Dv values), and the attention matrix its recurrence implies
-DELTANET_STAGES = tuple(f"linear_attn.{s}" for s in ("q", "k", "v", "beta", "decay", "implied_pattern", "o", "gate"))
+# the stages a Gated DeltaNet layer derives, as its declaration names them (name_options.DELTANET_LENS:
+# GATED_DELTANET_ACTIVATIONS without the state per token, which holds H * T * Dk * Dv values, and the attention matrix
+# its recurrence implies)
+DELTANET_STAGES = DELTANET_LENS.stages
 
 
 @dataclass(frozen=True)

@@ -24,16 +24,13 @@ from torch import Tensor, nn
 from ..models.deepseek_moe import DeepSeekMoE, DeepSeekMoEConfig
 from ..models.recorder import Recorder
 from ..models.sink_attention import ClampedMoE, ClampedMoEConfig
+from ..name_options import CLAMPED_MOE_LENS, DEEPSEEK_MOE_LENS
 from ..names import block_name
 
-# the stages each mixture derives, in computation order (name_options.DEEPSEEK_MOE_ACTIVATIONS and
-# CLAMPED_MOE_ACTIVATIONS: gpt-oss's clamped SwiGLU per (token, choice), (T, K, M) each)
-DEEPSEEK_MOE_STAGES = tuple(f"mlp.{s}" for s in (
-    "router_logits", "router_scores", "group_scores", "chosen_groups", "expert_indices", "expert_weights",
-    "expert_out", "routed_out", "shared_out", "out"))
-CLAMPED_MOE_STAGES = tuple(f"mlp.{s}" for s in (
-    "router_logits", "expert_indices", "expert_weights", "gate", "up", "gate_clamped", "up_clamped", "act", "post",
-    "expert_out", "out"))
+# the stages each mixture derives, in computation order: their declarations' (name_options.DEEPSEEK_MOE_LENS and
+# CLAMPED_MOE_LENS: gpt-oss's clamped SwiGLU per (token, choice), (T, K, M) each)
+DEEPSEEK_MOE_STAGES = DEEPSEEK_MOE_LENS.stages
+CLAMPED_MOE_STAGES = CLAMPED_MOE_LENS.stages
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,14 @@ from torch import Tensor, nn
 
 from ..models.per_layer_embeddings import PerLayerConfig, PerLayerEmbeddings, PerLayerGate, kv_cache_bytes, kv_sharing
 from ..models.recorder import Recorder
+from ..name_options import PER_LAYER_GATE_LENS, PER_LAYER_INPUTS_LENS
 from ..names import block_name
 
-# the model's per-layer stages (name_options.PER_LAYER_EMBEDDING_ACTIVATIONS), in computation order
-PER_LAYER_GLOBAL_STAGES = ("embed.per_layer", "embed.per_layer_projected", "embed.per_layer_inputs")
-# a layer's: the stream its gate reads, then name_options.PER_LAYER_GATE_ACTIVATIONS's
-PER_LAYER_STAGES = ("per_layer.resid", "per_layer.input", "per_layer.gate", "per_layer.act", "per_layer.post",
-                    "per_layer.out", "per_layer_out")
+# the model's per-layer stages, in computation order, as declared (name_options.PER_LAYER_INPUTS_LENS:
+# PER_LAYER_EMBEDDING_ACTIVATIONS's)
+PER_LAYER_GLOBAL_STAGES = PER_LAYER_INPUTS_LENS.stages
+# a layer's (name_options.PER_LAYER_GATE_LENS): the stream its gate reads, then PER_LAYER_GATE_ACTIVATIONS's
+PER_LAYER_STAGES = PER_LAYER_GATE_LENS.stages
 
 
 def _assigned(module: nn.Module, owner: nn.Module, names: tuple[str, ...]) -> nn.Module:

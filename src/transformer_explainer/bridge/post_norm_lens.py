@@ -25,10 +25,11 @@ import torch
 from torch import Tensor, nn
 
 from ..models.post_norm_block import RMSNorm, write_bound
+from ..name_options import POST_NORM_LENS
 from ..names import block_name
 from .structure import Layer, find_structure
 
-POST_NORM_STAGES = ("ln1_post.out", "ln2_post.out")
+POST_NORM_STAGES = POST_NORM_LENS.stages  # its declaration's: ln1_post.out, ln2_post.out
 
 
 def _ours(module: nn.Module) -> RMSNorm | None:
