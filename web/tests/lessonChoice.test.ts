@@ -1,8 +1,8 @@
 // Which lesson the lesson button opens for a model that runs through transformers (lessons/choose.ts): the chapter
 // "Attention that forgets, compresses and sinks" for a model with a layer that is not attention (Gated DeltaNet in
 // Qwen3.5, LFM2's short convolutions, Falcon-H1's state-space layers beside attention), learned sinks (gpt-oss) or
-// latent attention (DeepSeek-V3); not for one whose layers are all plain attention; the other models' choices as
-// before. Run by tests/web/test_lesson_hybrid.py.
+// latent attention (DeepSeek-V3), or per-layer inputs (Gemma 4); not for one whose layers are all plain attention; the
+// other models' choices as before. Run by tests/web/test_lesson_hybrid.py.
 import { describe, expect, it } from "vitest";
 import { GPT2_CAPABILITIES, type Capabilities } from "../src/lib/family";
 import { lessonFor, newAttention } from "../src/lessons/choose";
@@ -21,13 +21,17 @@ const gptOss = generic([["attention"], ["attention"]], { sinks: [true, true], wi
 const deepseek = generic([["attention"], ["attention"]], { kv_latent: { layers: [0, 1], n_heads: 4, kv_lora_rank: 16,
   qk_rope_head_dim: 8, qk_nope_head_dim: 16, v_head_dim: 16, gqa_heads: 2, mla_per_token: 96, mha_per_token: 640,
   gqa_per_token: 320, tokens: [1024], mla_bytes: [196608], mha_bytes: [1310720], gqa_bytes: [655360], dtype: "float32" } });
+// per-layer inputs and KV sharing, every layer attention (a random Gemma 4 checkpoint's, tests/helpers/hf_checkpoints.py)
+const gemma4 = generic([["attention"], ["attention"], ["attention"], ["attention"]], { per_layer: { d_per_layer: 8,
+  per_layer_layers: [0, 1, 2, 3], per_layer_table_params: 8388608, kv_sources: [0, 1, 0, 1], tokens: [1024],
+  kv_unshared_bytes: [525824], kv_shared_bytes: [262912], kv_saved_bytes: [262912], dtype: "float32" } });
 const phi3 = generic([["attention"], ["attention"]]);
 const lfm2 = generic([["short_conv"], ["attention"]]);
 const falconH1 = generic([["attention", "state_space"], ["attention", "state_space"]]);
 
 describe("the lesson of a model that runs through transformers", () => {
   it("is the chapter on attention that forgets, compresses and sinks where the model has one of those", () => {
-    for (const caps of [qwen35, lfm2, falconH1, gptOss, deepseek]) {
+    for (const caps of [qwen35, lfm2, falconH1, gptOss, deepseek, gemma4]) {
       expect(newAttention(caps)).toBe(true);
       expect(lessonFor(false, "overview", caps)).toBe("hybrid");
       expect(lessonFor(false, "attention", caps)).toBe("hybrid");

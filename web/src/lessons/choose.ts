@@ -4,10 +4,12 @@ import type { Capabilities } from "../lib/family";
 import type { StageId } from "../lib/pipeline";
 
 /** Whether a model has the mechanisms of the chapter "Attention that forgets, compresses and sinks": a layer that mixes
- *  its tokens other than by attention (Gated DeltaNet, a short convolution, a state-space layer), a learned sink, or
- *  latent attention (the capabilities' `kv_latent`). */
+ *  its tokens other than by attention (Gated DeltaNet, a short convolution, a state-space layer), a learned sink,
+ *  latent attention (the capabilities' `kv_latent`), or per-layer inputs with their KV sharing (`per_layer`: Gemma 4,
+ *  whose layers are all attention). */
 export function newAttention(caps: Capabilities): boolean {
-  return !!caps.mixers?.some((m) => m.some((k) => k !== "attention")) || !!caps.sinks?.some(Boolean) || !!caps.kv_latent;
+  return !!caps.mixers?.some((m) => m.some((k) => k !== "attention")) || !!caps.sinks?.some(Boolean) || !!caps.kv_latent
+    || !!caps.per_layer?.per_layer_layers.length;
 }
 
 /** The lessons' ids (each lesson's `id`; lessons/index.ts maps every one to its lesson). */
@@ -18,8 +20,8 @@ export type LessonId = "gpt2" | "seq2seq" | "experiments" | "modern" | "stable" 
  *  Qwen3-MoE has QK-norm too and its experts are what is new), the chapter on QK-norm, sandwich norms and local layers
  *  (Qwen3, Gemma 3), the chapter on today's models for the other rotary models (the Llama family), or GPT-2's. Before
  *  those, the chapter on attention that forgets, compresses and sinks for a model with a layer that is not attention
- *  (Gated DeltaNet: Qwen3.5; LFM2's convolutions, Falcon-H1's state-space layers), learned sinks (gpt-oss) or latent
- *  attention (DeepSeek-V3): such a model runs through
+ *  (Gated DeltaNet: Qwen3.5; LFM2's convolutions, Falcon-H1's state-space layers), learned sinks (gpt-oss), latent
+ *  attention (DeepSeek-V3) or per-layer inputs (Gemma 4): such a model runs through
  *  transformers, where the other chapters, which read our own code's intermediates, are not offered. */
 export function lessonFor(seq2seq: boolean, view: StageId, caps?: Capabilities): LessonId {
   if (seq2seq) return "seq2seq";

@@ -4,7 +4,8 @@
 // state forgets (each token's write strength beta and decay exp(g), compounded over the text) and the memory it saves,
 // where a full-attention layer recalls what the state lost (its weight on an earlier token against the weight the
 // recurrence implies), why latent attention caches a latent (bytes per token per layer), what a sink is for, and
-// Gemma 4's per-layer embeddings and KV sharing. Every value is the loaded model's own (its config and capabilities,
+// Gemma 4's per-layer embeddings (each layer's per-layer write against its MLP's at the focus token) and KV sharing
+// (which layers reuse which layer's keys and values, and what that saves). Every value is the loaded model's own (its config and capabilities,
 // the trace's tensors through the views' API); a model without a mechanism gets the sentence that says so, or a
 // what-if at its own width that says it is one. A sentence that depends on the numbers is a claim, checked by
 // web/tests/lessons/claims.hybrid.ts, with the other wording beside it. The words are under lesson.hybrid.*.
@@ -15,7 +16,7 @@ import { claim, either, say, type Lesson, type LessonStep, type Sentence, type T
 import { dec, int, word } from "../lib/lessonFormat";
 import { app } from "../lib/state.svelte";
 import type { Tensor } from "../lib/tensor";
-import { bytesOf, cfg, fetched, focusToken, nTok, showLoaded, size, tokenAt } from "./reader";
+import { bytesOf, cfg, fetched, focusToken, norm, nTok, showLoaded, size, tokenAt } from "./reader";
 
 // -- what the model has -------------------------------------------------------------------------------------------
 
@@ -327,14 +328,87 @@ function sinks(): Text {
 const PER_LAYER_TYPES = /^gemma(4|3n)/;
 const perLayerStages = () => PER_LAYER_TYPES.test(cfg()?.model_type ?? "")
   || (caps().layer_stages ?? []).some((s) => s.some((x) => x.startsWith("per_layer")));
+/** The per-layer inputs our module explains and the KV sharing (capabilities.per_layer: Gemma 4), or null. */
+const perLayerCaps = () => (caps().per_layer?.per_layer_layers.length ? caps().per_layer! : null);
 
+/** At the focus token, layer l's two last writes: what its per-layer input adds, and the stream after and before the
+ *  MLP's write (their difference is what the MLP adds, after the layer's norm of it). Each (D,). */
+const PL = {
+  write: (l: number): TensorSpec => ({ name: b(l, "per_layer_out"), position: app.pos }),
+  after: (l: number): TensorSpec => ({ name: b(l, "per_layer.resid"), position: app.pos }),
+  before: (l: number): TensorSpec => ({ name: b(l, "resid_mid"), position: app.pos }),
+};
+const perLayerSpecs = (): TensorSpec[] => (perLayerCaps()?.per_layer_layers ?? []).flatMap((l) => [PL.write(l), PL.after(l), PL.before(l)]);
+
+/** A layer's per-layer write and its MLP's write at one token: their lengths. */
+export interface LayerWrite { l: number; write: number; mlp: number }
+/** The lengths, from the write (D,) and the stream after and before the MLP's write (D,) of one layer. */
+export function layerWrite(l: number, write: ArrayLike<number>, after: ArrayLike<number>, before: ArrayLike<number>): LayerWrite {
+  return { l, write: norm(write), mlp: norm(Array.from(after, (x, i) => x - before[i])) };
+}
+/** Every per-layer layer's at the focus token; undefined until the tensors are here. */
+function layerWrites(): LayerWrite[] | undefined {
+  const out: LayerWrite[] = [];
+  for (const l of perLayerCaps()?.per_layer_layers ?? []) {
+    const w = get(PL.write(l)), a = get(PL.after(l)), bf = get(PL.before(l));
+    if (!w || !a || !bf) return undefined;
+    out.push(layerWrite(l, w.data, a.data, bf.data));
+  }
+  return out;
+}
+/** The layer whose per-layer write is longest against its MLP's (ties: the earlier layer). */
+export const heaviest = (ws: LayerWrite[]): LayerWrite => ws.reduce((best, w) => (w.write * best.mlp > best.write * w.mlp ? w : best));
+/** The layers that attend with an earlier layer's keys and values, grouped by that layer (in its order). */
+export function kvGroups(sources: readonly number[]): { src: number; layers: number[] }[] {
+  const out: { src: number; layers: number[] }[] = [];
+  sources.forEach((src, l) => {
+    if (src === l) return;
+    const g = out.find((x) => x.src === src);
+    if (g) g.layers.push(l);
+    else out.push({ src, layers: [l] });
+  });
+  return out.sort((a, b) => a.src - b.src);
+}
+
+/** Step 5: per-layer embeddings; on a model that has them, each layer's write against its MLP's at the focus token. */
 function perLayer(): Text {
-  const c = cfg();
+  const c = cfg(), pl = perLayerCaps();
   if (!c) return [];
-  return [
+  if (!pl) return [
     say("lesson.hybrid.ple.what"),
     say("lesson.hybrid.ple.kvShare"),
     either(perLayerStages(), "lesson.hybrid.ple.here", "lesson.hybrid.ple.none", { type: word("model-type", c.model_type ?? "") }),
+  ];
+  const f = focusToken(), ws = layerWrites();
+  if (!f || !ws) return [];
+  const n = ws.length, k = ws.filter((w) => w.write > w.mlp).length, top = heaviest(ws);
+  const count = { token: f, n: int("ple-layers", n), k: int("ple-longer", k) };
+  return [
+    say("lesson.hybrid.ple.what"),
+    claim("lesson.hybrid.ple.own", { type: word("model-type", c.model_type ?? ""), p: int("ple-width", pl.d_per_layer),
+      n: int("ple-layers", n), params: int("ple-params", pl.per_layer_table_params) }),
+    say("lesson.hybrid.ple.compare"),
+    claim(k === n ? "lesson.hybrid.ple.longerAll" : k === 0 ? "lesson.hybrid.ple.longerNone" : "lesson.hybrid.ple.longerSome", count),
+    either(top.write > top.mlp, "lesson.hybrid.ple.mostLonger", "lesson.hybrid.ple.mostShorter", { layer: int("ple-top-layer", top.l),
+      write: dec("ple-top-write", top.write), mlp: dec("ple-top-mlp", top.mlp), r: dec("ple-top-ratio", top.write / top.mlp) }),
+  ];
+}
+
+/** Step 6 (a model with per-layer inputs): which layers reuse which layer's keys and values, and what that saves. */
+function kvShare(): Text {
+  const pl = perLayerCaps();
+  if (!pl) return [];
+  const groups = kvGroups(pl.kv_sources), L = pl.kv_sources.length;
+  if (!groups.length) return [claim("lesson.hybrid.kv.none", { layers: int("kv-layers", L) })];
+  const shared = groups.reduce((s, g) => s + g.layers.length, 0);
+  const at = Math.max(0, pl.tokens.indexOf(32768));
+  return [
+    claim("lesson.hybrid.kv.shared", { n: int("kv-shared-layers", shared), layers: int("kv-layers", L),
+      list: list(groups.map((g) => say(g.layers.length === 1 ? "lesson.hybrid.kv.reusesOne" : "lesson.hybrid.kv.reuses", {
+        layers: list(g.layers.map((l) => int(`kv-layer-${l}`, l))), src: int(`kv-source-of-${g.layers[0]}`, g.src) }))) }),
+    claim("lesson.hybrid.kv.saves", { n: int("kv-tokens", pl.tokens[at]), shared: size("kv-shared", pl.kv_shared_bytes[at]),
+      unshared: size("kv-unshared", pl.kv_unshared_bytes[at]), saved: size("kv-saved", pl.kv_saved_bytes[at]) }),
+    dtypeSaid(pl.dtype),
   ];
 }
 
@@ -375,16 +449,29 @@ const STEPS: LessonStep[] = [
       await attnView(best ? best.l : attnLayers()[0] ?? -1, best ? best.h : undefined);
     },
     needs: () => (sinkLayer() >= 0 ? [S.sink(sinkLayer())] : nTok() >= 2 ? attnLayers().map(S.patternAll) : []), body: sinks },
-  { id: "per-layer", target: "", title: "lesson.hybrid.ple.title", body: perLayer },
+  { id: "per-layer", get target() { return perLayerCaps() ? "per-layer-write" : ""; }, title: "lesson.hybrid.ple.title",
+    // the residual view of the layer where the per-layer write weighs most against the MLP's, once the writes are here
+    enter: async () => {
+      if (!perLayerCaps()) return;
+      await fetched(perLayerSpecs());
+      const ws = layerWrites();
+      if (ws?.length) app.layer = heaviest(ws).l;
+      await showLoaded("residual");
+    },
+    needs: perLayerSpecs, body: perLayer },
+  { id: "kv-share", get target() { return perLayerCaps() ? "per-layer-inputs" : ""; }, title: "lesson.hybrid.kv.title",
+    enter: () => showLoaded("embedding"), body: kvShare },
   { id: "summary", target: "", title: "lesson.hybrid.end.title", body: () => [say("lesson.hybrid.end.body")] },
 ];
 
 export const hybridLesson: Lesson = {
   id: "hybrid",
   title: "lesson.hybrid.title",
-  // the memory and the recall only where the model has Gated DeltaNet layers (the first step says when it has none)
+  // the memory and the recall only where the model has Gated DeltaNet layers (the first step says when it has none), the
+  // shared keys and values only where it has per-layer inputs (the per-layer step says what they are where it has none)
   get steps() {
     return STEPS.filter((s) => (s.id !== "memory" || linearLayers().length > 0)
-      && (s.id !== "recall" || (deltaLayer() >= 0 && attnLayers().length > 0)));
+      && (s.id !== "recall" || (deltaLayer() >= 0 && attnLayers().length > 0))
+      && (s.id !== "kv-share" || perLayerCaps() !== null));
   },
 };

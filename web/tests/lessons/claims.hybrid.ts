@@ -242,6 +242,66 @@ async function dtypeIs(v: Record<string, Value>, ctx: ClaimContext): Promise<tru
 
 const PER_LAYER_TYPES = /^gemma(4|3n)/;
 
+/** Each layer's two last writes at the focus token, from tensors fetched here, for every layer whose trace answers a
+ *  per-layer write: its length, and the MLP's (the stream after the MLP's write less the stream before it). */
+async function perLayerWrites(ctx: ClaimContext): Promise<{ l: number; write: number; mlp: number }[]> {
+  const n = (await described(ctx)).n_layer, p = ctx.focus.pos, out: { l: number; write: number; mlp: number }[] = [];
+  const len = (x: ArrayLike<number>) => Math.sqrt(Array.from(x).reduce((a, y) => a + y * y, 0));
+  for (let l = 0; l < n; l++) {
+    if (!(await answers(ctx, { name: `blocks.${l}.per_layer_out`, position: p }))) continue;
+    const [w, after, before] = await Promise.all(["per_layer_out", "per_layer.resid", "resid_mid"].map((s) =>
+      ctx.tensor({ name: `blocks.${l}.${s}`, position: p })));
+    out.push({ l, write: len(w.data), mlp: len(Array.from(after.data, (x, i) => x - before.data[i])) });
+  }
+  return out;
+}
+async function longerCheck(v: Record<string, Value>, ctx: ClaimContext, said: "all" | "none" | "some"): Promise<true | string> {
+  const ws = await perLayerWrites(ctx), k = ws.filter((w) => w.write > w.mlp).length;
+  if (!ws.length) return "no layer answers a per-layer write";
+  if (!tokenIs(v.token, ctx, ctx.focus.pos) || num(v.n) !== ws.length) return `${ws.length} layers, at the focus token`;
+  const is = k === ws.length ? "all" : k === 0 ? "none" : "some";
+  return is === said && (said !== "some" || num(v.k) === k) ? true : `the per-layer write is the longer in ${k} of ${ws.length}`;
+}
+async function mostCheck(v: Record<string, Value>, ctx: ClaimContext, longer: boolean): Promise<true | string> {
+  const ws = await perLayerWrites(ctx);
+  if (!ws.length) return "no layer answers a per-layer write";
+  let top = ws[0];
+  for (const w of ws) if (w.write / w.mlp > top.write / top.mlp) top = w;
+  if (num(v.layer) !== top.l) return `the write weighs most against the MLP's in layer ${top.l}, not ${v.layer.v}`;
+  if (!near(num(v.write), top.write) || !near(num(v.mlp), top.mlp) || !near(num(v.r), top.write / top.mlp))
+    return `lengths ${top.write} and ${top.mlp}, not ${v.write.v} and ${v.mlp.v}`;
+  return (top.write > top.mlp) === longer ? true : `${top.write} against ${top.mlp}`;
+}
+
+/** The layers that attend with another layer's keys and values, checked on the trace: such a layer's keys and values
+ *  are its source's, value for value, and a layer that computes its own has keys no earlier layer has. */
+async function kvSources(ctx: ClaimContext): Promise<number[] | string> {
+  const pl = (await capsOf(ctx)).per_layer;
+  if (!pl) return "the model has no per-layer inputs";
+  const kv = await Promise.all(pl.kv_sources.map((_, l) => Promise.all(["attn.k", "attn.v"].map((s) =>
+    ctx.tensor({ name: `blocks.${l}.${s}` })))));
+  const same = (a: Tensor, b: Tensor) => a.shape.join() === b.shape.join() && a.data.every((x, i) => x === b.data[i]);
+  for (const [l, src] of pl.kv_sources.entries()) {
+    if (src !== l && !(src < l && same(kv[l][0], kv[src][0]) && same(kv[l][1], kv[src][1]))) return `layer ${l}'s keys are not layer ${src}'s`;
+    if (src === l && kv.slice(0, l).some((e) => same(e[0], kv[l][0]))) return `layer ${l}'s keys are an earlier layer's`;
+  }
+  return [...pl.kv_sources];
+}
+/** The KV cache after n tokens, from the trace's keys and values (their heads and widths) and the layers' windows: a
+ *  full layer keeps every position, a sliding one its last window - 1, as transformers' cache does. */
+async function kvBytes(ctx: ClaimContext, n: number, sources: number[]): Promise<{ unshared: number; shared: number }> {
+  const c = await described(ctx), bv = bytesOfDtype(c.dtype), windows = (c.capabilities as Caps).windows ?? [];
+  let unshared = 0, shared = 0;
+  for (let l = 0; l < sources.length; l++) {
+    const [k, v] = await Promise.all(["attn.k", "attn.v"].map((s) => ctx.tensor({ name: `blocks.${l}.${s}` })));
+    const w = windows[l] ?? null, kept = w === null ? n : Math.min(n, w - 1);
+    const bytes = kept * (k.shape[0] * k.shape[2] + v.shape[0] * v.shape[2]) * bv;
+    unshared += bytes;
+    if (sources[l] === l) shared += bytes;
+  }
+  return { unshared, shared };
+}
+
 export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   "lesson.hybrid.intro.kinds": async (v, ctx) => {
     const { attn, linear, other } = await layerKinds(ctx);
@@ -372,6 +432,47 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     const stages = (c.capabilities.layer_stages ?? []).flat();
     return v.type.raw === c.model_type && (PER_LAYER_TYPES.test(c.model_type ?? "") || stages.some((s) => s.startsWith("per_layer")))
       ? true : `${c.model_type} has no per-layer inputs`;
+  },
+  "lesson.hybrid.ple.own": async (v, ctx) => {
+    const c = await described(ctx), pl = (c.capabilities as Caps).per_layer, ws = await perLayerWrites(ctx);
+    if (!pl) return "no per-layer inputs";
+    const inputs = await ctx.tensor({ name: "embed.per_layer_inputs", position: ctx.focus.pos }); // (L, P)
+    const P = inputs.shape[inputs.shape.length - 1];
+    return v.type.raw === c.model_type && num(v.p) === P && num(v.n) === ws.length && num(v.params) === pl.per_layer_table_params
+      && pl.per_layer_table_params % (inputs.shape[0] * P) === 0 ? true : `${ws.length} layers read ${P} values each`;
+  },
+  "lesson.hybrid.ple.longerAll": (v, ctx) => longerCheck(v, ctx, "all"),
+  "lesson.hybrid.ple.longerNone": (v, ctx) => longerCheck(v, ctx, "none"),
+  "lesson.hybrid.ple.longerSome": (v, ctx) => longerCheck(v, ctx, "some"),
+  "lesson.hybrid.ple.mostLonger": (v, ctx) => mostCheck(v, ctx, true),
+  "lesson.hybrid.ple.mostShorter": (v, ctx) => mostCheck(v, ctx, false),
+  "lesson.hybrid.kv.none": async (v, ctx) => {
+    const src = await kvSources(ctx);
+    if (typeof src === "string") return src;
+    return src.every((s, l) => s === l) && num(v.layers) === src.length ? true : `layers share: ${src}`;
+  },
+  "lesson.hybrid.kv.shared": async (v, ctx) => {
+    const src = await kvSources(ctx);
+    if (typeof src === "string") return src;
+    const sharing = src.flatMap((s, l) => (s === l ? [] : [l]));
+    if (num(v.n) !== sharing.length || num(v.layers) !== src.length) return `${sharing.length} of ${src.length} layers share`;
+    // every sharing layer named once, in the group ("layers {layers} attend with layer {src}'s") of its source
+    const named: number[] = [];
+    for (const [path, x] of Object.entries(v)) {
+      if (!x.id.startsWith("kv-layer-")) continue;
+      const l = num(x), group = path.slice(0, path.lastIndexOf(".layers"));
+      named.push(l);
+      if (num(v[`${group}.src`]) !== src[l]) return `layer ${l} is said to reuse layer ${v[`${group}.src`]?.v}'s, not ${src[l]}'s`;
+    }
+    return named.sort((a, b) => a - b).join() === sharing.join() ? true : `the layers named are ${named}, the sharing ones ${sharing}`;
+  },
+  "lesson.hybrid.kv.saves": async (v, ctx) => {
+    const src = await kvSources(ctx), pl = (await capsOf(ctx)).per_layer;
+    if (typeof src === "string" || !pl) return typeof src === "string" ? src : "no per-layer inputs";
+    const n = num(v.n), { unshared, shared } = await kvBytes(ctx, n, src);
+    if (!pl.tokens.includes(n)) return `${n} tokens is not a row of the table`;
+    return num(v.unshared) === unshared && num(v.shared) === shared && num(v.saved) === unshared - shared && shared < unshared
+      ? true : `at ${n} tokens the cache is ${shared} of ${unshared}`;
   },
   "lesson.hybrid.ple.none": async (v, ctx) => {
     const c = await described(ctx), stages = (c.capabilities.layer_stages ?? []).flat();
