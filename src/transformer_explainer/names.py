@@ -461,11 +461,13 @@ def _merged_order(orders: list[tuple[str, ...]]) -> list[str]:
 
 def with_lenses(recorded: dict[str, Entry], lenses: tuple[LensNames, ...]) -> dict[str, Entry]:
     """`recorded` with every lens's stages after the recorded stage its declaration names. A stage that several
-    lenses answer (a router's logits) has one entry: its description where they agree, else each, saying whose."""
-    said: dict[str, list[tuple[str, Entry]]] = {}
+    lenses answer (a router's logits) has one entry: its description where they agree, else each, saying whose; the
+    other stages of lenses that share names (the two mixtures') say whose they are too."""
+    said: dict[str, list[tuple[LensNames, Entry]]] = {}
     for lens in lenses:
         for name, entry in lens.entries.items():
-            said.setdefault(name, []).append((lens.models, entry))
+            said.setdefault(name, []).append((lens, entry))
+    sharing = [lens for lens in lenses if any(len(said[n]) > 1 for n in lens.entries)]
     unplaced = {a for lens in lenses for a in lens.after} - set(recorded)
     if unplaced:
         raise ValueError(f"lens stages placed after stages the bridge does not record: {sorted(unplaced)}")
@@ -479,8 +481,10 @@ def with_lenses(recorded: dict[str, Entry], lenses: tuple[LensNames, ...]) -> di
             if len(dims) > 1:
                 raise ValueError(f"the lenses give {name} different dims: {sorted(dims)}")
             texts = list(dict.fromkeys(e[1] for _, e in said[name]))
+            if len(texts) == 1 and len(said[name]) == 1 and any(said[name][0][0] is x for x in sharing):
+                texts = [f"{texts[0]} ({said[name][0][0].models})"]
             out[name] = (dims.pop(), texts[0] if len(texts) == 1 else "; ".join(
-                f"{text} ({models})" for models, (_, text) in said[name]))
+                f"{text} ({lens.models})" for lens, (_, text) in said[name]))
     return out
 
 

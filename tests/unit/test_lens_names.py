@@ -60,8 +60,10 @@ def test_the_table_is_what_the_bridge_records_and_what_the_lenses_declare():
         for name, entry in lens.entries.items():
             others = [x for x in (*LENS_NAMES, *GLOBAL_LENS_NAMES) if x is not lens and name in x.entries]
             table = GENERIC_BLOCK_ACTIVATIONS if name in GENERIC_BLOCK_ACTIVATIONS else GENERIC_GLOBAL_ACTIVATIONS
-            if not others:
-                assert table[name] == entry, name
+            every = (*LENS_NAMES, *GLOBAL_LENS_NAMES)
+            shares = any(x is not lens and set(x.entries) & set(lens.entries) for x in every)
+            if not others:  # its text; a lens that shares names with another (the mixtures) says whose
+                assert table[name] == (entry if not shares else (entry[0], f"{entry[1]} ({lens.models})")), name
             else:  # shared (a router's logits): one entry saying each lens's text, whose it is
                 assert table[name][0] == entry[0] and f"{entry[1]} ({lens.models})" in table[name][1], name
 
@@ -109,6 +111,9 @@ def test_a_lens_that_contradicts_another_or_the_bridge_is_refused():
     merged = with_lenses(recorded, (a, b))
     assert list(merged) == ["resid_pre", "x.three", "x.one", "x.two", "resid_post"]  # both lenses' orders kept
     assert merged["x.one"] == (("T",), "one (A); uno (B)")
+    assert merged["x.two"] == (("T", "D"), "two (A)") and merged["x.three"] == (("T",), "three (B)")  # whose, beside
+    alone = with_lenses(recorded, (a,))
+    assert alone["x.one"] == (("T",), "one") and alone["x.two"] == (("T", "D"), "two")
     with pytest.raises(ValueError, match="different dims"):
         with_lenses(recorded, (a, LensNames("C", {"x.one": (("D",), "one")}, {"resid_pre": ("x.one",)})))
     with pytest.raises(ValueError, match="does not record"):
