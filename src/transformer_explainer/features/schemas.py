@@ -1,0 +1,157 @@
+"""Request and response bodies of the features API (/api/features): the features of a text at a hook, the
+autoencoders a model ships, and one feature's page. Plain pydantic (no torch at import); the CLI's --json
+answers are these too, and the web app's types are generated from them (`server/codegen.py`)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import BaseModel, Field
+
+from ..schemas import InputIn
+
+if TYPE_CHECKING:
+    from .encode import TextFeatures
+    from .pages import FeaturePage
+
+FEATURES_TOP = 10  # features per position an answer lists unless asked
+MAX_FEATURES_TOP = 64  # and at most (a TopK autoencoder makes at most k active per position)
+
+# a hook point in TransformerLens's spelling (blocks.3.hook_resid_post); sae.parse_hook says which are read
+HookName = Annotated[str, Field(min_length=1, max_length=64, examples=["blocks.3.hook_resid_post"])]
+
+
+# -- requests --------------------------------------------------------------------------------------
+
+
+class FeaturesIn(InputIn):
+    """The features of a text (or token ids) at `hook` (default: the model's middle shipped autoencoder): per
+    position the `top` most active, by decreasing activation. Only the autoencoders the model ships are offered."""
+
+    hook: HookName | None = None
+    # default: FEATURES_TOP, or the autoencoder's k where that is less
+    top: Annotated[int, Field(ge=1, le=MAX_FEATURES_TOP)] | None = None
+
+
+# -- responses -------------------------------------------------------------------------------------
+
+
+class FeatureOut(BaseModel):
+    id: int
+    activation: float
+
+
+class PositionFeaturesOut(BaseModel):
+    """One position: its token, the features active there (the first `top`, by decreasing activation) and how
+    many are active, and what the autoencoder misses there: ||x - x_hat|| and that over ||x||."""
+
+    position: int
+    token: str
+    token_id: int
+    active: int  # features active at the position (L0); `features` lists the first `top` of them
+    features: list[FeatureOut]
+    norm: float  # ||x||, the activation's length
+    error_norm: float  # ||x - x_hat||, the reconstruction error's length
+    relative_error: float | None  # error_norm / norm; null where x is 0
+
+
+class FeaturesOut(BaseModel):
+    """A text's features at `hook`. The reconstruction plus the error is the activation; `explained_variance` is
+    1 - sum ||x - x_hat||^2 / sum ||x - mean(x)||^2 over the text's positions (null for one position)."""
+
+    model: str
+    hook: str
+    name: str  # the trace's name of the activation read (blocks.3.resid_post)
+    d_sae: int
+    k: int | None  # a TopK autoencoder's k (at most k active per position); null for other architectures
+    source: str  # "builtin", or where the autoencoder was read from
+    explained_variance: float | None
+    positions: list[PositionFeaturesOut]
+
+
+class FeatureHookOut(BaseModel):
+    hook: str
+    layer: int
+    d_sae: int
+    k: int | None
+    default: bool  # the one a request without a hook gets (the middle depth)
+    pages: bool  # whether its feature pages are shipped
+
+
+class FeatureHooksOut(BaseModel):
+    """The autoencoders a model ships, by depth; empty for a model that ships none."""
+
+    model: str
+    hooks: list[FeatureHookOut]
+
+
+class FeatureContextOut(BaseModel):
+    """Tokens of the corpus around one token where the feature fired: `tokens[i]` with the feature's activation
+    `activations[i]`; `center` indexes the token the context was chosen for."""
+
+    tokens: list[str]
+    token_ids: list[int]
+    activations: list[float]
+    center: int
+    activation: float  # the activation at `center`
+
+
+class FeatureQuantileOut(BaseModel):
+    quantile: float  # of the feature's nonzero activations in the corpus
+    activation: float  # that quantile's activation
+    contexts: list[FeatureContextOut]
+
+
+class FeatureLogitOut(BaseModel):
+    id: int
+    token: str
+    logit: float
+
+
+class FeaturePageOut(BaseModel):
+    """One feature of an autoencoder, from the corpus the pages were built on: where it fires most, contexts at a
+    few quantiles of its activations, a histogram of those activations (`bin_edges` has one more entry than
+    `counts`) and its density (the fraction of the corpus's tokens where it is active), and the tokens its decoder
+    direction promotes and suppresses through the model's final norm and unembedding."""
+
+    model: str
+    hook: str
+    id: int
+    d_sae: int
+    corpus: str
+    corpus_tokens: int
+    density: float
+    max_activation: float
+    top_contexts: list[FeatureContextOut]
+    quantiles: list[FeatureQuantileOut]
+    bin_edges: list[float]
+    counts: list[int]
+    promoted: list[FeatureLogitOut]
+    suppressed: list[FeatureLogitOut]
+
+
+# -- the answers, shared by the API and the CLI's --json ------------------------------------------------------
+
+
+def _num(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+def features_out(model: str, fs: TextFeatures, top: int) -> FeaturesOut:
+    norms, errs = fs.x.norm(dim=-1).tolist(), fs.error.norm(dim=-1).tolist()
+    positions = [PositionFeaturesOut(position=t, token=fs.tokens[t], token_id=fs.token_ids[t],
+                                     active=int(fs.counts[t]),
+                                     features=[FeatureOut(id=f.id, activation=f.activation) for f in fs.at(t, top)],
+                                     norm=n, error_norm=e, relative_error=_num(e / n) if n > 0 else None)
+                 for t, (n, e) in enumerate(zip(norms, errs, strict=True))]
+    return FeaturesOut(model=model, hook=fs.hook, name=fs.name, d_sae=fs.d_sae, k=fs.k, source=fs.source,
+                       explained_variance=fs.explained_variance, positions=positions)
+
+
+def page_out(model: str, page: FeaturePage) -> FeaturePageOut:
+    return FeaturePageOut.model_validate({"model": model, **page.to_dict()})
+
+
+REQUESTS = [FeaturesIn]
+RESPONSES = [FeaturesOut, FeatureHooksOut, FeaturePageOut]

@@ -1,0 +1,95 @@
+"""The features API under /api/features: a text's features at one hook, from the cached trace when the page has
+traced the text already (no forward pass then), the autoencoders a model ships, and one feature's page.
+
+Only the autoencoders a model ships are offered: a request names a hook, never a file. The POST is a model call
+like the others (the per-client fair share counts it, its text is capped as a trace's is); the GETs read files
+the package ships and load no model."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi import Path as PathParam
+
+from ...engine import ExplainerModel
+from ...features.encode import check_top, default_hook, depth, text_features
+from ...features.pages import PAGES_FILE, shipped_page
+from ...features.sae import CFG_FILE, SAEConfig, builtin_saes, parse_hook
+from ...features.schemas import (
+    FEATURES_TOP,
+    FeatureHookOut,
+    FeatureHooksOut,
+    FeaturePageOut,
+    FeaturesIn,
+    FeaturesOut,
+    features_out,
+    page_out,
+)
+from ...generic import GenericModel
+from ...loading.files import read_json
+from ...loading.tokenizer import TextTokenizer
+from ..context import Context, ServerContext
+from .core import Traced, with_trace
+
+router = APIRouter(tags=["features"])
+Model = ExplainerModel | GenericModel
+
+ModelQuery = Annotated[str | None, Query(max_length=200)]
+
+
+@router.post("", response_model=FeaturesOut)
+async def features(body: FeaturesIn, ctx: Context) -> FeaturesOut:
+    """The features of the text at `hook` (default: the model's middle shipped autoencoder): per position the
+    `top` most active by decreasing activation, the reconstruction error's size, the variance explained."""
+    if body.hook is not None:
+        parse_hook(body.hook)  # a hook no trace answers: refused before any pass
+
+    def finish(t: Traced) -> FeaturesOut:
+        fs = text_features(t.model, t.trace, body.hook)
+        return features_out(t.name, fs, check_top(body.top, fs.k, fs.d_sae, FEATURES_TOP))
+
+    return await with_trace(ctx, body, finish)
+
+
+def _shipped(ctx: ServerContext, model: str | None) -> tuple[str, dict[str, Path], Model | None]:
+    """(the model's name here, its shipped autoencoders, the model if it is in memory); loads nothing."""
+    name = ctx.registry.known(model)
+    m = ctx.registry.loaded_model(name)
+    if m is not None:
+        return name, builtin_saes(m), m
+    return name, builtin_saes(name) if ctx.registry.source(name) == "builtin" else {}, None
+
+
+@router.get("/hooks", response_model=FeatureHooksOut)
+def hooks(ctx: Context, model: ModelQuery = None) -> FeatureHooksOut:
+    """The autoencoders `model` (default: the server's) ships, by depth, with whether their feature pages ship."""
+    name, folders, _ = _shipped(ctx, model)
+    default = default_hook(list(folders)) if folders else None
+    out = []
+    for hook, folder in sorted(folders.items(), key=lambda kv: depth(kv[0])):  # first to last
+        cfg = SAEConfig.from_json(read_json(folder / CFG_FILE), str(folder / CFG_FILE))
+        out.append(FeatureHookOut(hook=hook, layer=cfg.layer, d_sae=cfg.d_sae, k=cfg.k, default=hook == default,
+                           pages=(folder / PAGES_FILE).is_file()))
+    return FeatureHooksOut(model=name, hooks=out)
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(folder: str) -> TextTokenizer:
+    return TextTokenizer.from_folder(Path(folder))
+
+
+@router.get("/{hook}/{feature}", response_model=FeaturePageOut)
+def page(hook: Annotated[str, PathParam(max_length=64)], feature: int, ctx: Context,
+         model: ModelQuery = None) -> FeaturePageOut:
+    """Feature `feature` of the autoencoder `model` ships at `hook`: its page, computed once on the corpus."""
+    parse_hook(hook)
+    name, folders, m = _shipped(ctx, model)
+
+    def token_text(i: int) -> str:  # the built-in model's tokenizer, read from its folder when it is not in memory
+        tokenizer = m.tokenizer if m is not None else _tokenizer(str(folders[hook].parent.parent))
+        return tokenizer.token_text(i)
+
+    return page_out(name, shipped_page(name, folders, hook, feature, token_text))
