@@ -84,9 +84,18 @@ export function isLocal(caps: Capabilities, layer: number): boolean {
   return caps.layer_types[layer] === "sliding_attention";
 }
 
-/** Whether block `layer` routes its tokens to experts (a mixture of experts; Qwen3-MoE may keep dense blocks). */
-export function hasExperts(caps: Capabilities, layer: number): boolean {
-  return caps.mlp === "moe" && (caps.moe_layers ?? []).includes(layer);
+/** How a mixture's router chooses and weighs: "softmax" (over every expert, then its top-k: the own mixtures),
+ *  "sigmoid_grouped" (DeepSeek-V3), "softmax_topk" (gpt-oss); null where the model has no experts whose routing its
+ *  trace shows (a dense model, or experts that run in transformers' code alone). */
+export type RouterKind = NonNullable<CapabilitiesOut["router"]>;
+export function routerOf(caps: Pick<CapabilitiesOut, "router" | "mlp">): RouterKind | null {
+  return caps.router ?? (caps.mlp === "moe" ? "softmax" : null);
+}
+
+/** Whether block `layer` routes its tokens to experts whose routing the trace shows (a mixture of experts; Qwen3-MoE
+ *  and DeepSeek-V3 may keep dense blocks). */
+export function hasExperts(caps: Pick<CapabilitiesOut, "router" | "mlp" | "moe_layers">, layer: number): boolean {
+  return routerOf(caps) !== null && (caps.moe_layers ?? []).includes(layer);
 }
 
 /** Key/value heads (G): n_head for GPT-2, fewer under grouped-query attention. */

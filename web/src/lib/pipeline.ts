@@ -18,7 +18,7 @@ export type StageId = (typeof STAGES)[number];
 export function hasStage(stage: StageId, caps: Capabilities): boolean {
   // a model that runs through transformers' own modules: what its trace holds (each layer's input and output, its
   // mixer's and MLP's outputs, attention's pattern), not the insides that these stages draw (GENERIC_HIDDEN says so)
-  if (runsThrough(caps)) return !GENERIC_HIDDEN.includes(stage);
+  if (runsThrough(caps)) return stage === "experts" ? hasExpertLens(caps) : !GENERIC_HIDDEN.includes(stage);
   switch (stage) {
     case "rope": return caps.positions === "rope";
     case "gqa": return caps.positions === "rope";
@@ -31,10 +31,17 @@ export function hasStage(stage: StageId, caps: Capabilities): boolean {
 
 /** The stages a model that runs through transformers does not show: their values are inside transformers' code (the
  *  norms' statistics, the q/k/v projections and their weights, rotary positions, QK-norm, the heads' concatenation,
- *  the MLP's hidden units, the experts' routing), which records each module's input and output, not its insides.
+ *  the MLP's hidden units; the experts' routing too, unless our own code reads the mixture: hasExpertLens), which
+ *  records each module's input and output, not its insides.
  *  (The analyses' pages ask the server, which answers such a model or says in one sentence why not.) */
-export const GENERIC_HIDDEN: readonly StageId[] = ["layernorm", "qkv", "qknorm", "rope", "gqa", "window", "heads", "mlp",
-  "experts"];
+export const GENERIC_HIDDEN: readonly StageId[] = ["layernorm", "qkv", "qknorm", "rope", "gqa", "window", "heads", "mlp"];
+
+/** Whether a model that runs through transformers shows its experts' routing: our own code reads its mixture
+ *  (bridge/moe_lens.py: DeepSeek-V3's, gpt-oss's), so its capabilities name the router and the layers with experts;
+ *  other mixtures' routing is inside transformers' code (its trace holds their output only). */
+function hasExpertLens(caps: Capabilities): boolean {
+  return caps.router != null && (caps.moe_layers ?? []).length > 0;
+}
 
 /** The norms a block (or the model's end) has: two, four with sandwich norms (after attention, after the MLP). */
 export type LnWhich = "ln1" | "ln1_post" | "ln2" | "ln2_post" | "ln_final";
@@ -199,6 +206,21 @@ function genericSpecs(stage: StageId, f: Focus): NamedSpecs {
         ...at("mid", "resid_mid"), ...at("mlp", "mlp_out"), ...at("post", "resid_post") };
     case "output":
       return { final: { name: "ln_final.out", position: f.pos < 0 ? -1 : f.nTokens - 1 } };
+    case "experts": {
+      // our own code's reading of the layer's mixture (bridge/moe_lens.py): every token's routing, and the focus token's
+      // chosen experts' outputs and what the MLP writes; nothing in a layer without experts
+      if (!hasExperts(c, L)) return {};
+      const routing: NamedSpecs = { indices: { name: b("mlp.expert_indices") }, weights: { name: b("mlp.expert_weights") },
+        expertOut: { name: b("mlp.expert_out"), position: p }, out: { name: b("mlp_out"), position: p } };
+      if (c.router === "sigmoid_grouped") // DeepSeek-V3: sigmoid scores, the groups, the shared expert beside the routed
+        return { scores: { name: b("mlp.router_scores") }, ...routing, groupScores: { name: b("mlp.group_scores") },
+          chosenGroups: { name: b("mlp.chosen_groups") }, routed: { name: b("mlp.routed_out"), position: p },
+          shared: { name: b("mlp.shared_out"), position: p } };
+      // gpt-oss: the logits (a softmax over the chosen ones alone) and the clamped SwiGLU's gate and up at the focus token
+      return { logits: { name: b("mlp.router_logits") }, ...routing, gate: { name: b("mlp.gate"), position: p },
+        gateClamped: { name: b("mlp.gate_clamped"), position: p }, up: { name: b("mlp.up"), position: p },
+        upClamped: { name: b("mlp.up_clamped"), position: p } };
+    }
     default:
       return {};
   }
