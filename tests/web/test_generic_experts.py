@@ -2,8 +2,8 @@
 DeepSeek-V3 (sigmoid scores, group-limited routing, the choice bias, a shared expert beside the routed ones, weights
 times routed_scaling_factor) and gpt-oss (a softmax over the top-k logits alone, clamped SwiGLU experts). Every number
 the view shows for the focus block equals the API's tensor; the sentences are the variants the numbers call for (the
-weights' sum, whether the bias moved the group scores and changed the choice, the clamp). On a phone in 中文 too.
-Screenshots: test-artifacts/generic-experts-*.png."""
+weights' sum, whether the bias moved the group scores and changed the choice, the clamp). On a phone in 中文 too, and
+in the offline snapshot. Screenshots: test-artifacts/generic-experts-*.png."""
 
 from __future__ import annotations
 
@@ -200,3 +200,22 @@ def test_deepseek_v3_experts_on_a_phone_in_chinese(browser, served):
         page.screenshot(path=str(ARTIFACTS / "generic-experts-3-phone-zh.png"), full_page=True)
         for part in ("experts-routing", "experts-path", "path-groups", "path-groups-line"):
             page.get_by_test_id(part).screenshot(path=str(ARTIFACTS / f"generic-experts-4-phone-zh-{part}.png"))
+
+
+def test_deepseek_v3_experts_offline(browser, tmp_path_factory):
+    """The offline snapshot carries what the view reads: the router's scores and choice (float32 there), the groups."""
+    from .test_snapshot import offline
+    from .test_snapshot_new_views import _snapshot
+
+    _model, trace, path = _snapshot(tmp_path_factory, "deepseek_v3")
+    layer = 1
+    with offline(browser, path) as page:
+        page.get_by_test_id("nav-experts").click()
+        page.get_by_test_id(f"experts-layer-{layer}").click()
+        page.wait_for_selector("[data-testid=path-groups-line]", timeout=30_000)
+        b = f"blocks.{layer}.mlp"
+        s, idx, w = (trace[f"{b}.{n}"].float().numpy() for n in ("router_scores", "expert_indices", "expert_weights"))
+        _routing_matches(page, s, idx, w)
+        assert "the bias changes no group's score" in page.get_by_test_id("path-groups-line").inner_text()
+        assert page.locator("[data-testid=path-group]").count() == 2
+        page.screenshot(path=str(ARTIFACTS / "generic-experts-5-offline.png"), full_page=True)
