@@ -118,3 +118,29 @@ def test_cli_writes_folders_cards_and_figures(tiny_gpt2_dir: Path, tmp_path: Pat
     assert f"| explained variance | {figures['explained_variance']:.3f} |" in card
     assert "step 8/8" in printed.err  # the progress lines
     assert f"blocks.1.hook_resid_post: explained variance {figures['explained_variance']:.3f}" in printed.out
+
+
+def test_sparse_backward_equals_dense_autograd() -> None:
+    """The hand-written sparse backward (SparseCode) gives the gradients autograd gives through the dense maths."""
+    from transformer_explainer.features.training import TopKTraining
+
+    g = torch.Generator().manual_seed(0)
+    net = TopKTraining(16, 64, 4, g).double()
+    with torch.no_grad():
+        net.b_enc.normal_(0, 0.1, generator=g)
+        net.b_dec.normal_(0, 0.1, generator=g)
+    x = torch.randn(10, 16, generator=g, dtype=torch.float64)
+    target = torch.randn(10, 16, generator=g, dtype=torch.float64)
+    for relu, n in ((True, 4), (False, 7)):
+        pre = net.pre_activation(x)
+        top = pre.topk(n, dim=-1)
+        net.zero_grad()
+        (net.code(x, top.indices, top.values, relu) - target).pow(2).sum().backward()
+        sparse = {k: p.grad.clone() for k, p in net.named_parameters()}
+        net.zero_grad()
+        dense_pre = (x - net.b_dec) @ net.W_enc_t.t() + net.b_enc
+        chosen = dense_pre.gather(-1, top.indices)
+        a = torch.zeros_like(dense_pre).scatter(-1, top.indices, chosen.relu() if relu else chosen)
+        (a @ net.W_dec - target).pow(2).sum().backward()
+        for k, p in net.named_parameters():
+            assert torch.allclose(sparse[k], p.grad, atol=1e-10), k

@@ -25,6 +25,7 @@ import logging
 import math
 import platform
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -100,6 +101,45 @@ def parse_width(text: str, d_in: int) -> int:
     return n
 
 
+class SparseCode(torch.autograd.Function):
+    """The decoder applied to a few chosen latents per vector, with the backward pass written out sparse: the
+    gradients of the encoder columns and decoder rows come from (d_sae x B) sparse matrices with n entries per
+    vector, which costs O(B n d_in) where the dense products would cost O(B d_sae d_in)."""
+
+    @staticmethod
+    def forward(ctx: Any, xc: Tensor, W_enc_t: Tensor, b_enc: Tensor, W_dec: Tensor, idx: Tensor, pre: Tensor,
+                relu: bool) -> Tensor:
+        a = pre.relu() if relu else pre  # (B, n)
+        ctx.save_for_backward(xc, W_enc_t, W_dec, idx, a, pre > 0 if relu else torch.ones_like(pre, dtype=torch.bool))
+        return F.embedding_bag(idx, W_dec, per_sample_weights=a, mode="sum")  # (B, d_in)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
+        xc, W_enc_t, W_dec, idx, a, live = ctx.saved_tensors
+        B, n = idx.shape
+        S = W_dec.shape[0]
+        g = g.contiguous()
+        ga = (F.embedding(idx, W_dec) * g.unsqueeze(1)).sum(-1)  # (B, n): d loss / d a
+        gpre = (ga * live).reshape(-1)  # d loss / d pre at the chosen latents
+        rows = idx.reshape(-1)
+        # the (d_sae x B) matrices in compressed-row form: entries sorted by latent (numpy's radix sort is the fastest)
+        order = torch.from_numpy(np.argsort(rows.cpu().numpy(), kind="stable")).to(rows.device)
+        crow = torch.zeros(S + 1, dtype=torch.long, device=idx.device)
+        crow[1:] = torch.bincount(rows, minlength=S).cumsum(0)
+        cols = torch.div(order, n, rounding_mode="floor")  # the vector each entry belongs to
+
+        def by_latent(values: Tensor) -> Tensor:
+            with warnings.catch_warnings():  # "sparse CSR support is in beta": the product used here is tested
+                warnings.simplefilter("ignore", UserWarning)
+                return torch.sparse_csr_tensor(crow, cols, values[order], (S, B), check_invariants=False)
+
+        grad_W_enc_t = by_latent(gpre) @ xc  # (S, d_in)
+        grad_b_enc = torch.zeros(S, dtype=g.dtype, device=g.device).index_add_(0, rows, gpre)
+        grad_xc = F.embedding_bag(idx, W_enc_t, per_sample_weights=gpre.view(B, n), mode="sum")  # (B, d_in)
+        grad_W_dec = by_latent(a.reshape(-1)) @ g  # (S, d_in)
+        return grad_xc, grad_W_enc_t, grad_b_enc, grad_W_dec, None, None, None
+
+
 class TopKTraining(nn.Module):
     """The trainable form of a TopK autoencoder: the encoder stored latent-major (W_enc_t [d_sae, d_in]) so that
     the chosen latents' columns are gathered as rows. It works on scaled activations (x * scale)."""
@@ -121,14 +161,11 @@ class TopKTraining(nn.Module):
         with torch.no_grad():
             return torch.addmm(self.b_enc, x - self.b_dec, self.W_enc_t.t())
 
-    def chosen(self, x: Tensor, idx: Tensor) -> Tensor:
-        """The pre-activations of the latents `idx` (B, n) of each vector, with gradients to the weights they use."""
-        cols = F.embedding(idx, self.W_enc_t)  # (B, n, d_in)
-        return torch.bmm(cols, (x - self.b_dec).unsqueeze(-1)).squeeze(-1) + self.b_enc[idx]
-
-    def decode(self, idx: Tensor, acts: Tensor) -> Tensor:
-        """sum_j acts[:, j] * W_dec[idx[:, j]] (B, d_in): the chosen rows, weighted (no bias)."""
-        return F.embedding_bag(idx, self.W_dec, per_sample_weights=acts, mode="sum")
+    def code(self, x: Tensor, idx: Tensor, pre: Tensor, relu: bool) -> Tensor:
+        """sum_j a_j W_dec[idx_j] (B, d_in), a the pre-activations `pre` (B, n) of the latents `idx` (ReLU'd where
+        `relu`), with gradients to W_enc, b_enc, b_dec (through x - b_dec) and W_dec as if `pre` had been computed
+        from them: only the chosen latents' encoder columns and decoder rows get any."""
+        return SparseCode.apply(x - self.b_dec, self.W_enc_t, self.b_enc, self.W_dec, idx, pre, relu)
 
     @torch.no_grad()
     def normalize_decoder_(self) -> None:
@@ -213,9 +250,10 @@ def train_step(run: HookRun, x: Tensor, cfg: SAETrainConfig, lr: float) -> None:
     """One Adam step of one autoencoder on a batch x (B, d_in) of scaled activations."""
     net = run.net
     pre = net.pre_activation(x)
-    idx = pre.topk(cfg.k, dim=-1).indices
-    acts = net.chosen(x, idx).relu()
-    recon = net.decode(idx, acts) + net.b_dec
+    top = pre.topk(cfg.k, dim=-1)
+    idx = top.indices
+    acts = top.values.relu()
+    recon = net.code(x, idx, top.values, relu=True) + net.b_dec
     var = (x - x.mean(0)).pow(2).sum()
     mse = (recon - x).pow(2).sum() / var
     loss = mse
@@ -224,10 +262,10 @@ def train_step(run: HookRun, x: Tensor, cfg: SAETrainConfig, lr: float) -> None:
     aux = torch.zeros(())
     if n_dead:
         k_aux = min(x.shape[-1] // 2, n_dead)
-        aux_idx = pre.masked_fill(~dead, -torch.inf).topk(k_aux, dim=-1).indices
-        aux_acts = net.chosen(x, aux_idx)  # as SAELens and EleutherAI: the dead latents' pre-activations as they are
+        aux_top = pre.masked_fill(~dead, -torch.inf).topk(k_aux, dim=-1)
         error = (x - recon).detach()
-        aux = (net.decode(aux_idx, aux_acts) - error).pow(2).sum() / var
+        # as SAELens and EleutherAI: the dead latents' pre-activations as they are (no ReLU), no bias
+        aux = (net.code(x, aux_top.indices, aux_top.values, relu=False) - error).pow(2).sum() / var
         loss = loss + cfg.aux_coef * min(n_dead / k_aux, 1.0) * aux
     for group in run.opt.param_groups:
         group["lr"] = lr
