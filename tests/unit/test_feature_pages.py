@@ -159,3 +159,20 @@ def test_page_route_bad_input_is_one_sentence(client, path: str, status: int, ph
     assert r.status_code == status, r.text
     detail = r.json()["detail"]
     assert isinstance(detail, str) and "\n" not in detail and phrase in detail, detail
+
+
+def test_damaged_pages_are_one_sentence(built, tmp_path: Path) -> None:
+    """A pages file cut short: the route says so in one sentence (503: the server's files), not a 500."""
+    model, sae_dir, _ = built
+    folder = tmp_path / "tiny-damaged"
+    shutil.copytree(Path(model.folder), folder)
+    damaged = load_model(str(folder), allow_download=False)
+    damaged.source = "builtin"
+    pages = folder / "saes" / HOOK / "feature_pages.npz"
+    pages.write_bytes(pages.read_bytes()[:1000])
+    with TestClient(create_app({"tiny": damaged})) as c:
+        r = c.get(f"/api/features/{HOOK}/1")
+        assert r.status_code == 503, r.text  # the server's files, not the request
+        detail = r.json()["detail"]
+        assert detail.startswith(f"the feature pages of tiny at {HOOK} cannot be read") and "\n" not in detail
+        assert "is not readable feature pages" in detail

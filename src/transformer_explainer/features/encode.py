@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import InputError
@@ -143,17 +144,24 @@ def choose_sae(model: Any, hook: str | None = None, sae: SaeLike | None = None,
 @torch.inference_mode()
 def encode_activation(sae: SparseAutoencoder, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """x (T, D) through `sae`: (active ids (T, n), their activations (T, n) by decreasing value, active counts
-    (T,), x as float32, reconstruction (T, D)); n the most features active at any position."""
-    p = next(sae.parameters())
-    x32 = x.to(device=p.device, dtype=torch.float32)
-    f = sae.encode(x32.to(p.dtype)).float()  # (T, d_sae)
-    recon = sae.decode(f.to(p.dtype)).float()
-    counts = (f != 0).sum(-1)
-    n = max(int(counts.max()), 1) if f.shape[0] else 1
-    vals, ids = f.topk(n, dim=-1)  # by decreasing activation; a TopK SAE's are never negative
+    (T,), x as float32, reconstruction (T, D)); n the most features active at any position (k for TopK)."""
+    W_dec, b_dec = sae.W_dec, sae.b_dec
+    x32 = x.to(device=W_dec.device, dtype=torch.float32)
+    if sae.cfg.architecture == "topk" and sae.cfg.k is not None:
+        # TopK read sparsely: the k largest pre-activations, ReLU'd, in decreasing order (the entries `sae.encode`
+        # scatters into its dense answer), without the (T, d_sae) tensor of zeros
+        top = sae.pre_activation(x32).topk(min(sae.cfg.k, sae.cfg.d_sae), dim=-1)
+        vals, ids = top.values.relu(), top.indices
+    else:
+        f = sae.encode(x32)
+        vals, ids = f.topk(max(int((f != 0).sum(-1).max(initial=0)), 1) if f.shape[0] else 1, dim=-1)
+    counts = (vals > 0).sum(-1)
     # a position with fewer active features than n: its extra entries are 0, not features
-    keep = torch.arange(n, device=f.device)[None] < counts[:, None]
-    return ids.where(keep, 0), vals.where(keep, 0.0), counts, x32, recon
+    keep = torch.arange(vals.shape[-1], device=vals.device)[None] < counts[:, None]
+    ids, vals = ids.where(keep, 0), vals.where(keep, 0.0)
+    # decode(f) from the active rows of W_dec alone: sum_i f_i W_dec[i] + b_dec, summed where the rows are
+    recon = F.embedding_bag(ids, W_dec, per_sample_weights=vals.to(W_dec.dtype), mode="sum") + b_dec
+    return ids, vals.float(), counts, x32, recon.float()
 
 
 def text_features(model: Any, text_or_trace: str | Trace, hook: str | None = None,

@@ -23,6 +23,8 @@ import functools
 import io
 import json
 import time
+import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -135,12 +137,14 @@ def page_arrays(ids: np.ndarray, vals: np.ndarray, tokens: np.ndarray, window: i
     b = np.minimum(B - 1, np.floor(val / max_act[feat] * B).astype(np.int64))
     counts = np.bincount(feat * B + b, minlength=F * B).reshape(F, B).astype(np.int32)
 
-    top_tokens, top_acts = _windows(top_pos, feat_of(top_pos), ids, vals, tokens, window, spec)
-    q_tokens, q_acts = _windows(q_pos, feat_of(q_pos), ids, vals, tokens, window, spec)
+    top_acts = _window_activations(top_pos, feat_of(top_pos), ids, vals, window, spec)
+    q_acts = _window_activations(q_pos, feat_of(q_pos), ids, vals, window, spec)
+    # the corpus's tokens once: a context's tokens are read from it at its position
+    small = np.uint16 if int(tokens.max(initial=0)) < 2**16 else np.uint32
     return {"density": (fires / counted).astype(np.float32), "max_activation": max_act, "counts": counts,
-            "top_pos": top_pos, "top_tokens": top_tokens, "top_acts": top_acts,
-            "quantile_value": q_value, "quantile_pos": q_pos, "quantile_tokens": q_tokens, "quantile_acts": q_acts,
-            "corpus_tokens": np.array(counted, dtype=np.int64)}
+            "top_pos": top_pos.astype(np.int32), "top_acts": top_acts, "quantile_value": q_value,
+            "quantile_pos": q_pos.astype(np.int32), "quantile_acts": q_acts, "corpus_ids": tokens.astype(small),
+            "window": np.array(window, dtype=np.int64), "corpus_tokens": np.array(counted, dtype=np.int64)}
 
 
 def feat_of(positions: np.ndarray) -> np.ndarray:
@@ -149,25 +153,22 @@ def feat_of(positions: np.ndarray) -> np.ndarray:
                            positions.shape)
 
 
-def _windows(positions: np.ndarray, features: np.ndarray, ids: np.ndarray, vals: np.ndarray, tokens: np.ndarray,
-             window: int, spec: PageSpec, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
-    """The tokens (..., W) around each position, inside its window (-1 outside it or for no position), and the
-    feature's activation at each."""
+def _window_activations(positions: np.ndarray, features: np.ndarray, ids: np.ndarray, vals: np.ndarray,
+                        window: int, spec: PageSpec, chunk: int = 4096) -> np.ndarray:
+    """The feature's activation (..., W) at the tokens around each position, from `before` before it to `after`
+    after it (0 outside its window or for no position)."""
     P, J = positions.reshape(-1), features.reshape(-1)
-    N = len(tokens)
+    N = ids.shape[0]
     offs = np.arange(-spec.before, spec.after + 1)
-    toks = np.full((len(P), spec.width), -1, dtype=np.int32)
     acts = np.zeros((len(P), spec.width), dtype=np.float32)
     for a in range(0, len(P), chunk):
         p, j = P[a:a + chunk], J[a:a + chunk]
         q = p[:, None] + offs
         inside = (p[:, None] >= 0) & (q >= 0) & (q < N) & (q // window == p[:, None] // window)
         qc = np.clip(q, 0, N - 1)
-        toks[a:a + chunk] = np.where(inside, tokens[qc], -1)
         hit = ids[qc] == j[:, None, None]  # (n, W, most)
         acts[a:a + chunk] = np.where(inside, (vals[qc] * hit).sum(-1), 0.0)
-    shape = (*positions.shape, spec.width)
-    return toks.reshape(shape), acts.reshape(shape)
+    return acts.reshape(*positions.shape, spec.width)
 
 
 @torch.inference_mode()
@@ -281,18 +282,20 @@ class FeaturePages:
     def page(self, feature: int, token_text: Callable[[int], str]) -> FeaturePage:
         a, c = self.a, self.spec.before
 
-        def context(toks: np.ndarray, acts: np.ndarray) -> Context:
-            keep = toks >= 0
-            ids = [int(t) for t in toks[keep]]
-            vals = [float(v) for v in acts[keep]]
-            center = c - int((~keep[:c]).sum())
-            return Context(ids, [token_text(i) for i in ids], vals, center, vals[center])
+        corpus, window = a["corpus_ids"], int(a["window"])
 
-        tops = [context(a["top_tokens"][feature, r], a["top_acts"][feature, r])
+        def context(pos: int, acts: np.ndarray) -> Context:
+            start = pos - pos % window  # the context stays inside the window it was traced in
+            lo, hi = max(start, pos - c), min(start + window, pos + self.spec.after + 1)
+            ids = [int(t) for t in corpus[lo:hi]]
+            vals = [float(v) for v in acts[c - (pos - lo):c + (hi - pos)]]
+            return Context(ids, [token_text(i) for i in ids], vals, pos - lo, vals[pos - lo])
+
+        tops = [context(int(a["top_pos"][feature, r]), a["top_acts"][feature, r])
                 for r in range(a["top_pos"].shape[1]) if a["top_pos"][feature, r] >= 0]
         quantiles = []
         for qi, q in enumerate(self.spec.quantiles):
-            ctxs = [context(a["quantile_tokens"][feature, qi, e], a["quantile_acts"][feature, qi, e])
+            ctxs = [context(int(a["quantile_pos"][feature, qi, e]), a["quantile_acts"][feature, qi, e])
                     for e in range(a["quantile_pos"].shape[2]) if a["quantile_pos"][feature, qi, e] >= 0]
             if ctxs:
                 quantiles.append(Quantile(q, float(a["quantile_value"][feature, qi]), ctxs))
@@ -311,27 +314,31 @@ class FeaturePages:
                            suppressed=logits("suppressed"))
 
 
-_KEYS = ("density", "max_activation", "counts", "top_pos", "top_tokens", "top_acts", "quantile_value",
-         "quantile_pos", "quantile_tokens", "quantile_acts", "corpus_tokens", "promoted_ids", "promoted_logits",
-         "suppressed_ids", "suppressed_logits")
+# the per-feature arrays (first dimension: the features), and the rest
+_KEYS = ("density", "max_activation", "counts", "top_pos", "top_acts", "quantile_value", "quantile_pos",
+         "quantile_acts", "promoted_ids", "promoted_logits", "suppressed_ids", "suppressed_logits")
+_SHARED = ("corpus_ids", "window", "corpus_tokens")
 
 
 @functools.lru_cache(maxsize=8)
 def _load(folder: str, stamp: int) -> FeaturePages:
     path = Path(folder) / PAGES_FILE
     meta = read_json(Path(folder) / META_FILE)
+    if meta.get("format") != FORMAT or not isinstance(meta.get("spec"), dict):
+        raise CheckpointError(f"{Path(folder) / META_FILE} is not feature pages of format {FORMAT}")
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:  # cut short, or not an npz
         raise CheckpointError(f"{path} is not readable feature pages: {e}") from None
-    missing = [k for k in _KEYS if k not in arrays]
+    missing = [k for k in (*_KEYS, *_SHARED) if k not in arrays]
     F = meta.get("d_sae")
-    if missing or not isinstance(F, int) or any(arrays[k].shape[0] != F for k in _KEYS if k != "corpus_tokens"):
+    if missing or not isinstance(F, int) or any(arrays[k].shape[0] != F for k in _KEYS):
         raise CheckpointError(f"{path} does not hold the pages of {F} features "
-                              f"({'lacks ' + ', '.join(missing) if missing else 'their arrays disagree'})")
-    if meta.get("format") != FORMAT or not isinstance(meta.get("spec"), dict):
-        raise CheckpointError(f"{Path(folder) / META_FILE} is not feature pages of format {FORMAT}")
+                              f"({'it lacks ' + ', '.join(missing) if missing else 'their arrays disagree'})")
+    n = len(arrays["corpus_ids"])
+    if max(int(arrays["top_pos"].max(initial=-1)), int(arrays["quantile_pos"].max(initial=-1))) >= n:
+        raise CheckpointError(f"{path} points past its corpus of {n} tokens")
     for k in ("top_acts", "quantile_acts", "promoted_logits", "suppressed_logits"):
         arrays[k] = arrays[k].astype(np.float32)
     return FeaturePages(arrays, meta)

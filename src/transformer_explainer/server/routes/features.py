@@ -11,10 +11,11 @@ import functools
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, HTTPException, Query
 from fastapi import Path as PathParam
 
 from ...engine import ExplainerModel
+from ...errors import CheckpointError
 from ...features.encode import check_top, default_hook, depth, text_features
 from ...features.pages import PAGES_FILE, shipped_page
 from ...features.sae import CFG_FILE, SAEConfig, builtin_saes, parse_hook
@@ -92,4 +93,7 @@ def page(hook: Annotated[str, PathParam(max_length=64)], feature: int, ctx: Cont
         tokenizer = m.tokenizer if m is not None else _tokenizer(str(folders[hook].parent.parent))
         return tokenizer.token_text(i)
 
-    return page_out(name, shipped_page(name, folders, hook, feature, token_text))
+    try:
+        return page_out(name, shipped_page(name, folders, hook, feature, token_text))
+    except CheckpointError as e:  # the package's files are damaged: the server's fault, said as such
+        raise HTTPException(503, f"the feature pages of {name} at {hook} cannot be read: {e}") from None
