@@ -144,6 +144,8 @@ def test_deepseek_v3_scores_groups_bias_and_the_shared_expert(browser, served):
                 page.get_by_test_id("path-shared-line").inner_text()
             explain = page.inner_text("section.view[data-view=experts]")
             assert "sigmoid(x · W_router)" in explain and "not how much each counts" in explain
+            formula = page.inner_text("section.view[data-view=experts] .formula")
+            assert "c = s + b" in formula and "2.5 · s" in formula and "MoE(x) = shared(x) + Σ" in formula
             assert "probabilit" not in page.get_by_test_id("experts-path").inner_text()
             hidden = page.get_by_test_id("generic-hidden").inner_text()  # the note no longer says routing is hidden
             assert "Its experts' routing has a view" in hidden and "experts' routing happen" not in hidden
@@ -187,6 +189,8 @@ def test_gpt_oss_softmax_over_the_top_k_and_the_clamp(browser, served):
             np.testing.assert_array_equal(_strip(page, f"path-expert-out-{k}"), eo[k])
         np.testing.assert_array_equal(_strip(page, "path-sum-strip"), out)
         assert "probabilit" not in page.get_by_test_id("experts-path").inner_text()
+        formula = page.inner_text("section.view[data-view=experts] .formula")
+        assert "σ(1.702 g)" in formula and "min(xW" in formula and "−0.5, 0.5)" in formula and "softmax" not in formula
         page.screenshot(path=str(ARTIFACTS / "generic-experts-2-gpt-oss.png"), full_page=True)
 
 

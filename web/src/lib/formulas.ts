@@ -78,21 +78,22 @@ const num = (x: number) => (Math.abs(x) >= 0.01 ? x.toPrecision(3) : x.toExponen
  *  model does so) and the weighted sum of their outputs, each expert a gated MLP. */
 function moeFormula(caps: Capabilities): string {
   const router = routerOf(caps);
+  const konst = (x: number | null | undefined) => (x == null ? "?" : String(Number(x.toPrecision(4)))); // 1.702, 0.5, 2.5
   const wi = sub(v("w"), v("i")), si = sub(v("s"), v("i")), inS = `<sub>${v("i")}∈S</sub>`;
   const Ei = `${sub(v("E"), v("i"))}(${v("x")})`;
   if (router === "sigmoid_grouped") { // DeepSeek-V3: sigmoid scores, a choice bias, groups, a shared expert
     const r = caps.routed_scaling ?? 1;
-    const w = caps.norm_topk_prob ? `${wi} = ${num(r)} · ${si} / Σ<sub>${v("j")}∈S</sub> ${sub(v("s"), v("j"))}` : `${wi} = ${num(r)} · ${si}`;
+    const w = caps.norm_topk_prob ? `${wi} = ${konst(r)} · ${si} / Σ<sub>${v("j")}∈S</sub> ${sub(v("s"), v("j"))}` : `${wi} = ${konst(r)} · ${si}`;
     return `${v("s")} = σ(${v("x")} ${sub(v("W"), "router")}), &nbsp;${v("c")} = ${v("s")} + ${v("b")}<br>` +
       `G* = top-${caps.topk_groups ?? 1} groups by Σ top-2(${sub(v("c"), "group")}), &nbsp;S = top-${caps.top_k ?? v("k")}(${v("c")} in G*)<br>${w}<br>` +
       `MoE(${v("x")}) = ${caps.d_shared ? `shared(${v("x")}) + ` : ""}Σ${inS} ${wi} · ${Ei}`;
   }
   if (router === "softmax_topk") { // gpt-oss: a softmax over the chosen logits alone, clamped SwiGLU experts
-    const L = num(caps.swiglu_limit ?? NaN), g = v("g"), u = v("u");
+    const L = konst(caps.swiglu_limit), g = v("g"), u = v("u");
     return `${v("l")} = ${v("x")} ${sub(v("W"), "router")} + ${v("b")}, &nbsp;S = top-${caps.top_k ?? v("k")}(${v("l")})<br>` +
       `${wi} = exp(${sub(v("l"), v("i"))}) / Σ<sub>${v("j")}∈S</sub> exp(${sub(v("l"), v("j"))})<br>` +
-      `MoE(${v("x")}) = Σ${inS} ${wi} · ${Ei}, &nbsp;${Ei} = ((${u} + 1) ⊙ ${g} σ(${num(caps.swiglu_alpha ?? NaN)} ${g})) ${sub(v("W"), "out," + v("i"))}, ` +
-      `${g} = min(${v("x")}${sub(v("W"), "gate," + v("i"))}, ${L}), ${u} = clamp(${v("x")}${sub(v("W"), "in," + v("i"))}, ±${L})`;
+      `MoE(${v("x")}) = Σ${inS} ${wi} · ${Ei}, &nbsp;${Ei} = ((${u} + 1) ⊙ ${g} σ(${konst(caps.swiglu_alpha)} ${g})) ${sub(v("W"), "out," + v("i"))}, ` +
+      `${g} = min(${v("x")}${sub(v("W"), "gate," + v("i"))}, ${L}), ${u} = clamp(${v("x")}${sub(v("W"), "in," + v("i"))}, −${L}, ${L})`;
   }
   const w = caps.norm_topk_prob ? `${sub(v("w"), v("i"))} = ${sub(v("p"), v("i"))} / Σ<sub>${v("j")}∈S</sub> ${sub(v("p"), v("j"))}`
     : `${sub(v("w"), v("i"))} = ${sub(v("p"), v("i"))}`;
