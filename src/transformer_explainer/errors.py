@@ -88,8 +88,8 @@ ERROR_CODES: dict[str, ErrorCodeInfo] = {
     "rate_limited": _code("this address sent more than `rate` requests a second: wait `wait` s", "rate", "wait"),
     "too_many_calls": _code("this address has `active` model calls running or waiting, over its share of `share`",
                             "active", "share"),
-    "too_many_analyses": _code("this address has `active` analyses (head importance, pruning, patching) running "
-                               "or waiting, its share is `share`", "active", "share"),
+    "too_many_analyses": _code("this address has `active` analyses (head importance, pruning, patching, steering) "
+                               "running or waiting, its share is `share`", "active", "share"),
     "too_many_switches": _code("this address is loading the model `model` already: one model switch at a time",
                                "model"),
     "host_refused": _code("the server answers only to other host names"),

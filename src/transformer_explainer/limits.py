@@ -16,6 +16,10 @@ MAX_TOKENS_LIST = 64  # tokens in one analogy or embedding projection
 MAX_LENS_POSITIONS = 64  # logit-lens columns per request: each costs n_layer + 1 unembeddings
 MAX_TEXT_CHARS = 40_000  # characters of one text: far above 1024 GPT-2 tokens (the token limit is checked too)
 MAX_TENSORS_PER_REQUEST = 16  # tensors one /api/tensors or /api/weights request may ask for
+STEER_TOKENS = 20  # tokens of a steered continuation unless asked
+MAX_STEER_TOKENS = 64  # and at most (the breakdown sweep generates that many again per strength)
+MAX_CONTRAST_PROMPTS = 16  # prompts in each set of a contrast direction
+MAX_CONTRAST_CHARS = 2_000  # characters of one such prompt (each is traced to read its residual stream)
 
 
 def shared_constants() -> dict[str, int | float]:

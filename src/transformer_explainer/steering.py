@@ -11,7 +11,7 @@ wherever the block runs: the decoder's forward over the prompt and the lean one-
 is `resid_post`. As the bridge's hooks do (`bridge/state.py`), the hook reads what to add from a context variable
 set by the call that steers, so a call running meanwhile on the same model in another thread is not steered.
 
-Directions: a feature's decoder row (a sparse autoencoder at `blocks.L.hook_resid_post`, `features/sae.py`), or the
+Directions: a feature's decoder row (a sparse autoencoder at `blocks.L.hook_resid_post`: `steering_features.py`), or the
 difference of the residual-stream means at layer L of two sets of prompts (each prompt's mean over its positions,
 then the mean over the prompts: activation addition's "contrast" direction).
 
@@ -26,29 +26,58 @@ point of the sweep is returned, not only the verdict.
 from __future__ import annotations
 
 import math
+import secrets
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
 
 from .errors import InputError
+from .limits import MAX_CONTRAST_CHARS, MAX_CONTRAST_PROMPTS, MAX_STEER_TOKENS, STEER_TOKENS
+from .models.kv_cache import KVCache
 from .sampling import SamplingParams
-from .text_model import GeneratedToken, TextModel
 
-if TYPE_CHECKING:
-    from .features.sae import SparseAutoencoder
+
+class GeneratedToken(Protocol):
+    """A generated token as `TextModel.generate_ids` yields it."""
+
+    id: int
+    text: str
+    prob: float  # its probability under the distribution it was drawn from
+
+
+class TextModel(Protocol):
+    """What steering reads of a model: `text_model.TextModel` has it all (its modules are reached by what `runs`
+    says: `net`, our decoder, or `hf`, the transformers model). A protocol, so that the model class can offer
+    `steer` without this module importing it back."""
+
+    name: str
+    tokenizer: Any
+
+    @property
+    def config(self) -> Any: ...
+    @property
+    def runs(self) -> str: ...
+    @property
+    def context_length(self) -> int: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def dtype(self) -> torch.dtype: ...
+    def encode(self, text: str, *, truncate: bool = False) -> list[int]: ...
+    def trace_ids(self, ids: list[int]) -> Any: ...
+    def generate_ids(self, ids: list[int], max_new_tokens: int, params: SamplingParams | None = None, *,
+                     stop_at_eos: bool = True) -> Iterator[GeneratedToken]: ...
+    def residual_logits(self, x: Tensor) -> Tensor: ...
 
 # the sweep's strengths, as multiples of the residual stream's median norm at the layer over the direction's norm
 SWEEP_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 BREAKDOWN_BOUND = 0.5  # broken: the mean log-probability has gone this far from the plain text's to a uniform guess's
-MAX_STEER_TOKENS = 64  # tokens one steered continuation may have
-MAX_CONTRAST_PROMPTS = 16  # prompts per contrast set
 LENS_TOKENS = 10  # tokens the direction's lens lists each way
 
 BetweenRuns = Callable[[], None]
@@ -73,21 +102,23 @@ def _add_to_first_tensor(out: Any, add: Tensor) -> Any:
     return type(out)([*out[:j], out[j] + add, *out[j + 1:]])
 
 
+def _block_module(model: TextModel, layer: int) -> nn.Module:
+    """The module whose output is the residual stream after block `layer`: our own block (its forward returns
+    (resid_post, keys and values)), or the transformers decoder layer."""
+    if model.runs == "own":
+        return model.net.blocks[layer]  # type: ignore[attr-defined]
+    from .bridge.structure import find_structure
+
+    return find_structure(model.hf).layers[layer].module  # type: ignore[attr-defined]
+
+
 def _writer(model: TextModel, layer: int) -> nn.Module:
     """The module whose output becomes `resid_post` of block `layer` when added to the stream: our own block's last
     sublayer write (the MLP, or the norm after it), or the transformers decoder layer itself."""
-    from .engine import ExplainerModel
-    from .generic import GenericModel
-
-    if isinstance(model, ExplainerModel):
-        block = model.net.blocks[layer]
+    if model.runs == "own":
+        block = model.net.blocks[layer]  # type: ignore[attr-defined]
         return block.ln2_post if block.ln2_post is not None else block.mlp
-    if isinstance(model, GenericModel):
-        from .bridge.structure import find_structure
-
-        return find_structure(model.hf).layers[layer].module
-    raise InputError(f"steering needs a decoder of our own code or one through transformers, not "
-                     f"{type(model).__name__}")
+    return _block_module(model, layer)
 
 
 @contextmanager
@@ -179,6 +210,9 @@ def _prompt_ids(model: TextModel, prompts: Sequence[str], which: str) -> list[li
         raise InputError(f"contrast set {which} has {len(prompts)} prompts; at most {MAX_CONTRAST_PROMPTS} are read")
     out = []
     for i, p in enumerate(prompts):
+        if isinstance(p, str) and len(p) > MAX_CONTRAST_CHARS:
+            raise InputError(f"contrast set {which}, prompt {i + 1} is {len(p)} characters long; at most "
+                             f"{MAX_CONTRAST_CHARS} are read")
         try:
             out.append(model.encode(p))
         except InputError as e:
@@ -206,37 +240,6 @@ def contrast_direction(model: TextModel, prompts_a: Sequence[str], prompts_b: Se
                      f"mean of {len(a)} prompt{'s' * (len(a) != 1)} minus mean of {len(b)} at layer {layer}")
 
 
-def feature_hook(layer: int) -> str:
-    return f"blocks.{layer}.hook_resid_post"
-
-
-def feature_direction(model: TextModel, layer: int, feature: int,
-                      sae: SparseAutoencoder | str | Path | None = None) -> Direction:
-    """The decoder row `W_dec[feature]` of the sparse autoencoder at `blocks.{layer}.hook_resid_post`: `sae` (one
-    loaded, or a folder / hub reference `load_sae` reads), or the one shipped with a built-in model."""
-    from .features.sae import builtin_saes, check_fits, load_sae
-
-    check_layer(model, layer)
-    hook = feature_hook(layer)
-    if sae is None:
-        shipped = builtin_saes(model)
-        if hook not in shipped:
-            have = ", ".join(sorted(shipped)) or "none"
-            raise InputError(f"{model.name} has no autoencoder at {hook} (shipped: {have}); load one with --sae")
-        sae = shipped[hook]
-    if not isinstance(sae, nn.Module):
-        sae = load_sae(sae)
-    if sae.cfg.hook_name != hook:
-        raise InputError(f"the autoencoder reads {sae.cfg.hook_name}, not {hook}: steer at the layer it was trained "
-                         f"on")
-    check_fits(sae, model)
-    n = sae.W_dec.shape[0]
-    if isinstance(feature, bool) or not isinstance(feature, int) or not 0 <= feature < n:
-        raise InputError(f"feature {feature} is outside 0..{n - 1}: the autoencoder at {hook} has {n} features")
-    vector = check_vector(model, sae.W_dec[feature].detach(), f"feature {feature}'s decoder row")
-    return Direction(vector, layer, "feature", f"feature {feature} of the autoencoder at {hook}", feature)
-
-
 def vector_direction(model: TextModel, vector: Tensor | Sequence[float], layer: int) -> Direction:
     check_layer(model, layer)
     return Direction(check_vector(model, vector), layer, "vector", f"a given vector at layer {layer}")
@@ -258,7 +261,7 @@ def direction_lens(model: TextModel, vector: Tensor, top: int = LENS_TOKENS) -> 
     the final norm and the unembedding (`residual_logits`), minus what a zero stream reads there (a LayerNorm's shift,
     which every direction gets alike)."""
     x = torch.stack([vector, torch.zeros_like(vector)]).to(device=model.device, dtype=model.dtype)
-    logits = model.residual_logits(x).to(torch.float32).cpu()  # type: ignore[attr-defined]
+    logits = model.residual_logits(x).to(torch.float32).cpu()
     change = logits[0] - logits[1]
     k = min(top, change.shape[0])
     text = model.tokenizer.token_text
@@ -281,26 +284,75 @@ def steered_tokens(model: TextModel, ids: list[int], direction: Direction, stren
         return list(model.generate_ids(ids, max_new_tokens, params))
 
 
-@torch.inference_mode()
-def _all_logits(model: TextModel, ids: list[int]) -> Tensor:
-    """(T, V) logits at every position of `ids`, unsteered."""
-    from .engine import ExplainerModel
+@contextmanager
+def _capturing(model: TextModel, layer: int) -> Iterator[list[Tensor]]:
+    """Within the block, in this context alone: the residual stream after block `layer` (T, D), float32 on the CPU,
+    of each full forward pass (the decoder's, not the lean decode step's), appended to the list it yields."""
+    from .bridge.structure import first_tensor
 
-    x = torch.tensor([ids], device=model.device)
-    if isinstance(model, ExplainerModel):
-        return model.net(x)[0]
-    return model.hf(input_ids=x, use_cache=False).logits[0]  # type: ignore[attr-defined]
+    module = _block_module(model, layer)
+    seen: list[Tensor] = []
+    mine = _Addition(torch.zeros(0))  # an identity for the dispatch; it adds nothing
+
+    def hook(_m: nn.Module, _args: tuple[Any, ...], out: Any) -> None:
+        if _CAPTURE.get() is mine and (t := first_tensor(out)) is not None:
+            seen.append(t[0].detach().to("cpu", torch.float32))
+
+    handle = module.register_forward_hook(hook)
+    token = _CAPTURE.set(mine)
+    try:
+        yield seen
+    finally:
+        _CAPTURE.reset(token)
+        handle.remove()
+
+
+_CAPTURE: ContextVar[_Addition | None] = ContextVar("transformer_explainer_steering_capture", default=None)
+
+
+class Scorer:
+    """The unsteered model's mean log-probability per token of continuations of one prompt (each token given the
+    prompt and the tokens before it), from one pass over the prompt: in the families with code of our own its keys
+    and values are kept and each continuation runs only its own positions. `resid` (T, D): the residual stream after
+    block `layer` at the prompt's positions, read in that pass."""
+
+    @torch.inference_mode()
+    def __init__(self, model: TextModel, ids: list[int], layer: int) -> None:
+        self.model, self.ids = model, list(ids)
+        self.own = model.runs == "own"
+        x = torch.tensor([self.ids], device=model.device)  # type: ignore[attr-defined]
+        with _capturing(model, layer) as seen:
+            if self.own:
+                self.cache = KVCache()
+                self.last = model.net(x, cache=self.cache, logits_for="last")[0, -1]  # type: ignore[attr-defined]
+            else:
+                self.last = model.hf(input_ids=x, use_cache=False).logits[0, -1]  # type: ignore[attr-defined]
+        self.resid = seen[0]
+
+    @torch.inference_mode()
+    def __call__(self, continuation: Sequence[int]) -> float:
+        """nan for an empty continuation."""
+        if not continuation:
+            return math.nan
+        model, rows = self.model, [self.last[None]]
+        if len(continuation) > 1:
+            if self.own:
+                cache = KVCache.with_room(list(self.cache.layers), len(continuation) - 1)
+                x = torch.tensor([list(continuation[:-1])], device=model.device)
+                rows.append(model.net(x, cache=cache)[0])  # type: ignore[attr-defined]
+            else:
+                x = torch.tensor([[*self.ids, *continuation[:-1]]], device=model.device)
+                rows.append(model.hf(input_ids=x, use_cache=False).logits[0, len(self.ids):])  # type: ignore[attr-defined]
+        logp = torch.log_softmax(torch.cat([r.to(self.last.device) for r in rows]).to(torch.float32), dim=-1)
+        picked = logp[torch.arange(len(continuation), device=logp.device),
+                      torch.tensor(list(continuation), device=logp.device)]
+        return float(picked.mean())
 
 
 def mean_log_prob(model: TextModel, ids: list[int], continuation: Sequence[int]) -> float:
     """The mean natural-log probability per token of `continuation` after `ids` under the unsteered model (each
     token given the ones before it); nan for an empty continuation."""
-    if not continuation:
-        return math.nan
-    full = [*ids, *continuation]
-    logp = torch.log_softmax(_all_logits(model, full[:-1]).to(torch.float32), dim=-1)
-    rows = logp[len(ids) - 1:]
-    return float(rows[torch.arange(len(continuation)), torch.tensor(list(continuation), device=rows.device)].mean())
+    return Scorer(model, ids, 0)(continuation)
 
 
 @dataclass(frozen=True)
@@ -373,17 +425,20 @@ def sweep_strengths(direction: Direction, residual_norm: float, sign: float) -> 
 
 
 def steer(model: TextModel, prompt: str | Sequence[int], direction: Direction, strength: float, *,
-          tokens: int = 20, params: SamplingParams | None = None, sweep: bool = True,
+          tokens: int = STEER_TOKENS, params: SamplingParams | None = None, sweep: bool = True,
           between_runs: BetweenRuns | None = None) -> Steering:
     """The plain and the steered continuation of `prompt` (a text, or token ids) side by side, both from `params`
-    (greedy by default; a seed draws the same way in both), their mean log-probabilities under the unsteered model,
-    the direction's lens, and (with `sweep`) the continuation at each strength of `sweep_strengths` and where the
-    text breaks down. `between_runs()` is called before each generation (a server stops an abandoned request)."""
+    (greedy by default; sampled, both draw from its seed, or from one chosen here and kept in the answer's
+    `params`), their mean log-probabilities under the unsteered model, the direction's lens, and (with `sweep`) the
+    continuation at each strength of `sweep_strengths` and where the text breaks down.
+    `between_runs()` is called before each generation (a server stops an abandoned request there)."""
     strength = check_strength(strength)
     tokens = check_tokens(tokens)
     check_layer(model, direction.layer)
     check_vector(model, direction.vector)
     params = params or SamplingParams(temperature=0)
+    if not params.greedy and params.seed is None:  # both continuations must draw from the same seed: pick one, say it
+        params = replace(params, seed=secrets.randbelow(2**63))
     ids = model.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
     if ids and len(ids) + 1 > model.context_length:
         raise InputError(f"the prompt is {len(ids)} tokens long and fills {model.name}'s context of "
@@ -391,19 +446,15 @@ def steer(model: TextModel, prompt: str | Sequence[int], direction: Direction, s
                          tokens=len(ids), limit=model.context_length - 1, context=model.context_length)
     tick = between_runs or (lambda: None)
 
-    from .names import block_name
-
-    with torch.inference_mode():
-        tick()
-        resid = model.trace_ids(ids)[block_name(direction.layer, "resid_post")].to(torch.float32)
-        residual_norm = statistics.median(resid.norm(dim=-1).tolist())
     tick()
     plain = list(model.generate_ids(ids, tokens, params))
     tick()
     steered = steered_tokens(model, ids, direction, strength, tokens, params)
+    scorer = Scorer(model, ids, direction.layer)
+    residual_norm = statistics.median(scorer.resid.norm(dim=-1).tolist())
 
     def score(generated: list[GeneratedToken]) -> float:
-        return mean_log_prob(model, ids, [t.id for t in generated])
+        return scorer([t.id for t in generated])
 
     plain_lp, steered_lp = score(plain), score(steered)
     uniform = -math.log(model.config.vocab_size)
@@ -420,20 +471,13 @@ def steer(model: TextModel, prompt: str | Sequence[int], direction: Direction, s
                     steered_lp, uniform, bound, residual_norm, promoted, suppressed, points)
 
 
-def make_direction(model: TextModel, *, feature: tuple[int, int] | None = None,
-                   contrast: tuple[Sequence[str], Sequence[str]] | None = None, layer: int | None = None,
-                   vector: Tensor | Sequence[float] | None = None,
-                   sae: SparseAutoencoder | str | Path | None = None) -> Direction:
-    """One direction from exactly one of: `feature` (layer, id), `contrast` (prompts A, prompts B) at `layer`, or
-    `vector` at `layer`."""
-    given = sum(x is not None for x in (feature, contrast, vector))
-    if given != 1:
-        raise InputError("give exactly one direction: a feature (layer, id), a contrast of two prompt sets with a "
-                         "layer, or a vector with a layer")
-    if feature is not None:
-        if layer is not None and layer != feature[0]:
-            raise InputError(f"the feature is at layer {feature[0]} but layer {layer} was asked for")
-        return feature_direction(model, feature[0], feature[1], sae)
+def make_direction(model: TextModel, *, contrast: tuple[Sequence[str], Sequence[str]] | None = None,
+                   layer: int | None = None, vector: Tensor | Sequence[float] | None = None) -> Direction:
+    """One direction from exactly one of: `contrast` (prompts A, prompts B) at `layer`, or `vector` at `layer` (a
+    feature's: `steering_features.feature_direction`)."""
+    if (contrast is None) == (vector is None):
+        raise InputError("give exactly one direction: a contrast of two prompt sets with a layer, or a vector with a "
+                         "layer")
     if layer is None:
         raise InputError("a contrast or a vector needs the layer to add it at")
     if contrast is not None:

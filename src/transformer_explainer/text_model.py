@@ -10,17 +10,21 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from .errors import InputError
+from .limits import STEER_TOKENS
 from .loading.tokenizer import TextTokenizer
 from .models.kv_cache import KVCache
 from .patching import KINDS, Kind, check_kinds
 from .sampling import NextTokenDistribution, SamplingParams, make_generator, most_likely, next_token_distribution
 from .trace import Trace, with_text
+
+if TYPE_CHECKING:
+    from .steering import Direction, Steering
 
 TokenLike = int | str  # a token id, a text that is one token, or a raw vocabulary entry ('Ġking')
 
@@ -162,6 +166,29 @@ class TextModel(ABC):
     def generate(self, text: str, max_new_tokens: int,
                  params: SamplingParams | None = None) -> Iterator[GeneratedToken]:
         return self.generate_ids(self.encode(text), max_new_tokens, params)
+
+    def steer(self, prompt: str | Sequence[int], strength: float, *, direction: Direction | None = None,
+              contrast: tuple[Sequence[str], Sequence[str]] | None = None, layer: int | None = None,
+              vector: Tensor | Sequence[float] | None = None, tokens: int = STEER_TOKENS,
+              params: SamplingParams | None = None,
+              sweep: bool = True) -> Steering:
+        """Steering: `strength` times a direction added to the residual stream after a block, at every position,
+        and the plain and the steered continuation of `prompt` side by side from the same `params` (greedy by
+        default; sampled, from the same seed). The direction is one of: `direction` (a `steering.Direction`, e.g. a
+        feature's decoder row: `steering_features.feature_direction(model, layer, id)`); `contrast=(prompts_a,
+        prompts_b)` with `layer`, the mean residual stream of the first set minus the second's after that block;
+        `vector` (D,) with `layer`. With `sweep`, also the continuation at a range of strengths and the first that
+        breaks the text down (`steering.Steering`: `sweep`, `breakdown`; the direction's logit lens in
+        `lens_promoted` and `lens_suppressed`)."""
+        from .steering import make_direction
+        from .steering import steer as run
+
+        if direction is None:
+            direction = make_direction(self, contrast=contrast, layer=layer, vector=vector)
+        elif contrast is not None or vector is not None:
+            raise InputError("give exactly one direction: a Direction, a contrast of two prompt sets with a layer, or "
+                             "a vector with a layer")
+        return run(self, prompt, direction, strength, tokens=tokens, params=params, sweep=sweep)
 
     def token_id(self, token: TokenLike) -> int:
         """The id of a single token: an id, a text that encodes to one token, or a raw vocabulary entry

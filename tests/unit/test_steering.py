@@ -21,12 +21,12 @@ from transformer_explainer.steering import (
     Direction,
     contrast_direction,
     direction_lens,
-    make_direction,
     steer,
     steered_tokens,
     steering,
     vector_direction,
 )
+from transformer_explainer.steering_features import choose_direction
 
 from ..helpers.hf_checkpoints import write_checkpoint
 
@@ -199,29 +199,29 @@ def test_bad_input_is_one_sentence(tiny_model) -> None:
     L, D = m.config.n_layer, m.config.n_embd
     d = _random_direction(m, 0)
     with pytest.raises(InputError) as e:
-        make_direction(m, contrast=(["a"], ["b"]), layer=L)
+        choose_direction(m, contrast=(["a"], ["b"]), layer=L)
     assert f"outside 0..{L - 1}" in _one_sentence(e) and e.value.code == "layer_out_of_range"
     for bad in (math.nan, math.inf, -math.inf):
         with pytest.raises(InputError) as e:
             steer(m, PROMPT, d, bad)
         assert "finite" in _one_sentence(e)
     with pytest.raises(InputError) as e:
-        make_direction(m, contrast=([], ["b"]), layer=0)
+        choose_direction(m, contrast=([], ["b"]), layer=0)
     assert "set A is empty" in _one_sentence(e)
     with pytest.raises(InputError) as e:
-        make_direction(m, contrast=(["a"], []), layer=0)
+        choose_direction(m, contrast=(["a"], []), layer=0)
     assert "set B is empty" in _one_sentence(e)
     with pytest.raises(InputError) as e:
-        make_direction(m, contrast=(["a"] * (MAX_CONTRAST_PROMPTS + 1), ["b"]), layer=0)
+        choose_direction(m, contrast=(["a"] * (MAX_CONTRAST_PROMPTS + 1), ["b"]), layer=0)
     _one_sentence(e)
     with pytest.raises(InputError) as e:
-        make_direction(m, contrast=(["the same"], ["the same"]), layer=0)
+        choose_direction(m, contrast=(["the same"], ["the same"]), layer=0)
     assert "zero" in _one_sentence(e)
     with pytest.raises(InputError) as e:
-        make_direction(m, vector=torch.ones(D + 1), layer=0)
+        choose_direction(m, vector=torch.ones(D + 1), layer=0)
     assert f"{D} wide" in _one_sentence(e)
     with pytest.raises(InputError) as e:
-        make_direction(m, vector=torch.full((D,), math.nan), layer=0)
+        choose_direction(m, vector=torch.full((D,), math.nan), layer=0)
     _one_sentence(e)
     with pytest.raises(InputError) as e:
         steer(m, "word " * (m.context_length + 5), d, 1.0)
@@ -230,10 +230,10 @@ def test_bad_input_is_one_sentence(tiny_model) -> None:
         steer(m, PROMPT, d, 1.0, tokens=0)
     _one_sentence(e)
     with pytest.raises(InputError) as e:
-        make_direction(m, contrast=(["a"], ["b"]))
+        choose_direction(m, contrast=(["a"], ["b"]))
     assert "layer" in _one_sentence(e)
     with pytest.raises(InputError) as e:
-        make_direction(m, contrast=(["a"], ["b"]), vector=torch.ones(D), layer=0)
+        choose_direction(m, contrast=(["a"], ["b"]), vector=torch.ones(D), layer=0)
     assert "exactly one" in _one_sentence(e)
 
 
@@ -298,6 +298,10 @@ def test_a_model_through_transformers_steers_as_our_code_does(llama, tmp_path: P
     assert [t.id for t in a] != [t.id for t in own.generate_ids(ids, 8, PARAMS[1])]
     assert torch.allclose(contrast_direction(own, ["a b c"], ["x y"], 1).vector,
                           contrast_direction(generic, ["a b c"], ["x y"], 1).vector, atol=1e-4)
+    a, b = (steer(m, PROMPT, d, 3.0, tokens=6, params=PARAMS[1]) for m in (own, generic))
+    assert a.residual_norm == pytest.approx(b.residual_norm, rel=1e-4)
+    assert a.plain_log_prob == pytest.approx(b.plain_log_prob, abs=1e-4)
+    assert [p.mean_log_prob for p in a.sweep] == pytest.approx([p.mean_log_prob for p in b.sweep], abs=1e-4)
     up_own, _ = direction_lens(own, d.vector)
     up_generic, _ = direction_lens(generic, d.vector)
     assert [t.id for t in up_own] == [t.id for t in up_generic]

@@ -42,7 +42,7 @@ from .pages import (
 )
 from .pool import Busy, ModelPool
 from .registry import ModelRegistry
-from .routes import analysis, attribution, core, features, seq2seq
+from .routes import analysis, attribution, core, features, seq2seq, steering
 from .security import AccessSettings
 
 log = logging.getLogger(__name__)
@@ -292,6 +292,7 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     app.include_router(attribution.router, prefix="/api/attribution", responses=ERRORS)
     app.include_router(seq2seq.router, prefix="/api/seq2seq", responses=ERRORS)
     app.include_router(features.router, prefix="/api/features", responses=ERRORS)
+    app.include_router(steering.router, prefix="/api", responses=ERRORS)
     app.include_router(downloads_router(registry, settings.downloads), responses=ERRORS)
     add_schemas(app, attribution.EXTRA_SCHEMAS)
     static_routes(app, settings.static_dir or package_static_dir())

@@ -15,9 +15,10 @@ the model per client. Pure ASGI middlewares, configured by one `AccessSettings`.
   run at once and as many again wait for them; beyond that, and beyond a token-bucket rate of
   `client_rate` API requests per second (bursts of `client_burst`), the answer is 429 with
   Retry-After. Of those calls, at most `client_analyses` may be analyses that run a pass per head or
-  per patched cell (`ANALYSIS_PATHS`), so that one client cannot keep the analysis lane to itself, and
-  a client's calls load one model at a time (`ModelSwitches`: a load is a model call, whose request
-  learns the client's share from the scope; a call for another model meanwhile gets 429). The per-client
+  per patched cell, or a generation per strength of a steering sweep (`ANALYSIS_PATHS`), so that one
+  client cannot keep the analysis lane to itself, and a client's calls load one model at a time
+  (`ModelSwitches`: a load is a model call, whose request learns the client's share from the scope; a
+  call for another model meanwhile gets 429). The per-client
   table is bounded (`max_clients`, least recently seen idle clients are forgotten first), so many
   addresses cannot grow it without bound.
 """
@@ -46,7 +47,8 @@ TOKEN_PATTERN = re.compile(r"[A-Za-z0-9._~-]{8,512}")
 COOKIE_PREFIX = "te-token-"
 # the analyses: a forward pass per head or more, or a patched run per cell of a grid (routes/analysis.py,
 # routes/attribution.py: the pool's analysis lane)
-ANALYSIS_PATHS = frozenset({"/api/analysis/importance", "/api/analysis/prune", "/api/attribution/patch"})
+ANALYSIS_PATHS = frozenset({"/api/analysis/importance", "/api/analysis/prune", "/api/attribution/patch",
+                            "/api/steer"})
 
 
 @dataclass(frozen=True)
@@ -348,8 +350,8 @@ class FairShare:
         if analysis and most is not None and c.analyses >= most:
             return await _json(send, 429, f"your address already has {c.analyses} "
                                           f"{'analysis' if c.analyses == 1 else 'analyses'} (head importance, "
-                                          f"pruning or patching) running or waiting (the share of one client is "
-                                          f"{most}); wait for its answer",
+                                          f"pruning, patching or steering) running or waiting (the share of one "
+                                          f"client is {most}); wait for its answer",
                                [(b"retry-after", b"5")], code="too_many_analyses", active=c.analyses, share=most)
         c.active += 1
         c.analyses += analysis

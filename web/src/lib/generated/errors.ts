@@ -95,7 +95,7 @@ export const ERROR_PARAMS: Readonly<Record<ErrorCode, readonly string[]>> = {
   "rate_limited": ["rate", "wait"],
   /** this address has `active` model calls running or waiting, over its share of `share` */
   "too_many_calls": ["active", "share"],
-  /** this address has `active` analyses (head importance, pruning, patching) running or waiting, its share is `share` */
+  /** this address has `active` analyses (head importance, pruning, patching, steering) running or waiting, its share is `share` */
   "too_many_analyses": ["active", "share"],
   /** this address is loading the model `model` already: one model switch at a time */
   "too_many_switches": ["model"],

@@ -13,3 +13,7 @@ export const MAX_TOKENS_LIST = 64;
 export const MAX_LENS_POSITIONS = 64;
 export const MAX_TEXT_CHARS = 40000;
 export const MAX_TENSORS_PER_REQUEST = 16;
+export const STEER_TOKENS = 20;
+export const MAX_STEER_TOKENS = 64;
+export const MAX_CONTRAST_PROMPTS = 16;
+export const MAX_CONTRAST_CHARS = 2000;
