@@ -232,3 +232,27 @@ def test_python_bad_input(tiny_model, sae_dir: Path, tmp_path: Path) -> None:
         text_features(tiny_model, TEXT)
     with pytest.raises(InputError, match="was trained at"):
         text_features(tiny_model, TEXT, "blocks.0.hook_resid_post", sae=sae_dir)
+
+
+@pytest.mark.parametrize("which", ["llama", "lfm2"])
+def test_other_families_read_the_same_way(which: str, tmp_path: Path) -> None:
+    """A Llama-family model (our code) and a hybrid that runs through transformers' own modules (lfm2): the features
+    of the activation their trace recorded at the hook, as the stored weights encode it."""
+    if which == "llama":
+        from tests.conftest import make_hf_llama_family
+
+        folder = make_hf_llama_family(tmp_path / which, "llama")
+    else:
+        from tests.helpers.hf_checkpoints import write_checkpoint
+
+        folder = write_checkpoint(which, tmp_path / which, tokenizer=True)
+    model = load_model(str(folder), allow_download=False)
+    layer = model.config.n_layer - 1
+    hook = f"blocks.{layer}.hook_resid_post"
+    sae = write_sae(tmp_path / "sae", hook, d_in=model.config.n_embd)
+    trace = model.trace(TEXT)
+    fs = text_features(model, trace, sae=sae)
+    want, recon = independent(trace[f"blocks.{layer}.resid_post"], sae)
+    for t in range(trace.n_tokens):
+        same_features([(f.id, f.activation) for f in fs.at(t)], want[t])
+    assert torch.allclose(fs.reconstruction.double(), recon, atol=1e-4)

@@ -15,7 +15,7 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi import Path as PathParam
 
 from ...engine import ExplainerModel
-from ...errors import CheckpointError
+from ...errors import CheckpointError, InputError
 from ...features.encode import check_top, default_hook, depth, text_features
 from ...features.pages import PAGES_FILE, shipped_page
 from ...features.sae import CFG_FILE, SAEConfig, builtin_saes, parse_hook
@@ -47,10 +47,20 @@ async def features(body: FeaturesIn, ctx: Context) -> FeaturesOut:
     `top` most active by decreasing activation, the reconstruction error's size, the variance explained."""
     if body.hook is not None:
         parse_hook(body.hook)  # a hook no trace answers: refused before any pass
+    name, folders, _ = _shipped(ctx, body.model)  # a hook the model does not ship, or a top out of range: the same
+    if not folders:
+        others = _shipping(ctx)
+        raise InputError(f"{name} ships no sparse autoencoder" + (
+            f"; on this server {', '.join(others)} {'does' if len(others) == 1 else 'do'}" if others
+            else ", nor does any other model on this server"))
+    hook = body.hook or default_hook(list(folders))
+    if hook not in folders:
+        raise InputError(f"{name} ships autoencoders at {', '.join(folders)}, none at {hook}")
+    cfg = SAEConfig.from_json(read_json(folders[hook] / CFG_FILE), str(folders[hook] / CFG_FILE))
+    top = check_top(body.top, cfg.k, cfg.d_sae, FEATURES_TOP)
 
     def finish(t: Traced) -> FeaturesOut:
-        fs = text_features(t.model, t.trace, body.hook)
-        return features_out(t.name, fs, check_top(body.top, fs.k, fs.d_sae, FEATURES_TOP))
+        return features_out(t.name, text_features(t.model, t.trace, hook), top)
 
     return await with_trace(ctx, body, finish)
 
@@ -62,6 +72,11 @@ def _shipped(ctx: ServerContext, model: str | None) -> tuple[str, dict[str, Path
     if m is not None:
         return name, builtin_saes(m), m
     return name, builtin_saes(name) if ctx.registry.source(name) == "builtin" else {}, None
+
+
+def _shipping(ctx: ServerContext) -> list[str]:
+    """The models of this server that ship autoencoders (loading none)."""
+    return [name for name in ctx.registry.names() if _shipped(ctx, name)[1]]
 
 
 @router.get("/hooks", response_model=FeatureHooksOut)
