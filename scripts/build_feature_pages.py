@@ -57,20 +57,18 @@ def main(argv: list[str] | None = None) -> int:
         model = load_model(name, allow_download=False)
         corpus = tokenize_file(model.tokenizer, args.corpus)[: args.tokens]
         where = f"{args.corpus.relative_to(ROOT) if args.corpus.is_relative_to(ROOT) else args.corpus}"
-        for hook, folder in builtin_saes(model).items():
-            if args.hook and hook not in args.hook:
-                continue
-            sae = load_sae(folder)
-            t0 = time.perf_counter()
-            with tqdm(total=len(corpus) // spec.window, desc=f"{name} {hook}", unit="window") as bar:
-                arrays, meta = build_pages(model, sae, corpus, spec,
-                                           corpus_name=f"{where}, its first {len(corpus)} tokens",
-                                           progress=lambda done, _n: bar.update(done - bar.n))
+        folders = {h: f for h, f in builtin_saes(model).items() if not args.hook or h in args.hook}
+        saes = [load_sae(f) for f in folders.values()]
+        t0 = time.perf_counter()
+        with tqdm(total=len(corpus) // spec.window, desc=f"{name} ({len(saes)} autoencoders)", unit="window") as bar:
+            built = build_pages(model, saes, corpus, spec, corpus_name=f"{where}, its first {len(corpus)} tokens",
+                                progress=lambda done, _n: bar.update(done - bar.n))
+        for (hook, folder), sae, (arrays, meta) in zip(folders.items(), saes, built, strict=True):
             write_pages(folder, arrays, meta)
             live = int((arrays["density"] > 0).sum())
             print(f"{name} {hook}: {sae.cfg.d_sae} features ({live} fire on the corpus), "
-                  f"{meta['corpus_tokens']} tokens, {time.perf_counter() - t0:.0f} s, "
-                  f"{pages_size(folder) / 2**20:.2f} MiB")
+                  f"{meta['corpus_tokens']} tokens, {pages_size(folder) / 2**20:.2f} MiB")
+        print(f"{name}: {time.perf_counter() - t0:.0f} s for {len(saes)} autoencoders")
     return 0
 
 

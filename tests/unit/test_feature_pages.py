@@ -39,8 +39,13 @@ def built(tiny_gpt2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     model = load_model(str(folder), allow_download=False)
     model.source = "builtin"  # what a model found in the package's builtin/ folder says of itself
     corpus = np.array(random_ids(WINDOW * WINDOWS + 5, model.config.vocab_size, seed=7))  # a partial last window
-    arrays, meta = build_pages(model, load_sae(sae_dir), corpus, SPEC, corpus_name="random")
+    other = folder / "saes" / "blocks.0.hook_resid_pre"  # built beside it from the same traces, not shipped here
+    (arrays, meta), (arrays0, meta0) = build_pages(model, [load_sae(sae_dir), load_sae(write_sae(
+        tmp_path_factory.mktemp("other") / "sae", "blocks.0.hook_resid_pre", seed=5))], corpus, SPEC,
+        corpus_name="random")
     write_pages(sae_dir, arrays, meta)
+    assert meta0["hook"] == "blocks.0.hook_resid_pre" and arrays0["density"].shape == (D_SAE,)
+    assert not other.exists()
     return model, sae_dir, corpus
 
 

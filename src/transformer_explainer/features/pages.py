@@ -25,7 +25,7 @@ import json
 import time
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -64,26 +64,31 @@ class PageSpec:
 # -- the contexts and their activations ---------------------------------------------------------------------------
 
 
+def _most(sae: SparseAutoencoder) -> int:
+    """Feature activations kept per token: k for a TopK autoencoder (all of them), else at most 256."""
+    return sae.cfg.k if sae.cfg.architecture == "topk" and sae.cfg.k is not None else min(sae.cfg.d_sae, 256)
+
+
 @torch.inference_mode()
-def corpus_features(model: Any, sae: SparseAutoencoder, windows: np.ndarray, most: int,
-                    progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Each window (S, L) traced by `model` and its activation at the autoencoder's hook encoded: per token the
-    `most` largest feature activations (N = S*L rows: ids int32, values float32, by decreasing value; 0 past the
-    active ones)."""
-    name = trace_name(sae.cfg.hook_name)
-    p = next(sae.parameters())
+def corpus_features(model: Any, saes: Sequence[SparseAutoencoder], windows: np.ndarray,
+                    progress: Callable[[int, int], None] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each window (S, L) traced by `model` once, and its activation at each autoencoder's hook encoded: per
+    autoencoder and token the largest feature activations (`_most`; N = S*L rows: ids int32, values float32, by
+    decreasing value, 0 past the active ones)."""
     S, L = windows.shape
-    ids = np.zeros((S * L, most), dtype=np.int32)
-    vals = np.zeros((S * L, most), dtype=np.float32)
+    out = [(np.zeros((S * L, _most(a)), dtype=np.int32), np.zeros((S * L, _most(a)), dtype=np.float32))
+           for a in saes]
     for s in range(S):
-        x = model.trace_ids([int(i) for i in windows[s]])[name]
-        f = sae.encode(x.to(device=p.device, dtype=p.dtype)).float()
-        v, i = f.topk(most, dim=-1)
-        ids[s * L:(s + 1) * L] = i.cpu().numpy()
-        vals[s * L:(s + 1) * L] = v.clamp_min(0).cpu().numpy()
+        trace = model.trace_ids([int(i) for i in windows[s]])
+        for a, (ids, vals) in zip(saes, out, strict=True):
+            p = a.W_enc
+            f = a.encode(trace[trace_name(a.cfg.hook_name)].to(device=p.device, dtype=p.dtype)).float()
+            v, i = f.topk(_most(a), dim=-1)
+            ids[s * L:(s + 1) * L] = i.cpu().numpy()
+            vals[s * L:(s + 1) * L] = v.clamp_min(0).cpu().numpy()
         if progress is not None:
             progress(s + 1, S)
-    return ids, vals
+    return out
 
 
 def _ranks(groups: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
@@ -192,24 +197,27 @@ def direction_logits(model: Any, sae: SparseAutoencoder, n: int, chunk: int = 25
     return {k: np.concatenate(v) for k, v in out.items()}
 
 
-def build_pages(model: Any, sae: SparseAutoencoder, corpus: np.ndarray, spec: PageSpec = PageSpec(), *,
-                corpus_name: str = "corpus",
-                progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The pages of every feature of `sae` on `model`, from the corpus's token ids (1-D; cut into windows of
-    `spec.window`, a partial last window left out): (arrays, meta), as `write_pages` stores them."""
+def build_pages(model: Any, saes: Sequence[SparseAutoencoder], corpus: np.ndarray, spec: PageSpec = PageSpec(), *,
+                corpus_name: str = "corpus", progress: Callable[[int, int], None] | None = None
+                ) -> list[tuple[dict[str, np.ndarray], dict[str, Any]]]:
+    """The pages of every feature of each autoencoder in `saes` on `model` (the corpus traced once for all), from the
+    corpus's token ids (1-D; cut into windows of `spec.window`, a partial last window left out): per autoencoder
+    (arrays, meta), as `write_pages` stores them."""
     t0 = time.perf_counter()
     S = len(corpus) // spec.window
     if S < 1:
         raise ValueError(f"the corpus has {len(corpus)} tokens, fewer than one window of {spec.window}")
     windows = np.asarray(corpus[:S * spec.window], dtype=np.int64).reshape(S, spec.window)
-    k = sae.cfg.k if sae.cfg.architecture == "topk" and sae.cfg.k is not None else min(sae.cfg.d_sae, 256)
-    ids, vals = corpus_features(model, sae, windows, k, progress)
-    arrays = page_arrays(ids, vals, windows.reshape(-1), spec.window, sae.cfg.d_sae, spec)
-    arrays.update(direction_logits(model, sae, spec.logits))
-    meta = {"format": FORMAT, "model": getattr(model, "name", None), "hook": sae.cfg.hook_name,
-            "d_sae": sae.cfg.d_sae, "corpus": corpus_name, "windows": S, "corpus_tokens": int(arrays["corpus_tokens"]),
-            "stored_per_token": k, "spec": asdict(spec), "seconds": round(time.perf_counter() - t0, 1)}
-    return arrays, meta
+    out = []
+    for sae, (ids, vals) in zip(saes, corpus_features(model, saes, windows, progress), strict=True):
+        arrays = page_arrays(ids, vals, windows.reshape(-1), spec.window, sae.cfg.d_sae, spec)
+        arrays.update(direction_logits(model, sae, spec.logits))
+        meta = {"format": FORMAT, "model": getattr(model, "name", None), "hook": sae.cfg.hook_name,
+                "d_sae": sae.cfg.d_sae, "corpus": corpus_name, "windows": S,
+                "corpus_tokens": int(arrays["corpus_tokens"]), "stored_per_token": _most(sae), "spec": asdict(spec),
+                "seconds": round(time.perf_counter() - t0, 1)}
+        out.append((arrays, meta))
+    return out
 
 
 # the arrays as stored: compact types (the activations in float16, token ids in the smallest type that holds them)
