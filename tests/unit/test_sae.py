@@ -153,6 +153,8 @@ def test_hub_reference_from_the_cache_offline(tmp_path: Path, monkeypatch: pytes
     (lambda f: (f / "cfg.json").write_text(json.dumps(v6_topk_cfg("blocks.1.attn.hook_z"))),
      "not a hook point an autoencoder can read"),
     (lambda f: (f / "cfg.json").write_text(json.dumps({**v6_topk_cfg(), "k": 0})), "needs k between 1"),
+    (lambda f: (f / "cfg.json").write_text(json.dumps({**v6_topk_cfg(), "hook_point_head_index": 3})),
+     "one attention head's values is not read here"),
 ])
 def test_bad_folders_are_one_sentence(tmp_path: Path, change, message: str) -> None:
     folder = write_reference(tmp_path / "sae", v6_topk_cfg(), reference_tensors())

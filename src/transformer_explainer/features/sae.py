@@ -150,7 +150,8 @@ class SAEConfig:
                                   "only 'none' is read here")
         if get("finetuning_scaling_factor"):
             raise CheckpointError(f"{where}: a finetuning scaling factor is not read here")
-        if get("hook_head_index") is not None or get("reshape_activations", "none") not in ("none", None):
+        heads = (get("hook_head_index"), get("hook_point_head_index"))  # the latter: SAELens before 6
+        if any(h is not None for h in heads) or get("reshape_activations", "none") not in ("none", None):
             raise CheckpointError(f"{where}: an autoencoder of one attention head's values is not read here")
         try:
             d_in, d_sae = int(get("d_in")), int(get("d_sae"))
