@@ -181,3 +181,16 @@ def test_damaged_pages_are_one_sentence(built, tmp_path: Path) -> None:
         detail = r.json()["detail"]
         assert detail.startswith(f"the feature pages of tiny at {HOOK} cannot be read") and "\n" not in detail
         assert "is not readable feature pages" in detail
+
+
+def test_a_damaged_autoencoder_config_is_one_sentence(built, tmp_path: Path) -> None:
+    model, _, _ = built
+    folder = tmp_path / "tiny-damaged-cfg"
+    shutil.copytree(Path(model.folder), folder)
+    damaged = load_model(str(folder), allow_download=False)
+    damaged.source = "builtin"
+    (folder / "saes" / HOOK / "cfg.json").write_text("{not json")
+    with TestClient(create_app({"tiny": damaged})) as c:
+        for r in (c.get("/api/features/hooks"), c.post("/api/features", json={"text": "hi", "hook": HOOK})):
+            assert r.status_code == 503, r.text
+            assert r.json()["detail"].startswith(f"the autoencoder of tiny at {HOOK} cannot be read")

@@ -56,7 +56,7 @@ async def features(body: FeaturesIn, ctx: Context) -> FeaturesOut:
     hook = body.hook or default_hook(list(folders))
     if hook not in folders:
         raise InputError(f"{name} ships autoencoders at {', '.join(folders)}, none at {hook}")
-    cfg = SAEConfig.from_json(read_json(folders[hook] / CFG_FILE), str(folders[hook] / CFG_FILE))
+    cfg = _cfg(name, hook, folders[hook])
     top = check_top(body.top, cfg.k, cfg.d_sae, FEATURES_TOP)
 
     def finish(t: Traced) -> FeaturesOut:
@@ -74,6 +74,14 @@ def _shipped(ctx: ServerContext, model: str | None) -> tuple[str, dict[str, Path
     return name, builtin_saes(name) if ctx.registry.source(name) == "builtin" else {}, None
 
 
+def _cfg(name: str, hook: str, folder: Path) -> SAEConfig:
+    """The cfg.json of an autoencoder the package ships; damaged, the server's fault, said as such (503)."""
+    try:
+        return SAEConfig.from_json(read_json(folder / CFG_FILE), str(folder / CFG_FILE))
+    except CheckpointError as e:
+        raise HTTPException(503, f"the autoencoder of {name} at {hook} cannot be read: {e}") from None
+
+
 def _shipping(ctx: ServerContext) -> list[str]:
     """The models of this server that ship autoencoders (loading none)."""
     return [name for name in ctx.registry.names() if _shipped(ctx, name)[1]]
@@ -86,7 +94,7 @@ def hooks(ctx: Context, model: ModelQuery = None) -> FeatureHooksOut:
     default = default_hook(list(folders)) if folders else None
     out = []
     for hook, folder in sorted(folders.items(), key=lambda kv: depth(kv[0])):  # first to last
-        cfg = SAEConfig.from_json(read_json(folder / CFG_FILE), str(folder / CFG_FILE))
+        cfg = _cfg(name, hook, folder)
         out.append(FeatureHookOut(hook=hook, layer=cfg.layer, d_sae=cfg.d_sae, k=cfg.k, default=hook == default,
                            pages=(folder / PAGES_FILE).is_file()))
     return FeatureHooksOut(model=name, hooks=out)
