@@ -1,15 +1,16 @@
 """Steering's side-by-side generation against one plain generation (issue 35: at most 2.2x).
 
-    .venv/bin/python benchmarks/steering.py [--tokens 20] [--rounds 5] [--threads 1] [--models explainer-small,gpt2]
+    .venv/bin/python benchmarks/steering.py [--tokens 20] [--rounds 5] [--threads 1] [--clock cpu|wall]
+                                            [--models explainer-small,gpt2-shape,smollm2-shape]
 
-For each model: a prompt of 15-16 tokens; "plain" is one `generate_ids` of --tokens greedy tokens; "side by side" is
-`steering.steer(..., sweep=False)`: the plain and the steered continuation (each its own generation, the steered
-one with the hook adding the vector after block L at every position), the residual stream's size at L and both
-continuations scored under the unsteered model (one pass over the prompt, then each continuation's own positions),
-and the direction's logit lens: everything the answer holds but the
-breakdown sweep (which is a generation per strength, asked for separately). Also "sweep": the whole answer with the
-sweep, for scale. Timed interleaved, round by round; medians. Models: the built-in explainer-small, GPT-2 small's
-shape and SmolLM2-135M's shape (random weights: `fixtures.py`).
+For each model, a prompt of 15-16 tokens and a random direction at the middle layer, half a typical residual vector
+long. Columns: "plain", one `generate_ids` of --tokens greedy tokens; "both", the plain and the steered continuation
+(each its own generation, the steered one with the hook adding the vector after block L at every position): the
+side-by-side generation the bound is about; "answer", `steering.steer(..., sweep=False)`: both, scored under the
+unsteered model (one pass over the prompt, then each continuation's own positions), the residual stream's size at L
+and the direction's logit lens; "with sweep", the whole answer with the breakdown sweep (a generation and a score per
+strength). Timed interleaved, round by round; medians. Models: the built-in explainer-small, GPT-2 small's shape and
+SmolLM2-135M's shape (random weights: `fixtures.py`).
 """
 
 from __future__ import annotations
