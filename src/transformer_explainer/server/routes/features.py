@@ -8,10 +8,11 @@ the package ships and load no model."""
 from __future__ import annotations
 
 import functools
+import time
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
 
 from ...engine import ExplainerModel
@@ -33,7 +34,7 @@ from ...generic import GenericModel
 from ...loading.files import read_json
 from ...loading.tokenizer import TextTokenizer
 from ..context import Context, ServerContext
-from .core import Traced, with_trace
+from .core import Traced, answer, with_trace
 
 router = APIRouter(tags=["features"])
 Model = ExplainerModel | GenericModel
@@ -42,7 +43,7 @@ ModelQuery = Annotated[str | None, Query(max_length=200)]
 
 
 @router.post("", response_model=FeaturesOut)
-async def features(body: FeaturesIn, ctx: Context) -> FeaturesOut:
+async def features(body: FeaturesIn, request: Request, ctx: Context) -> Response:
     """The features of the text at `hook` (default: the model's middle shipped autoencoder): per position the
     `top` most active by decreasing activation, the reconstruction error's size, the variance explained."""
     if body.hook is not None:
@@ -59,8 +60,10 @@ async def features(body: FeaturesIn, ctx: Context) -> FeaturesOut:
     cfg = _cfg(name, hook, folders[hook])
     top = check_top(body.top, cfg.k, cfg.d_sae, FEATURES_TOP)
 
-    def finish(t: Traced) -> FeaturesOut:
-        return features_out(t.name, text_features(t.model, t.trace, hook), top)
+    def finish(t: Traced) -> Response:  # answered as JSON here: validated once, when built
+        t0 = time.perf_counter()
+        out = features_out(t.name, text_features(t.model, t.trace, hook), top)
+        return answer(out, request, {"model": (t.t_traced - t.t0) * 1e3, "encode": (time.perf_counter() - t0) * 1e3})
 
     return await with_trace(ctx, body, finish)
 
