@@ -9,7 +9,7 @@ import { hasExperts, isLocal, layerHas, mixerOf, MIXER_STAGES, runsThrough, type
 
 export const STAGES = [
   "overview", "tokens", "embedding", "blocks", "layernorm", "qkv", "qknorm", "rope", "gqa", "attention", "window", "heads",
-  "residual", "mlp", "experts", "output", "experiments", "attribution",
+  "residual", "mlp", "experts", "output", "experiments", "attribution", "features",
 ] as const;
 export type StageId = (typeof STAGES)[number];
 
@@ -85,6 +85,7 @@ export function stageSpecs(stage: StageId, f: Focus): NamedSpecs {
     case "blocks":
     case "experiments": // asks /api/analysis itself
     case "attribution": // asks /api/attribution itself
+    case "features": // asks /api/features itself
       return {};
     case "overview": {
       // the focus token's vector at every stop of its journey, and its attention in the focus block

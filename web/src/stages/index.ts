@@ -48,4 +48,5 @@ export const STAGE_COMPONENTS: Record<StageId, StageComponent> = {
   output: Output,
   experiments: PARTS.experiments,
   attribution: PARTS.attribution,
+  features: PARTS.features,
 };
