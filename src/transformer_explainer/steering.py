@@ -70,7 +70,7 @@ class TextModel(Protocol):
     @property
     def dtype(self) -> torch.dtype: ...
     def encode(self, text: str, *, truncate: bool = False) -> list[int]: ...
-    def trace_ids(self, ids: list[int]) -> Any: ...
+    def last_logits(self, ids: list[int]) -> Tensor: ...
     def generate_ids(self, ids: list[int], max_new_tokens: int, params: SamplingParams | None = None, *,
                      stop_at_eos: bool = True) -> Iterator[GeneratedToken]: ...
     def residual_logits(self, x: Tensor) -> Tensor: ...
@@ -222,10 +222,11 @@ def _prompt_ids(model: TextModel, prompts: Sequence[str], which: str) -> list[li
 
 @torch.inference_mode()
 def residual_mean(model: TextModel, ids: list[int], layer: int) -> Tensor:
-    """(D,) float32: the residual stream after block `layer`, averaged over the positions of `ids`."""
-    from .names import block_name
-
-    return model.trace_ids(ids)[block_name(layer, "resid_post")].to(torch.float32).mean(0).cpu()
+    """(D,) float32: the residual stream after block `layer`, averaged over the positions of `ids` (read by a hook
+    on the block in the fast forward pass, which records nothing else)."""
+    with _capturing(model, layer) as seen:
+        model.last_logits(ids)
+    return seen[0].mean(0)
 
 
 def contrast_direction(model: TextModel, prompts_a: Sequence[str], prompts_b: Sequence[str], layer: int) -> Direction:
