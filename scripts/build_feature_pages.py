@@ -16,6 +16,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
 import time
 from pathlib import Path
@@ -28,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from transformer_explainer import load_model
-    from transformer_explainer.features.pages import PageSpec, build_pages, pages_size, write_pages
-    from transformer_explainer.features.sae import builtin_saes, load_sae
+    from transformer_explainer.features.pages import META_FILE, PageSpec, build_pages, pages_size, write_pages
+    from transformer_explainer.features.sae import WEIGHTS_FILE, builtin_saes, load_sae
     from transformer_explainer.loading.resolve import builtin_models
     from transformer_explainer.training.lm import tokenize_file
 
@@ -64,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
             built = build_pages(model, saes, corpus, spec, corpus_name=f"{where}, its first {len(corpus)} tokens",
                                 progress=lambda done, _n: bar.update(done - bar.n))
         for (hook, folder), sae, (arrays, meta) in zip(folders.items(), saes, built, strict=True):
+            # the weights the pages were built with; descriptions written of these weights' features are kept
+            meta["weights_sha256"] = hashlib.sha256((folder / WEIGHTS_FILE).read_bytes()).hexdigest()
+            before = folder / META_FILE
+            if before.is_file():
+                old = json.loads(before.read_text())
+                if old.get("weights_sha256") == meta["weights_sha256"] and old.get("descriptions"):
+                    meta["descriptions"] = old["descriptions"]
             write_pages(folder, arrays, meta)
             live = int((arrays["density"] > 0).sum())
             print(f"{name} {hook}: {sae.cfg.d_sae} features ({live} fire on the corpus), "

@@ -43,7 +43,7 @@ def built(tiny_gpt2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     (arrays, meta), (arrays0, meta0) = build_pages(model, [load_sae(sae_dir), load_sae(write_sae(
         tmp_path_factory.mktemp("other") / "sae", "blocks.0.hook_resid_pre", seed=5))], corpus, SPEC,
         corpus_name="random")
-    write_pages(sae_dir, arrays, meta)
+    write_pages(sae_dir, arrays, {**meta, "descriptions": {"5": "a test's words"}})
     assert meta0["hook"] == "blocks.0.hook_resid_pre" and arrays0["density"].shape == (D_SAE,)
     assert not other.exists()
     return model, sae_dir, corpus
@@ -137,7 +137,7 @@ def test_page_route_answers_the_page(client, built) -> None:
     model, sae_dir, _ = built
     hooks = client.get("/api/features/hooks").json()["hooks"]
     assert [(h["hook"], h["pages"]) for h in hooks] == [("blocks.0.hook_resid_post", False), (HOOK, True)]
-    j = next(j for j in range(D_SAE) if load_pages(sae_dir).page(j, str).top_contexts)
+    j = next(j for j in range(D_SAE) if j != 5 and load_pages(sae_dir).page(j, str).top_contexts)
     r = client.get(f"/api/features/{HOOK}/{j}")
     assert r.status_code == 200, r.text
     out = r.json()
@@ -148,6 +148,8 @@ def test_page_route_answers_the_page(client, built) -> None:
     assert out["density"] == pytest.approx(page.density) and out["counts"] == page.counts
     assert [p["id"] for p in out["promoted"]] == [i for i, _, _ in page.promoted]
     assert len(out["bin_edges"]) == len(out["counts"]) + 1
+    assert out["description"] is None  # nothing written for it: nothing made up
+    assert client.get(f"/api/features/{HOOK}/5").json()["description"] == "a test's words"
 
 
 @pytest.mark.parametrize(("path", "status", "phrase"), [

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import InputError
+from ..loading.resolve import builtin_models
 from ..trace import Trace
 from .sae import SparseAutoencoder, builtin_saes, check_fits, load_sae, parse_hook, trace_name
 
@@ -127,8 +128,10 @@ def choose_sae(model: Any, hook: str | None = None, sae: SaeLike | None = None,
     else:
         folders = builtin_saes(model)
         if not folders:
+            ship = [name for name in builtin_models() if builtin_saes(name)]
             raise InputError(f"{model.name} ships no sparse autoencoder; give one (a folder with cfg.json and "
-                             f"sae_weights.safetensors, or hf:owner/repo/subfolder)")
+                             f"sae_weights.safetensors, or hf:owner/repo/subfolder)"
+                             + (f", or use a built-in model that ships them: {', '.join(ship)}" if ship else ""))
         hook = hook or default_hook(list(folders))
         if hook not in folders:
             raise InputError(f"{model.name} ships autoencoders at {', '.join(folders)}, none at {hook}; choose one "

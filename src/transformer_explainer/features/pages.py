@@ -268,6 +268,7 @@ class FeaturePage:
     counts: list[int]  # nonzero activations per bin
     promoted: list[tuple[int, str, float]]  # (token id, its text, its logit)
     suppressed: list[tuple[int, str, float]]
+    description: str | None = None  # what the project wrote the feature detects, having read its page; None: nothing
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -282,6 +283,8 @@ class FeaturePages:
     def __init__(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
         self.a, self.meta = arrays, meta
         self.spec = PageSpec(**{**meta["spec"], "quantiles": tuple(meta["spec"]["quantiles"])})
+        # what the project wrote of some features after reading their pages ({"id": "text"} in the json)
+        self.descriptions = {int(k): str(v) for k, v in (meta.get("descriptions") or {}).items()}
 
     @property
     def d_sae(self) -> int:
@@ -319,7 +322,7 @@ class FeaturePages:
                            max_activation=top_act, top_contexts=tops, quantiles=quantiles,
                            bin_edges=[top_act * i / B for i in range(B + 1)],
                            counts=[int(n) for n in a["counts"][feature]], promoted=logits("promoted"),
-                           suppressed=logits("suppressed"))
+                           suppressed=logits("suppressed"), description=self.descriptions.get(feature))
 
 
 # the per-feature arrays (first dimension: the features), and the rest
@@ -349,7 +352,10 @@ def _load(folder: str, stamp: int) -> FeaturePages:
         raise CheckpointError(f"{path} points past its corpus of {n} tokens")
     for k in ("top_acts", "quantile_acts", "promoted_logits", "suppressed_logits"):
         arrays[k] = arrays[k].astype(np.float32)
-    return FeaturePages(arrays, meta)
+    try:
+        return FeaturePages(arrays, meta)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{Path(folder) / META_FILE} is not readable feature pages: {e!r}") from None
 
 
 def load_pages(folder: Path) -> FeaturePages | None:

@@ -129,6 +129,8 @@ class FeaturePageOut(BaseModel):
     counts: list[int]
     promoted: list[FeatureLogitOut]
     suppressed: list[FeatureLogitOut]
+    # what the project wrote the feature detects, from its page; null where nothing was written (nothing is guessed)
+    description: str | None = None
 
 
 # -- the answers, shared by the API and the CLI's --json ------------------------------------------------------

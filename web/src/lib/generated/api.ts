@@ -433,6 +433,7 @@ export interface FeaturePageOut {
   counts: number[];
   promoted: FeatureLogitOut[];
   suppressed: FeatureLogitOut[];
+  description?: string | null;
 }
 
 export interface FeatureQuantileOut {
