@@ -15,12 +15,15 @@ Directions: a feature's decoder row (a sparse autoencoder at `blocks.L.hook_resi
 difference of the residual-stream means at layer L of two sets of prompts (each prompt's mean over its positions,
 then the mean over the prompts: activation addition's "contrast" direction).
 
-Where the text breaks down, measured: the steered continuation's mean log-probability per token under the
-unsteered model (teacher-forced on prompt + continuation). The text counts as broken where that mean falls below
-`BREAKDOWN_BOUND` of the way from the plain continuation's own mean to a uniform guess over the vocabulary
-(-ln V): halfway, by default. A sweep of strengths from small to large fractions of the residual stream's typical
-size (the median norm over the prompt's positions at layer L) finds the first strength that breaks it; every
-point of the sweep is returned, not only the verdict.
+Where the text breaks down, measured two ways against the plain continuation: the steered continuation's mean
+log-probability per token under the unsteered model (each token given the prompt and the tokens before it), and its
+share of distinct tokens (distinct tokens / tokens). The text counts as broken where that mean falls below
+`BREAKDOWN_BOUND` of the way from the plain continuation's own mean to a uniform guess over the vocabulary (-ln V):
+halfway; or where its share of distinct tokens falls below `REPETITION_BOUND` of the plain continuation's: half (a
+text that repeats one likely token, ",,,,,,", stays likely under the model, and the second test catches it). A
+sweep of strengths from small to large fractions of the residual stream's typical size (the median norm over the
+prompt's positions at layer L) finds the first strength that breaks it; every point of the sweep is returned, not
+only the verdict.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class TextModel(Protocol):
 # the sweep's strengths, as multiples of the residual stream's median norm at the layer over the direction's norm
 SWEEP_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 BREAKDOWN_BOUND = 0.5  # broken: the mean log-probability has gone this far from the plain text's to a uniform guess's
+REPETITION_BOUND = 0.5  # or its share of distinct tokens is below this fraction of the plain text's
 LENS_TOKENS = 10  # tokens the direction's lens lists each way
 
 BetweenRuns = Callable[[], None]
@@ -361,7 +365,8 @@ class SweepPoint:
     strength: float
     tokens: list[GeneratedToken]
     mean_log_prob: float  # per token, under the unsteered model
-    broken: bool
+    distinct: float  # distinct tokens / tokens
+    broken: bool  # mean_log_prob below the bound, or distinct below its bound
 
 
 @dataclass(frozen=True)
@@ -379,6 +384,9 @@ class Steering:
     steered_log_prob: float
     uniform_log_prob: float  # -ln V: a uniform guess over the vocabulary
     bound: float  # below this mean log-probability a continuation counts as broken
+    plain_distinct: float  # the plain continuation's share of distinct tokens
+    steered_distinct: float
+    distinct_bound: float  # below this share of distinct tokens a continuation counts as broken too
     residual_norm: float  # the median norm of the residual stream after the layer over the prompt's positions
     lens_promoted: list[LensToken]
     lens_suppressed: list[LensToken]
@@ -386,7 +394,7 @@ class Steering:
 
     @property
     def steered_broken(self) -> bool:
-        return self.steered_log_prob < self.bound
+        return broken(self.steered_log_prob, self.steered_distinct, self.bound, self.distinct_bound)
 
     @property
     def breakdown(self) -> float | None:
@@ -412,10 +420,21 @@ class Steering:
                  f"{[t.text for t in self.lens_suppressed[:5]]}"]
         if self.sweep:
             b = self.breakdown
-            lines.append(f"  breaks down (mean log-prob < {self.bound:.3f}) at strength {b:g}" if b is not None else
-                         f"  no strength of the sweep up to {self.sweep[-1].strength:g} breaks it down "
-                         f"(mean log-prob < {self.bound:.3f})")
+            rule = f"mean log-prob < {self.bound:.3f} or distinct tokens < {self.distinct_bound:.0%}"
+            lines.append(f"  breaks down ({rule}) at strength {b:g}" if b is not None else
+                         f"  no strength of the sweep up to {self.sweep[-1].strength:g} breaks it down ({rule})")
         return "\n".join(lines)
+
+
+def distinct_share(ids: Sequence[int]) -> float:
+    """Distinct tokens / tokens (1 for an empty continuation)."""
+    return len(set(ids)) / len(ids) if ids else 1.0
+
+
+def broken(mean_log_prob: float, distinct: float, bound: float, distinct_bound: float) -> bool:
+    """Whether a continuation counts as broken: its mean log-probability under the unsteered model below `bound`, or
+    its share of distinct tokens below `distinct_bound`."""
+    return mean_log_prob < bound or distinct < distinct_bound
 
 
 def sweep_strengths(direction: Direction, residual_norm: float, sign: float) -> list[float]:
@@ -460,16 +479,19 @@ def steer(model: TextModel, prompt: str | Sequence[int], direction: Direction, s
     plain_lp, steered_lp = score(plain), score(steered)
     uniform = -math.log(model.config.vocab_size)
     bound = plain_lp + BREAKDOWN_BOUND * (uniform - plain_lp)
+    plain_distinct = distinct_share([t.id for t in plain])
+    distinct_bound = REPETITION_BOUND * plain_distinct
     points = []
     if sweep:
         for s in sweep_strengths(direction, residual_norm, -1.0 if strength < 0 else 1.0):
             tick()
             out = steered_tokens(model, ids, direction, s, tokens, params)
-            lp = score(out)
-            points.append(SweepPoint(s, out, lp, lp < bound))
+            lp, dist = score(out), distinct_share([t.id for t in out])
+            points.append(SweepPoint(s, out, lp, dist, broken(lp, dist, bound, distinct_bound)))
     promoted, suppressed = direction_lens(model, direction.vector)
     return Steering(ids, model.tokenizer.token_texts(ids), direction, strength, params, plain, steered, plain_lp,
-                    steered_lp, uniform, bound, residual_norm, promoted, suppressed, points)
+                    steered_lp, uniform, bound, plain_distinct, distinct_share([t.id for t in steered]),
+                    distinct_bound, residual_norm, promoted, suppressed, points)
 
 
 def make_direction(model: TextModel, *, contrast: tuple[Sequence[str], Sequence[str]] | None = None,

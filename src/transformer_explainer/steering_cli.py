@@ -49,7 +49,7 @@ def _text(tokens: list) -> str:
 
 def cmd_steer(args: argparse.Namespace) -> int:
     from .sampling import SamplingParams
-    from .steering import BREAKDOWN_BOUND, steer
+    from .steering import BREAKDOWN_BOUND, REPETITION_BOUND, steer
     from .steering_features import choose_direction
     from .steering_schemas import steer_out
 
@@ -84,10 +84,11 @@ def cmd_steer(args: argparse.Namespace) -> int:
     print(f"sampling: {s.params.describe()}" + ("" if s.params.greedy else f", seed {s.params.seed}")
           + " (both continuations)")
     print(f"prompt:  {repr(''.join(s.prompt_tokens))}")
-    print(f"plain:   {_text(s.plain)}   mean log-prob {s.plain_log_prob:.3f} per token")
     where = ("the same tokens" if s.changed_at is None else f"differs from generated token {s.changed_at} on")
-    print(f"steered: {_text(s.steered)}   mean log-prob {s.steered_log_prob:.3f} per token ({where}"
-          f"{'; broken' if s.steered_broken else ''})")
+    print(f"plain:   {_text(s.plain)}   mean log-prob {s.plain_log_prob:.3f} per token, "
+          f"{s.plain_distinct:.0%} distinct tokens")
+    print(f"steered: {_text(s.steered)}   mean log-prob {s.steered_log_prob:.3f} per token, "
+          f"{s.steered_distinct:.0%} distinct tokens ({where}{'; broken' if s.steered_broken else ''})")
     print("(mean log-prob: of each generated token under the unsteered model, given the tokens before it)")
     print("the direction promotes:   " + ", ".join(f"{t.text!r} {t.logit:+.3g}" for t in s.lens_promoted))
     print("            suppresses:   " + ", ".join(f"{t.text!r} {t.logit:+.3g}" for t in s.lens_suppressed))
@@ -95,13 +96,14 @@ def cmd_steer(args: argparse.Namespace) -> int:
     if s.sweep:
         print(f"\nbreakdown sweep: broken where the mean log-prob falls below {s.bound:.3f}, "
               f"{BREAKDOWN_BOUND:.0%} of the way from the plain text's {s.plain_log_prob:.3f} to a uniform guess's "
-              f"{s.uniform_log_prob:.3f}")
-        print(f"  {'strength':>10}  {'log-prob':>8}  continuation")
+              f"{s.uniform_log_prob:.3f}, or the share of distinct tokens below {s.distinct_bound:.0%} "
+              f"({REPETITION_BOUND:.0%} of the plain text's)")
+        print(f"  {'strength':>10}  {'log-prob':>8}  {'distinct':>8}  continuation")
         for p in s.sweep:
             broken = "  (broken)" if p.broken else ""
-            print(f"  {p.strength:>10.4g}  {p.mean_log_prob:>8.3f}  {_text(p.tokens)}{broken}")
+            print(f"  {p.strength:>10.4g}  {p.mean_log_prob:>8.3f}  {p.distinct:>8.0%}  {_text(p.tokens)}{broken}")
         b = s.breakdown
-        print(f"the text breaks down at strength {b:g}, the first of the sweep below the bound" if b is not None else
+        print(f"the text breaks down at strength {b:g}, the first of the sweep that breaks it" if b is not None else
               f"no strength of the sweep (up to {s.sweep[-1].strength:g}) breaks the text down")
     return 0
 

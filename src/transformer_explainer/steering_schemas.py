@@ -71,7 +71,8 @@ class SweepPointOut(BaseModel):
     strength: float
     tokens: list[SteerToken]
     mean_log_prob: float | None  # per token under the unsteered model; None for an empty continuation
-    broken: bool  # mean_log_prob below `bound`
+    distinct: float  # distinct tokens / tokens
+    broken: bool  # mean_log_prob below `bound`, or distinct below `distinct_bound`
 
 
 class DirectionOut(BaseModel):
@@ -108,6 +109,9 @@ class SteerOut(BaseModel):
     steered_log_prob: float | None
     uniform_log_prob: float  # -ln V: a uniform guess over the vocabulary
     bound: float | None  # halfway from plain_log_prob to uniform_log_prob: below it a continuation counts as broken
+    plain_distinct: float  # the plain continuation's share of distinct tokens (distinct tokens / tokens)
+    steered_distinct: float
+    distinct_bound: float  # half plain_distinct: below it a continuation counts as broken too (it repeats itself)
     steered_broken: bool
     residual_norm: float  # the residual stream's median norm after the layer over the prompt's positions
     sweep: list[SweepPointOut]  # strengths from small to large (empty when not asked)
@@ -135,10 +139,11 @@ def steer_out(model_name: str, s: Steering) -> SteerOut:
                                seed=None if p.greedy else p.seed),
         plain=tokens(s.plain), steered=tokens(s.steered), changed_at=s.changed_at,
         plain_log_prob=_finite(s.plain_log_prob), steered_log_prob=_finite(s.steered_log_prob),
-        uniform_log_prob=s.uniform_log_prob, bound=_finite(s.bound), steered_broken=s.steered_broken,
+        uniform_log_prob=s.uniform_log_prob, bound=_finite(s.bound), plain_distinct=s.plain_distinct,
+        steered_distinct=s.steered_distinct, distinct_bound=s.distinct_bound, steered_broken=s.steered_broken,
         residual_norm=s.residual_norm,
         sweep=[SweepPointOut(strength=q.strength, tokens=tokens(q.tokens), mean_log_prob=_finite(q.mean_log_prob),
-                             broken=q.broken) for q in s.sweep],
+                             distinct=q.distinct, broken=q.broken) for q in s.sweep],
         breakdown=s.breakdown,
         promoted=[LensTokenOut(id=t.id, text=t.text, logit=t.logit) for t in s.lens_promoted],
         suppressed=[LensTokenOut(id=t.id, text=t.text, logit=t.logit) for t in s.lens_suppressed])

@@ -156,11 +156,14 @@ def test_the_sweep_finds_where_the_text_breaks_down(tiny_model) -> None:
     d = _random_direction(tiny_model, 1, seed=2)
     s = steer(tiny_model, PROMPT, d, 1.0, tokens=8)
     assert [p.strength for p in s.sweep] == sorted(p.strength for p in s.sweep) and len(s.sweep) >= 5
-    assert all(p.broken == (p.mean_log_prob < s.bound) for p in s.sweep)
     assert s.bound == pytest.approx(s.plain_log_prob + 0.5 * (-math.log(tiny_model.config.vocab_size)
                                                               - s.plain_log_prob))
+    assert s.plain_distinct == len({t.id for t in s.plain}) / len(s.plain) and s.distinct_bound == s.plain_distinct / 2
+    for p in s.sweep:
+        assert p.distinct == len({t.id for t in p.tokens}) / len(p.tokens)
+        assert p.broken == (p.mean_log_prob < s.bound or p.distinct < s.distinct_bound)
     b = s.breakdown
-    assert b is None or b == next(p.strength for p in s.sweep if p.mean_log_prob < s.bound)
+    assert b is None or b == next(p.strength for p in s.sweep if p.broken)
     assert "plain" in repr(s) and "steered" in repr(s)
     # the mean log-probability is the unsteered model's, teacher-forced
     ids = s.prompt_ids + [t.id for t in s.steered]
@@ -183,6 +186,16 @@ def test_another_thread_is_not_steered(tiny_model) -> None:
         thread.join()
         steered = [t.id for t in tiny_model.generate_ids(ids, 10, greedy)]
     assert other == plain and steered != plain
+
+
+def test_a_text_that_repeats_one_token_is_broken_though_likely() -> None:
+    """",,,,,,,," can stay likely under the unsteered model (each comma after commas); its share of distinct tokens
+    (1 of 8) below half the plain text's says it broke down."""
+    from transformer_explainer.steering import broken, distinct_share
+
+    assert distinct_share([5] * 8) == 1 / 8 and distinct_share([1, 2, 3, 1]) == 3 / 4 and distinct_share([]) == 1.0
+    assert broken(-2.0, 1 / 8, -5.0, 0.5 * 3 / 4) and not broken(-2.0, 3 / 4, -5.0, 0.5 * 3 / 4)
+    assert broken(-6.0, 3 / 4, -5.0, 0.5 * 3 / 4)
 
 
 # -- bad input: one sentence each ---------------------------------------------------------------------------------

@@ -951,6 +951,9 @@ export interface SteerOut {
   steered_log_prob: number | null;
   uniform_log_prob: number;
   bound: number | null;
+  plain_distinct: number;
+  steered_distinct: number;
+  distinct_bound: number;
   steered_broken: boolean;
   residual_norm: number;
   sweep: SweepPointOut[];
@@ -983,6 +986,7 @@ export interface SweepPointOut {
   strength: number;
   tokens: SteerToken[];
   mean_log_prob: number | null;
+  distinct: number;
   broken: boolean;
 }
 
