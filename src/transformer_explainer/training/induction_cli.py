@@ -1,0 +1,86 @@
+"""`transformer-explainer train induction`: the induction run and its one-layer control (training/induction.py).
+
+Its limits live here, apart from the training code (and torch), so that building the CLI's parser imports neither;
+`InductionConfig.check` holds a run started from Python or a server to the same limits."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..cli_args import _float, int_range
+
+# name -> (lowest, highest) accepted
+LIMITS: dict[str, tuple[float, float]] = {
+    "layers": (1, 4), "steps": (1, 20000), "width": (16, 256), "heads": (1, 8), "lr": (1e-5, 1e-1),
+    "batch": (1, 256), "record_every": (1, 5000), "checkpoint_every": (1, 20000),
+}
+
+
+def float_range(lo: float, hi: float):  # noqa: ANN201 (an argparse type)
+    def parse(text: str) -> float:
+        v = _float(text)
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be a number from {lo:g} to {hi:g}, got {text}")
+        return v
+
+    parse.__name__ = "number"
+    return parse
+
+
+def _int(name: str):  # noqa: ANN202
+    lo, hi = LIMITS[name]
+    return int_range(int(lo), int(hi))
+
+
+def register(subcommands: argparse._SubParsersAction, train_subcommands: argparse._SubParsersAction) -> None:
+    p = train_subcommands.add_parser(
+        "induction", help="train a small decoder on repeated random tokens and record an induction head forming")
+    p.add_argument("--out", type=Path, required=True,
+                   help="run folder: config.json, run.json, and per run (main/, control/) log.jsonl, checkpoints/ "
+                        "and model/ (an HF folder the app opens); an interrupted run there resumes")
+    p.add_argument("--layers", type=_int("layers"), default=2, help="decoder blocks of the run (default 2)")
+    p.add_argument("--steps", type=_int("steps"), default=3000, help="optimizer steps of each run (default 3000)")
+    p.add_argument("--width", type=_int("width"), default=64, help="d_model (default 64)")
+    p.add_argument("--heads", type=_int("heads"), default=4, help="attention heads per block (default 4)")
+    p.add_argument("--lr", type=float_range(*LIMITS["lr"]), default=3e-3, help="AdamW's peak rate (default 3e-3)")
+    p.add_argument("--batch", type=_int("batch"), default=32, help="sequences per step (default 32)")
+    p.add_argument("--seed", type=int_range(0, 2**31 - 1), default=0, help="random seed (default 0)")
+    p.add_argument("--record-every", type=_int("record_every"), default=50,
+                   help="a record (losses, head scores, attention maps) every this many steps (default 50)")
+    p.add_argument("--checkpoint-every", type=_int("checkpoint_every"), default=500,
+                   help="a checkpoint every this many steps (default 500)")
+    p.add_argument("--control", action=argparse.BooleanOptionalAction, default=True,
+                   help="also train the one-layer control on the same data and budget (default: yes)")
+    p.add_argument("--family", choices=["llama"], default="llama",
+                   help="the family code the decoder is built with (llama: RMSNorm, rotary positions, gated MLP)")
+    p.add_argument("--json", action="store_true", help="print run.json rather than a summary")
+    p.set_defaults(func=cmd_train_induction)
+
+
+def cmd_train_induction(args: argparse.Namespace) -> int:
+    from .induction import InductionConfig, train_induction
+
+    config = InductionConfig(layers=args.layers, steps=args.steps, width=args.width, heads=args.heads, lr=args.lr,
+                             batch=args.batch, seed=args.seed, record_every=args.record_every,
+                             checkpoint_every=args.checkpoint_every, control=args.control, family=args.family)
+    config.check()
+
+    def show(name: str, r) -> None:  # noqa: ANN001
+        print(f"{name} step {r.step}: loss first {r.first_loss:.3f}, repeat {r.repeat_loss:.3f}; best induction "
+              f"score {r.best_induction:.2f}", file=sys.stderr, flush=True)
+
+    result = train_induction(config, args.out, show)
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    for name, run in result["runs"].items():
+        head = run["induction_head"]
+        print(f"{name} ({run['layers']} layer{'s' if run['layers'] > 1 else ''}): induction score >= 0.5 "
+              + (f"from step {head}" if head is not None else "never")
+              + f"; repeat loss {run['final_repeat_loss']:.3f} vs first occurrence {run['final_first_loss']:.3f}; "
+                f"{run['wall_s']:.0f} s, {run['steps_per_s']:.1f} steps/s")
+    print(f"model: {Path(args.out) / 'main' / 'model'}")
+    return 0
