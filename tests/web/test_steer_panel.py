@@ -98,6 +98,10 @@ def check_against(page, want: dict) -> None:
     else:
         assert float(breakdown.locator("[data-num=steer-breakdown]").get_attribute("data-raw")) == want["breakdown"]
         assert "the first that breaks the text down" in breakdown.inner_text()
+        first = next(p for p in want["sweep"] if p["broken"])
+        assert first["strength"] == want["breakdown"]
+        assert page.locator("[data-testid=steer-broken-text]").text_content().endswith(
+            "".join(t["text"] for t in first["tokens"]))
     promoted = page.locator("[data-testid=steer-promoted] li").evaluate_all("es => es.map(e => Number(e.dataset.id))")
     assert promoted == [t["id"] for t in want["promoted"]]
     score = page.locator("[data-testid=steer-score]").inner_text()
@@ -145,6 +149,9 @@ def test_a_contrast_and_bad_input(browser, server) -> None:
         check_against(page, want)
         assert "set A (2) minus the mean over set B (2), after block 0" in \
             page.locator("[data-testid=steer-direction]").inner_text()
+        assert want["breakdown"] is not None  # this contrast breaks the text within the sweep: that wording is read
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.locator("[data-testid=steer-panel]").screenshot(path=str(SHOTS / "desktop-contrast.png"))
 
         # an empty set: the server's sentence
         page.fill("[data-testid=steer-a]", "  \n")

@@ -2,7 +2,7 @@
 // by them (lib/lesson.ts's claim/either), with the other wording beside it; numbers to 3 significant digits.
 import type { SteerOut, SteerToken } from "../../lib/generated/api";
 import { claim, either, say, type Text } from "../../lib/lesson";
-import { dec, int } from "../../lib/lessonFormat";
+import { dec, int, pct } from "../../lib/lessonFormat";
 
 /** The positions of the continuations where the two tokens differ (one continuation may end sooner: the positions
  *  past its end differ too). */
@@ -35,28 +35,42 @@ export function size(r: SteerOut): Text {
     rn: dec("steer-rn", r.residual_norm) })];
 }
 
-/** The steered text's score under the unsteered model, and whether that counts as broken. */
-export function score(r: SteerOut): Text {
-  if (r.steered_log_prob === null || r.plain_log_prob === null || r.bound === null) return [];
-  return [say("steer.score", { st: dec("steer-lp", r.steered_log_prob), pl: dec("steer-plain-lp", r.plain_log_prob),
-    u: dec("steer-uniform", r.uniform_log_prob) }),
-  either(r.steered_broken, "steer.broken", "steer.notBroken", { b: dec("steer-bound", r.bound) })];
+/** Which of the two measures call a continuation broken: its mean log-probability under the unsteered model below
+ *  `bound` (halfway from the plain text's to a uniform guess's), or its share of distinct tokens below `distinct_bound`
+ *  (half the plain text's: it repeats itself). */
+export function brokenBy(r: SteerOut, lp: number | null, distinct: number): { lp: boolean; rep: boolean } {
+  return { lp: lp !== null && r.bound !== null && lp < r.bound, rep: distinct < r.distinct_bound };
 }
 
-/** Where the sweep breaks the text down, or that none of its strengths does. */
+/** The steered text's score under the unsteered model and its share of distinct tokens, and whether either counts
+ *  as broken. */
+export function score(r: SteerOut): Text {
+  if (r.steered_log_prob === null || r.plain_log_prob === null || r.bound === null) return [];
+  const by = brokenBy(r, r.steered_log_prob, r.steered_distinct);
+  const vars = { b: dec("steer-bound", r.bound), db: pct("steer-distinct-bound", r.distinct_bound) };
+  return [say("steer.score", { st: dec("steer-lp", r.steered_log_prob), pl: dec("steer-plain-lp", r.plain_log_prob),
+    u: dec("steer-uniform", r.uniform_log_prob), sd: pct("steer-distinct", r.steered_distinct),
+    pd: pct("steer-plain-distinct", r.plain_distinct) }),
+  claim(by.lp && by.rep ? "steer.brokenBoth" : by.lp ? "steer.brokenLp" : by.rep ? "steer.brokenRep" : "steer.notBroken", vars)];
+}
+
+/** Where the sweep breaks the text down and by which measure, or that none of its strengths does. */
 export function sweepText(r: SteerOut): Text {
   if (!r.sweep.length || r.bound === null) return [];
-  const bound = dec("steer-bound", r.bound);
+  const b = dec("steer-bound", r.bound), db = pct("steer-distinct-bound", r.distinct_bound);
   const n = int("steer-sweep-n", r.sweep.length);
   const at = r.sweep.find((p) => p.broken);
-  if (!at || at.mean_log_prob === null) {
+  if (!at) {
     const last = r.sweep[r.sweep.length - 1];
     return [claim("steer.noBreak", { n, max: dec("steer-sweep-max", last.strength),
-      f: dec("steer-sweep-max-f", relative(r, last.strength)), b: bound })];
+      f: dec("steer-sweep-max-f", relative(r, last.strength)), b, db })];
   }
+  const by = brokenBy(r, at.mean_log_prob, at.distinct);
+  const why = by.lp && by.rep ? "steer.whyBoth" : by.lp ? "steer.whyLp" : "steer.whyRep";
+  const whyVars = { lp: dec("steer-breakdown-lp", at.mean_log_prob ?? NaN), b,
+    d: pct("steer-breakdown-distinct", at.distinct), db };
   return [claim("steer.breaks", { s: dec("steer-breakdown", at.strength), f: dec("steer-breakdown-f", relative(r, at.strength)),
-    lp: dec("steer-breakdown-lp", at.mean_log_prob), b: bound, k: int("steer-broken-k", r.sweep.filter((p) => p.broken).length),
-    n })];
+    why: claim(why, whyVars), k: int("steer-broken-k", r.sweep.filter((p) => p.broken).length), n })];
 }
 
 /** How many of each continuation's tokens are among the tokens the direction promotes most. */
