@@ -3,8 +3,9 @@ as a built-in model that ships an autoencoder at blocks.1.hook_resid_post. With 
 the same and the panel says so; at a strength that steers, the tokens shown, the marks on the ones that differ, the
 sweep's points and its breakdown, and the direction's lens are /api/steer's; a contrast of two prompt sets steers as
 the API does; bad input (an empty set, a layer the model lacks) shows the server's one sentence; a Pixel 7 in 中文
-(screenshot in test-artifacts/steer/). The vitest units of the panel's sentences (web/tests/steerText.test.ts: the
-wordings the random model never reaches, such as a sweep that breaks the text) run here too."""
+(screenshot in test-artifacts/steer/); the offline snapshot says that steering needs the live app. The vitest units
+of the panel's sentences (web/tests/steerText.test.ts: the wordings the random model never reaches, such as a sweep
+broken by repetition alone) run here too."""
 
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ SHOTS = ARTIFACTS / "steer"
 
 
 @pytest.fixture(scope="module")
-def server(tiny_gpt2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def steer_model(tiny_gpt2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The tiny GPT-2 laid out as a built-in model that ships an autoencoder at blocks.1.hook_resid_post."""
     from transformer_explainer import load_model
-    from transformer_explainer.server import create_app
 
     static = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "web_dist"
     if not (static / "index.html").is_file():
@@ -44,7 +45,14 @@ def server(tiny_gpt2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     write_sae(folder / "saes" / HOOK, HOOK, seed=3)
     m = load_model(str(folder), allow_download=False)
     m.source = "builtin"  # what a model found in the package's builtin/ folder says of itself: it ships its saes/
-    with LiveServer(create_app({"tiny": m})) as srv:
+    return m
+
+
+@pytest.fixture(scope="module")
+def server(steer_model) -> Iterator[LiveServer]:
+    from transformer_explainer.server import create_app
+
+    with LiveServer(create_app({"tiny": steer_model})) as srv:
         yield srv
 
 
@@ -191,3 +199,29 @@ def test_vitest_steering_sentences() -> None:
     r = vitest("tests/steerText.test.ts", timeout=300)
     assert r.returncode == 0, r.stdout[-8000:] + r.stderr[-4000:]
     assert passed(r) >= 6, r.stdout[-4000:]
+
+
+def test_the_offline_snapshot_says_steering_needs_the_live_app(browser, steer_model, tmp_path: Path) -> None:
+    from transformer_explainer.notebook import save_snapshot
+
+    file = save_snapshot(steer_model, TEXT, tmp_path / "steer.html")
+    own, blocked, errors = file.as_uri(), [], []
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+    ctx.route("**/*", lambda route: route.continue_() if route.request.url == own
+              else (blocked.append(route.request.url), route.abort()))
+    page = ctx.new_page()
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(own)
+        page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+        page.click("[data-testid=nav-features]")
+        page.wait_for_selector("[data-testid=feat-chip]", timeout=30_000)
+        page.locator("[data-testid=feat-chip]").first.click()
+        note = page.locator("[data-testid=steer-offline]")
+        note.wait_for()
+        assert note.inner_text().startswith("Steering runs the model")
+        assert page.locator("[data-testid=steer-run]").count() == 0
+    finally:
+        ctx.close()
+    assert not blocked, f"the snapshot tried to load: {blocked}"
+    assert not errors, f"errors in the page: {errors}"
