@@ -137,8 +137,9 @@ def test_a_feature_steers_as_the_api_does(browser, server) -> None:
         run(page, strength)
         check_against(page, want)
         outcome = page.locator("[data-testid=steer-outcome]").inner_text()
-        assert ("differ from the first generated token" if want["changed_at"] == 0
-                else f"agree on the first {want['changed_at']} generated tokens") in outcome
+        at = want["changed_at"]
+        assert ("differ from the first generated token" if at == 0 else "agree on the first generated token, then"
+                if at == 1 else f"agree on the first {at} generated tokens") in outcome
         k = page.locator("[data-testid=steer-outcome] [data-num=steer-k]").inner_text()
         assert int(k) == len(marked(page, "steered")) + max(0, len(want["plain"]) - len(want["steered"]))
         SHOTS.mkdir(parents=True, exist_ok=True)

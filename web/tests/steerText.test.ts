@@ -53,6 +53,7 @@ describe("steering's sentences", () => {
     expect(keys(outcome(later))).toEqual(["steer.differAfter"]);
     expect([value(outcome(later), "steer-at"), value(outcome(later), "steer-k"), value(outcome(later), "steer-n")])
       .toEqual([2, 2, 4]);
+    expect(keys(outcome(answer({ steered: [1, 5, 3, 4].map(tok), changed_at: 1 })))).toEqual(["steer.differAfterOne"]);
   });
 
   it("say which measure breaks the steered text, if any", () => {

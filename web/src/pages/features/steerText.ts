@@ -1,7 +1,7 @@
 // What the steering panel says about an answer of /api/steer. Every sentence that depends on the numbers is chosen
-// by them (lib/lesson.ts's claim/either), with the other wording beside it; numbers to 3 significant digits.
+// by them (lib/lesson.ts's claim), with the other wordings beside it; numbers to 3 significant digits.
 import type { SteerOut, SteerToken } from "../../lib/generated/api";
-import { claim, either, say, type Text } from "../../lib/lesson";
+import { claim, say, type Text } from "../../lib/lesson";
 import { dec, int, pct } from "../../lib/lessonFormat";
 
 /** The positions of the continuations where the two tokens differ (one continuation may end sooner: the positions
@@ -24,7 +24,8 @@ export function outcome(r: SteerOut): Text {
       : claim("steer.same", { s: dec("steer-s", r.strength), n: int("steer-n", n) })];
   const vars = { k: int("steer-k", differing(r.plain, r.steered).length), n: int("steer-n", n),
     at: int("steer-at", r.changed_at) };
-  return [either(r.changed_at === 0, "steer.differFirst", "steer.differAfter", vars)];
+  return [claim(r.changed_at === 0 ? "steer.differFirst" : r.changed_at === 1 ? "steer.differAfterOne" : "steer.differAfter",
+    vars)];
 }
 
 /** What the strength adds, against the residual stream it is added to. */
