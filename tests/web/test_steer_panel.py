@@ -26,6 +26,7 @@ pytestmark = pytest.mark.browser
 
 TEXT = "The cat sat on the mat and the dog"
 HOOK = "blocks.1.hook_resid_post"
+PRE = "blocks.1.hook_resid_pre"  # a feature there cannot steer (steering adds after a block); the default, by depth
 A = ["I love this. It is wonderful.", "What a happy day."]
 B = ["I hate this. It is awful.", "What a sad day."]
 TOKENS = 8
@@ -43,6 +44,7 @@ def steer_model(tiny_gpt2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("steer") / "tiny-steer"
     shutil.copytree(tiny_gpt2_dir, folder)
     write_sae(folder / "saes" / HOOK, HOOK, seed=3)
+    write_sae(folder / "saes" / PRE, PRE, seed=4)
     m = load_model(str(folder), allow_download=False)
     m.source = "builtin"  # what a model found in the package's builtin/ folder says of itself: it ships its saes/
     return m
@@ -61,13 +63,17 @@ def steer(server: LiveServer, **body) -> httpx.Response:
     return httpx.post(server.url + "api/steer", json=body, timeout=60)
 
 
-def open_panel(page) -> int:
-    """Open the first feature of the text's list, and return its id; the panel below its page is then in view."""
-    page.wait_for_selector("[data-testid=feat-chip]", timeout=30_000)
-    chip = page.locator("[data-testid=feat-chip]").first
-    chip.click()
+def open_panel(page, hook: str | None = None) -> None:
+    """Open the first feature of the text's list at `hook` (default: the page's); the panel below its page is then in
+    view."""
+    fresh = ("() => { const c = document.querySelector('[data-testid=feat-chip]');"
+             " return c !== null && c.closest('.busy') === null; }")
+    page.wait_for_function(fresh, timeout=30_000)
+    if hook is not None:
+        page.select_option("[data-testid=feat-hook]", hook)
+        page.wait_for_function(fresh, timeout=30_000)
+    page.locator("[data-testid=feat-chip]").first.click()
     page.wait_for_selector("[data-testid=steer-panel]")
-    return int(page.locator("[data-testid=steer-feature-id]").input_value())
 
 
 def run(page, strength: float) -> None:
@@ -118,8 +124,11 @@ def check_against(page, want: dict) -> None:
 
 def test_a_feature_steers_as_the_api_does(browser, server) -> None:
     with open_app(browser, server.url, query=f"#text={TEXT}&view=features") as page:
-        fid = open_panel(page)
+        open_panel(page, HOOK)
+        assert page.is_checked("[data-testid=steer-mode-feature]")
         assert page.locator("[data-testid=steer-feature-layer]").input_value() == "1"  # the open feature's hook
+        fid = int(page.locator("[data-testid=steer-feature-id]").input_value())
+        assert fid == int(page.locator("[data-testid=feat-chip].open").get_attribute("data-id"))
         feature = {"layer": 1, "id": fid}
 
         run(page, 0.0)
@@ -144,6 +153,12 @@ def test_a_feature_steers_as_the_api_does(browser, server) -> None:
         assert int(k) == len(marked(page, "steered")) + max(0, len(want["plain"]) - len(want["steered"]))
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.locator("[data-testid=steer-panel]").screenshot(path=str(SHOTS / "desktop-feature.png"))
+
+        # a feature of a hook steering does not add at: said, and the contrast offered rather than the last feature
+        open_panel(page, PRE)
+        note = page.wait_for_selector("[data-testid=steer-not-post]").inner_text()
+        assert PRE in note and "cannot steer" in note
+        assert page.is_checked("[data-testid=steer-mode-contrast]")
 
 
 def test_a_contrast_and_bad_input(browser, server) -> None:
@@ -183,7 +198,7 @@ def test_a_contrast_and_bad_input(browser, server) -> None:
 
 def test_phone_in_chinese(browser, server) -> None:
     with open_app(browser, server.url, query=f"#text={TEXT}&view=features&lang=zh", **PIXEL_7) as page:
-        open_panel(page)
+        open_panel(page, HOOK)
         run(page, 0.0)
         assert "强度 0 什么也没有加" in page.locator("[data-testid=steer-outcome]").inner_text()
         assert page.locator("[data-testid=steer-breakdown]").inner_text()
