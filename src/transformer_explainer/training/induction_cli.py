@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..cli_args import _float, int_range
 
@@ -19,7 +21,9 @@ LIMITS: dict[str, tuple[float, float]] = {
 }
 
 
-def float_range(lo: float, hi: float):  # noqa: ANN201 (an argparse type)
+def float_range(lo: float, hi: float) -> Callable[[str], float]:
+    """A finite number in [lo, hi], as an argparse type."""
+
     def parse(text: str) -> float:
         v = _float(text)
         if not lo <= v <= hi:
@@ -30,7 +34,7 @@ def float_range(lo: float, hi: float):  # noqa: ANN201 (an argparse type)
     return parse
 
 
-def _int(name: str):  # noqa: ANN202
+def _int(name: str) -> Callable[[str], int]:
     lo, hi = LIMITS[name]
     return int_range(int(lo), int(hi))
 
@@ -68,7 +72,7 @@ def cmd_train_induction(args: argparse.Namespace) -> int:
                              checkpoint_every=args.checkpoint_every, control=args.control, family=args.family)
     config.check()
 
-    def show(name: str, r) -> None:  # noqa: ANN001
+    def show(name: str, r: Any) -> None:
         print(f"{name} step {r.step}: loss first {r.first_loss:.3f}, repeat {r.repeat_loss:.3f}; best induction "
               f"score {r.best_induction:.2f}", file=sys.stderr, flush=True)
 
