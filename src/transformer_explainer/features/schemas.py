@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, Field
 
-from ..schemas import InputIn
+from ..analysis.schemas import TokenArg
+from ..schemas import MAX_IDS, InputIn
 
 if TYPE_CHECKING:
+    from .attribution import FeatureAttribution
     from .encode import TextFeatures
     from .pages import FeaturePage
 
@@ -34,7 +36,54 @@ class FeaturesIn(InputIn):
     top: Annotated[int, Field(ge=1, le=MAX_FEATURES_TOP)] | None = None
 
 
+class FeatureAttributionIn(InputIn):
+    """The logit of `target` at `position` (default: the last; `target` as /api/attribution/attribute's), minus that
+    of `versus` when given, with the output of the block the autoencoder at `hook` reads (a block's output,
+    blocks.L.hook_resid_post; default: the middle one the model ships) split into its features plus the error."""
+
+    hook: HookName | None = None
+    target: TokenArg | None = None
+    versus: TokenArg | None = None
+    position: Annotated[int, Field(ge=-MAX_IDS, lt=MAX_IDS)] | None = None
+    top: Annotated[int, Field(ge=1, le=MAX_FEATURES_TOP)] = FEATURES_TOP  # features listed, by |effect|
+
+
 # -- responses -------------------------------------------------------------------------------------
+
+
+class FeatureEffectOut(BaseModel):
+    id: int
+    activation: float
+    effect: float  # its direct effect on the metric
+
+
+class FeatureAttributionOut(BaseModel):
+    """The metric at `position` with block `layer`'s output there split into parts: the decoder's bias, each active
+    feature (`features`: the first `top` by |effect|; `others`: the rest summed) and the error; the parts add up to
+    `whole`, the block output's direct effect through the final norm frozen at `scale`. The logit is `whole` +
+    `later` (what the blocks after `layer` wrote; 0 at the last block) + `rest` (the norm's shift along the token's
+    direction, which no part writes)."""
+
+    model: str
+    hook: str
+    layer: int
+    n_layer: int
+    d_sae: int
+    k: int | None
+    tokens: list[str]
+    position: int
+    target: FeatureLogitOut
+    versus: FeatureLogitOut | None
+    metric: float
+    rest: float
+    scale: float
+    whole: float
+    later: float
+    bias: float
+    error: float
+    active: int
+    features: list[FeatureEffectOut]
+    others: float
 
 
 class FeatureOut(BaseModel):
@@ -158,5 +207,15 @@ def page_out(model: str, page: FeaturePage) -> FeaturePageOut:
     return FeaturePageOut.model_validate({"model": model, **page.to_dict()})
 
 
-REQUESTS = [FeaturesIn]
-RESPONSES = [FeaturesOut, FeatureHooksOut, FeaturePageOut]
+def feature_attribution_out(model: str, a: FeatureAttribution, logits: list[float]) -> FeatureAttributionOut:
+    """`logits`: the position's logits of target and versus (read in their `logit` fields)."""
+    d = {k: getattr(a, k) for k in ("hook", "layer", "n_layer", "d_sae", "k", "tokens", "position", "metric", "rest",
+                                    "scale", "whole", "later", "bias", "error", "active", "others")}
+    d["target"] = {"id": a.target, "token": a.target_text, "logit": logits[0]}
+    d["versus"] = None if a.versus is None else {"id": a.versus, "token": a.versus_text, "logit": logits[1]}
+    d["features"] = [{"id": f.id, "activation": f.activation, "effect": f.effect} for f in a.features]
+    return FeatureAttributionOut.model_validate({"model": model, **d})
+
+
+REQUESTS = [FeaturesIn, FeatureAttributionIn]
+RESPONSES = [FeaturesOut, FeatureHooksOut, FeaturePageOut, FeatureAttributionOut]

@@ -32,6 +32,8 @@ from ...analysis.attribution_schemas import (
 )
 from ...engine import ExplainerModel
 from ...errors import ExplainerError, InputError, coded, error_answer
+from ...features.attribution import feature_attribution
+from ...features.schemas import FeatureAttributionIn, FeatureAttributionOut, feature_attribution_out
 from ...generic import GenericModel
 from ...patching import PatchingCost
 from ..context import Context
@@ -56,6 +58,23 @@ async def attribute(body: AttributeIn, ctx: Context) -> AttributeOut:
     def finish(t: Traced) -> AttributeOut:
         a = t.model.attribute(t.trace, body.target, body.versus, position=body.position)
         return attribute_out(t.name, a, t.trace.token_ids)
+
+    return await with_trace(ctx, body, finish)
+
+
+@router.post("/features", response_model=FeatureAttributionOut)
+async def features(body: FeatureAttributionIn, ctx: Context) -> FeatureAttributionOut:
+    """Why this token, by features: the output of the block the shipped autoencoder at `hook` reads, split into its
+    features plus the error, each part's direct effect on the logit (difference) through the frozen final norm;
+    beside it what the blocks after that one wrote. From the server's cached trace of the text when it has one
+    (one trace and one encoding, as POST /api/features: no analysis lane)."""
+
+    def finish(t: Traced) -> FeatureAttributionOut:
+        a = feature_attribution(t.model, t.trace, body.hook, body.target, body.versus, position=body.position,
+                                top=body.top)
+        row = t.trace["logits"][a.position]
+        logits = [float(row[a.target])] + ([float(row[a.versus])] if a.versus is not None else [])
+        return feature_attribution_out(t.name, a, logits)
 
     return await with_trace(ctx, body, finish)
 

@@ -364,7 +364,7 @@ export interface EncodedTensor {
   data: string;
 }
 
-export type ErrorCode = "error" | "input_invalid" | "model_not_found" | "forbidden" | "model_unusable" | "internal" | "request_invalid" | "body_unreadable" | "body_too_large" | "not_found" | "field_missing" | "field_unknown" | "field_type" | "field_too_long" | "field_too_short" | "number_too_small" | "number_not_above" | "number_too_large" | "number_not_below" | "number_not_finite" | "text_empty" | "text_no_tokens" | "text_not_unicode" | "text_control_char" | "ids_empty" | "text_too_long" | "prompt_too_long" | "context_full" | "token_id_out_of_range" | "generate_count" | "temperature_invalid" | "temperature_too_low" | "top_k_invalid" | "top_k_too_large" | "top_p_invalid" | "seed_invalid" | "model_unknown" | "model_loading" | "server_starting" | "model_load_failed" | "busy" | "timed_out" | "shutting_down" | "rate_limited" | "too_many_calls" | "too_many_analyses" | "too_many_switches" | "host_refused" | "origin_refused" | "token_required" | "downloads_off" | "download_busy" | "download_not_offered" | "download_not_found" | "download_offline" | "download_interrupted" | "download_no_repo" | "download_no_files" | "download_damaged" | "download_failed" | "s2s_unknown_task" | "s2s_out_of_vocabulary" | "s2s_text_too_long" | "s2s_target_empty" | "s2s_target_too_long" | "s2s_no_reference" | "s2s_beam_size" | "s2s_example_unsolvable" | "s2s_example_too_long" | "s2s_steps" | "training_busy" | "not_one_token" | "token_empty" | "analogy_empty" | "projection_too_few" | "loss_needs_two_tokens" | "layer_out_of_range" | "head_out_of_range" | "position_out_of_range" | "count_too_small" | "analysis_too_large" | "analysis_too_large_text";
+export type ErrorCode = "error" | "input_invalid" | "model_not_found" | "forbidden" | "model_unusable" | "internal" | "request_invalid" | "body_unreadable" | "body_too_large" | "not_found" | "field_missing" | "field_unknown" | "field_type" | "field_too_long" | "field_too_short" | "number_too_small" | "number_not_above" | "number_too_large" | "number_not_below" | "number_not_finite" | "text_empty" | "text_no_tokens" | "text_not_unicode" | "text_control_char" | "ids_empty" | "text_too_long" | "prompt_too_long" | "context_full" | "token_id_out_of_range" | "generate_count" | "temperature_invalid" | "temperature_too_low" | "top_k_invalid" | "top_k_too_large" | "top_p_invalid" | "seed_invalid" | "model_unknown" | "model_loading" | "server_starting" | "model_load_failed" | "busy" | "timed_out" | "shutting_down" | "rate_limited" | "too_many_calls" | "too_many_analyses" | "too_many_switches" | "host_refused" | "origin_refused" | "token_required" | "downloads_off" | "download_busy" | "download_not_offered" | "download_not_found" | "download_offline" | "download_interrupted" | "download_no_repo" | "download_no_files" | "download_damaged" | "download_failed" | "s2s_unknown_task" | "s2s_out_of_vocabulary" | "s2s_text_too_long" | "s2s_target_empty" | "s2s_target_too_long" | "s2s_no_reference" | "s2s_beam_size" | "s2s_example_unsolvable" | "s2s_example_too_long" | "s2s_steps" | "training_busy" | "not_one_token" | "token_empty" | "analogy_empty" | "projection_too_few" | "loss_needs_two_tokens" | "layer_out_of_range" | "head_out_of_range" | "position_out_of_range" | "count_too_small" | "analysis_too_large" | "analysis_too_large_text" | "steer_one_direction" | "steer_layer_missing" | "steer_set_empty" | "steer_set_too_many" | "steer_prompt_too_long" | "steer_sets_alike" | "steer_no_saes" | "steer_no_sae_at" | "steer_feature_out_of_range";
 
 /** An error answer. `detail` is the English sentence; `code` (errors.ERROR_CODES) and `params` are for programs: the web app shows its own sentence for the code in the learner's language. */
 export interface ErrorOut {
@@ -382,6 +382,43 @@ export interface EvalEvent {
   token_acc: number;
 }
 
+/** The logit of `target` at `position` (default: the last; `target` as /api/attribution/attribute's), minus that of `versus` when given, with the output of the block the autoencoder at `hook` reads (a block's output, blocks.L.hook_resid_post; default: the middle one the model ships) split into its features plus the error. */
+export interface FeatureAttributionIn {
+  model?: string | null;
+  text?: string | null;
+  ids?: number[] | null;
+  truncate?: boolean;
+  hook?: string | null;
+  target?: number | string | null;
+  versus?: number | string | null;
+  position?: number | null;
+  top?: number;
+}
+
+/** The metric at `position` with block `layer`'s output there split into parts: the decoder's bias, each active feature (`features`: the first `top` by |effect|; `others`: the rest summed) and the error; the parts add up to `whole`, the block output's direct effect through the final norm frozen at `scale`. The logit is `whole` + `later` (what the blocks after `layer` wrote; 0 at the last block) + `rest` (the norm's shift along the token's direction, which no part writes). */
+export interface FeatureAttributionOut {
+  model: string;
+  hook: string;
+  layer: number;
+  n_layer: number;
+  d_sae: number;
+  k: number | null;
+  tokens: string[];
+  position: number;
+  target: FeatureLogitOut;
+  versus: FeatureLogitOut | null;
+  metric: number;
+  rest: number;
+  scale: number;
+  whole: number;
+  later: number;
+  bias: number;
+  error: number;
+  active: number;
+  features: FeatureEffectOut[];
+  others: number;
+}
+
 /** Tokens of the corpus around one token where the feature fired: `tokens[i]` with the feature's activation `activations[i]`; `center` indexes the token the context was chosen for. */
 export interface FeatureContextOut {
   tokens: string[];
@@ -389,6 +426,12 @@ export interface FeatureContextOut {
   activations: number[];
   center: number;
   activation: number;
+}
+
+export interface FeatureEffectOut {
+  id: number;
+  activation: number;
+  effect: number;
 }
 
 export interface FeatureHookOut {
