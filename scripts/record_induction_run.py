@@ -4,7 +4,7 @@ and a checkpoint every 1000, so that the folder stays a few MB.
 
     nice .venv/bin/python scripts/record_induction_run.py [--out src/transformer_explainer/builtin/induction-run]
 
-The folder holds config.json and run.json (the settings, each run's milestones), and per run (main/, control/):
+The folder holds settings.json and run.json (the settings, each run's milestones), and per run (main/, control/):
 log.jsonl (every record), model/ (the final model, an HF folder the app opens); main/ also keeps
 checkpoints/step-NNNNN/ (HF folders) to scrub back through.
 """
@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from transformer_explainer.training.induction import InductionConfig, train_induction
+from transformer_explainer.training.induction import SETTINGS, InductionConfig, train_induction
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "src" / "transformer_explainer" / "builtin" / "induction-run"
 
@@ -36,7 +36,7 @@ def main() -> None:
             r.best_induction))
         shutil.rmtree(args.out, ignore_errors=True)
         args.out.mkdir(parents=True)
-        for f in ("config.json", "run.json"):
+        for f in (SETTINGS, "run.json"):
             shutil.copy(run / f, args.out / f)
         for name in result["runs"]:
             (args.out / name).mkdir()

@@ -14,7 +14,13 @@ import torch
 
 from transformer_explainer.cli import main
 from transformer_explainer.errors import InputError
-from transformer_explainer.training.induction import InductionConfig, measure_folder, read_log, train_induction
+from transformer_explainer.training.induction import (
+    SETTINGS,
+    InductionConfig,
+    measure_folder,
+    read_log,
+    train_induction,
+)
 
 SHIPPED = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "builtin" / "induction-run"
 
@@ -164,7 +170,7 @@ def test_another_config_in_the_same_folder_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not (SHIPPED / "run.json").is_file(), reason="the recorded run is not built yet")
 def test_the_shipped_run_replays_its_log() -> None:
-    config = InductionConfig(**json.loads((SHIPPED / "config.json").read_text()))
+    config = InductionConfig(**json.loads((SHIPPED / SETTINGS).read_text()))
     for run in ("main", "control"):
         log = {r["step"]: r for r in read_log(SHIPPED / run / "log.jsonl")}
         folders = [(config.steps, SHIPPED / run / "model")]
@@ -181,3 +187,6 @@ def test_the_shipped_run_replays_its_log() -> None:
     assert result["runs"]["main"]["induction_head"] is not None
     assert result["runs"]["control"]["induction_head"] is None
     assert sum(f.stat().st_size for f in SHIPPED.rglob("*") if f.is_file()) < 8e6
+    from transformer_explainer.loading.resolve import builtin_models
+
+    assert "induction-run" not in builtin_models()  # a recorded run, not a model the app lists

@@ -45,6 +45,7 @@ INDUCTION_BAR = 0.5
 SYMBOLS = [chr(c) for c in range(ord("A"), ord("Z") + 1)] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + [
     str(d) for d in range(10)]
 UNK = "<unk>"
+SETTINGS = "settings.json"  # the run's InductionConfig, in its folder
 
 
 @dataclass(frozen=True)
@@ -338,12 +339,13 @@ def _train_one(config: InductionConfig, layers: int, folder: Path, on_record: Ca
 def train_induction(config: InductionConfig, out: Path, on_record: Callable[[str, Record], None] | None = None,
                     should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Train the run (`out/main`) and, with `config.control`, the one-layer control (`out/control`) on the same
-    data and budget; `on_record(run_name, record)` sees each record as it is made. Writes `out/run.json` (the
-    config and each run's milestones) and returns it. Same config and seed, same numbers."""
+    data and budget; `on_record(run_name, record)` sees each record as it is made. Writes `out/settings.json` (the
+    config) and `out/run.json` (the config and each run's milestones) and returns it. Same config and seed, same
+    numbers."""
     config.check()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    config_file = out / "config.json"
+    config_file = out / SETTINGS  # not config.json: a folder with one would pass for a model folder
     if config_file.is_file() and json.loads(config_file.read_text()) != asdict(config):
         raise InputError(f"{out} holds a run with another configuration; choose another --out")
     config_file.write_text(json.dumps(asdict(config), indent=1) + "\n")
