@@ -54,13 +54,14 @@ def write_signed_basis_sae(folder: Path, hook: str, mean: torch.Tensor) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def sae_server(tiny_gpt2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    from transformer_explainer.server import create_app
+def describe(j: int) -> str:
+    """What feature j of the signed-basis autoencoder detects (true by its construction)."""
+    return f"coordinate {j % D} of the residual stream {'above' if j < D else 'below'} its mean"
 
-    static = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "web_dist"
-    if not (static / "index.html").is_file():
-        cannot_run("the web UI is not built (cd web && npm ci && npx vite build)")
+
+@pytest.fixture(scope="module")
+def sae_model(tiny_gpt2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The tiny GPT-2 laid out as a built-in model that ships two autoencoders, the deeper one with its pages."""
     folder = tmp_path_factory.mktemp("features-page") / "tiny-sae"
     shutil.copytree(tiny_gpt2_dir, folder)
     model = load_model(str(folder), allow_download=False)
@@ -70,8 +71,19 @@ def sae_server(tiny_gpt2_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     model.source = "builtin"  # what a model found in the package's builtin/ folder says of itself
     corpus = np.array(random_ids(SPEC.window * 12, model.config.vocab_size, seed=11))
     [(arrays, meta)] = build_pages(model, [load_sae(sae_dir)], corpus, SPEC, corpus_name="random")
+    meta["descriptions"] = {str(j): describe(j) for j in range(0, 2 * D, 2)}  # the even features' alone
     write_pages(sae_dir, arrays, meta)
-    with LiveServer(create_app({"tiny-sae": model})) as srv:
+    return model
+
+
+@pytest.fixture(scope="module")
+def sae_server(sae_model) -> Iterator[LiveServer]:
+    from transformer_explainer.server import create_app
+
+    static = Path(__file__).resolve().parents[2] / "src" / "transformer_explainer" / "web_dist"
+    if not (static / "index.html").is_file():
+        cannot_run("the web UI is not built (cd web && npm ci && npx vite build)")
+    with LiveServer(create_app({"tiny-sae": sae_model})) as srv:
         yield srv
 
 
@@ -198,15 +210,30 @@ def test_a_feature_page_then_guess_then_reveal(browser, sae_server) -> None:
         assert shown == [visible(x["token"]) for x in ref["promoted"]]
         assert page.locator("[data-testid=feat-suppressed] .lt").all_inner_texts() == [
             visible(x["token"]) for x in ref["suppressed"]]
-        # these pages carry no description: the page says so rather than inventing one
-        assert "description" not in ref
+        # the description the pages carry for the feature (the even ones'), or the sentence that none was written
         desc = page.locator("[data-testid=feat-description]")
-        assert desc.get_attribute("data-written") == "0"
-        assert desc.inner_text().startswith("No description was written for this feature")
+        if fid % 2 == 0:
+            assert ref["description"] == describe(fid)
+            assert desc.get_attribute("data-written") == "1"
+            assert desc.inner_text() == f"The project's description: {describe(fid)}"
+        else:
+            assert ref["description"] is None
+            assert desc.get_attribute("data-written") == "0"
+            assert desc.inner_text().startswith("No description was written for this feature")
         # the guess survives hiding the answer again
         page.click("[data-testid=feat-hide]")
         assert page.locator("[data-testid=feat-answer]").count() == 0
         assert page.locator("[data-testid=feat-guess]").input_value() == "cats"
+        # a feature of the other parity: the other wording, and a fresh guess
+        other = next(int(r.get_attribute("data-id")) for r in page.locator("[data-testid=feat-row]").all()
+                     if int(r.get_attribute("data-id")) % 2 != fid % 2)
+        page.click(f"[data-testid=feat-row-chip][data-id='{other}']")
+        page.wait_for_selector(f"[data-testid=feat-page][data-id='{other}'] [data-testid=feat-density]")
+        assert page.locator("[data-testid=feat-guess]").input_value() == ""
+        page.click("[data-testid=feat-reveal]")
+        assert page.locator("[data-testid=feat-your-guess]").inner_text() == "You revealed without writing a guess."
+        assert page.locator("[data-testid=feat-description]").get_attribute("data-written") == (
+            "1" if other % 2 == 0 else "0")
 
 
 def test_an_autoencoder_without_pages_says_so(browser, sae_server) -> None:
@@ -251,7 +278,9 @@ def test_pixel7_chinese(browser, sae_server) -> None:
         page.fill("[data-testid=feat-guess]", "猫")
         page.locator("[data-testid=feat-reveal]").tap()
         page.wait_for_selector("[data-testid=feat-answer]")
-        assert page.locator("[data-testid=feat-description]").inner_text().startswith("这个特征没有写下描述")
+        desc = page.locator("[data-testid=feat-description]").inner_text()
+        none = "这个特征没有写下描述：请根据它的上下文和下面的词元自己判断。"
+        assert desc == (f"项目写下的描述：{describe(fid)}" if fid % 2 == 0 else none)
         width = page.evaluate("() => document.documentElement.scrollWidth")
         assert width <= PIXEL7["viewport"]["width"], f"the page is {width} px wide on a 412 px phone"
         SHOTS.mkdir(parents=True, exist_ok=True)
@@ -259,3 +288,43 @@ def test_pixel7_chinese(browser, sae_server) -> None:
         page.screenshot(path=str(SHOTS / "features-pixel7-zh.png"), full_page=False)
         page.locator("[data-testid=feat-page]").scroll_into_view_if_needed()
         page.screenshot(path=str(SHOTS / "feature-page-pixel7-zh.png"), full_page=False)
+
+
+def test_the_offline_snapshot_shows_the_features_of_its_text(browser, sae_model, sae_server, tmp_path: Path) -> None:
+    """The snapshot (and the notebook widget, which shows the same file) carries the text's features at the default
+    autoencoder (the middle one by depth; of blocks 0 and 1: block 0's); a feature's page says it needs the live app."""
+    from transformer_explainer.notebook import save_snapshot
+
+    file = save_snapshot(sae_model, TEXT, tmp_path / "features.html")
+    ids = post(sae_server, "trace", text=TEXT)["token_ids"]
+    want = post(sae_server, "features", ids=ids, hook=BARE, top=8)  # write_sae's k
+    own, blocked, errors = file.as_uri(), [], []
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+    ctx.route("**/*", lambda route: route.continue_() if route.request.url == own
+              else (blocked.append(route.request.url), route.abort()))
+    page = ctx.new_page()
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(own)
+        page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+        page.click("[data-testid=nav-features]")
+        page.wait_for_function("n => document.querySelectorAll('[data-testid=feat-token]').length === n",
+                               arg=len(ids), timeout=30_000)
+        assert page.locator("[data-testid=feat-hook] option").all_inner_texts() == [f"layer 0: {BARE} (256 features)"]
+        for p in (0, len(ids) - 1):
+            page.click(f"[data-testid=feat-token][data-pos='{p}']")
+            page.wait_for_selector(f"[data-testid=feat-pos] h3:has-text('position {p})')")
+            got = chips(page, "feat-pos")
+            assert [i for i, _ in got] == [f["id"] for f in want["positions"][p]["features"]]
+            # a snapshot page prints 3 significant digits (what its float16 tensors hold)
+            assert [float(a.replace("−", "-")) for _, a in got] == pytest.approx(
+                [f["activation"] for f in want["positions"][p]["features"]], rel=2e-3)
+        first = want["positions"][0]["features"][0]["id"]
+        page.click(f"[data-testid=feat-pos] [data-testid=feat-chip][data-id='{first}']")
+        note = page.locator("[data-testid=feat-page-offline]")
+        note.wait_for()
+        assert note.inner_text().startswith(f"Feature #{first}'s page (its contexts on the corpus")
+    finally:
+        ctx.close()
+    assert not blocked, f"the snapshot tried to load: {blocked}"
+    assert not errors, f"errors in the page: {errors}"

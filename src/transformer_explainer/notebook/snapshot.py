@@ -56,9 +56,13 @@ from ..analysis.embeddings import embedding_matrix
 from ..encoding import lower_triangle
 from ..engine import ExplainerModel
 from ..errors import InputError
+from ..features.encode import default_hook, text_features
+from ..features.sae import CFG_FILE, SAEConfig, builtin_saes
+from ..features.schemas import FEATURES_TOP, MAX_FEATURES_TOP, FeatureHookOut, FeatureHooksOut, features_out
 from ..generic import GenericModel
 from ..limits import ABLATION_TOP, APP_TOP_K, APP_TOP_N, DEFAULT_SEED, LENS_TOP, MAX_TOKENS_LIST, NEIGHBOURS
 from ..loading.checkpoint import atomic_write_bytes
+from ..loading.files import read_json
 from ..names import NAME_TABLES, NameTable, block_name, blocks_label, describe, layer_of
 from ..overview import Found, OverviewAsk, config_out, trace_overview
 from ..schemas import ModelInfo, ModelList, SamplingIn
@@ -250,6 +254,23 @@ class SnapshotInfo:
     keep_mb: float | None = None  # the max_mb that would keep everything left out (None: nothing was)
 
 
+def snapshot_features(model: Model, trace: Trace) -> dict[str, Any] | None:
+    """The Features view of the traced text: its features at the model's default shipped autoencoder (the middle one,
+    as the app opens), every active feature of each position (top = k), as POST /api/features answers them, and that
+    autoencoder as GET /api/features/hooks lists it (its pages stay in the package: a feature's page needs the live
+    app). None for a model that ships none."""
+    folders = builtin_saes(model)
+    if not folders:
+        return None
+    hook = default_hook(list(folders))
+    cfg = SAEConfig.from_json(read_json(folders[hook] / CFG_FILE), str(folders[hook] / CFG_FILE))
+    top = cfg.k if cfg.k is not None and cfg.k <= MAX_FEATURES_TOP else FEATURES_TOP
+    shipped = FeatureHookOut(hook=hook, layer=cfg.layer, d_sae=cfg.d_sae, k=cfg.k, default=True, pages=False)
+    hooks = FeatureHooksOut(model=model.name, hooks=[shipped])
+    out = features_out(model.name, text_features(model, trace, hook), top)
+    return {"hooks": hooks.model_dump(), "out": out.model_dump(), "top": top}
+
+
 def check_languages(languages: Sequence[str]) -> list[str]:
     out = list(dict.fromkeys(languages))
     if not out or any(lang not in LANGUAGES for lang in out):
@@ -285,6 +306,7 @@ def snapshot_data(model: Model, trace: Trace, *, max_mb: float = 4.5, ablations:
         "aliases": _aliases(model, trace),
         "weights": weights, "omitted": [], "languages": languages, "cjk_font": cjk_font,
         "analysis": snapshot_analyses(model, trace, ablations=ablations, between_passes=between_passes),
+        "features": snapshot_features(model, trace),
     }
     attribution = SnapshotAttribution(model, trace)  # the last position's now; the earlier ones last, as room allows
     data["attribution"] = attribution.record

@@ -4,7 +4,8 @@
 // own rules (slicing.ts), derived stages computed by the trace's own rules (derive.ts), and the analyses
 // computed when the file was written. Anything else gets a message saying so.
 import type {
-  AttributeOut, ComponentOut, EncodedTensor, ModelList, SamplingIn, TensorSpec, TokenIdText, TraceOut,
+  AttributeOut, ComponentOut, EncodedTensor, FeatureHooksOut, FeaturesOut, ModelList, SamplingIn, TensorSpec, TokenIdText,
+  TraceOut,
 } from "../lib/generated/api";
 import { visible } from "../lib/format";
 import { describeIn } from "../lib/generated/names";
@@ -64,6 +65,9 @@ export interface SnapshotData {
     projection: { request: unknown[]; out: Record<string, unknown> | null; error: string | null } | null;
   };
   attribution: AttributionRecord;
+  // the Features view of the text at the default autoencoder the model ships (absent in files before it, null where
+  // the model ships none); a feature's page stays in the package
+  features?: { hooks: FeatureHooksOut; out: FeaturesOut; top: number } | null;
 }
 
 function read(): SnapshotData | null {
@@ -325,6 +329,17 @@ export async function snapshotCall(path: string, body?: unknown): Promise<unknow
   }
 }
 
+/** The features of the snapshot's text at the autoencoder it carries; a feature's page needs the live app. */
+function featuresCall(d: SnapshotData, path: string, b: Body): unknown {
+  const f = d.features;
+  if (!f) throw missing("the features of a text");
+  if (path.startsWith("features/hooks")) return f.hooks;
+  if (path !== "features") throw missing("a feature's page");
+  sameInput(d, b);
+  if (b.hook != null && b.hook !== f.out.hook) throw missing(`the features at ${String(b.hook)}`);
+  return f.out;
+}
+
 function answerCall(path: string, body?: unknown): unknown {
   const d = snapshot!;
   const b = (body ?? {}) as Body;
@@ -335,6 +350,7 @@ function answerCall(path: string, body?: unknown): unknown {
     return m;
   }
   if (path.startsWith("analysis/")) return analysisCall(d, path.slice(9), b);
+  if (path === "features" || path.startsWith("features/")) return featuresCall(d, path, b);
   switch (path) {
     case "trace": {
       sameInput(d, b);

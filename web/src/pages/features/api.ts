@@ -3,8 +3,8 @@
 import { call } from "../../lib/client";
 import type { FeaturePageOut, FeaturesIn, FeaturesOut } from "../../lib/generated/api";
 
-/** A feature's page; `description` is what the project wrote of the feature, where pages carry one. */
-export type FeaturePage = FeaturePageOut & { description?: string | null };
+/** A feature's page; `description` is what the project wrote the feature detects (null where it wrote nothing). */
+export type FeaturePage = FeaturePageOut;
 
 const KEEP = 24;
 const answers = new Map<string, Promise<unknown>>();
