@@ -138,6 +138,22 @@ ERROR_CODES: dict[str, ErrorCodeInfo] = {
                                 "server computes for one request", "passes", "tokens"),
     "analysis_too_large_text": _code("as analysis_too_large, and a text of at most `fits` tokens would fit",
                                      "passes", "tokens", "fits"),
+    # steering (a direction added to the residual stream; the web app's sentences give no CLI advice)
+    "steer_one_direction": _code("a steering needs exactly one direction: a feature, or a contrast with a layer"),
+    "steer_layer_missing": _code("a contrast direction needs the layer to read it at and add it to"),
+    "steer_set_empty": _code("contrast set `set` (A or B) has no prompt", "set"),
+    "steer_set_too_many": _code("contrast set `set` has `count` prompts; at most `limit` are read",
+                                "set", "count", "limit"),
+    "steer_prompt_too_long": _code("prompt `prompt` of contrast set `set` has `chars` characters; at most `limit`",
+                                   "set", "prompt", "chars", "limit"),
+    "steer_sets_alike": _code("the two contrast sets have the same mean after block `layer`: their difference is "
+                              "zero and adds nothing", "layer"),
+    "steer_no_saes": _code("the model `model` ships no autoencoder at a block's output (hook_resid_post), so no "
+                           "feature steers it: use a contrast", "model"),
+    "steer_no_sae_at": _code("the model `model` ships no autoencoder at `hook`; features steer at `hooks` "
+                             "(comma-separated)", "model", "hook", "hooks"),
+    "steer_feature_out_of_range": _code("feature `id` is outside 0..`max` (the autoencoder at `hook`)",
+                                        "id", "max", "hook"),
 }
 
 

@@ -161,7 +161,8 @@ def check_layer(model: TextModel, layer: int) -> int:
 
 def check_strength(strength: float) -> float:
     if isinstance(strength, bool) or not isinstance(strength, int | float) or not math.isfinite(strength):
-        raise InputError(f"the steering strength must be a finite number, got {strength!r}")
+        raise InputError(f"the steering strength must be a finite number, got {strength!r}", code="number_not_finite",
+                         field="strength")
     return float(strength)
 
 
@@ -209,18 +210,22 @@ def _prompt_ids(model: TextModel, prompts: Sequence[str], which: str) -> list[li
     if isinstance(prompts, str) or not isinstance(prompts, Sequence):
         raise InputError(f"contrast set {which} must be a list of prompts")
     if not prompts:
-        raise InputError(f"contrast set {which} is empty: write at least one prompt in it")
+        raise InputError(f"contrast set {which} is empty: write at least one prompt in it", code="steer_set_empty",
+                         set=which)
     if len(prompts) > MAX_CONTRAST_PROMPTS:
-        raise InputError(f"contrast set {which} has {len(prompts)} prompts; at most {MAX_CONTRAST_PROMPTS} are read")
+        raise InputError(f"contrast set {which} has {len(prompts)} prompts; at most {MAX_CONTRAST_PROMPTS} are read",
+                         code="steer_set_too_many", set=which, count=len(prompts), limit=MAX_CONTRAST_PROMPTS)
     out = []
     for i, p in enumerate(prompts):
         if isinstance(p, str) and len(p) > MAX_CONTRAST_CHARS:
             raise InputError(f"contrast set {which}, prompt {i + 1} is {len(p)} characters long; at most "
-                             f"{MAX_CONTRAST_CHARS} are read")
+                             f"{MAX_CONTRAST_CHARS} are read", code="steer_prompt_too_long", set=which, prompt=i + 1,
+                             chars=len(p), limit=MAX_CONTRAST_CHARS)
         try:
             out.append(model.encode(p))
         except InputError as e:
-            raise InputError(f"contrast set {which}, prompt {i + 1}: {e}") from None
+            # the prompt's own refusal (its code and params: the page words it), said of which prompt it is
+            raise InputError(f"contrast set {which}, prompt {i + 1}: {e}", code=e.code, **e.params) from None
     return out
 
 
@@ -240,6 +245,9 @@ def contrast_direction(model: TextModel, prompts_a: Sequence[str], prompts_b: Se
     a, b = _prompt_ids(model, prompts_a, "A"), _prompt_ids(model, prompts_b, "B")
     mean_a = torch.stack([residual_mean(model, ids, layer) for ids in a]).mean(0)
     mean_b = torch.stack([residual_mean(model, ids, layer) for ids in b]).mean(0)
+    if not bool((mean_a - mean_b).any()):
+        raise InputError(f"the difference of the two sets' means is zero (they read alike after block {layer}): adding "
+                         f"it changes nothing; write sets that differ", code="steer_sets_alike", layer=layer)
     vector = check_vector(model, mean_a - mean_b, "the difference of the two sets' means (they read alike there)")
     return Direction(vector, layer, "contrast",
                      f"mean of {len(a)} prompt{'s' * (len(a) != 1)} minus mean of {len(b)} at layer {layer}")
@@ -500,9 +508,9 @@ def make_direction(model: TextModel, *, contrast: tuple[Sequence[str], Sequence[
     feature's: `steering_features.feature_direction`)."""
     if (contrast is None) == (vector is None):
         raise InputError("give exactly one direction: a contrast of two prompt sets with a layer, or a vector with a "
-                         "layer")
+                         "layer", code="steer_one_direction")
     if layer is None:
-        raise InputError("a contrast or a vector needs the layer to add it at")
+        raise InputError("a contrast or a vector needs the layer to add it at", code="steer_layer_missing")
     if contrast is not None:
         return contrast_direction(model, contrast[0], contrast[1], layer)
     assert vector is not None

@@ -65,7 +65,12 @@ def cmd_steer(args: argparse.Namespace) -> int:
     feature = args.feature
 
     def direction(model):
-        return choose_direction(model, feature=feature, contrast=contrast, layer=args.layer, sae=args.sae)
+        try:
+            return choose_direction(model, feature=feature, contrast=contrast, layer=args.layer, sae=args.sae)
+        except InputError as e:  # the engine gives no face's advice; the CLI's way to another autoencoder is --sae
+            if e.code in ("steer_no_saes", "steer_no_sae_at"):
+                raise InputError(f"{e}; load one with --sae", code=e.code, **e.params) from None
+            raise
 
     chosen = {}
 

@@ -28,9 +28,14 @@ def feature_direction(model: TextModel, layer: int, feature: int,
     hook = feature_hook(layer)
     if sae is None:
         shipped = builtin_saes(model)  # type: ignore[arg-type]
+        steers = sorted(h for h in shipped if h.endswith(".hook_resid_post"))
+        if not steers:  # no CLI or API advice here: each face says how it loads one (the CLI: --sae)
+            raise InputError(f"{model.name} has no autoencoder at {hook}: it ships none at a block's output "
+                             f"(hook_resid_post), so none of its features steers; steer with a contrast of two prompt "
+                             f"sets", code="steer_no_saes", model=model.name)
         if hook not in shipped:
-            have = ", ".join(sorted(shipped)) or "none"
-            raise InputError(f"{model.name} has no autoencoder at {hook} (shipped: {have}); load one with --sae")
+            raise InputError(f"{model.name} has no autoencoder at {hook}; its features steer at {', '.join(steers)}",
+                             code="steer_no_sae_at", model=model.name, hook=hook, hooks=", ".join(steers))
         sae = shipped[hook]
     if not isinstance(sae, nn.Module):
         sae = load_sae(sae)
@@ -40,7 +45,8 @@ def feature_direction(model: TextModel, layer: int, feature: int,
     check_fits(sae, model)  # type: ignore[arg-type]
     n = sae.W_dec.shape[0]
     if isinstance(feature, bool) or not isinstance(feature, int) or not 0 <= feature < n:
-        raise InputError(f"feature {feature} is outside 0..{n - 1}: the autoencoder at {hook} has {n} features")
+        raise InputError(f"feature {feature} is outside 0..{n - 1}: the autoencoder at {hook} has {n} features",
+                         code="steer_feature_out_of_range", id=feature, max=n - 1, hook=hook)
     vector = check_vector(model, sae.W_dec[feature].detach(), f"feature {feature}'s decoder row")
     return Direction(vector, layer, "feature", f"feature {feature} of the autoencoder at {hook}", feature)
 
@@ -53,7 +59,7 @@ def choose_direction(model: TextModel, *, feature: tuple[int, int] | None = None
     `vector` at `layer`."""
     if sum(x is not None for x in (feature, contrast, vector)) != 1:
         raise InputError("give exactly one direction: a feature (layer, id), a contrast of two prompt sets with a "
-                         "layer, or a vector with a layer")
+                         "layer, or a vector with a layer", code="steer_one_direction")
     if feature is None:
         return make_direction(model, contrast=contrast, layer=layer, vector=vector)
     if layer is not None and layer != feature[0]:

@@ -55,9 +55,11 @@ class SteerIn(InputIn):
     @model_validator(mode="after")
     def _one_direction(self) -> SteerIn:
         if (self.feature is None) == (self.contrast is None):
-            raise InputError("give exactly one direction: a feature {layer, id}, or a contrast {a, b} with a layer")
+            raise InputError("give exactly one direction: a feature {layer, id}, or a contrast {a, b} with a layer",
+                             code="steer_one_direction")
         if self.contrast is not None and self.layer is None:
-            raise InputError("a contrast direction needs the layer to read it at and add it to")
+            raise InputError("a contrast direction needs the layer to read it at and add it to",
+                             code="steer_layer_missing")
         return self
 
 

@@ -177,13 +177,13 @@ def test_a_contrast_and_bad_input(browser, server) -> None:
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.locator("[data-testid=steer-panel]").screenshot(path=str(SHOTS / "desktop-contrast.png"))
 
-        # an empty set: the server's sentence
+        # an empty set: the code's sentence (the page's words, in the page's language; not the English detail)
         page.fill("[data-testid=steer-a]", "  \n")
         page.click("[data-testid=steer-run]")
         err = page.wait_for_selector("[data-testid=steer-error]", timeout=30_000).inner_text()
         r = steer(server, contrast={"a": [], "b": B}, layer=0, strength=6.0)
-        assert r.status_code == 422 or 400 <= r.status_code < 500
-        assert err == r.json()["detail"] and "set A is empty" in err
+        assert 400 <= r.status_code < 500 and r.json()["code"] == "steer_set_empty"
+        assert err == "Contrast set A is empty: write at least one prompt in it, one a line."
 
         # a layer the model lacks: the code's sentence, with the model's own range
         page.fill("[data-testid=steer-a]", "\n".join(A))

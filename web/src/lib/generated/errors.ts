@@ -169,4 +169,22 @@ export const ERROR_PARAMS: Readonly<Record<ErrorCode, readonly string[]>> = {
   "analysis_too_large": ["passes", "tokens"],
   /** as analysis_too_large, and a text of at most `fits` tokens would fit */
   "analysis_too_large_text": ["passes", "tokens", "fits"],
+  /** a steering needs exactly one direction: a feature, or a contrast with a layer */
+  "steer_one_direction": [],
+  /** a contrast direction needs the layer to read it at and add it to */
+  "steer_layer_missing": [],
+  /** contrast set `set` (A or B) has no prompt */
+  "steer_set_empty": ["set"],
+  /** contrast set `set` has `count` prompts; at most `limit` are read */
+  "steer_set_too_many": ["set", "count", "limit"],
+  /** prompt `prompt` of contrast set `set` has `chars` characters; at most `limit` */
+  "steer_prompt_too_long": ["set", "prompt", "chars", "limit"],
+  /** the two contrast sets have the same mean after block `layer`: their difference is zero and adds nothing */
+  "steer_sets_alike": ["layer"],
+  /** the model `model` ships no autoencoder at a block's output (hook_resid_post), so no feature steers it: use a contrast */
+  "steer_no_saes": ["model"],
+  /** the model `model` ships no autoencoder at `hook`; features steer at `hooks` (comma-separated) */
+  "steer_no_sae_at": ["model", "hook", "hooks"],
+  /** feature `id` is outside 0..`max` (the autoencoder at `hook`) */
+  "steer_feature_out_of_range": ["id", "max", "hook"],
 };
