@@ -7,7 +7,7 @@ import type { AblateOut, AnalogyOut, HeadsOut, ImportanceOut, LensOut, PruneOut 
 import { ABLATION_TOP, LENS_TOP, NEIGHBOURS } from "../../lib/generated/limits";
 import { analysis, type TokenArg } from "./api";
 
-export type XTab = "lens" | "heads" | "experts" | "embed";
+export type XTab = "lens" | "heads" | "experts" | "embed" | "steer";
 export type Metric = "loss" | "kl" | "previous_token" | "first_token" | "duplicate_token" | "induction" | "rare_token"
   | "entropy" | "distance";
 export type Mode = "zero" | "mean";
