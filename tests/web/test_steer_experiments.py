@@ -1,8 +1,9 @@
 """Steering reachable on every model: the Experiments' Steering tab mounts the steering panel on the tiny random GPT-2,
 which ships no sparse autoencoder, so the panel offers the contrast of two prompt sets alone (no feature mode), and
-its continuations, marks, sweep and lens are /api/steer's. A 中文 page on a Pixel 7 says an empty contrast set in 中文
-(the server's code, not its English detail), nothing reaching past the phone's width (screenshot in
-test-artifacts/steer/)."""
+its continuations, marks, sweep and lens are /api/steer's. On the same GPT-2 laid out to ship an autoencoder at
+blocks.1.hook_resid_post the tab offers a feature too, at that layer; there a 中文 page on a Pixel 7 says an empty
+contrast set in 中文 (the server's code, not its English detail), nothing reaching past the phone's width (screenshot
+in test-artifacts/steer/)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from .conftest import LiveServer, open_app
 from .test_generic_heads import PIXEL_7
-from .test_steer_panel import SHOTS, TEXT, TOKENS, A, B, check_against, run
+from .test_steer_panel import SHOTS, TEXT, TOKENS, A, B, check_against, run, steer_model  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.browser
 ZH = json.loads((Path(__file__).resolve().parents[2] / "web" / "src" / "locales" / "zh.json").read_text("utf-8"))
@@ -26,6 +27,14 @@ def server(tiny_model) -> Iterator[LiveServer]:
     from transformer_explainer.server import create_app
 
     with LiveServer(create_app({"tiny": tiny_model})) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def sae_server(steer_model) -> Iterator[LiveServer]:  # noqa: F811 (the imported fixture)
+    from transformer_explainer.server import create_app
+
+    with LiveServer(create_app({"tiny": steer_model})) as srv:
         yield srv
 
 
@@ -52,9 +61,13 @@ def test_the_experiments_steer_a_model_without_autoencoders(browser, server) -> 
         check_against(page, want)
 
 
-def test_an_empty_set_is_said_in_chinese_on_a_phone(browser, server) -> None:
+def test_an_empty_set_is_said_in_chinese_on_a_phone(browser, sae_server) -> None:
+    server = sae_server
     with open_app(browser, server.url, query=f"#text={TEXT}&view=experiments&lang=zh", **PIXEL_7) as page:
         open_tab(page)
+        page.check("[data-testid=steer-mode-feature]")  # this model's autoencoder at blocks.1's output steers
+        assert page.locator("[data-testid=steer-feature-layer]").input_value() == "1"
+        page.check("[data-testid=steer-mode-contrast]")
         page.fill("[data-testid=steer-a]", " \n")
         page.fill("[data-testid=steer-layer]", "0")
         page.click("[data-testid=steer-run]")
