@@ -172,7 +172,13 @@ class TextTokenizer:
 
     def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
         """The ids of `text`, after the BOS token where the model expects one (unless `add_bos` is
-        False: the text's own tokens, e.g. to look up one word)."""
+        False: the text's own tokens, e.g. to look up one word). A text that is not valid Unicode (a lone
+        surrogate, which Python strings may hold) is refused in one sentence: tokenizers raises a TypeError."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError("the text is not valid Unicode (it contains a lone surrogate)",
+                             code="text_not_unicode") from None
         with _text_errors():
             if len(text) > _LONG_TEXT_CHARS:  # encode holds Python's lock throughout, encode_batch lets it go
                 ids = self.tokenizer.encode_batch([text], add_special_tokens=False)[0].ids
