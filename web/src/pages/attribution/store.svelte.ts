@@ -19,6 +19,8 @@ export function tokenArg(s: string): string | number | null {
 
 class WhyStore {
   tab = $state<WhyTab>("dla");
+  /** The attribution split by the model's components, or block L's output by its autoencoder's features. */
+  split = $state<"components" | "features">("components");
 
   // -- direct logit attribution of the app's trace, at the focus position ------------------------------------
   target = $state(""); // as typed; "" = the default (the next token, or the top prediction at the last)
