@@ -6,7 +6,7 @@ and a checkpoint every 1000, so that the folder stays a few MB.
 
 The folder holds settings.json and run.json (the settings, each run's milestones), and per run (main/, control/):
 log.jsonl (every record), model/ (the final model, an HF folder the app opens); main/ also keeps
-checkpoints/step-NNNNN/ (HF folders) to scrub back through.
+checkpoints/step-NNNNN/ (HF folders, all but the last, which is model/) to scrub back through.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def main() -> None:
             (args.out / name).mkdir()
             shutil.copy(run / name / "log.jsonl", args.out / name / "log.jsonl")
             shutil.copytree(run / name / "model", args.out / name / "model")
-        shutil.copytree(run / "main" / "checkpoints", args.out / "main" / "checkpoints")
+        final = f"step-{config.steps:05d}"  # the same weights as main/model
+        shutil.copytree(run / "main" / "checkpoints", args.out / "main" / "checkpoints",
+                        ignore=lambda folder, names: [n for n in names if n == final])
     print(result)
 
 
