@@ -13,7 +13,7 @@ export function newAttention(caps: Capabilities): boolean {
 }
 
 /** The lessons' ids (each lesson's `id`; lessons/index.ts maps every one to its lesson). */
-export type LessonId = "gpt2" | "seq2seq" | "experiments" | "modern" | "stable" | "why" | "moe" | "hybrid";
+export type LessonId = "gpt2" | "seq2seq" | "experiments" | "modern" | "stable" | "why" | "moe" | "hybrid" | "features";
 
 /** The lesson of the page in view: the encoder-decoder page's, the Experiments area's, Why this token's, by the loaded
  *  model's capabilities the chapter on mixtures of experts (Mixtral, Qwen3-MoE, OLMoE: before the next rule, since a
@@ -27,6 +27,7 @@ export function lessonFor(seq2seq: boolean, view: StageId, caps?: Capabilities):
   if (seq2seq) return "seq2seq";
   if (view === "experiments") return "experiments";
   if (view === "attribution") return "why";
+  if (view === "features") return "features"; // the app offers the Features page only where the model ships an autoencoder
   if (caps && newAttention(caps)) return "hybrid";
   if (caps?.mlp === "moe") return "moe";
   if (caps && (caps.qk_norm || caps.sandwich_norm || caps.local_window !== null)) return "stable";

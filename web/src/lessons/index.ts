@@ -3,6 +3,7 @@
 import type { Lesson } from "../lib/lesson";
 import type { LessonId } from "./choose";
 import { experimentsLesson } from "./experiments";
+import { featuresLesson } from "./features";
 import { gpt2Lesson } from "./gpt2";
 import { hybridLesson } from "./hybrid";
 import { modernLesson } from "./modern";
@@ -20,4 +21,5 @@ export const LESSONS: Record<LessonId, Lesson> = {
   why: whyLesson,
   moe: moeLesson,
   hybrid: hybridLesson,
+  features: featuresLesson,
 };
