@@ -84,6 +84,7 @@ def test_the_steps_quote_the_apis_numbers(browser, paged_server):
         assert int(got["neuron"]) == j and float(got["neuron-max"]) == pytest.approx(float(post[:, j].max()), rel=1e-5)
         assert int(got["neuron-over"]) == int((post[:, j] > post[:, j].max() / 2).sum())
         assert page.get_attribute("[data-testid=tour]", "data-target") == "mlp-pre"
+        page.screenshot(path=str(ARTIFACTS / "lesson-features-neuron-en.png"))
 
         feats = api(srv, "features", ids=ids, hook=h["hook"], top=h["k"])
         goto(page, "sae")
@@ -116,12 +117,15 @@ def test_the_steps_quote_the_apis_numbers(browser, paged_server):
         steer = api(srv, "steer", text=TEXT, strength=STEER_TIMES * best[0], feature={"layer": h["layer"], "id": fid})
         got = nums(page)
         assert float(got["strength"]) == pytest.approx(steer["strength"], rel=1e-5)
-        assert got["plain"] == "".join(t["text"] for t in steer["plain"])
+        body = page.inner_text("#lesson-body")
+        start = " ".join(t["text"].replace(" ", "␣") for t in steer["plain"][:6])  # the first 6 tokens, quoted
+        assert start in body, body
         if steer["changed_at"] is not None:
-            assert got["steered"] == "".join(t["text"] for t in steer["steered"])
+            assert " ".join(t["text"].replace(" ", "␣") for t in steer["steered"][:6]) in body, body
         page.wait_for_selector("[data-testid=steer-result]")
         shown = float(page.get_attribute("[data-testid=steer-result]", "data-strength"))
         assert shown == pytest.approx(steer["strength"])
+        page.screenshot(path=str(ARTIFACTS / "lesson-features-steer-en.png"))
 
         goto(page, "miss")
         got = nums(page)

@@ -143,6 +143,13 @@ function contextLine(c: FeaturePageOut["top_contexts"][number]): string {
   return c.tokens.slice(from, c.center + 3).map((s, i) => (from + i === c.center ? `[${visible(s)}]` : visible(s))).join(" ");
 }
 
+/** How many tokens of a continuation the card quotes (the panel shows them all). */
+export const QUOTE = 6;
+/** A continuation's first QUOTE tokens, each with its spaces visible, separated by spaces, "…" where more follow. */
+export function quoted(tokens: string[]): string {
+  return tokens.slice(0, QUOTE).map(visible).join(" ") + (tokens.length > QUOTE ? " …" : "");
+}
+
 // -- the steps --------------------------------------------------------------------------------------------------
 
 const steps: LessonStep[] = [
@@ -276,10 +283,11 @@ const steps: LessonStep[] = [
       if (!r) return [claim("lesson.features.steer.notPost", { hook: word("hook", h.hook) })];
       const s = steers.get(steerKey(r));
       if (!s) return [];
-      const cont = (ts: SteerOut["plain"]) => ts.map((x) => x.text).join("");
+      // plain words (a line that wraps): the first QUOTE tokens, spaces shown as the panel shows them
+      const cont = (ts: SteerOut["plain"]) => quoted(ts.map((x) => x.text));
       const vars = { id: int("feature", b.id), layer: int("layer", s.direction.layer), s: dec("strength", s.strength),
-        times: int("times", STEER_TIMES), max: dec("feature-max", b.max), plain: word("plain", cont(s.plain)),
-        steered: word("steered", cont(s.steered)), at: int("changed-at", s.changed_at ?? -1),
+        times: int("times", STEER_TIMES), max: dec("feature-max", b.max), plain: cont(s.plain),
+        steered: cont(s.steered), at: int("changed-at", s.changed_at ?? -1),
         b: dec("breakdown", s.breakdown ?? 0), hook: word("hook", h.hook) };
       return [
         claim("lesson.features.steer.how", vars),

@@ -8,7 +8,7 @@ import type { FeatureHookOut, FeatureHooksOut, FeaturePageOut, FeaturesOut, Stee
 import type { MessageKey } from "../../src/lib/i18n";
 import type { Value } from "../../src/lib/lesson";
 import { visible } from "../../src/lib/format";
-import { CONTEXT, STEER_TIMES } from "../../src/lessons/features";
+import { CONTEXT, QUOTE, STEER_TIMES } from "../../src/lessons/features";
 import type { Check, ClaimContext } from "./claims";
 
 type V = Record<string, Value>;
@@ -89,7 +89,8 @@ async function steered(ctx: ClaimContext, v: V): Promise<{ s: SteerOut; max: num
   const s = await once(`s|${JSON.stringify(body)}`, () => call<SteerOut>("steer", body));
   return { s, max: b.max, id: b.id, layer };
 }
-const text = (ts: SteerOut["plain"]) => ts.map((x) => x.text).join("");
+// the quoted start of a continuation: its first QUOTE tokens, spaces visible, "…" where more follow
+const text = (ts: SteerOut["plain"]) => ts.slice(0, QUOTE).map((x) => visible(x.text)).join(" ") + (ts.length > QUOTE ? " …" : "");
 
 async function missFacts(v: V, ctx: ClaimContext): Promise<{ ok: true | string; ev: number }> {
   const o = await feats(ctx, v);
