@@ -58,10 +58,16 @@ def test_loss_falls_files_load_and_resume_continues(tiny_model, corpus: np.ndarr
     with pytest.raises(InputError, match=r"with other settings \(k\)"):
         train_saes(net, corpus, config(k=4), tmp_path / "cut", model_name="tiny", resume=True)
     resumed = train_saes(net, corpus, config(), tmp_path / "cut", model_name="tiny", resume=True)
-    assert resumed.state["step"] == 24
+    assert resumed.state["step"] == 24 and "tokens_changes" not in resumed.state
     for h in HOOKS:
         for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
             assert torch.allclose(getattr(resumed.saes[h], name), getattr(full.saes[h], name), atol=1e-6), (h, name)
+    # a finished run lengthened: only --tokens may change on resume, and the state says when it did
+    longer = train_saes(net, corpus, config(tokens=256 * 26), tmp_path / "cut", model_name="tiny", resume=True)
+    assert longer.state["step"] == 26
+    assert longer.state["tokens_changes"] == [{"at_step": 24, "from": 256 * 24, "to": 256 * 26}]
+    with pytest.raises(InputError, match="ends before that"):
+        train_saes(net, corpus, config(tokens=256 * 10), tmp_path / "cut", model_name="tiny", resume=True)
     # the export reads raw activations: its explained variance on the training text is that of training's last steps
     q = measure(net, full.saes, heldout_windows(corpus, 32, 2048), losses=False)
     for h in HOOKS:

@@ -40,6 +40,9 @@ def register(subcommands: argparse._SubParsersAction, train_subcommands: argpars
     p.add_argument("--lr", type=positive_float, default=None, help="Adam's learning rate (default 4e-4)")
     p.add_argument("--eval-tokens", type=int_range(256), default=32768,
                    help="held-out tokens (the corpus's valid split) the card's figures are measured on")
+    p.add_argument("--dead-eval-tokens", type=int_range(256), default=262144,
+                   help="held-out tokens a latent must fire on none of to count as dead (default 262144, or the "
+                        "whole valid split where it is shorter); a pass that reads the activations only")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32",
                    help="the type the weights are stored in (the figures are measured with the stored weights)")
     p.add_argument("--offline", action="store_true", help="never download the model")
@@ -80,15 +83,18 @@ def cmd_train_sae(args: argparse.Namespace) -> int:
     stored = {h: load_sae(f) for h, f in folders.items()}  # the figures of the weights as stored
     quality = measure(model.net, stored, windows)
     unrounded = measure(model.net, result.saes, windows, losses=False) if args.dtype != "float32" else quality
+    firing = measure(model.net, stored, heldout_windows(valid_ids, cfg.context, args.dead_eval_tokens), losses=False)
     eval_seconds = time.perf_counter() - t
     for h, folder in folders.items():
-        q = quality[h].to_json()
+        q = {**quality[h].to_json(),
+             **dead_figures(firing[h].dead_fraction, firing[h].tokens, quality[h].dead_fraction)}
         figures = {**q, "d_in": d_in, "explained_variance_float32": unrounded[h].explained_variance,
                    "dead_fraction_training": result.state["log"][-1][h]["dead"] if result.state["log"] else None,
                    "weights_dtype": args.dtype, "train_tokens": cfg.steps * cfg.batch,
                    "train_seconds": round(result.seconds, 1), "eval_seconds": round(eval_seconds, 1),
                    "hooks_trained_together": list(cfg.hooks), "machine": machine(), "config": result.state["config"],
                    "corpus_tokens": {"train": len(train_ids), "valid": len(valid_ids)},
+                   "tokens_changes": result.state.get("tokens_changes", []),
                    "command": "transformer-explainer train sae " + " ".join(sys.argv[3:]) if sys.argv[1:3] == [
                        "train", "sae"] else None}
         (folder / QUALITY).write_text(json.dumps(figures, indent=1) + "\n")
@@ -100,9 +106,25 @@ def cmd_train_sae(args: argparse.Namespace) -> int:
     return 0
 
 
+def dead_figures(fraction: float, tokens: int, on_eval: float) -> dict[str, Any]:
+    """The dead fraction the bar reads (latents that fired on none of `tokens` held-out tokens), beside the one of
+    the fewer tokens the other figures are measured on (a rare latent fires on none of those more often)."""
+    return {"dead_fraction": fraction, "dead_fraction_tokens": tokens, "dead_fraction_on_eval_tokens": on_eval}
+
+
 def passes(figures: dict[str, Any], key: str) -> bool:
     v = figures[key]
     return v < BARS[key] if key == "dead_fraction" else v >= BARS[key]
+
+
+def tokens_change(t: dict[str, Any], c: dict[str, Any]) -> str:
+    """A sentence for a run resumed with another --tokens (state's tokens_changes)."""
+    steps = c["tokens"] // c["batch"]
+    if t["at_step"] >= steps:  # resumed only to be written out: no step after it
+        return (f"The run was stopped at step {t['at_step']} for time, its learning rate still at {c['lr']:g} (the "
+                f"decay had not begun); it had been started for {t['from']:,} tokens. ")
+    return (f"The run was resumed at step {t['at_step']} with --tokens {t['to']:,} (it had been started with "
+            f"{t['from']:,}); the learning-rate schedule from there on is the new total's. ")
 
 
 def card(f: dict[str, Any]) -> str:
@@ -111,6 +133,9 @@ def card(f: dict[str, Any]) -> str:
     together = [h for h in f["hooks_trained_together"] if h != f["hook"]]
     mark = {k: "meets" if passes(f, k) else "**below**" for k in BARS}
     minutes = f["train_seconds"] / 60
+    stopped = any(t["at_step"] >= c["tokens"] // c["batch"] for t in f.get("tokens_changes") or [])
+    schedule = "1% warm-up, then constant: stopped before its decay" if stopped else \
+        "1% warm-up, linear decay over the last 20%"
     shared = (f" for all {len(together) + 1} autoencoders together (one forward pass of the model feeds "
               f"{', '.join([f['hook'], *together])})" if together else "")
     dtype_line = ("" if f["weights_dtype"] == "float32" else
@@ -124,8 +149,8 @@ def card(f: dict[str, Any]) -> str:
         "| | |\n|---|---|\n"
         f"| shape | d_in {f['d_in']}, {c['d_sae']} latents, k {c['k']} |\n"
         f"| training | {f['train_tokens']:,} tokens (windows of {c['context']} from the corpus's train split, "
-        f"{f['corpus_tokens']['train']:,} tokens), batches of {c['batch']}, Adam lr {c['lr']:g} (1% warm-up, "
-        f"linear decay over the last 20%), AuxK loss x {c['aux_coef']:.4g} for latents dead over "
+        f"{f['corpus_tokens']['train']:,} tokens), batches of {c['batch']}, Adam lr {c['lr']:g} ({schedule}), "
+        f"AuxK loss x {c['aux_coef']:.4g} for latents dead over "
         f"{c['dead_tokens']:,} tokens, seed {c['seed']} |\n"
         f"| time and machine | {minutes:.1f} min wall time{shared}, on a {f['machine']}, shared with other jobs |\n"
         f"{dtype_line}"
@@ -136,13 +161,16 @@ def card(f: dict[str, Any]) -> str:
         f"| explained variance | {f['explained_variance']:.3f} | >= 0.7 ({mark['explained_variance']}) |\n"
         f"| cross-entropy loss recovered (against zero-ablation) | {f['ce_loss_recovered']:.3f} | >= 0.85 "
         f"({mark['ce_loss_recovered']}) |\n"
-        f"| dead latents (fired on none of the held-out tokens) | {f['dead_fraction']:.2%} | < 5% "
-        f"({mark['dead_fraction']}) |\n"
+        f"| dead latents (fired on none of {f['dead_fraction_tokens']:,} held-out tokens) | {f['dead_fraction']:.2%} "
+        f"| < 5% ({mark['dead_fraction']}) |\n"
         f"| L0 (latents active per token) | {f['l0']:.1f} | |\n\n"
         f"Next-token loss on those tokens: {f['ce_clean']:.3f} nats/token clean, {f['ce_with_sae']:.3f} with the "
         f"activation replaced by its reconstruction, {f['ce_zero_ablation']:.3f} with it set to zero. "
+        + (f"On the {f['tokens']:,} tokens of the other figures {f['dead_fraction_on_eval_tokens']:.2%} of the "
+           "latents fired on none. ")
         + ("" if f.get("dead_fraction_training") is None else
            f"At the end of training {f['dead_fraction_training']:.2%} of the latents had not fired in the last "
            f"{c['dead_tokens']:,} training tokens. ")
+        + "".join(tokens_change(t, c) for t in f.get("tokens_changes") or [])
         + (f"\n\nReproduce: `{f['command']}`\n" if f.get("command") else "\n")
     )

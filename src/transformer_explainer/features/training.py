@@ -333,8 +333,9 @@ def machine() -> str:
     """This machine in a few words, for the card."""
     import os
 
+    n = torch.get_num_threads()
     return f"{os.cpu_count()}-core {platform.machine()} ({platform.processor() or platform.system()}), " \
-           f"{torch.get_num_threads()} torch threads"
+           f"{n} torch thread{'' if n == 1 else 's'}"
 
 
 def train_saes(net: Decoder, train_ids: np.ndarray, cfg: SAETrainConfig, out: Path, *, model_name: str,
@@ -366,10 +367,17 @@ def train_saes(net: Decoder, train_ids: np.ndarray, cfg: SAETrainConfig, out: Pa
                              "log": []}
     if resume and state_path.is_file():
         saved = json.loads(state_path.read_text())
-        if saved["config"] != json.loads(json.dumps(asdict(cfg))):
-            diff = [k for k in saved["config"] if saved["config"][k] != json.loads(json.dumps(asdict(cfg))).get(k)]
+        now = json.loads(json.dumps(asdict(cfg)))
+        diff = [k for k in now if saved["config"].get(k) != now[k] and k != "tokens"]
+        if diff:
             raise InputError(f"{out} holds a run with other settings ({', '.join(diff)}): resume it with the same "
-                             "ones, or choose another --out")
+                             "ones (only --tokens may change), or choose another --out")
+        if saved["config"]["tokens"] != cfg.tokens:  # a run lengthened or shortened: the schedule is the new total's
+            if saved["step"] > cfg.steps:
+                raise InputError(f"{out} holds a run {saved['step']} steps in: --tokens {cfg.tokens} ends before that")
+            saved.setdefault("tokens_changes", []).append(
+                {"at_step": saved["step"], "from": saved["config"]["tokens"], "to": cfg.tokens})
+            saved["config"] = now
         state = saved
         load_checkpoint(ckpt, runs, state)
         say(f"resuming at step {state['step']} of {cfg.steps}")
