@@ -372,7 +372,8 @@ def generic_logit_attribution(model: Any, trace: Trace, target: int | None = Non
     for i, layer in enumerate(cfg.layers):
         at = {s: trace[block_name(i, s)][p] for s in ("resid_pre", "resid_post")}
         pre, post = at["resid_pre"].to(here, f64), at["resid_post"].to(here, f64)
-        if i + 1 < L and not torch.equal(trace[block_name(i + 1, "resid_pre")][p], at["resid_post"]):
+        nxt = trace[block_name(i + 1, "resid_pre")][p] if i + 1 < L else None  # (a device map: on layer i + 1's device)
+        if nxt is not None and not torch.equal(nxt.to(at["resid_post"].device), at["resid_post"]):
             raise InputError(f"{model.name}'s layer {i + 1} does not read what layer {i} wrote, so the residual "
                              "stream is not a sum of the layers' writes and the logit cannot be split into parts")
         found = structure.layers[i]

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from .attribution import Attribution, generic_logit_attribution
-from .devices import check_dtype, describe_device, resolve_device
+from .devices import check_dtype, describe_device, free_memory, resolve_device
 from .errors import CheckpointError, InputError
 from .families import BY_MODEL_TYPE, NEARBY, supported_model_types
 from .loading.budget import check_memory
@@ -37,6 +37,7 @@ from .loading.resolve import ResolvedModel
 from .loading.tokenizer import TextTokenizer
 from .memo.plan import Memory
 from .memo.values import TraceValues
+from .models.placement import DeviceMap, MapValue, check_budget, describe_map
 from .names import GENERIC_BLOCK_ACTIVATIONS, GENERIC_NAMES, NameTable, block_name, layer_of
 from .patching import KINDS, Kind, Patching, generic_activation_patching
 from .text_model import TextModel, TokenLike
@@ -281,17 +282,58 @@ def _check_safetensors(folder: Path) -> None:
 
 def _check_memory(folder: Path, dtype: torch.dtype) -> None:
     """Refuse, before any weight is read, a model whose weights would not fit in memory."""
+    check_memory(_meta_model(folder), dtype, f"the model in {folder}")
+
+
+def _module_map(folder: Path, dtype: torch.dtype, device_map: str | Mapping[str, MapValue],
+                max_memory: Mapping[int | str, int | str] | None) -> dict[str, torch.device]:
+    """The map transformers loads the model in `folder` by (`bridge.placement.module_map`), from ours: checked
+    against this machine (each device present, computing in `dtype`, with room for what it gets) before any weight
+    is read."""
+    from .bridge.placement import generic_placement, module_map
+    from .loading.budget import available_memory
+
+    if max_memory is not None:
+        check_budget(max_memory)
+    meta = _meta_model(folder)
+    placement = generic_placement(meta, device_map, dtype, max_memory)
+    devices = set(placement.values())
+    check_dtype(dtype, devices)
+    hf_map = module_map(meta, placement)
+    for device in devices:
+        free = free_memory(device) if device.type != "cpu" else available_memory()
+        if free is None:
+            continue
+        held = {id(t): t for name, d in hf_map.items() if d == device
+                for t in _tensors(meta, name)}  # a tied matrix once
+        need = sum(t.numel() for t in held.values()) * dtype.itemsize
+        if need > free:
+            raise CheckpointError(f"the parts of the model in {folder} mapped to {device} need {need / 2**30:.1f} GiB "
+                                  f"in {str(dtype).removeprefix('torch.')}, but {device} has {free / 2**30:.1f} GiB "
+                                  f"free; map fewer of them there, or use the device map 'auto'")
+    return hf_map
+
+
+def _tensors(model: nn.Module, name: str) -> list[Tensor]:
+    """The parameters of the module or the parameter `name` of `model`."""
+    try:
+        return list(model.get_submodule(name).parameters())
+    except AttributeError:
+        return [t for key, t in model.named_parameters() if key == name]
+
+
+def _meta_model(folder: Path) -> nn.Module:
+    """The model in `folder` built from its config on the meta device (no weight read)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
         cfg = AutoConfig.from_pretrained(folder, trust_remote_code=False)
         with torch.device("meta"):
-            meta = AutoModelForCausalLM.from_config(cfg, trust_remote_code=False)
+            return AutoModelForCausalLM.from_config(cfg, trust_remote_code=False)
     except Exception as e:  # transformers and huggingface_hub check a config with exceptions of many kinds
         first = (str(e).strip().splitlines() or [type(e).__name__])[-1].strip()
         raise CheckpointError(f"{folder / 'config.json'} is not a config transformers can build a model from: "
                               f"{first}") from None
-    check_memory(meta, dtype, f"the model in {folder}")
 
 
 class GenericModel(TextModel):
@@ -334,20 +376,28 @@ class GenericModel(TextModel):
 
     @classmethod
     def from_resolved(cls, r: ResolvedModel, dtype: str | torch.dtype | None = None, *,
-                      device: str | torch.device | None = None, device_map: object = None,
-                      max_memory: object = None) -> GenericModel:
-        """The transformers decoder in folder `r`, on `device` (default the CPU)."""
+                      device: str | torch.device | None = None, device_map: str | Mapping[str, MapValue] | None = None,
+                      max_memory: Mapping[int | str, int | str] | None = None) -> GenericModel:
+        """The transformers decoder in folder `r`, on `device` (default the CPU), or placed by `device_map` as the
+        families of our own are (`engine.load_model`): "auto" (accelerate's map, within `max_memory` per device; a
+        budget alone means "auto") or a map of our parts (embed, blocks.L, ln_final, unembed; prefixes allowed),
+        each part whole on one device and computing there (`bridge.placement`)."""
         from .bridge import load_decoder
 
-        if device_map is not None or max_memory is not None:
-            raise InputError(f"{r.name} runs through transformers' own modules, which this explainer places on one "
-                             "device: give a device instead of a device map")
+        if max_memory is not None and device_map is None:
+            device_map = "auto"  # a budget per device means a map made within it
+        if device is not None and device_map is not None:
+            raise InputError(f"a device ({device}) and a device map contradict each other: the map says where each "
+                             f"block runs; give one of them")
         dt = resolve_dtype(dtype)
-        target = resolve_device(device or "cpu")
-        check_dtype(dt, {target})
         _check_safetensors(r.folder)
-        _check_memory(r.folder, dt)
-        hf = load_decoder(r.folder, dt).to(target)
+        if device_map is None:
+            target = resolve_device(device or "cpu")
+            check_dtype(dt, {target})
+            _check_memory(r.folder, dt)
+            hf = load_decoder(r.folder, dt).to(target)
+        else:
+            hf = load_decoder(r.folder, dt, _module_map(r.folder, dt, device_map, max_memory))
         return cls(hf, TextTokenizer.from_folder(r.folder, True), r.name, r.source, r.folder, stored_dtype(r.folder))
 
     # -- what it is ------------------------------------------------------------------------------------
@@ -368,8 +418,19 @@ class GenericModel(TextModel):
     def dtype(self) -> torch.dtype:
         return self.hf.get_input_embeddings().weight.dtype
 
+    @property
+    def device_map(self) -> DeviceMap:
+        """The device of each part: the embedding, each decoder layer, the final norm, the unembedding."""
+        from .bridge.placement import current_placement
+
+        return current_placement(self.hf)
+
     def describe_devices(self) -> str:
-        return describe_device(self.device)
+        """Where the model runs, in words: "cpu", "cuda:0 (NVIDIA H200, 139.7 GiB)", or its device map."""
+        placement = self.device_map
+        if len(set(placement.values())) == 1:
+            return describe_device(self.device)
+        return describe_map(placement)
 
     @cached_property
     def n_params(self) -> int:

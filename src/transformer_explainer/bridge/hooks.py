@@ -90,13 +90,22 @@ def _final_norm_hook(owner: int, last: int) -> Any:
 def _layer_hooks(owner: int, layer: Layer) -> list[RemovableHandle]:
     i = layer.index
 
+    weight = next(layer.module.parameters(), None)
+    device = None if weight is None else weight.device  # where the layer computes (a device map's part)
+
     def on_enter(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if (rec := _mine(owner)) is None or (t := _input(args, kwargs)) is None:
             return None
+        if device is not None and t.device != device and device.type != "meta":
+            # the stream arrives from the previous part's device: recorded where this layer reads it, as the
+            # layer's own values are (accelerate's hook would move it there next)
+            t = moved = t.to(device)
+        else:
+            moved = None
         new = rec.patch(i, "resid_pre", t)
         rec.put(i, "resid_pre", new[0])
         rec.calls[i] = []
-        return None if new is t else _with_input(args, kwargs, new)
+        return None if new is t and moved is None else _with_input(args, kwargs, new)
 
     def on_exit(_m: nn.Module, _args: tuple[Any, ...], out: Any) -> Any:
         if (rec := _mine(owner)) is None or (t := first_tensor(out)) is None:

@@ -49,9 +49,12 @@ def check_config(config: Mapping[str, Any]) -> str:
     return model_type
 
 
-def load_decoder(path: str | Path, dtype: torch.dtype = torch.float32) -> nn.Module:
+def load_decoder(path: str | Path, dtype: torch.dtype = torch.float32,
+                 device_map: Mapping[str, torch.device] | None = None) -> nn.Module:
     """Load the checkpoint folder `path` with attention through the bridge (`te_record`), in eval mode; refuses
-    (CheckpointError) what `check_config` refuses. The model's forward without a recording is its eager one."""
+    (CheckpointError) what `check_config` refuses. The model's forward without a recording is its eager one.
+    `device_map` (module name -> device, every module placed: `bridge.placement.module_map`) loads each weight
+    straight onto its device, through transformers and accelerate (None: the CPU)."""
     from transformers import AutoModelForCausalLM
 
     folder = Path(path)
@@ -63,10 +66,11 @@ def load_decoder(path: str | Path, dtype: torch.dtype = torch.float32) -> nn.Mod
         raise CheckpointError(f"{folder}/config.json is not a JSON object.")
     check_config(config)
     name = attention.register()
+    placed = {} if device_map is None else {"device_map": dict(device_map)}
     try:
         model, info = AutoModelForCausalLM.from_pretrained(folder, attn_implementation=name, dtype=dtype,
                                                            trust_remote_code=False, use_safetensors=True,
-                                                           output_loading_info=True)
+                                                           output_loading_info=True, **placed)
     except Exception as e:  # a broken file or a config transformers refuses, in its own words: one sentence here
         first = (str(e).strip().splitlines() or [type(e).__name__])[0].strip()
         if "ignore_mismatched_sizes" in first:  # its own sentence points at a report printed before it

@@ -15,7 +15,7 @@ for an automatic map: it takes seconds to import.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -101,16 +101,22 @@ def infer_device_map(net: Decoder, dtype: torch.dtype, max_memory: Mapping[int |
 def expand_map(net: Decoder, given: Mapping[str, MapValue]) -> dict[str, MapValue]:
     """The device of every part from a map that may name prefixes ("blocks", ""): the longest key that is a part's
     name or a prefix of it decides. A key inside a part (a block's attention), or that names nothing, is refused."""
-    parts = part_names(net)
+    return expand_parts(part_names(net), given)
+
+
+def expand_parts(parts: Sequence[str], given: Mapping[str, MapValue]) -> dict[str, MapValue]:
+    """`expand_map` over the part names `parts` (ours: embed, blocks.0 ..., ln_final, unembed), whatever the model."""
     for key in given:
+        if not isinstance(key, str):
+            raise InputError(f"the device map names {key!r}: its keys are the model's parts, such as "
+                             f"{_in_words(parts)}")
         if key and not any(p == key or p.startswith(key + ".") for p in parts):
             inside = next((p for p in parts if key.startswith(p + ".")), None)
             if inside is not None:
                 raise InputError(f"the device map names {key!r}, a piece of {inside!r}: it places whole parts "
                                  f"(the embedding, each block, the final norm, the unembedding)")
             raise InputError(f"the device map names {key!r}, which is no part of this model; the parts are "
-                             f"embed, {'pos_embed, ' if 'pos_embed' in parts else ''}blocks.0 ... "
-                             f"{block_part(net.config.n_layer - 1)}, ln_final and unembed")
+                             f"{_in_words(parts)}")
     out = {}
     for part in parts:
         keys = [k for k in given if k == "" or part == k or part.startswith(k + ".")]
@@ -120,19 +126,40 @@ def expand_map(net: Decoder, given: Mapping[str, MapValue]) -> dict[str, MapValu
     return out
 
 
-def resolve_map(net: Decoder, given: Mapping[str, MapValue]) -> DeviceMap:
-    """`given` (see `expand_map`) with each device checked against this machine; a part left for the disk is
-    refused, and so are a tied embedding and unembedding on two devices."""
-    named = {part: _name(value) for part, value in expand_map(net, given).items()}
+def _in_words(parts: Sequence[str]) -> str:
+    """e.g. "embed, pos_embed, blocks.0 ... blocks.11, ln_final and unembed"."""
+    blocks = [i for i, p in enumerate(parts) if p.startswith("blocks.")]
+    words = list(parts)
+    if len(blocks) > 1:
+        words[blocks[0]:blocks[-1] + 1] = [f"{parts[blocks[0]]} ... {parts[blocks[-1]]}"]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def devices_of(expanded: Mapping[str, MapValue]) -> DeviceMap:
+    """Each part's device, checked against this machine; a part left for the disk is refused."""
+    named = {part: _name(value) for part, value in expanded.items()}
     for part, name in named.items():
         if name == "disk":
             raise InputError(f"the model does not fit in the memory given: from {part} on, its parts would be "
                              f"offloaded to the disk, which this explainer does not do; give the GPUs or the CPU "
                              f"more memory (--max-memory), or load the model in bfloat16")
-    if net.config.tie_word_embeddings and named["embed"] != named["unembed"]:
-        raise InputError(f"the token embedding and the unembedding share one matrix (tied), so they must be on one "
-                         f"device, not {named['embed']} and {named['unembed']}")
     return {part: resolve_device(name) for part, name in named.items()}
+
+
+def resolve_map(net: Decoder, given: Mapping[str, MapValue]) -> DeviceMap:
+    """`given` (see `expand_map`) with each device checked against this machine; a part left for the disk is
+    refused, and so are a tied embedding and unembedding on two devices."""
+    expanded = expand_map(net, given)
+    check_tied(net.config.tie_word_embeddings, expanded)
+    return devices_of(expanded)
+
+
+def check_tied(tied: bool, expanded: Mapping[str, MapValue]) -> None:
+    """Refuse a tied embedding and unembedding (one matrix) on two devices."""
+    embed, unembed = _name(expanded["embed"]), _name(expanded["unembed"])
+    if tied and embed != unembed and "disk" not in (embed, unembed):
+        raise InputError(f"the token embedding and the unembedding share one matrix (tied), so they must be on one "
+                         f"device, not {embed} and {unembed}")
 
 
 def _name(value: MapValue) -> str:
