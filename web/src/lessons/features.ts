@@ -231,6 +231,7 @@ const steps: LessonStep[] = [
         pos: int("feature-pos", b.at), fires: int("fires", fires), n: int("n-tokens", T), hook: word("hook", h.hook) };
       const out: Text = [claim("lesson.features.feature.best", vars),
         claim(fires === 1 ? "lesson.features.feature.firesOne" : "lesson.features.feature.fires", vars)];
+      if (fires === T && T > 1) out.push(claim("lesson.features.feature.everywhere", vars));
       if (!h.pages) return [...out, say("lesson.features.feature.noPages")];
       const p = pageOf(h, b.id);
       if (!p) return [];
@@ -264,7 +265,7 @@ const steps: LessonStep[] = [
         : claim("lesson.features.guess.unwritten", vars));
       return out;
     },
-    task: () => [say("lesson.features.guess.task")],
+    task: () => [say(hook()?.pages === false ? "lesson.features.guess.taskNoPages" : "lesson.features.guess.task")],
     done: () => {
       const h = hook(), b = best();
       return !!h && !!b && fx.revealed.has(featureKey(h.hook, b.id));

@@ -163,6 +163,10 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     return all(same(v.n, o.positions.length, "the tokens"), kind === "fires" ? all(same(v.fires, c.tokens, "where it fires"),
       fail(c.tokens > 1, "it fires at one token")) : fail(c.tokens === 1 && num(v.tok) === ctx.trace.token_ids[c.at], `it fires at ${c.tokens} tokens`));
   }) as Check])),
+  "lesson.features.feature.everywhere": async (v, ctx) => {
+    const o = await feats(ctx, v), c = perFeature(o).get(num(v.id));
+    return fail(!!c && c.tokens === o.positions.length && o.positions.length > 1, `feature ${v.id.v} fires at ${c?.tokens} of ${o.positions.length} tokens`);
+  },
   "lesson.features.feature.corpus": async (v, ctx) => {
     const p = await pageOf(ctx, String(v.hook.raw), num(v.id));
     return all(same(v.density, p.density, "the density"), same(v.corpus, p.corpus_tokens, "the corpus"), same(v.cmax, p.max_activation, "the corpus maximum"));
