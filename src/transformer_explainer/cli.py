@@ -175,7 +175,7 @@ def cmd_train_lm(args: argparse.Namespace) -> int:
 FEATURE_CLIS = ("transformer_explainer.server.cli", "transformer_explainer.seq2seq.cli",
                 "transformer_explainer.analysis.cli", "transformer_explainer.analysis.attribution_cli",
                 "transformer_explainer.features.cli", "transformer_explainer.steering_cli",
-                "transformer_explainer.features.train_cli", "transformer_explainer.training.induction_cli")
+                "transformer_explainer.training.sae_cli", "transformer_explainer.training.induction_cli")
 
 
 def _feature_registrars() -> list[Callable[[argparse._SubParsersAction, argparse._SubParsersAction], None]]:

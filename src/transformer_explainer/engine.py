@@ -16,6 +16,8 @@ from .attribution import Attribution, direct_logit_attribution
 from .config import DecoderConfig
 from .devices import check_dtype, describe_device, free_memory, resolve_device
 from .errors import CheckpointError, InputError
+from .features.encode import TextFeatures, text_features
+from .features.sae import SparseAutoencoder
 from .generic import TRANSFORMERS, GenericModel, which_way
 from .loading.checkpoint import load_decoder, resolve_dtype, stored_dtype
 from .loading.resolve import ResolvedModel, resolve
@@ -202,6 +204,17 @@ class ExplainerModel(TextModel):
         return logits, DecodeStep(self.net, cache)
 
     # -- why this token ------------------------------------------------------------------------------
+
+    def features(self, text_or_trace: str | Trace, hook: str | None = None, *,
+                 sae: SparseAutoencoder | str | Path | None = None) -> TextFeatures:
+        """The features of a text (or of a trace's text) at `hook` (TransformerLens's spelling,
+        `blocks.3.hook_resid_post`): the activation the trace recorded there, encoded by a sparse autoencoder, per
+        position the active features by decreasing activation, with the reconstruction and its error
+        (`features.encode.TextFeatures`: `error` is x - decode(f), so the two add up to the activation). `sae`: an
+        autoencoder, or a folder / `hf:owner/repo/folder` in SAELens's format; default: the one the model ships at
+        `hook`, or at its middle depth."""
+        trace = text_or_trace if isinstance(text_or_trace, Trace) else self.trace(text_or_trace)
+        return text_features(self, trace, hook, sae)
 
     def attribute(self, text_or_trace: str | Trace, target: TokenLike | None = None, versus: TokenLike | None = None,
                   *, position: int | None = None) -> Attribution:

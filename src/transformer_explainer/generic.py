@@ -30,6 +30,8 @@ from .attribution import Attribution, generic_logit_attribution
 from .devices import check_dtype, describe_device, free_memory, resolve_device
 from .errors import CheckpointError, InputError
 from .families import BY_MODEL_TYPE, NEARBY, supported_model_types
+from .features.encode import TextFeatures, text_features
+from .features.sae import SparseAutoencoder
 from .loading.budget import check_memory
 from .loading.checkpoint import resolve_dtype, stored_dtype
 from .loading.files import is_regular_file, read_json
@@ -597,6 +599,13 @@ class GenericModel(TextModel):
         from .bridge import residual_logits
 
         return residual_logits(self.hf, x)
+
+    def features(self, text_or_trace: str | Trace, hook: str | None = None, *,
+                 sae: SparseAutoencoder | str | Path | None = None) -> TextFeatures:
+        """The features of a text (or of a trace's text) at `hook`, as `ExplainerModel.features`: the activation the
+        trace recorded there (in our names, whatever the layer's modules), encoded by a sparse autoencoder."""
+        trace = text_or_trace if isinstance(text_or_trace, Trace) else self.trace(text_or_trace)
+        return text_features(self, trace, hook, sae)
 
     def attribute(self, text_or_trace: str | Trace, target: TokenLike | None = None, versus: TokenLike | None = None,
                   *, position: int | None = None) -> Attribution:

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Strict as PydStrict
 
 from .errors import ERROR_CODES, InputError
 from .limits import MAX_TEMPERATURE, MAX_TENSORS_PER_REQUEST, MAX_TEXT_CHARS, MAX_TOP_N
@@ -30,6 +31,10 @@ class Strict(BaseModel):
 
 # a model by its name on this server; None: the server's default model
 ModelName = Annotated[str, Field(max_length=200)] | None
+MAX_TOKEN_CHARS = 100
+# a token id or a word; the id must be a JSON number (strict), so a too-long string of digits is refused,
+# not read as an id
+TokenArg = Annotated[int, PydStrict()] | Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS)]
 
 
 def check_text(text: str) -> str:

@@ -96,6 +96,10 @@ def test_python_features_equal_an_independent_encoding(tiny_model, sae_dir: Path
     # a text gives what its trace gives
     again = text_features(tiny_model, TEXT, HOOK, sae=str(sae_dir))
     assert torch.equal(again.active_ids, fs.active_ids) and torch.allclose(again.active_values, fs.active_values)
+    # the model's own method, from a text and from its trace
+    for given in (TEXT, trace):
+        own = tiny_model.features(given, HOOK, sae=sae_dir)
+        assert torch.equal(own.active_ids, fs.active_ids) and torch.equal(own.active_values, fs.active_values)
 
 
 def test_decode_plus_error_is_the_activation_and_the_error_is_said_honestly(tiny_model, sae_dir: Path) -> None:
@@ -251,7 +255,7 @@ def test_other_families_read_the_same_way(which: str, tmp_path: Path) -> None:
     hook = f"blocks.{layer}.hook_resid_post"
     sae = write_sae(tmp_path / "sae", hook, d_in=model.config.n_embd)
     trace = model.trace(TEXT)
-    fs = text_features(model, trace, sae=sae)
+    fs = model.features(trace, sae=sae)  # the model's own method, through our code or through transformers
     want, recon = independent(trace[f"blocks.{layer}.resid_post"], sae)
     for t in range(trace.n_tokens):
         same_features([(f.id, f.activation) for f in fs.at(t)], want[t])

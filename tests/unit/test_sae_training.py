@@ -1,4 +1,4 @@
-"""Training sparse autoencoders (features/training.py, `train sae`): on a tiny random GPT-2 for a few steps the
+"""Training sparse autoencoders (training/sae.py, `train sae`): on a tiny random GPT-2 for a few steps the
 loss falls, the files load, a resumed run ends where an uninterrupted one does, and the card's figures are those
 of the stored weights."""
 
@@ -15,7 +15,7 @@ from transformer_explainer import load_model
 from transformer_explainer.errors import InputError
 from transformer_explainer.features.quality import heldout_windows, measure
 from transformer_explainer.features.sae import load_sae, save_sae
-from transformer_explainer.features.training import SAETrainConfig, corpus_ids, parse_width, train_saes
+from transformer_explainer.training.sae import SAETrainConfig, corpus_ids, parse_width, train_saes
 
 HOOKS = ("blocks.0.hook_resid_post", "blocks.1.hook_resid_mid")
 
@@ -128,7 +128,7 @@ def test_cli_writes_folders_cards_and_figures(tiny_gpt2_dir: Path, tmp_path: Pat
 
 def test_sparse_backward_equals_dense_autograd() -> None:
     """The hand-written sparse backward (SparseCode) gives the gradients autograd gives through the dense maths."""
-    from transformer_explainer.features.training import TopKTraining
+    from transformer_explainer.training.sae import TopKTraining
 
     g = torch.Generator().manual_seed(0)
     net = TopKTraining(16, 64, 4, g).double()

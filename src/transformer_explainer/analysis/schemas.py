@@ -11,14 +11,9 @@ from pydantic import BaseModel, Field, model_validator
 from pydantic import Strict as PydStrict
 
 from ..limits import ABLATION_TOP, MAX_LENS_POSITIONS, MAX_TOKENS_LIST, MAX_TOP_N
-from ..schemas import InputIn, ModelName, Strict
-
-MAX_TOKEN_CHARS = 100
+from ..schemas import InputIn, ModelName, Strict, TokenArg
 
 AblationMode = Literal["zero", "mean"]
-# a token id or a word; the id must be a JSON number (strict), so a too-long string of digits is refused,
-# not read as an id
-TokenArg = Annotated[int, PydStrict()] | Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS)]
 # a JSON array of two numbers: the tuple itself is lax (JSON has no tuples), its numbers strict like every request's
 HeadIn = Annotated[tuple[Annotated[int, Field(ge=0, le=1000)], Annotated[int, Field(ge=0, le=1000)]],
                    PydStrict(False)]

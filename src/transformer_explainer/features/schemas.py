@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, Field
 
-from ..analysis.schemas import TokenArg
-from ..schemas import MAX_IDS, InputIn
+from ..schemas import MAX_IDS, InputIn, TokenArg
 
 if TYPE_CHECKING:
     from .attribution import FeatureAttribution

@@ -54,9 +54,9 @@ def cmd_train_sae(args: argparse.Namespace) -> int:
 
     from ..engine import ExplainerModel, load_model
     from ..errors import InputError
-    from .quality import heldout_windows, measure
-    from .sae import load_sae, parse_hook, save_sae
-    from .training import SAETrainConfig, corpus_ids, machine, parse_width, train_saes
+    from ..features.quality import heldout_windows, measure
+    from ..features.sae import load_sae, parse_hook, save_sae
+    from .sae import SAETrainConfig, corpus_ids, machine, parse_width, train_saes
 
     for h in args.hook:
         parse_hook(h)

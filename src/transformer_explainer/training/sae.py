@@ -39,11 +39,11 @@ from safetensors.torch import save as safetensors_bytes
 from torch import Tensor, nn
 
 from ..errors import InputError
+from ..features.quality import capturing
+from ..features.sae import SAEConfig, SparseAutoencoder, parse_hook, trace_name
 from ..loading.checkpoint import atomic_write_bytes
 from ..models.decoder import Decoder
 from ..models.recorder import Recorder
-from .quality import capturing
-from .sae import SAEConfig, SparseAutoencoder, parse_hook, trace_name
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,7 @@ def corpus_ids(tokenizer: Any, corpus: Path, split: str) -> np.ndarray:
     `training.lm.tokenize_file` writes, or the text `split.txt` tokenized (and cached) now."""
     import hashlib
 
-    from ..training.lm import tokenize_file
+    from .lm import tokenize_file
 
     text = corpus / f"{split}.txt"
     if text.is_file():
