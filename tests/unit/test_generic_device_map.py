@@ -119,3 +119,11 @@ def test_the_command_line_places_a_model_that_runs_through_transformers(folder, 
     assert cli.main(["explain", TEXT, "--model", str(folder), "--offline", "--max-memory", "cpu=10KB"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "offloaded to the disk" in err and "Traceback" not in err, err
+
+
+def test_a_tied_embedding_and_unembedding_stay_on_one_device(tmp_path):
+    tied = write_checkpoint("olmo3", tmp_path / "tied", tokenizer=True, tie_word_embeddings=True)
+    with pytest.raises(InputError, match="share one matrix"):
+        load_model(str(tied), allow_download=False, device_map={"": "cpu", "unembed": 0})
+    model = load_model(str(tied), allow_download=False, device_map={"": "cpu"})
+    assert model.hf.get_input_embeddings().weight is model.hf.get_output_embeddings().weight
