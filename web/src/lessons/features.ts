@@ -18,7 +18,7 @@ import { steerApi, steerLayerOf } from "../pages/features/steerApi";
 import { steerStore } from "../pages/features/steerStore.svelte";
 import { featureKey, fx } from "../pages/features/store.svelte";
 import { errorSummary, firesAt, listsAll, textFeatures } from "../pages/features/words";
-import { tokAt as traceTok } from "./reader";
+import { idVal, tokAt as traceTok } from "./reader";
 
 /** The steering strength the lesson asks for, in units of the feature's largest activation on the text: the decoder
  *  row has length 1, so this adds the feature as if it fired STEER_TIMES as strongly as it does here. */
@@ -50,10 +50,13 @@ function current(): FeaturesOut | null {
   const h = hook();
   return h ? outs.get(outKey(h)) ?? null : null;
 }
-/** The text's most active feature. */
+/** The feature the lesson reads: the text's most active one among those that do not fire at every token (a feature
+ *  active everywhere picks out no token; on explainer-small the most active is often one such), else the most active. */
 function best(): { id: number; tokens: number; max: number; at: number } | null {
   const o = current();
-  return o ? textFeatures(o)[0] ?? null : null;
+  if (!o) return null;
+  const all = textFeatures(o);
+  return all.find((f) => f.tokens < o.positions.length) ?? all[0] ?? null;
 }
 const pageOf = (h: FeatureHookOut, id: number) => pages.get(`${modelName()}|${h.hook}|${id}`) ?? null;
 
@@ -180,7 +183,7 @@ const steps: LessonStep[] = [
       const distinct = new Set(n.over.map((p) => tr.token_ids[p])).size;
       const listed = n.over.slice(0, LIST).map((p) => traceTok(`neuron-tok-${p}`, p));
       const toks = word("neuron-tokens", listed.map((v) => v.v).join(", "));
-      const vars = { layer: int("layer", h.layer), neuron: int("neuron", n.j), m: int("m-neurons", M),
+      const vars = { layer: int("layer", h.layer), neuron: idVal("neuron", n.j), m: int("m-neurons", M),
         max: dec("neuron-max", n.max), tok: traceTok("neuron-at", n.at), pos: int("neuron-pos", n.at),
         over: int("neuron-over", n.over.length), n: int("n-tokens", T), toks, distinct: int("neuron-distinct", distinct),
         hook: word("hook", h.hook) };
@@ -227,9 +230,11 @@ const steps: LessonStep[] = [
       if (!h || !o) return [];
       if (!b) return [claim("lesson.features.feature.none", { hook: word("hook", h.hook) })];
       const fires = firesAt(o, b.id).size, T = o.positions.length;
-      const vars = { id: int("feature", b.id), max: dec("feature-max", b.max), tok: tokAt("feature-at", b.at),
+      const vars = { id: idVal("feature", b.id), max: dec("feature-max", b.max), tok: tokAt("feature-at", b.at),
         pos: int("feature-pos", b.at), fires: int("fires", fires), n: int("n-tokens", T), hook: word("hook", h.hook) };
-      const out: Text = [claim("lesson.features.feature.best", vars),
+      const first = textFeatures(o)[0];
+      const out: Text = [first.id === b.id ? claim("lesson.features.feature.best", vars)
+        : claim("lesson.features.feature.bestSparse", { ...vars, top: idVal("feature-top", first.id) }),
         claim(fires === 1 ? "lesson.features.feature.firesOne" : "lesson.features.feature.fires", vars)];
       if (fires === T && T > 1) out.push(claim("lesson.features.feature.everywhere", vars));
       if (!h.pages) return [...out, say("lesson.features.feature.noPages")];
@@ -259,7 +264,7 @@ const steps: LessonStep[] = [
       const out: Text = [say("lesson.features.guess.why")];
       if (!fx.revealed.has(featureKey(h.hook, b.id))) return [...out, say("lesson.features.guess.hidden")];
       const promoted = word("promoted", p.promoted.slice(0, 3).map((l) => token(`promoted-${l.id}`, l.token, l.id).v).join(", "));
-      const vars = { id: int("feature", b.id), promoted, hook: word("hook", h.hook) };
+      const vars = { id: idVal("feature", b.id), promoted, hook: word("hook", h.hook) };
       if (p.promoted.length) out.push(claim("lesson.features.guess.promoted", vars));
       out.push(p.description ? claim("lesson.features.guess.written", { ...vars, desc: word("description", p.description) })
         : claim("lesson.features.guess.unwritten", vars));
@@ -286,14 +291,15 @@ const steps: LessonStep[] = [
       if (!s) return [];
       // plain words (a line that wraps): the first QUOTE tokens, spaces shown as the panel shows them
       const cont = (ts: SteerOut["plain"]) => quoted(ts.map((x) => x.text));
-      const vars = { id: int("feature", b.id), layer: int("layer", s.direction.layer), s: dec("strength", s.strength),
+      const vars = { id: idVal("feature", b.id), layer: int("layer", s.direction.layer), s: dec("strength", s.strength),
         times: int("times", STEER_TIMES), max: dec("feature-max", b.max), plain: cont(s.plain),
         steered: cont(s.steered), at: int("changed-at", s.changed_at ?? -1),
         b: dec("breakdown", s.breakdown ?? 0), hook: word("hook", h.hook) };
       return [
         claim("lesson.features.steer.how", vars),
         claim(s.changed_at === null ? "lesson.features.steer.same"
-          : s.changed_at === 0 ? "lesson.features.steer.differFirst" : "lesson.features.steer.differ", vars),
+          : s.changed_at === 0 ? "lesson.features.steer.differFirst" : s.changed_at === 1 ? "lesson.features.steer.differOne"
+            : "lesson.features.steer.differ", vars),
         s.changed_at === null ? say("lesson.features.steer.sameMeans") : say("lesson.features.steer.cause"),
         either(s.breakdown !== null, "lesson.features.steer.breaks", "lesson.features.steer.holds", vars),
       ];

@@ -56,11 +56,16 @@ function perFeature(o: FeaturesOut): Map<number, { tokens: number; max: number; 
   }
   return by;
 }
-function bestFeature(o: FeaturesOut): { id: number; tokens: number; max: number; at: number } | null {
+/** The text's most active feature (among those for which `keep` holds). */
+function mostActive(o: FeaturesOut, keep: (tokens: number) => boolean = () => true): { id: number; tokens: number; max: number; at: number } | null {
   let best: { id: number; tokens: number; max: number; at: number } | null = null;
-  for (const [id, c] of perFeature(o)) if (!best || c.max > best.max || (c.max === best.max && id < best.id)) best = { id, ...c };
+  for (const [id, c] of perFeature(o)) {
+    if (keep(c.tokens) && (!best || c.max > best.max || (c.max === best.max && id < best.id))) best = { id, ...c };
+  }
   return best;
 }
+/** The feature the lesson reads: the most active of those not active at every token, else the most active. */
+const bestFeature = (o: FeaturesOut) => mostActive(o, (n) => n < o.positions.length) ?? mostActive(o);
 
 /** Block L's MLP hidden layer, fetched again: the loudest neuron and the tokens above half its largest value. */
 async function neuron(ctx: ClaimContext, layer: number): Promise<{ j: number; max: number; at: number; over: number[]; M: number; T: number }> {
@@ -152,9 +157,16 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
   }) as Check])),
   "lesson.features.feature.none": async (v, ctx) => fail(perFeature(await feats(ctx, v)).size === 0, "some feature is active"),
   "lesson.features.feature.best": async (v, ctx) => {
-    const b = bestFeature(await feats(ctx, v));
-    if (!b) return "no feature is active";
-    return all(same(v.id, b.id, "the most active feature"), same(v.max, b.max, "its activation"), same(v.pos, b.at, "where"),
+    const o = await feats(ctx, v), b = bestFeature(o), top = mostActive(o);
+    if (!b || !top) return "no feature is active";
+    return all(same(v.id, b.id, "the feature read"), same(v.id, top.id, "the most active feature"), same(v.max, b.max, "its activation"),
+      same(v.pos, b.at, "where"), fail(num(v.tok) === ctx.trace.token_ids[b.at], `the token at ${b.at} is not ${v.tok.v}`));
+  },
+  "lesson.features.feature.bestSparse": async (v, ctx) => {
+    const o = await feats(ctx, v), b = mostActive(o, (n) => n < o.positions.length), top = mostActive(o);
+    if (!b || !top) return "no feature fires at fewer than every token";
+    return all(same(v.top, top.id, "the most active feature"), fail(top.tokens === o.positions.length, `#${top.id} fires at ${top.tokens} tokens, not every one`),
+      same(v.id, b.id, "the most active of the others"), same(v.max, b.max, "its activation"), same(v.pos, b.at, "where"),
       fail(num(v.tok) === ctx.trace.token_ids[b.at], `the token at ${b.at} is not ${v.tok.v}`));
   },
   ...Object.fromEntries((["fires", "firesOne"] as const).map((kind) => [`lesson.features.feature.${kind}`, (async (v, ctx) => {
@@ -213,14 +225,14 @@ export const CLAIMS: Partial<Record<MessageKey, Check>> = {
     return all(fail(s.plain.every((t, i) => t.id === s.steered[i]?.id) && s.plain.length === s.steered.length, "the continuations differ"),
       fail(text(s.plain) === String(v.plain.raw), "the text quotes another continuation"));
   },
-  ...Object.fromEntries((["differ", "differFirst"] as const).map((kind) => [`lesson.features.steer.${kind}`, (async (v, ctx) => {
+  ...Object.fromEntries((["differ", "differOne", "differFirst"] as const).map((kind) => [`lesson.features.steer.${kind}`, (async (v, ctx) => {
     const { s } = await steered(ctx, v);
     let k = 0;
     while (k < s.plain.length && k < s.steered.length && s.plain[k].id === s.steered[k].id) k++;
     const differ = k < Math.max(s.plain.length, s.steered.length);
     return all(fail(text(s.plain) === String(v.plain.raw) && text(s.steered) === String(v.steered.raw), "the text quotes other continuations"),
-      fail(differ, "the continuations are the same"), kind === "differ" ? all(same(v.at, k, "where they part"), fail(k > 0, "they differ at once"))
-        : fail(k === 0, `they agree on ${k} tokens`));
+      fail(differ, "the continuations are the same"), kind === "differ" ? all(same(v.at, k, "where they part"), fail(k > 1, `they agree on ${k} tokens`))
+        : fail(k === (kind === "differOne" ? 1 : 0), `they agree on ${k} tokens`));
   }) as Check])),
   "lesson.features.steer.breaks": async (v, ctx) => {
     const { s } = await steered(ctx, v);
