@@ -169,7 +169,7 @@ def check_strength(strength: float) -> float:
 def check_vector(model: TextModel, vector: Tensor | Sequence[float], what: str = "the direction") -> Tensor:
     """`vector` as a float32 (D,) tensor on the CPU; one sentence if its width is not the model's, or it is not
     finite, or it is zero."""
-    v = torch.as_tensor(vector, dtype=torch.float32).detach().cpu()
+    v = torch.as_tensor(vector, dtype=torch.float32, device="cpu").detach()
     D = model.config.n_embd
     if v.shape != (D,):
         raise InputError(f"{what} has shape {tuple(v.shape)} but {model.name}'s residual stream is {D} wide: give "
@@ -305,7 +305,7 @@ def _capturing(model: TextModel, layer: int) -> Iterator[list[Tensor]]:
 
     module = _block_module(model, layer)
     seen: list[Tensor] = []
-    mine = _Addition(torch.zeros(0))  # an identity for the dispatch; it adds nothing
+    mine = _Addition(torch.zeros(0, device="cpu"))  # an identity for the dispatch; it adds nothing
 
     def hook(_m: nn.Module, _args: tuple[Any, ...], out: Any) -> None:
         if _CAPTURE.get() is mine and (t := first_tensor(out)) is not None:

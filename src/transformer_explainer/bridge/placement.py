@@ -19,7 +19,15 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from ..models.placement import DeviceMap, MapValue, _accelerate, _budget, check_tied, devices_of, expand_parts
+from ..models.placement import (
+    DeviceMap,
+    MapValue,
+    accelerate_budget,
+    check_tied,
+    devices_of,
+    expand_parts,
+    import_accelerate,
+)
 from ..names import block_part
 from .structure import find_structure
 
@@ -44,12 +52,12 @@ def auto_map(model: nn.Module, dtype: torch.dtype,
     """accelerate's map (`infer_auto_device_map`, GPUs first in order, then the CPU, then the disk, within
     `max_memory` per device; None: what each device has free now) for `model` built on the meta device, with each
     decoder layer unsplit, by our part names (accelerate's device values: GPU numbers, "cpu", "disk")."""
-    accelerate = _accelerate()
+    accelerate = import_accelerate()
     parts = part_modules(model)
     names = _qualified(model)
     no_split = sorted({type(m).__name__ for p, m in parts.items() if p.startswith("blocks.")} |
                       set(getattr(model, "_no_split_modules", None) or ()))
-    budget = None if max_memory is None else _budget(max_memory)
+    budget = None if max_memory is None else accelerate_budget(max_memory)
     try:
         raw = accelerate.infer_auto_device_map(model, max_memory=budget, no_split_module_classes=no_split, dtype=dtype)
     except ValueError as e:  # a size accelerate cannot read

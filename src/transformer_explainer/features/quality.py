@@ -73,7 +73,7 @@ def measure(net: Decoder, saes: Mapping[str, SparseAutoencoder], windows: Tensor
     names = {h: trace_name(h) for h in saes}
     acc: dict[str, dict[str, Any]] = {h: {"sse": 0.0, "sum": 0.0, "sumsq": 0.0, "n": 0, "l0": 0.0, "clean": 0.0,
                                           "sae": 0.0, "zero": 0.0,
-                                          "fired": torch.zeros(s.cfg.d_sae, dtype=torch.bool)}
+                                          "fired": torch.zeros(s.cfg.d_sae, dtype=torch.bool, device=s.W_enc.device)}
                                       for h, s in saes.items()}
     n_pred = 0
     for i in range(0, windows.shape[0], batch_windows):

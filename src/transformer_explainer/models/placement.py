@@ -44,7 +44,7 @@ def current_map(net: Decoder) -> DeviceMap:
     return {name: device_of(net.get_submodule(name)) for name in part_names(net)}
 
 
-def _budget(max_memory: Mapping[int | str, int | str]) -> dict[int | str, int | str]:
+def accelerate_budget(max_memory: Mapping[int | str, int | str]) -> dict[int | str, int | str]:
     """accelerate's `max_memory` keys from ours: a GPU's number (0 or "0" or "cuda:0"), "cpu", "mps"."""
     out: dict[int | str, int | str] = {}
     for key, size in max_memory.items():
@@ -59,11 +59,11 @@ def _budget(max_memory: Mapping[int | str, int | str]) -> dict[int | str, int | 
 
 def check_budget(max_memory: Mapping[int | str, int | str]) -> None:
     """Refuse a budget for a device this machine does not have (before accelerate would skip it with a warning)."""
-    for key in _budget(max_memory):
+    for key in accelerate_budget(max_memory):
         resolve_device(f"cuda:{key}" if isinstance(key, int) else key)
 
 
-def _accelerate():
+def import_accelerate():
     try:
         import accelerate
     except ModuleNotFoundError:
@@ -78,11 +78,11 @@ def infer_device_map(net: Decoder, dtype: torch.dtype, max_memory: Mapping[int |
     per device (None: what each device has free now): GPUs first, in order, then the CPU, then the disk.
     Returned for every part by our names, with accelerate's device values (GPU numbers, "cpu", "mps", "disk");
     nothing is checked against this machine (`resolve_map` does that)."""
-    accelerate = _accelerate()
+    accelerate = import_accelerate()
     proxy = nn.Module()
     for name, module in net.named_children():
         proxy.add_module(_ACCELERATE_NAMES.get(name, name), module)
-    budget = None if max_memory is None else _budget(max_memory)
+    budget = None if max_memory is None else accelerate_budget(max_memory)
     try:
         raw = accelerate.infer_auto_device_map(proxy, max_memory=budget, no_split_module_classes=["Block"],
                                                dtype=dtype)
