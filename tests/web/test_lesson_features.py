@@ -2,7 +2,7 @@
 model that ships a sparse autoencoder in SAELens's format: here the one whose features are the residual stream's
 coordinates each sign apart, with feature pages built on a random corpus (tests/web/test_features_page.py's), and for
 the claims also test_features_page.py's model, whose default autoencoder is a random one without pages (its variance
-explained below zero).
+explained below zero), and the built-in explainer-small with the autoencoders and pages it ships.
 The Features page's lesson button opens this lesson; its steps quote the numbers of /api/features, the feature's page,
 /api/steer and the MLP's hidden layer (each compared here with the API's answer); every claim of every step holds on
 several texts (web/tests/lessons/claims.features.ts, run by vitest); a Pixel 7 in 中文 (screenshot
@@ -158,10 +158,19 @@ def test_the_lesson_on_a_phone_in_chinese(browser, paged_server):
         assert step_id(page) == "feature"
 
 
-@pytest.mark.parametrize("which", ["paged", "random"])
+@pytest.fixture(scope="module")
+def small_server() -> Iterator[LiveServer]:
+    """The built-in explainer-small with the autoencoders and feature pages it ships."""
+    from transformer_explainer.server import create_app
+
+    with LiveServer(create_app({"explainer-small": load_model("explainer-small", allow_download=False)})) as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("which", ["paged_server", "sae_server", "small_server"])
 def test_every_claim_holds_on_several_texts(which, request):
-    srv = request.getfixturevalue("paged_server" if which == "paged" else "sae_server")
-    texts = TEXTS if which == "paged" else TEXTS[1:3] + TEXTS[-1:]
+    srv = request.getfixturevalue(which)
+    texts = TEXTS if which != "sae_server" else TEXTS[1:3] + TEXTS[-1:]
     r = vitest("tests/lessons/lessons.test.ts", env={"TE_SERVER": srv.url, "TE_LESSONS": "features",
                                                      "TE_TEXTS": json.dumps(texts)})
     assert r.returncode == 0, r.stdout[-12000:] + r.stderr[-4000:]
