@@ -43,7 +43,7 @@ def register(subcommands: argparse._SubParsersAction, train_subcommands: argpars
     p = train_subcommands.add_parser(
         "induction", help="train a small decoder on repeated random tokens and record an induction head forming")
     p.add_argument("--out", type=Path, required=True,
-                   help="run folder: config.json, run.json, and per run (main/, control/) log.jsonl, checkpoints/ "
+                   help="run folder: settings.json, run.json, and per run (main/, control/) log.jsonl, checkpoints/ "
                         "and model/ (an HF folder the app opens); an interrupted run there resumes")
     p.add_argument("--layers", type=_int("layers"), default=2, help="decoder blocks of the run (default 2)")
     p.add_argument("--steps", type=_int("steps"), default=3000, help="optimizer steps of each run (default 3000)")
