@@ -63,6 +63,19 @@ def _float(text: str) -> float:
     return v
 
 
+def float_range(lo: float, hi: float) -> Callable[[str], float]:
+    """A finite number in [lo, hi], as an argparse type."""
+
+    def parse(text: str) -> float:
+        v = _float(text)
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be a number from {lo:g} to {hi:g}, got {text}")
+        return v
+
+    parse.__name__ = "number"
+    return parse
+
+
 def non_negative_float(text: str) -> float:
     v = _float(text)
     if v < 0:

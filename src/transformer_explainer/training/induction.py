@@ -34,7 +34,7 @@ from ..loading.checkpoint import save_decoder
 from ..models.decoder import Decoder
 from ..models.recorder import Recorder
 from ..names import block_name
-from .induction_cli import LIMITS
+from .induction_limits import LIMITS
 from .trainer import TrainConfig, Trainer, TrainEvent
 
 log = logging.getLogger(__name__)

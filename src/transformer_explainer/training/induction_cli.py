@@ -1,7 +1,8 @@
 """`transformer-explainer train induction`: the induction run and its one-layer control (training/induction.py).
 
-Its limits live here, apart from the training code (and torch), so that building the CLI's parser imports neither;
-`InductionConfig.check` holds a run started from Python or a server to the same limits."""
+Its limits live in training/induction_limits.py, apart from the training code (and torch), so that building the
+CLI's parser imports neither; `InductionConfig.check` holds a run started from Python or a server to the same
+limits."""
 
 from __future__ import annotations
 
@@ -12,26 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..cli_args import _float, int_range
-
-# name -> (lowest, highest) accepted
-LIMITS: dict[str, tuple[float, float]] = {
-    "layers": (1, 4), "steps": (1, 20000), "width": (16, 256), "heads": (1, 8), "lr": (1e-5, 1e-1),
-    "batch": (1, 256), "record_every": (1, 5000), "checkpoint_every": (1, 20000),
-}
-
-
-def float_range(lo: float, hi: float) -> Callable[[str], float]:
-    """A finite number in [lo, hi], as an argparse type."""
-
-    def parse(text: str) -> float:
-        v = _float(text)
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be a number from {lo:g} to {hi:g}, got {text}")
-        return v
-
-    parse.__name__ = "number"
-    return parse
+from ..cli_args import float_range, int_range
+from .induction_limits import LIMITS
 
 
 def _int(name: str) -> Callable[[str], int]:
