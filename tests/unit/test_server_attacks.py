@@ -162,7 +162,7 @@ def test_one_clients_analyses_leave_the_model_to_the_others(guarded):
         with guarded.client("127.0.0.1") as same:
             second = same.post("api/analysis/prune", content=body, headers=JSON)
         assert second.status_code == 429, second.text
-        assert "1 analysis (head importance, pruning or patching) running" in second.json()["detail"]
+        assert "1 analysis (head importance, pruning, patching or steering) running" in second.json()["detail"]
         with guarded.client("127.0.0.2") as other:
             for k in range(3):
                 r = other.post("api/trace", json={"text": f"Another student types {k}"})
