@@ -256,7 +256,7 @@ def test_an_autoencoder_without_pages_says_so(browser, sae_server) -> None:
 
 def test_a_model_without_autoencoders_has_no_features_page(browser, live_server) -> None:
     with open_app(browser, live_server.url) as page:
-        note = page.locator("[data-testid=nav-features-none]")
+        note = page.locator("[data-testid=features-none-note]")
         note.wait_for(timeout=30_000)
         assert note.inner_text() == "Features: this model ships no sparse autoencoder to read them with."
         assert page.locator("[data-testid=nav-features]").count() == 0
