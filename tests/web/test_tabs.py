@@ -38,7 +38,7 @@ def walk(page, prefix: str, ids: list[str]) -> None:
 
 def test_experiments_tabs(page, live_server):
     open_experiments(page, live_server)
-    walk(page, "exp-tab", ["lens", "heads", "embed"])  # GPT-2: no experts' tab
+    walk(page, "exp-tab", ["lens", "heads", "embed", "steer"])  # GPT-2: no experts' tab; steering on every model
     page.wait_for_selector("[data-testid=exp-panel-lens]")
 
 
