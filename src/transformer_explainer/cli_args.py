@@ -53,7 +53,8 @@ non_negative_int = int_range(0)
 port_number = int_range(0, 65535)
 
 
-def _float(text: str) -> float:
+def finite_float(text: str) -> float:
+    """A finite number, as an argparse type."""
     try:
         v = float(text)
     except ValueError:
@@ -67,7 +68,7 @@ def float_range(lo: float, hi: float) -> Callable[[str], float]:
     """A finite number in [lo, hi], as an argparse type."""
 
     def parse(text: str) -> float:
-        v = _float(text)
+        v = finite_float(text)
         if not lo <= v <= hi:
             raise argparse.ArgumentTypeError(f"must be a number from {lo:g} to {hi:g}, got {text}")
         return v
@@ -77,14 +78,14 @@ def float_range(lo: float, hi: float) -> Callable[[str], float]:
 
 
 def non_negative_float(text: str) -> float:
-    v = _float(text)
+    v = finite_float(text)
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
     return v
 
 
 def positive_float(text: str) -> float:
-    v = _float(text)
+    v = finite_float(text)
     if v <= 0:
         raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
     return v
@@ -92,7 +93,7 @@ def positive_float(text: str) -> float:
 
 def fraction(text: str) -> float:
     """A share of something, 0 or more and below 1: a dropout rate, a label-smoothing epsilon."""
-    v = _float(text)
+    v = finite_float(text)
     if not 0 <= v < 1:
         raise argparse.ArgumentTypeError(f"must be 0 or more and below 1, got {text}")
     return v
@@ -100,7 +101,7 @@ def fraction(text: str) -> float:
 
 def probability(text: str) -> float:
     """A top-p value: more than 0, at most 1."""
-    v = _float(text)
+    v = finite_float(text)
     if not 0 < v <= 1:
         raise argparse.ArgumentTypeError(f"must be more than 0 and at most 1, got {text}")
     return v

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
-from .cli_args import int_range
+from .cli_args import finite_float, int_range
 from .cli_model import load_model_for, sampling_args, text_args
 from .errors import InputError
 from .limits import DEFAULT_SEED, MAX_CONTRAST_PROMPTS, MAX_STEER_TOKENS, STEER_TOKENS
@@ -21,16 +20,6 @@ def _feature(text: str) -> tuple[int, int]:
     if not sep or not layer.strip().isdigit() or not fid.strip().isdigit():
         raise argparse.ArgumentTypeError(f"must be LAYER:ID, two whole numbers such as 3:120, got {text!r}")
     return int(layer), int(fid)
-
-
-def _strength(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return v
 
 
 def read_prompts(path: Path) -> list[str]:
@@ -128,7 +117,7 @@ def register(sub: argparse._SubParsersAction, train: argparse._SubParsersAction)
                         f"prompt a line, at most {MAX_CONTRAST_PROMPTS} each), read after block --layer")
     p.add_argument("--layer", type=int_range(0), default=None, metavar="L",
                    help="the block after which the direction is added (with --contrast; --feature names its own)")
-    p.add_argument("--strength", type=_strength, required=True, metavar="S",
+    p.add_argument("--strength", type=finite_float, required=True, metavar="S",
                    help="the direction is multiplied by S before it is added (negative: the other way)")
     p.add_argument("--tokens", type=int_range(1, MAX_STEER_TOKENS), default=STEER_TOKENS, metavar="N",
                    help=f"tokens to generate in each continuation (1-{MAX_STEER_TOKENS}, default {STEER_TOKENS})")
