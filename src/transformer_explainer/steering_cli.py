@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from .cli_args import finite_float, int_range
-from .cli_model import load_model_for, sampling_args, text_args
+from .cli_model import load_model_for, progress_bar, sampling_args, text_args
 from .errors import InputError
 from .limits import DEFAULT_SEED, MAX_CONTRAST_PROMPTS, MAX_STEER_TOKENS, STEER_TOKENS
 
@@ -38,7 +38,7 @@ def _text(tokens: list) -> str:
 
 def cmd_steer(args: argparse.Namespace) -> int:
     from .sampling import SamplingParams
-    from .steering import BREAKDOWN_BOUND, REPETITION_BOUND, steer
+    from .steering import BREAKDOWN_BOUND, REPETITION_BOUND, SWEEP_FACTORS, steer
     from .steering_features import choose_direction
     from .steering_schemas import steer_out
 
@@ -67,8 +67,18 @@ def cmd_steer(args: argparse.Namespace) -> int:
         chosen["direction"] = direction(model)
 
     model = load_model_for(args, check)
-    s = steer(model, args.text if not args.truncate else model.encode(args.text, truncate=True), chosen["direction"],
-              args.strength, tokens=args.tokens, params=params, sweep=not args.no_sweep)
+    runs = 2 + (0 if args.no_sweep else len(SWEEP_FACTORS))  # plain, steered, then each strength of the sweep
+    with progress_bar(args, runs, "continuations", unit="run") as bar:
+        started = []
+
+        def between_runs() -> None:  # called before each generation: the one before it has finished
+            if started:
+                bar.update(1)
+            started.append(True)
+
+        s = steer(model, args.text if not args.truncate else model.encode(args.text, truncate=True),
+                  chosen["direction"], args.strength, tokens=args.tokens, params=params, sweep=not args.no_sweep,
+                  between_runs=between_runs)
     if args.json:
         print(json.dumps(steer_out(model.name, s).model_dump(mode="json"), ensure_ascii=False))
         return 0
