@@ -122,6 +122,13 @@ ERROR_CODES: dict[str, ErrorCodeInfo] = {
     "s2s_example_too_long": _code("the example has `tokens` tokens; the task allows `limit`", "tokens", "limit"),
     "s2s_steps": _code("a training run's steps must be between 1 and `max`", "value", "max"),
     "training_busy": _code("a training run (`run`) is already going on this server", "run"),
+    "induction_limit": _code("a live induction run's `name` must be from `lo` to `hi`; got `value`",
+                             "name", "lo", "hi", "value"),
+    "induction_width": _code("the width `width` is not a multiple of the heads `heads`", "width", "heads"),
+    "induction_not_owner": _code("another client started the live run `run`: only it may steer or stop it", "run"),
+    "induction_state": _code("the live run `run` is `status`: that cannot be done to it now", "run", "status"),
+    "live_training_off": _code("this server does not train live (a shared server replays the recorded run; "
+                               "`serve --live-training` turns it on)"),
     # analyses (the experiments)
     "not_one_token": _code("`token` is not one token but `count`: choose a word that is one token",
                            "token", "count"),

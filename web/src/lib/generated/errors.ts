@@ -147,6 +147,16 @@ export const ERROR_PARAMS: Readonly<Record<ErrorCode, readonly string[]>> = {
   "s2s_steps": ["value", "max"],
   /** a training run (`run`) is already going on this server */
   "training_busy": ["run"],
+  /** a live induction run's `name` must be from `lo` to `hi`; got `value` */
+  "induction_limit": ["name", "lo", "hi", "value"],
+  /** the width `width` is not a multiple of the heads `heads` */
+  "induction_width": ["width", "heads"],
+  /** another client started the live run `run`: only it may steer or stop it */
+  "induction_not_owner": ["run"],
+  /** the live run `run` is `status`: that cannot be done to it now */
+  "induction_state": ["run", "status"],
+  /** this server does not train live (a shared server replays the recorded run; `serve --live-training` turns it on) */
+  "live_training_off": [],
   /** `token` is not one token but `count`: choose a word that is one token */
   "not_one_token": ["token", "count"],
   /** an empty string is not a token */
