@@ -7,14 +7,20 @@ import { s2sApi } from "./api";
 export type Tab = "encoder" | "decoder" | "compare" | "positions" | "training";
 export const TABS: Tab[] = ["encoder", "decoder", "compare", "positions", "training"];
 
-/** Which page the app shows: the GPT-2 explainer or this one (`?mode=seq2seq` opens this one). */
-export const mode = $state({ seq2seq: new URLSearchParams(location.search).get("mode") === "seq2seq" });
+/** The pages the header's mode switch offers: the decoder explainer, this one (`?mode=seq2seq`) and "Watch it
+ *  learn" (`?mode=learn`, pages/learn/). */
+export type Mode = "gpt2" | "seq2seq" | "learn";
+const asked = new URLSearchParams(location.search).get("mode");
 
-export function setMode(seq2seq: boolean): void {
-  mode.seq2seq = seq2seq;
+/** Which page the app shows (one of `seq2seq` and `learn` at most is true; neither: the decoder explainer). */
+export const mode = $state({ seq2seq: asked === "seq2seq", learn: asked === "learn" });
+
+export function setMode(m: Mode): void {
+  mode.seq2seq = m === "seq2seq";
+  mode.learn = m === "learn";
   const u = new URL(location.href);
-  if (seq2seq) u.searchParams.set("mode", "seq2seq");
-  else u.searchParams.delete("mode");
+  if (m === "gpt2") u.searchParams.delete("mode");
+  else u.searchParams.set("mode", m);
   history.replaceState(null, "", u);
 }
 
