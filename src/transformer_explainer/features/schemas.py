@@ -5,7 +5,7 @@ answers are these too, and the web app's types are generated from them (`server/
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -188,18 +188,25 @@ def _num(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def features_out(model: str, fs: TextFeatures, top: int) -> FeaturesOut:
-    # the tensors read into Python once, and the answer validated whole (a position at a time costs more than the
-    # encoding itself on a 128-token text)
+def features_answer(model: str, fs: TextFeatures, top: int) -> dict[str, Any]:
+    """`FeaturesOut`'s fields as plain Python values (what `features_out` validates). The API sends this as JSON
+    without building the pydantic objects (validating a 128-token answer took about 1.1 ms of its 1.9 ms here); a
+    test checks that it validates as `FeaturesOut` and equals `features_out`."""
+    # the tensors read into Python once (a position at a time costs more than the encoding itself)
     ids, vals = fs.active_ids[:, :top].tolist(), fs.active_values[:, :top].tolist()
     counts, norms, errs = fs.counts.tolist(), fs.x.norm(dim=-1).tolist(), fs.error.norm(dim=-1).tolist()
-    positions = [{"position": t, "token": fs.tokens[t], "token_id": fs.token_ids[t], "active": c,
-                  "features": [{"id": i, "activation": a} for i, a in zip(ids[t][:c], vals[t][:c], strict=False)],
+    positions = [{"position": t, "token": token, "token_id": token_id, "active": c,
+                  "features": [{"id": i, "activation": a} for i, a in zip(row_ids[:c], row_vals[:c], strict=False)],
                   "norm": n, "error_norm": e, "relative_error": _num(e / n) if n > 0 else None}
-                 for t, (c, n, e) in enumerate(zip(counts, norms, errs, strict=True))]
-    return FeaturesOut.model_validate({"model": model, "hook": fs.hook, "name": fs.name, "d_sae": fs.d_sae, "k": fs.k,
-                                       "source": fs.source, "explained_variance": fs.explained_variance,
-                                       "positions": positions})
+                 for t, (token, token_id, row_ids, row_vals, c, n, e)
+                 in enumerate(zip(fs.tokens, fs.token_ids, ids, vals, counts, norms, errs, strict=True))]
+    return {"model": model, "hook": fs.hook, "name": fs.name, "d_sae": fs.d_sae, "k": fs.k, "source": fs.source,
+            "explained_variance": fs.explained_variance, "positions": positions}
+
+
+def features_out(model: str, fs: TextFeatures, top: int) -> FeaturesOut:
+    """The features answer of the CLI's --json and the snapshot, validated whole (a position at a time costs more)."""
+    return FeaturesOut.model_validate(features_answer(model, fs, top))
 
 
 def page_out(model: str, page: FeaturePage) -> FeaturePageOut:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import functools
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
+from pydantic_core import to_json
 
+from ...encoding import BINARY_MAGIC
 from ...engine import ExplainerModel
 from ...errors import CheckpointError, InputError
 from ...features.encode import check_top, default_hook, depth, text_features
@@ -27,14 +29,15 @@ from ...features.schemas import (
     FeaturePageOut,
     FeaturesIn,
     FeaturesOut,
-    features_out,
+    features_answer,
     page_out,
 )
 from ...generic import GenericModel
 from ...loading.files import read_json
 from ...loading.tokenizer import TextTokenizer
+from ...media import BINARY_MEDIA_TYPE
 from ..context import Context, ServerContext
-from .core import Traced, answer, with_trace
+from .core import Traced, with_trace
 
 router = APIRouter(tags=["features"])
 Model = ExplainerModel | GenericModel
@@ -60,12 +63,31 @@ async def features(body: FeaturesIn, request: Request, ctx: Context) -> Response
     cfg = _cfg(name, hook, folders[hook])
     top = check_top(body.top, cfg.k, cfg.d_sae, FEATURES_TOP)
 
-    def finish(t: Traced) -> Response:  # answered as JSON here: validated once, when built
+    def finish(t: Traced) -> Response:
         t0 = time.perf_counter()
-        out = features_out(t.name, text_features(t.model, t.trace, hook), top)
-        return answer(out, request, {"model": (t.t_traced - t.t0) * 1e3, "encode": (time.perf_counter() - t0) * 1e3})
+        out = features_answer(t.name, text_features(t.model, t.trace, hook), top)
+        return _answer(out, request, {"model": (t.t_traced - t.t0) * 1e3, "encode": (time.perf_counter() - t0) * 1e3})
 
     return await with_trace(ctx, body, finish)
+
+
+def _answer(out: dict[str, Any], request: Request, timings_ms: dict[str, float]) -> Response:
+    """`out` (`features_answer`, FeaturesOut's fields) as JSON written by pydantic's serialiser, without building the
+    pydantic objects; where the request accepts the binary form (the app's requests do), in that form: the answer
+    holds no arrays, so it is the same JSON as the header and no blobs (encoding.pack_binary, without its walk over
+    the answer and Python's json), sent as it is (the gzip middleware leaves the binary media type alone). On a
+    128-token answer (77 KB) here: 0.8 ms, against 4.0 ms for pack_binary of the validated answer and 2.1 ms + 1.6 ms
+    of gzip for its JSON (fastest of 100 rounds, one thread). Server-Timing as `core.answer`'s."""
+    t = time.perf_counter()
+    body = to_json(out)
+    if BINARY_MEDIA_TYPE in request.headers.get("accept", ""):
+        pad = b" " * (-(8 + len(body)) % 8)
+        body, media = BINARY_MAGIC + len(body).to_bytes(4, "little") + body + pad, BINARY_MEDIA_TYPE
+    else:
+        media = "application/json"
+    timing = {**timings_ms, "serialise": (time.perf_counter() - t) * 1e3}
+    return Response(body, media_type=media, headers={
+        "Server-Timing": ", ".join(f"{k};dur={v:.2f}" for k, v in timing.items()), "Vary": "Accept"})
 
 
 def _shipped(ctx: ServerContext, model: str | None) -> tuple[str, dict[str, Path], Model | None]:
