@@ -184,7 +184,11 @@ def test_phone_in_chinese(browser, live_server):
         pg.wait_for_selector("[data-testid=learn-readout]", timeout=30_000)
         assert pg.locator("[data-testid=mode-learn]").inner_text() == "看它学习"
         sw, iw = pg.evaluate("[document.documentElement.scrollWidth, innerWidth]")
-        assert sw <= iw <= 412, (sw, iw)
+        # what sticks out, for the message
+        wide = pg.evaluate("""() => [...document.querySelectorAll('body *')]
+          .filter((e) => e.getBoundingClientRect().right > 413).slice(0, 8)
+          .map((e) => `${e.tagName} ${e.textContent.slice(0, 30)} ${Math.round(e.getBoundingClientRect().right)}`)""")
+        assert sw <= iw <= 412, (sw, iw, wide)
         small = []
         for sel in ("[data-testid^=mode-]", "[data-testid^=learn-source-]", "[data-testid=learn-play]",
                     "[data-testid^=nav-]"):
@@ -195,3 +199,6 @@ def test_phone_in_chinese(browser, live_server):
                         small.append(f"{sel} {b['width']:.0f}x{b['height']:.0f}")
         assert not small, small
         pg.screenshot(path=str(ARTIFACTS / "learn-phone-zh.png"), full_page=True)
+        pg.screenshot(path=str(ARTIFACTS / "learn-phone-zh-1-top.png"))
+        pg.locator("[data-testid=learn-heads-main]").scroll_into_view_if_needed()
+        pg.screenshot(path=str(ARTIFACTS / "learn-phone-zh-2-heads.png"))

@@ -70,6 +70,7 @@ def walk(page, name: str, tiny_model, zh: bool) -> None:
     no_sideways_scroll(page)
     tap_targets_ok(page, ["[data-testid=text]", "[data-testid=lang]", "[data-testid=tour-open]",
                           "[data-testid=model]", "[data-testid=mode-gpt2]", "[data-testid=mode-seq2seq]",
+                          "[data-testid=mode-learn]",
                           "[data-testid^=example-]"])
     # type a text, tap a token
     page.locator("[data-testid=text]").tap()
@@ -159,10 +160,10 @@ def test_touch_walk_chinese(open_touch_page, tiny_model, device):
 
 
 def test_mode_switch_label_not_clipped_at_1280(page):
-    for testid in ("mode-gpt2", "mode-seq2seq"):
+    for testid in ("mode-gpt2", "mode-seq2seq", "mode-learn"):
         sw, cw = page.eval_on_selector(f"[data-testid={testid}]", "el => [el.scrollWidth, el.clientWidth]")
         assert sw <= cw, f"{testid} is clipped: {sw} > {cw}"
-    box = page.locator("[data-testid=mode-seq2seq]").bounding_box()
+    box = page.locator("[data-testid=mode-learn]").bounding_box()
     header = page.locator("header").first.bounding_box()
     assert box["x"] + box["width"] <= header["x"] + header["width"]
     for testid in ("tour-open", "lang"):  # one line each, not wrapped
