@@ -113,12 +113,9 @@ def test_one_long_text_edited_many_times_keeps_continuing_fast(long_model):
     vocab = long_model.config.vocab_size
     ids = random_ids(n, vocab, 3)
     store.get("m", long_model, ids)
-    whole = 0
-    for k in range(12):
+    for k in range(2 * MAX_PASSES):
         ids = ids[: n - 3] + random_ids(3, vocab, 60 + k)
         trace, computed = store.get("m", long_model, ids)
-        # a chain of MAX_PASSES continued passes is traced whole once (each view of it would run every pass again)
-        whole += computed == [0, n]
-        assert computed in ([n - 3, n], [0, n]) and kv_nbytes(trace) == kv, k
-    assert whole <= 12 // MAX_PASSES + 1
+        # a chain of MAX_PASSES continued passes is made one pass and continued (it was traced whole: issue 40)
+        assert computed == [n - 3, n] and kv_nbytes(trace) == kv, k
     assert store.cache.nbytes <= store.cache.max_bytes

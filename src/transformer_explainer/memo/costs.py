@@ -17,7 +17,7 @@ BLOCKS_SHARE = 4
 # that many passes is not continued (a shorter cached beginning may be), as each view of it runs every one of its
 # passes again: a block's view of a 128-token text on GPT-2 small's shape, edited at its end again and again, costs
 # 36-40 ms of blocks run again made of 3 passes, 50-60 ms of 7 (what the text's next edit saves by continuing it
-# with its keys and values: 70 ms)
+# with its keys and values: 70 ms). The store makes a continuation that reaches it one pass (`TraceStore._one_pass`)
 MAX_PASSES = 8
 # the newest traces keep their keys and values while those take at most one part in KV_SHARE of the trace budget:
 # continuing a trace with them costs its new positions only (GPT-2 small's shape, 127 + 1 tokens: 43 ms, 107 ms

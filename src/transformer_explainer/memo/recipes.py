@@ -37,7 +37,7 @@ from ..models.decoder import Decoder, device_of
 from ..models.kv_cache import KV, KVCache
 from ..models.recorder import Patch, Recorder
 from ..names import FAMILY_NAMES, block_name, block_prefix, describe, parse_name
-from .block_cache import BlockCache, BlockValues
+from .block_cache import BlockCache, BlockValues, packed
 
 # per family: the queries and keys whose products are the attention scores (names.DERIVATIONS)
 SCORE_INPUTS: dict[str, tuple[str, ...]] = {f: t.derivations["attn.scores"].sources for f, t in FAMILY_NAMES.items()}
@@ -119,6 +119,10 @@ class BlockSource:
         """Block `layer` as `cache` keeps it whole for this recipe, else run (as far as `until`)."""
         kept = None if cache is None else cache.peek((self.key, layer))
         return kept if kept is not None else self.block(layer, until, cache)
+
+    def kept(self, layer: int, cache: BlockCache | None) -> bool:
+        """Whether `cache` keeps block `layer` whole for this recipe (reading it runs nothing)."""
+        return cache is not None and cache.peek((self.key, layer)) is not None
 
     def patched(self, name: str) -> bool:
         """Whether a pass of the recipe patched the value `name` (a derived stage is then recorded)."""
@@ -253,6 +257,18 @@ class Merged(BlockSource):
         return merge_values(before, self.new.block(layer, until, cache, past), self.net.config.family)
 
 
+def flattened(source: BlockSource) -> RecordedPass | None:
+    """`source`'s blocks as one pass from position 0 over the residual streams that entered them (copied into one
+    storage), or None where a pass of it patched a value (a patch is a pass's own) or it does not begin at 0. A trace
+    continued again and again is a chain of passes, each run again for each block a view reads (`MAX_PASSES`): one
+    pass instead runs each block once over every position, equal to the chain's values to float rounding (not bit for
+    bit: the positions are no longer split as the passes split them)."""
+    if source.start != 0 or source.patched_under(""):
+        return None
+    inputs = packed({str(i): source.entering(i) for i in range(source.net.config.n_layer)})
+    return RecordedPass(source.net, tuple(inputs.values()), 0, {}, None)
+
+
 class Cut(BlockSource):
     """A trace's first `n` positions."""
 
@@ -273,6 +289,9 @@ class Cut(BlockSource):
 
     def tensors(self) -> Iterator[Tensor]:
         return self.source.tensors()
+
+    def kept(self, layer: int, cache: BlockCache | None) -> bool:
+        return super().kept(layer, cache) or self.source.kept(layer, cache)
 
     def block(self, layer: int, until: str | None = None, cache: BlockCache | None = None) -> BlockValues:
         return cut_values(self.source.kept_or_run(layer, until, cache), self.n_tokens, self.net.config.family)

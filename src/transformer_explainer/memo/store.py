@@ -25,6 +25,7 @@ from .block_cache import BlockCache, storage_nbytes
 from .costs import (
     BLOCKS_SHARE,
     KV_SHARE,
+    MAX_PASSES,
     NO_KV_COST,
     cheapest_beginning,
     continuable,
@@ -34,7 +35,9 @@ from .costs import (
     values_of,
 )
 from .plan import Memory
+from .recipes import Merged, flattened
 from .summaries import overview_summaries, overview_summary
+from .values import TraceValues
 
 Key = tuple[str, tuple[int, ...]]  # (the model's name, the token ids)
 
@@ -226,7 +229,26 @@ class TraceStore:
             name = block_name(i, "attn.pattern")
             if (name, fn) not in values.observations:
                 values.observe(name, fn)
+        if values.blocks is not None and values.blocks.passes >= MAX_PASSES:
+            self._one_pass(values)
         return trace
+
+    def _one_pass(self, values: TraceValues) -> None:
+        """A continued trace's chain of passes, too long to continue again (each view runs every pass), made one pass
+        (`recipes.flattened`), so that the next edit continues it rather than tracing the text whole (1,000 tokens on
+        GPT-2 small's shape: one edit in MAX_PASSES took 1.8 s of forward, issue 40). The blocks whose beginning the
+        block cache keeps (those a view just read) are run now, for the new positions only, and kept for the one pass:
+        its next view reads them, as it would have the chain's, rather than running them over every position."""
+        chain = values.blocks
+        flat = None if chain is None else flattened(chain)
+        if flat is None:
+            return
+        begun = chain.prefix if isinstance(chain, Merged) else None
+        ready = {i: chain.block(i, None, self.blocks) for i in range(values.config.n_layer)
+                 if begun is not None and begun.kept(i, self.blocks)}
+        values.blocks = flat
+        for i, block in ready.items():
+            values.keep_block(i, block)
 
     def _keep(self, key: Key, trace: Trace) -> None:
         """Cache `trace`; the blocks run again keep what the traces leave of the budget."""
