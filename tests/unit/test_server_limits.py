@@ -107,6 +107,7 @@ def test_api_downloads_only_when_switched_on(tiny_model, tiny_gpt2_dir, monkeypa
     monkeypatch.setattr(registry_mod, "resolve", fake_resolve)
     monkeypatch.setattr(registry_mod, "builtin_models", dict)
     monkeypatch.setattr(registry_mod, "cached_gpt2_models", dict)
+    monkeypatch.setattr(registry_mod, "builtin_run_models", dict)
 
     off = ModelRegistry.from_models({"tiny": tiny_model})
     off.discover()

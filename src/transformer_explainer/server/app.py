@@ -25,6 +25,7 @@ from ..engine import ExplainerModel
 from ..errors import CheckpointError, ExplainerError, InputError, ModelNotFoundError, ParamValue, coded, error_answer
 from ..memo.store import TraceStore
 from ..schemas import ErrorOut
+from ..training.induction_live import LiveInduction, LiveInductions
 from ..web_bundle import package_static_dir
 from . import defaults
 from .context import ServerContext
@@ -42,7 +43,7 @@ from .pages import (
 )
 from .pool import Busy, ModelPool
 from .registry import ModelRegistry
-from .routes import analysis, attribution, core, features, seq2seq, steering
+from .routes import analysis, attribution, core, features, induction, seq2seq, steering
 from .security import AccessSettings
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class ServerSettings:
     static_dir: Path | None = None  # the built UI; None: the package's web_dist/
     downloads: bool = False  # may the app's download panel fetch known GPT-2 checkpoints (see downloads.py)
     access: AccessSettings = AccessSettings()  # token, Host and Origin checks, per-client limits (security.py)
+    live_training: bool = True  # may a client train the induction run live (routes/induction.py); off: it replays
 
 
 # -- errors ----------------------------------------------------------------------------------------
@@ -244,6 +246,13 @@ def add_schemas(app: FastAPI, models: list[type[BaseModel]]) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+def offer_live_model(registry: ModelRegistry, run: LiveInduction) -> None:
+    """A live induction run's final model, in the app's models from now on (until the server exits)."""
+    name = f"induction-live-{run.id}"
+    registry.add_folder(name, run.model_folder, "local")
+    run.model_name = name
+
+
 # -- the UI ----------------------------------------------------------------------------------------
 
 def static_routes(app: FastAPI, root: Path) -> None:
@@ -280,12 +289,15 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         yield
         pool.shutdown()
+        inductions.shutdown()
 
     app = FastAPI(title="transformer-explainer", version="1", docs_url=None, redoc_url=None, lifespan=lifespan,
                   openapi_url="/api/openapi.json",
                   description="Every intermediate value of a GPT-2 or Llama-family model for your text, by name.")
     app.state.context = ServerContext(registry, pool, traces, settings.max_tokens, settings.max_analysis_gflop)
     app.state.registry, app.state.pool, app.state.traces = registry, pool, traces
+    inductions = LiveInductions(on_end=lambda run: offer_live_model(registry, run))
+    app.state.inductions, app.state.live_training = inductions, settings.live_training
     install_error_handlers(app)
     app.include_router(core.router, prefix="/api", responses=ERRORS)
     app.include_router(analysis.router, prefix="/api/analysis", responses=ERRORS)
@@ -293,6 +305,7 @@ def create_app(models: dict[str, ExplainerModel] | ModelRegistry, settings: Serv
     app.include_router(seq2seq.router, prefix="/api/seq2seq", responses=ERRORS)
     app.include_router(features.router, prefix="/api/features", responses=ERRORS)
     app.include_router(steering.router, prefix="/api", responses=ERRORS)
+    app.include_router(induction.router, prefix="/api/induction", responses=ERRORS)
     app.include_router(downloads_router(registry, settings.downloads), responses=ERRORS)
     add_schemas(app, attribution.EXTRA_SCHEMAS)
     static_routes(app, settings.static_dir or package_static_dir())

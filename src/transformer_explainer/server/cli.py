@@ -38,6 +38,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       allow_download=not args.offline, api_downloads=args.api_downloads, discover=not args.only,
                       token=token, no_token=args.no_token, allow_hosts=args.allow_host or [],
                       client_calls=args.client_calls, client_rate=args.client_rate, client_burst=args.client_burst,
+                      live_training=args.live_training,
                       dtype=args.dtype, device=device, device_map=device_map, max_memory=args.max_memory)
     serve(cfg, open_browser=args.open)
     return 0
@@ -90,6 +91,10 @@ def register(sub: argparse._SubParsersAction, _train: argparse._SubParsersAction
                         "bound to 127.0.0.1 offers the panel anyway); off by default")
     dtype_arg(p)
     device_args(p)
+    p.add_argument("--live-training", action=argparse.BooleanOptionalAction, default=None,
+                   help="may a visitor train the 'Watch it learn' induction run live on this server, one run at a "
+                        "time (default: yes when bound to this machine, no otherwise: a shared server replays the "
+                        "recorded run)")
     p.add_argument("--only", action="store_true", help="offer only the --model models, not the built-in/cached ones")
     g = p.add_argument_group("access (docs/deploy.md)")
     g.add_argument("--token", default=None,

@@ -15,7 +15,14 @@ from pathlib import Path
 
 from ..engine import ExplainerModel, open_resolved
 from ..errors import ModelNotFoundError
-from ..loading.resolve import KNOWN_HUB_MODELS, ResolvedModel, builtin_models, cached_gpt2_models, resolve
+from ..loading.resolve import (
+    KNOWN_HUB_MODELS,
+    ResolvedModel,
+    builtin_models,
+    builtin_root,
+    cached_gpt2_models,
+    resolve,
+)
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +33,17 @@ class _Entry:
     source: str  # "given", "builtin", "local", "hub"
     folder: Path | None  # None for models handed in already loaded, and for hub models not yet downloaded
     pinned: bool  # never evicted (models handed in, and the default)
+
+
+# recorded training runs the package ships whose final model the app opens: name -> the model's folder under builtin/
+RUN_MODELS = {"induction-run": "induction-run/main/model"}
+
+
+def builtin_run_models() -> dict[str, Path]:
+    """The final models of the shipped recorded runs (not built-in models of their own: `builtin_models` leaves the
+    runs' folders out), where the package has them."""
+    root = builtin_root()
+    return {name: root / sub for name, sub in RUN_MODELS.items() if (root / sub / "config.json").is_file()}
 
 
 class ModelRegistry:
@@ -68,6 +86,8 @@ class ModelRegistry:
     def discover(self) -> None:
         """List the built-in models and the cached GPT-2 checkpoints (not loaded until used)."""
         for name, folder in builtin_models().items():
+            self.add_folder(name, folder, "builtin")
+        for name, folder in builtin_run_models().items():
             self.add_folder(name, folder, "builtin")
         for name, folder in cached_gpt2_models().items():
             self.add_folder(name, folder, "hub")

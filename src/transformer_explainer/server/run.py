@@ -66,6 +66,7 @@ class ServeConfig:
     client_calls: int | None = None  # model calls at once per client; None: 2 when exposed, no limit on loopback
     client_rate: float | None = None  # API requests/s per client; None: 10 when exposed, no limit on loopback
     client_burst: int = defaults.CLIENT_BURST  # API requests at once before the rate applies
+    live_training: bool | None = None  # may a client train the induction run live; None: on loopback only
 
 
 def model_threads(cfg: ServeConfig) -> int:
@@ -129,6 +130,13 @@ def access_settings(cfg: ServeConfig) -> AccessSettings:
                           client_analyses=None if calls is None else defaults.CLIENT_ANALYSES,
                           client_rate=limit(cfg.client_rate, defaults.EXPOSED_CLIENT_RATE),
                           client_burst=cfg.client_burst)
+
+
+def live_training(cfg: ServeConfig) -> bool:
+    """May a client train the induction run live: as `--live-training` / `--no-live-training` say, else only on a
+    server bound to this machine (one that a class shares replays the shipped run: it cannot train a model for
+    each of thirty people at once)."""
+    return cfg.live_training if cfg.live_training is not None else is_loopback(cfg.host)
 
 
 def analysis_gflop(cfg: ServeConfig) -> float | None:
@@ -197,7 +205,8 @@ def server_settings(cfg: ServeConfig) -> ServerSettings:
                           max_queue=cfg.max_queue, request_timeout_s=cfg.request_timeout_s,
                           trace_cache_mb=cfg.trace_cache_mb, max_body_bytes=cfg.max_body_bytes,
                           max_tokens=cfg.max_tokens, max_analysis_gflop=analysis_gflop(cfg),
-                          downloads=downloads_allowed(cfg), access=access_settings(cfg))
+                          downloads=downloads_allowed(cfg), access=access_settings(cfg),
+                          live_training=live_training(cfg))
 
 
 def build_app(cfg: ServeConfig) -> FastAPI:

@@ -1,0 +1,231 @@
+"""The induction run's API under /api/induction ("Watch it learn"): the recorded run the package ships, and a live run
+(training/induction_live.py) whose records stream to the page as server-sent events.
+
+Whether this server trains live is the app's setting (`ServerSettings.live_training`: `serve` turns it on for a server
+bound to this machine, off for one that others reach, which replays the shipped run). One live run at a time; the
+client that starts it owns it: only it may pause, step, resume or stop it, and its event stream is the run's lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from functools import lru_cache
+from pathlib import Path as FilePath
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
+from fastapi.responses import StreamingResponse
+
+from ...errors import InputError
+from ...loading.resolve import builtin_root
+from ...schemas import ErrorOut
+from ...training.induction import EXAMPLE, InductionConfig, example_sequence, read_log, text_of
+from ...training.induction_limits import LIMITS
+from ...training.induction_live import (
+    MAX_SEED,
+    LiveInduction,
+    LiveInductions,
+    TrainingBusy,
+    live_config,
+)
+from ...training.induction_schemas import InductionInfo, InductionLiveRun, InductionRecordsOut, InductionTrainIn
+
+router = APIRouter(tags=["induction"])
+
+RECORDED = "induction-run"  # the shipped run's folder under builtin/, and its final model's name in the app
+RUN_NAMES = ("main", "control")
+LIVE_OFF = ("this server does not train models live (a server shared by a class replays the recorded run; whoever "
+            "starts it can turn live training on with `serve --live-training`): watch the recorded run")
+STREAM_POLL_S = 0.2  # how often the event stream looks for new events
+KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
+MAX_EVENT = 10**7  # `after` beyond any run's events
+RunId = Annotated[str, Path(min_length=1, max_length=32, pattern=r"^[0-9a-f]+$")]
+
+
+def recorded_folder() -> FilePath:
+    return builtin_root() / RECORDED
+
+
+@lru_cache(maxsize=1)
+def recorded_run() -> dict[str, Any]:
+    return json.loads((recorded_folder() / "run.json").read_text())
+
+
+@lru_cache(maxsize=2)
+def recorded_log_body(name: str) -> bytes:
+    """The shipped log as the answer's JSON (read and serialised once: 2.4 MB for the main run)."""
+    records = read_log(recorded_folder() / name / "log.jsonl")
+    return json.dumps({"records": records}, separators=(",", ":")).encode()
+
+
+def live_inductions(request: Request) -> LiveInductions:
+    runs: LiveInductions = request.app.state.inductions
+    return runs
+
+
+def live_allowed(request: Request) -> bool:
+    allowed: bool = request.app.state.live_training
+    return allowed
+
+
+Runs = Annotated[LiveInductions, Depends(live_inductions)]
+Allowed = Annotated[bool, Depends(live_allowed)]
+
+
+def client_of(request: Request) -> str | None:
+    """The client as the per-client limits know it: its address (the proxy's X-Forwarded-For behind one)."""
+    return request.client.host if request.client is not None else None
+
+
+def _defaults(config: InductionConfig) -> dict[str, Any]:
+    return {k: getattr(config, k) for k in ("steps", "width", "heads", "lr", "seed", "record_every", "control")}
+
+
+def _example(config: InductionConfig) -> dict[str, Any]:
+    s, L, _ = EXAMPLE
+    return {"tokens": text_of(config, example_sequence(config).ids[0]).split(" "), "prefix": s, "segment": L}
+
+
+@router.get("", response_model=InductionInfo)
+async def info(runs: Runs, allowed: Allowed, request: Request) -> dict[str, Any]:
+    """May this server train live (and why not), the limits and defaults of a live run, the example, the shipped run
+    and the live run going now (else the latest)."""
+    current = runs.current
+    recorded = recorded_run()
+    return {"live_training": allowed, "live_reason": None if allowed else LIVE_OFF,
+            "live_reason_code": None if allowed else "live_training_off",
+            "limits": {**{k: LIMITS[k] for k in ("steps", "width", "lr")}, "seed": (0, MAX_SEED)},
+            "defaults": _defaults(runs.defaults), "example": _example(runs.defaults),
+            "recorded": {"config": recorded["config"], "runs": recorded["runs"]},
+            "recorded_model": RECORDED if request.app.state.registry.has_files(RECORDED) else None,
+            "current": current.describe(client_of(request)) if current is not None else None}
+
+
+@router.get("/recorded/{name}", responses={200: {"model": InductionRecordsOut}, 404: {"model": ErrorOut}})
+async def recorded(name: Annotated[str, Path(max_length=16)]) -> Response:
+    """Every record of the shipped run `name` (main, or its one-layer control), in order."""
+    if name not in RUN_NAMES:
+        raise HTTPException(404, f"the recorded run has no {name[:16]!r} part: choose main or control")
+    return Response(recorded_log_body(name), media_type="application/json",
+                    headers={"Cache-Control": "public, max-age=3600"})
+
+
+def _run(runs: LiveInductions, run_id: str) -> LiveInduction:
+    run = runs.get(run_id)
+    if run is None:
+        raise HTTPException(404, f"no live induction run {run_id!r} on this server (it may have ended long ago, or "
+                                 "the server restarted): start a new one")
+    return run
+
+
+def _owned(runs: LiveInductions, run_id: str, request: Request) -> LiveInduction:
+    run = _run(runs, run_id)
+    if not run.may_steer(client_of(request)):
+        err = InputError(f"another client started the live run {run.id}: only it may pause, step, resume or stop "
+                         f"it; watch it here", code="induction_not_owner", run=run.id)
+        raise HTTPException(403, str(err)) from err
+    return run
+
+
+OWNER_ONLY: dict[int | str, dict[str, Any]] = {
+    403: {"model": ErrorOut, "description": "another client started this run"},
+    409: {"model": ErrorOut, "description": "the run cannot do that in its state"},
+}
+
+
+@router.post("/train", status_code=202, response_model=InductionLiveRun,
+             responses={403: {"model": ErrorOut, "description": "this server does not train live"},
+                        409: {"model": ErrorOut, "description": "a live run is going"}})
+async def train(req: InductionTrainIn, runs: Runs, allowed: Allowed, request: Request) -> dict[str, Any]:
+    """Start a live run (and its one-layer control, with `control`); 409 while one is going, 403 on a server that
+    does not train live, 400 for a value out of range."""
+    if not allowed:
+        err = InputError(LIVE_OFF, code="live_training_off")
+        raise HTTPException(403, str(err)) from err
+    try:
+        config = live_config(req.steps, req.seed, req.width, req.lr, req.control, base=runs.defaults)
+        run = runs.start(config, owner=client_of(request))
+    except TrainingBusy as e:
+        raise HTTPException(409, str(e)) from e
+    except InputError as e:  # `from None`: the handler reads the error's code from the context (a 400 with a
+        raise HTTPException(400, str(e)) from None  # cause is a body it could not read)
+    return run.describe(client_of(request))
+
+
+@router.get("/train/{run_id}", response_model=InductionLiveRun)
+async def status(run_id: RunId, runs: Runs, request: Request) -> dict[str, Any]:
+    return _run(runs, run_id).describe(client_of(request))
+
+
+def _control(runs: LiveInductions, run_id: str, request: Request, what: str) -> dict[str, Any]:
+    run = _owned(runs, run_id, request)
+    try:
+        {"pause": run.pause, "resume": run.resume, "step": run.step_once, "stop": run.stop}[what]()
+    except InputError as e:
+        raise HTTPException(409, str(e)) from e
+    return run.describe(client_of(request))
+
+
+@router.post("/train/{run_id}/stop", response_model=InductionLiveRun, responses=OWNER_ONLY)
+async def stop(run_id: RunId, runs: Runs, request: Request) -> dict[str, Any]:
+    """End the run after its current step; it records once more, keeps its model and ends with `done`."""
+    return _control(runs, run_id, request, "stop")
+
+
+@router.post("/train/{run_id}/pause", response_model=InductionLiveRun, responses=OWNER_ONLY)
+async def pause(run_id: RunId, runs: Runs, request: Request) -> dict[str, Any]:
+    """Hold the run after its current step."""
+    return _control(runs, run_id, request, "pause")
+
+
+@router.post("/train/{run_id}/resume", response_model=InductionLiveRun, responses=OWNER_ONLY)
+async def resume(run_id: RunId, runs: Runs, request: Request) -> dict[str, Any]:
+    return _control(runs, run_id, request, "resume")
+
+
+@router.post("/train/{run_id}/step", response_model=InductionLiveRun, responses=OWNER_ONLY)
+async def step(run_id: RunId, runs: Runs, request: Request) -> dict[str, Any]:
+    """While paused: train up to the next record, then pause again."""
+    return _control(runs, run_id, request, "step")
+
+
+@router.get("/train/{run_id}/events")
+async def events(run_id: RunId, runs: Runs, request: Request, after: Annotated[int, Query(ge=0, le=MAX_EVENT)] = 0,
+                 last_event_id: Annotated[str | None, Header(max_length=16)] = None) -> Response:
+    """Server-sent events, one JSON object each (`kind`: start, record, status, done) with `id:` = its number, so a
+    reconnecting EventSource (Last-Event-ID) or `?after=N` resumes where it left off. The stream ends after `done`;
+    asked again after that, it answers 204. While a stream of the run's owner is open, the run holds its lease."""
+    run = _run(runs, run_id)
+    start = after
+    if last_event_id is not None and last_event_id.strip().isdigit():
+        start = max(start, int(last_event_id))
+    if run.finished and start >= run.n_events:
+        return Response(status_code=204)
+    return StreamingResponse(_event_stream(run, start, client_of(request)), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _event_stream(run: LiveInduction, start: int, client: str | None) -> AsyncIterator[str]:
+    owner = run.stream_opened(client)
+    try:
+        sent = start
+        last = time.monotonic()
+        yield "retry: 1000\n\n"
+        while True:
+            finished = run.finished  # read before the events: the last ones are in by the time it is set
+            for ev in run.events(sent):
+                sent += 1
+                last = time.monotonic()
+                yield f"id: {sent}\ndata: {json.dumps(ev, separators=(',', ':'))}\n\n"
+            if finished:
+                return
+            if time.monotonic() - last > KEEPALIVE_S:
+                last = time.monotonic()
+                yield ": keep-alive\n\n"
+            await asyncio.sleep(STREAM_POLL_S)
+    finally:
+        if owner:
+            run.stream_closed()
