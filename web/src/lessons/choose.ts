@@ -13,7 +13,8 @@ export function newAttention(caps: Capabilities): boolean {
 }
 
 /** The lessons' ids (each lesson's `id`; lessons/index.ts maps every one to its lesson). */
-export type LessonId = "gpt2" | "seq2seq" | "experiments" | "modern" | "stable" | "why" | "moe" | "hybrid" | "features";
+export type LessonId = "gpt2" | "seq2seq" | "experiments" | "modern" | "stable" | "why" | "moe" | "hybrid" | "features"
+  | "induction"; // the "Watch it learn" page's, which its own lesson button opens
 
 /** The lesson of the page in view: the encoder-decoder page's, the Experiments area's, Why this token's, by the loaded
  *  model's capabilities the chapter on mixtures of experts (Mixtral, Qwen3-MoE, OLMoE: before the next rule, since a

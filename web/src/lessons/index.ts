@@ -6,6 +6,7 @@ import { experimentsLesson } from "./experiments";
 import { featuresLesson } from "./features";
 import { gpt2Lesson } from "./gpt2";
 import { hybridLesson } from "./hybrid";
+import { inductionLesson } from "./induction";
 import { modernLesson } from "./modern";
 import { moeLesson } from "./moe";
 import { seq2seqLesson } from "./seq2seq";
@@ -22,4 +23,5 @@ export const LESSONS: Record<LessonId, Lesson> = {
   moe: moeLesson,
   hybrid: hybridLesson,
   features: featuresLesson,
+  induction: inductionLesson,
 };

@@ -4,7 +4,8 @@
 // A claim key without a check fails the test. The checks live in claims.<lesson>.ts, one file per lesson.
 import { api } from "../../src/lib/client";
 import type {
-  CompareOut, DecodeOut, ModelConfigOut, ModelInfo, NextTokenOut, PositionalOut, TasksOut, TensorSpec, TraceOut,
+  CompareOut, DecodeOut, InductionConfigOut, InductionExample, InductionRecord, ModelConfigOut, ModelInfo, NextTokenOut,
+  PositionalOut, TasksOut, TensorSpec, TraceOut,
 } from "../../src/lib/generated/api";
 import type { MessageKey } from "../../src/lib/i18n";
 import type { OwnConfig } from "../../src/lib/family";
@@ -22,6 +23,18 @@ export interface ClaimContext {
   tensor: (spec: TensorSpec) => Promise<Tensor>;
   /** On the encoder-decoder page (its own API, no decoder-model trace): see Seq2SeqClaimContext. */
   seq2seq?: Seq2SeqClaimContext;
+  /** On the "Watch it learn" page (a run's records, no trace): see InductionClaimContext. */
+  induction?: InductionClaimContext;
+}
+
+/** What the induction lesson's checks read: the run's records as its log files hold them (read by the test, not the
+ *  page's state), its configuration and example, and the record the page showed when the text was read. */
+export interface InductionClaimContext {
+  config: InductionConfigOut;
+  example: InductionExample;
+  main: InductionRecord[];
+  control: InductionRecord[];
+  at: number;
 }
 
 /** What the encoder-decoder lesson's checks read: the page's state when the step's text was read, and the
