@@ -36,7 +36,7 @@ class _Entry:
 
 
 # recorded training runs the package ships whose final model the app opens: name -> the model's folder under builtin/
-RUN_MODELS = {"induction-run": "induction-run/main/model"}
+RUN_MODELS = {"induction-run": "induction-run/main/model", "induction-text-run": "induction-text-run/model"}
 
 
 def builtin_run_models() -> dict[str, Path]:

@@ -183,6 +183,63 @@ class InductionDoneEvent(BaseModel):
     message: str | None = None  # why it stopped or failed, when not by its owner's hand
 
 
+# -- the run on text (training/induction_text.py): GET /api/induction/text-run ----------------------------------
+
+
+class InductionTextConfig(BaseModel):
+    """A TextRunConfig, as the text run's settings.json and run.json hold it."""
+
+    layers: int
+    width: int
+    heads: int
+    steps: int
+    lr: float
+    batch: int
+    seq_len: int
+    seed: int
+    record_every: int
+    checkpoint_every: int
+    heldout_tokens: int
+
+
+class InductionTextRecord(BaseModel):
+    """One record of the text run (induction_text.TextRecord.to_json())."""
+
+    step: int
+    tokens: int  # training tokens seen up to this step
+    train_loss: float | None
+    heldout_loss: float  # nats/token on held-out text
+    roles: dict[str, list[list[float | None]]]  # role -> (layer, head): analysis/roles.py's reference roles
+    elapsed_s: float
+
+
+class InductionTextRole(BaseModel):
+    final_best: float
+    layer: int
+    head: int
+    step: int | None  # the first record from which some head stays >= 0.5 to the end, or null
+    peak: float
+
+
+class InductionTextSummary(BaseModel):
+    steps: int
+    tokens: int
+    elapsed_s: float
+    first_heldout_loss: float
+    final_heldout_loss: float
+    roles: dict[str, InductionTextRole]
+
+
+class InductionTextRunOut(BaseModel):
+    """GET /api/induction/text-run: the shipped text run (its config, summary and every record) and the name its
+    final model opens under in the app (null where this server lacks it)."""
+
+    config: InductionTextConfig
+    summary: InductionTextSummary
+    records: list[InductionTextRecord]
+    model: str | None
+
+
 REQUESTS = [InductionTrainIn]
 RESPONSES = [InductionInfo, InductionRecordsOut, InductionLiveRun, InductionStartEvent, InductionRecordEvent,
-             InductionStatusEvent, InductionDoneEvent]
+             InductionStatusEvent, InductionDoneEvent, InductionTextRunOut]

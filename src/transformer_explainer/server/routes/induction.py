@@ -31,12 +31,19 @@ from ...training.induction_live import (
     TrainingBusy,
     live_config,
 )
-from ...training.induction_schemas import InductionInfo, InductionLiveRun, InductionRecordsOut, InductionTrainIn
+from ...training.induction_schemas import (
+    InductionInfo,
+    InductionLiveRun,
+    InductionRecordsOut,
+    InductionTextRunOut,
+    InductionTrainIn,
+)
 
 router = APIRouter(tags=["induction"])
 
 RECORDED = "induction-run"  # the shipped run's folder under builtin/, and its final model's name in the app
 RUN_NAMES = ("main", "control")
+TEXT_RUN = "induction-text-run"  # the shipped run on text: its folder under builtin/, and its final model's name
 LIVE_OFF = ("this server does not train models live (a server shared by a class replays the recorded run; whoever "
             "starts it can turn live training on with `serve --live-training`): watch the recorded run")
 STREAM_POLL_S = 0.2  # how often the event stream looks for new events
@@ -59,6 +66,16 @@ def recorded_log_body(name: str) -> bytes:
     """The shipped log as the answer's JSON (read and serialised once: 2.4 MB for the main run)."""
     records = read_log(recorded_folder() / name / "log.jsonl")
     return json.dumps({"records": records}, separators=(",", ":")).encode()
+
+
+@lru_cache(maxsize=1)
+def text_run_body(model: str | None) -> bytes:
+    """The shipped text run (training/induction_text.py) as the answer's JSON, read and serialised once."""
+    folder = builtin_root() / TEXT_RUN
+    run = json.loads((folder / "run.json").read_text())
+    body = {"config": run["config"], "summary": run["summary"], "records": read_log(folder / "log.jsonl"),
+            "model": model}
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def live_inductions(request: Request) -> LiveInductions:
@@ -110,6 +127,15 @@ async def recorded(name: Annotated[str, Path(max_length=16)]) -> Response:
     if name not in RUN_NAMES:
         raise HTTPException(404, f"the recorded run has no {name[:16]!r} part: choose main or control")
     return Response(recorded_log_body(name), media_type="application/json",
+                    headers={"Cache-Control": "public, max-age=3600"})
+
+
+@router.get("/text-run", responses={200: {"model": InductionTextRunOut}})
+async def text_run(request: Request) -> Response:
+    """The recorded run of the same small decoder on the corpus: its config, summary and every record (held-out
+    loss, every head's role scores), and its final model's name where the app has it."""
+    model = TEXT_RUN if request.app.state.registry.has_files(TEXT_RUN) else None
+    return Response(text_run_body(model), media_type="application/json",
                     headers={"Cache-Control": "public, max-age=3600"})
 
 

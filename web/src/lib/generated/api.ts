@@ -737,6 +737,56 @@ export interface InductionStatusEvent {
   run: "main" | "control";
 }
 
+/** A TextRunConfig, as the text run's settings.json and run.json hold it. */
+export interface InductionTextConfig {
+  layers: number;
+  width: number;
+  heads: number;
+  steps: number;
+  lr: number;
+  batch: number;
+  seq_len: number;
+  seed: number;
+  record_every: number;
+  checkpoint_every: number;
+  heldout_tokens: number;
+}
+
+/** One record of the text run (induction_text.TextRecord.to_json()). */
+export interface InductionTextRecord {
+  step: number;
+  tokens: number;
+  train_loss: number | null;
+  heldout_loss: number;
+  roles: Record<string, ((number | null)[])[]>;
+  elapsed_s: number;
+}
+
+export interface InductionTextRole {
+  final_best: number;
+  layer: number;
+  head: number;
+  step: number | null;
+  peak: number;
+}
+
+/** GET /api/induction/text-run: the shipped text run (its config, summary and every record) and the name its final model opens under in the app (null where this server lacks it). */
+export interface InductionTextRunOut {
+  config: InductionTextConfig;
+  summary: InductionTextSummary;
+  records: InductionTextRecord[];
+  model: string | null;
+}
+
+export interface InductionTextSummary {
+  steps: number;
+  tokens: number;
+  elapsed_s: number;
+  first_heldout_loss: number;
+  final_heldout_loss: number;
+  roles: Record<string, InductionTextRole>;
+}
+
 /** POST /api/induction/train: what a live run may change from the defaults (GET /api/induction's `defaults`); each value is checked against `limits`, and one out of range is refused with one sentence naming the range. */
 export interface InductionTrainIn {
   steps?: number | null;
