@@ -41,6 +41,21 @@ def at_step(page) -> int:
     return int(page.locator("[data-testid=learn-at-step]").get_attribute("data-step"))
 
 
+def n_records(page) -> int:
+    return int(page.locator("[data-testid=learn-scrub]").get_attribute("max")) + 1
+
+
+def wait_records(page, n: int) -> None:
+    """Until the live run's scrub holds at least `n` records."""
+    page.wait_for_function("n => Number(document.querySelector('[data-testid=learn-scrub]')?.max) + 1 >= n", arg=n,
+                           timeout=120_000)
+
+
+def wait_status(page, *status: str) -> None:
+    page.wait_for_function("s => s.includes(document.querySelector('[data-testid=learn-live-status]')?.dataset.status)",
+                           arg=list(status), timeout=60_000)
+
+
 def hover_map(page, r: int, c: int, n: int) -> str:
     pic = page.locator("[data-testid=learn-map] .pic")
     pic.scroll_into_view_if_needed()
@@ -132,14 +147,31 @@ def test_live_run_streams_and_stops(page, live_server):
     status = page.locator("[data-testid=learn-live-status]")
     status.wait_for(timeout=30_000)
     # records stream in: the scrub grows and follows the newest
-    page.wait_for_function("() => Number(document.querySelector('[data-testid=learn-scrub]')?.max) >= 2",
-                           timeout=120_000)
+    wait_records(page, 3)
     assert at_step(page) > 0
     current = httpx.get(live_server.url + "api/induction", timeout=30).json()["current"]
     assert current["config"]["width"] == 16 and current["status"] in ("running", "starting")
+    # pause, then step: one more record, and paused again
+    page.click("[data-testid=learn-pause]")
+    wait_status(page, "paused")
+    page.wait_for_timeout(500)  # a record the step going when paused made
+    n = n_records(page)
+    page.wait_for_timeout(500)
+    assert n_records(page) == n  # paused: nothing new
+    page.click("[data-testid=learn-step]")
+    wait_records(page, n + 1)
+    wait_status(page, "paused")
+    page.wait_for_timeout(500)
+    assert n_records(page) == n + 1
+    # scrubbed back, the view stays on the record picked while new ones arrive; "follow" goes to the newest
+    page.locator("[data-testid=learn-scrub]").fill("0")
+    page.click("[data-testid=learn-resume]")
+    wait_records(page, n + 3)
+    assert at_step(page) == 0
+    page.click("[data-testid=learn-follow]")
+    assert at_step(page) > 0 and not page.locator("[data-testid=learn-follow]").count()
     page.click("[data-testid=learn-stop]")
-    page.wait_for_function("() => ['stopped', 'finished'].includes("
-                           "document.querySelector('[data-testid=learn-live-status]').dataset.status)", timeout=60_000)
+    wait_status(page, "stopped", "finished")
     after = httpx.get(live_server.url + f"api/induction/train/{current['id']}", timeout=30).json()
     assert after["status"] in ("stopped", "finished")
     assert not page.locator("[data-testid=learn-stop]").count()
@@ -163,13 +195,13 @@ def class_server(tiny_model):
 def test_class_server_replays_only(browser, class_server):
     info = httpx.get(class_server.url + "api/induction", timeout=30).json()
     assert info["live_training"] is False
-    with open_app(browser, class_server.url, query="?mode=learn") as pg:
+    with open_app(browser, class_server.url, query="?mode=learn", ready_timeout=90_000) as pg:
         pg.wait_for_selector("[data-testid=learn-readout]", timeout=30_000)
         note = pg.locator("[data-testid=learn-no-live]")
         assert note.is_visible() and note.inner_text().strip()
         assert not pg.locator("[data-testid=learn-start]").count()
         assert not pg.locator("[data-testid=learn-source-live]").count()
-    with open_app(browser, class_server.url, query="?mode=learn&lang=zh") as pg:
+    with open_app(browser, class_server.url, query="?mode=learn&lang=zh", ready_timeout=90_000) as pg:
         pg.wait_for_selector("[data-testid=learn-no-live]", timeout=30_000)
         zh = pg.locator("[data-testid=learn-no-live]").inner_text()
         assert zh.strip() and zh != info["live_reason"], zh
@@ -202,3 +234,12 @@ def test_phone_in_chinese(browser, live_server):
         pg.screenshot(path=str(ARTIFACTS / "learn-phone-zh-1-top.png"))
         pg.locator("[data-testid=learn-heads-main]").scroll_into_view_if_needed()
         pg.screenshot(path=str(ARTIFACTS / "learn-phone-zh-2-heads.png"))
+
+
+def test_on_text_tab(page, live_server):
+    open_learn(page)
+    page.click("[data-testid=learn-tab-text]")
+    page.wait_for_selector("[data-testid=learn-panel-text] [data-testid=text-run]", timeout=30_000)
+    assert not page.locator("[data-testid=learn-readout]").count()
+    page.click("[data-testid=learn-tab-copy]")
+    page.wait_for_selector("[data-testid=learn-readout]")
