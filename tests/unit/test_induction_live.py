@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from transformer_explainer.server import create_app
 from transformer_explainer.server.app import ServerSettings, offer_live_model
 from transformer_explainer.server.registry import ModelRegistry, builtin_run_models
-from transformer_explainer.server.routes.induction import recorded_folder
+from transformer_explainer.server.routes.induction import recorded_folder, recorded_log_gzip
 from transformer_explainer.server.run import ServeConfig, live_training
 from transformer_explainer.training.induction import SYMBOLS, read_log
 from transformer_explainer.training.induction_live import DEFAULTS, LiveInduction, LiveInductions, live_config
@@ -257,9 +257,16 @@ def test_the_recorded_run_is_served_as_its_log_and_run_json_say(app):
     tokens, s, n = info["example"]["tokens"], info["example"]["prefix"], info["example"]["segment"]
     assert tokens[s:s + n] == tokens[s + n:s + 2 * n]
     for name in ("main", "control"):
+        log = read_log(recorded_folder() / name / "log.jsonl")
         r = client.get(f"/api/induction/recorded/{name}", headers={"Accept-Encoding": "gzip"})
-        assert r.status_code == 200
-        assert r.json()["records"] == read_log(recorded_folder() / name / "log.jsonl")
+        assert r.status_code == 200 and r.headers["content-encoding"] == "gzip"
+        assert r.json()["records"] == log
+        hits = recorded_log_gzip.cache_info().hits
+        with client.stream("GET", f"/api/induction/recorded/{name}", headers={"Accept-Encoding": "gzip"}) as raw:
+            assert b"".join(raw.iter_raw()) == recorded_log_gzip(name)
+        assert recorded_log_gzip.cache_info().hits == hits + 2  # gzipped once, not by each request
+        plain = client.get(f"/api/induction/recorded/{name}", headers={"Accept-Encoding": "identity"})
+        assert "content-encoding" not in plain.headers and plain.json()["records"] == log
     assert client.get("/api/induction/recorded/other").status_code == 404
 
 

@@ -9,6 +9,7 @@ client that starts it owns it: only it may pause, step, resume or stop it, and i
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import time
 from collections.abc import AsyncIterator
@@ -38,6 +39,7 @@ from ...training.induction_schemas import (
     InductionTextRunOut,
     InductionTrainIn,
 )
+from ..pages import accepts_gzip
 
 router = APIRouter(tags=["induction"])
 
@@ -121,13 +123,23 @@ async def info(runs: Runs, allowed: Allowed, request: Request) -> dict[str, Any]
             "current": current.describe(client_of(request)) if current is not None else None}
 
 
+@lru_cache(maxsize=2)
+def recorded_log_gzip(name: str) -> bytes:
+    """The log's answer gzipped once (2.1 MB -> 0.12 MB in 75 ms: the server's gzip would spend that on the event
+    loop for each page that opens)."""
+    return gzip.compress(recorded_log_body(name), 6, mtime=0)
+
+
 @router.get("/recorded/{name}", responses={200: {"model": InductionRecordsOut}, 404: {"model": ErrorOut}})
-async def recorded(name: Annotated[str, Path(max_length=16)]) -> Response:
+async def recorded(name: Annotated[str, Path(max_length=16)], request: Request) -> Response:
     """Every record of the shipped run `name` (main, or its one-layer control), in order."""
     if name not in RUN_NAMES:
         raise HTTPException(404, f"the recorded run has no {name[:16]!r} part: choose main or control")
-    return Response(recorded_log_body(name), media_type="application/json",
-                    headers={"Cache-Control": "public, max-age=3600"})
+    headers = {"Cache-Control": "public, max-age=3600", "Vary": "Accept-Encoding"}
+    if accepts_gzip(request.scope):
+        return Response(recorded_log_gzip(name), media_type="application/json",
+                        headers={**headers, "Content-Encoding": "gzip"})
+    return Response(recorded_log_body(name), media_type="application/json", headers=headers)
 
 
 @router.get("/text-run", responses={200: {"model": InductionTextRunOut}})
