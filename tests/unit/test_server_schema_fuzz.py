@@ -36,7 +36,8 @@ from transformer_explainer.server import ServerSettings, create_app  # noqa: E40
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 MAX_EXAMPLES = 40  # per operation and mode: the whole module stays well under 2 min on 2 busy cores
 # starting a training run (and following its event stream) is real work for minutes, not a request to fuzz
-SKIP = {("POST", "/api/seq2seq/train"), ("GET", "/api/seq2seq/train/{run_id}/events")}
+SKIP = {("POST", "/api/seq2seq/train"), ("GET", "/api/seq2seq/train/{run_id}/events"),
+        ("POST", "/api/induction/train"), ("GET", "/api/induction/train/{run_id}/events")}
 
 
 @pytest.fixture(scope="module")
