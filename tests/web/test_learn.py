@@ -243,3 +243,16 @@ def test_on_text_tab(page, live_server):
     assert not page.locator("[data-testid=learn-readout]").count()
     page.click("[data-testid=learn-tab-copy]")
     page.wait_for_selector("[data-testid=learn-readout]")
+
+
+def test_lesson_opens_from_the_page_and_the_header(page, live_server):
+    open_learn(page)
+    page.click("[data-testid=learn-lesson]")
+    card = page.locator("[data-testid=tour]")
+    card.wait_for(timeout=30_000)
+    assert card.get_attribute("data-lesson") == "induction"
+    page.keyboard.press("Escape")
+    card.wait_for(state="detached", timeout=10_000)
+    page.click("[data-testid=tour-open]")  # the header's Guided tour, on this page: the same lesson
+    card.wait_for(timeout=30_000)
+    assert card.get_attribute("data-lesson") == "induction"
