@@ -256,3 +256,20 @@ def test_lesson_opens_from_the_page_and_the_header(page, live_server):
     page.click("[data-testid=tour-open]")  # the header's Guided tour, on this page: the same lesson
     card.wait_for(timeout=30_000)
     assert card.get_attribute("data-lesson") == "induction"
+
+
+def test_joins_a_run_going(browser, live_server):
+    r = httpx.post(live_server.url + "api/induction/train", json={"steps": 3000, "width": 16}, timeout=30)
+    assert r.status_code == 202, r.text
+    run = r.json()
+    with open_app(browser, live_server.url, query="?mode=learn", ready_timeout=90_000) as pg:
+        # the page found the run on the server and follows it: the live source, its status, its records
+        status = pg.locator("[data-testid=learn-live-status]")
+        status.wait_for(timeout=30_000)
+        assert pg.locator("[data-testid=learn-source-live]").get_attribute("aria-checked") == "true"
+        wait_records(pg, 3)
+        assert run["id"] in status.inner_text()
+        pg.click("[data-testid=learn-stop]")  # the same address started it: this page may stop it
+        wait_status(pg, "stopped", "finished")
+    assert httpx.get(live_server.url + f"api/induction/train/{run['id']}", timeout=30).json()["status"] in (
+        "stopped", "finished")
