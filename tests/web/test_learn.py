@@ -273,3 +273,19 @@ def test_joins_a_run_going(browser, live_server):
         wait_status(pg, "stopped", "finished")
     assert httpx.get(live_server.url + f"api/induction/train/{run['id']}", timeout=30).json()["status"] in (
         "stopped", "finished")
+
+
+def test_bad_settings_get_one_sentence(page, live_server):
+    open_learn(page)
+    page.click("[data-testid=learn-source-live]")
+    hi = httpx.get(live_server.url + "api/induction", timeout=30).json()["limits"]["steps"][1]
+    page.fill("[data-testid=learn-steps]", str(int(hi) + 1))
+    page.click("[data-testid=learn-start]")
+    err = page.locator("[data-testid=learn-error]")
+    err.wait_for(timeout=30_000)
+    assert str(int(hi)) in err.inner_text() and "\n" not in err.inner_text().strip()
+    page.fill("[data-testid=learn-steps]", "50")
+    page.fill("[data-testid=learn-width]", "18")  # not a multiple of the 4 heads
+    page.click("[data-testid=learn-start]")
+    page.wait_for_function("() => /18/.test(document.querySelector('[data-testid=learn-error]')?.textContent)")
+    assert not page.locator("[data-testid=learn-live-status]").count()  # no run started

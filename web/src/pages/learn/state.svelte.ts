@@ -189,7 +189,7 @@ class LearnState {
     }
   }
 
-  async begin(req: { steps: number; seed: number; width: number }): Promise<void> {
+  async begin(req: { steps?: number; seed?: number; width?: number }): Promise<void> {
     this.starting = true;
     this.error = null;
     this.busy = null;
