@@ -81,6 +81,8 @@ def test_a_live_run_streams_its_records_and_any_client_replays_them(app):
     assert steps == {"main": [0, 10, 20, 30, 40], "control": [0, 10, 20, 30, 40]}
     rec = next(e["record"] for _, e in events if e["kind"] == "record")
     assert len(rec["induction"]) == 2 and len(rec["induction"][0]) == 4  # two layers of four heads
+    row = rec["example_attention"][1][2][20][:21]  # layer 1, head 2, query 20: keys 0..20
+    assert all(len(json.dumps(v)) <= 4 for v in row) and abs(sum(row) - 1) < 0.2  # 2 decimals, written short
     assert any(e["kind"] == "status" and e["run"] == "control" for _, e in events)
     done = events[-1][1]
     assert done["status"] == "finished" and done["summary"]["main"]["steps"] == 40
