@@ -241,8 +241,12 @@ const steps: LessonStep[] = [
       const p = pageOf(h, b.id);
       if (!p) return [];
       const top = p.top_contexts[0];
-      const pv = { ...vars, density: pct("density", p.density), corpus: int("corpus-tokens", p.corpus_tokens),
-        cmax: dec("corpus-max", p.max_activation), ctx: top ? contextLine(top) : "" }; // plain words: a line that wraps on a phone
+      // the page's lines these numbers are read from: never under the card (the page is taller than a screen)
+      // (the largest activation is its strongest context's, shown on that context's line)
+      const pv = { ...vars, density: pct("density", p.density, "feat-density"),
+        corpus: int("corpus-tokens", p.corpus_tokens, "feat-density"),
+        cmax: dec("corpus-max", p.max_activation, top ? "feat-top" : "feat-density"),
+        ctx: top ? contextLine(top) : "" }; // plain words: a line that wraps on a phone
       out.push(claim("lesson.features.feature.corpus", pv));
       if (top) out.push(claim("lesson.features.feature.top", pv));
       out.push(either(b.max >= p.max_activation / 2, "lesson.features.feature.strong", "lesson.features.feature.weak", pv));
@@ -263,10 +267,12 @@ const steps: LessonStep[] = [
       if (!p) return [];
       const out: Text = [say("lesson.features.guess.why")];
       if (!fx.revealed.has(featureKey(h.hook, b.id))) return [...out, say("lesson.features.guess.hidden")];
-      const promoted = word("promoted", p.promoted.slice(0, 3).map((l) => token(`promoted-${l.id}`, l.token, l.id).v).join(", "));
+      // the answer the page has just revealed: the card moves off it
+      const promoted = word("promoted", p.promoted.slice(0, 3).map((l) => token(`promoted-${l.id}`, l.token, l.id).v).join(", "),
+        "feat-answer");
       const vars = { id: idVal("feature", b.id), promoted, hook: word("hook", h.hook) };
       if (p.promoted.length) out.push(claim("lesson.features.guess.promoted", vars));
-      out.push(p.description ? claim("lesson.features.guess.written", { ...vars, desc: word("description", p.description) })
+      out.push(p.description ? claim("lesson.features.guess.written", { ...vars, desc: word("description", p.description, "feat-answer") })
         : claim("lesson.features.guess.unwritten", vars));
       return out;
     },
@@ -279,6 +285,7 @@ const steps: LessonStep[] = [
   {
     id: "steer",
     target: "steer-panel",
+    controls: ["steer-strength"],
     enter: openSteer,
     title: "lesson.features.steer.title",
     body: () => {
@@ -291,7 +298,8 @@ const steps: LessonStep[] = [
       if (!s) return [];
       // plain words (a line that wraps): the first QUOTE tokens, spaces shown as the panel shows them
       const cont = (ts: SteerOut["plain"]) => quoted(ts.map((x) => x.text));
-      const vars = { id: idVal("feature", b.id), layer: int("layer", s.direction.layer), s: dec("strength", s.strength),
+      // the strength is in the steered side's title: the two continuations stay clear of the card
+      const vars = { id: idVal("feature", b.id), layer: int("layer", s.direction.layer), s: dec("strength", s.strength, "steer-sides"),
         times: int("times", STEER_TIMES), max: dec("feature-max", b.max), plain: cont(s.plain),
         steered: cont(s.steered), at: int("changed-at", s.changed_at ?? -1),
         b: dec("breakdown", s.breakdown ?? 0), hook: word("hook", h.hook) };
@@ -302,6 +310,8 @@ const steps: LessonStep[] = [
             : "lesson.features.steer.differ", vars),
         s.changed_at === null ? say("lesson.features.steer.sameMeans") : say("lesson.features.steer.cause"),
         either(s.breakdown !== null, "lesson.features.steer.breaks", "lesson.features.steer.holds", vars),
+        // the lesson's own strength (STEER_TIMES the feature's activation) can be past the point where the text breaks
+        ...(s.steered_broken ? [claim("lesson.features.steer.brokenHere", vars)] : []),
       ];
     },
     task: () => [say("lesson.features.steer.task")],
