@@ -4,7 +4,7 @@ Measures, with the real `transformer-explainer serve` process and Debian's Chrom
 - page usable: from the server printing its URL to the app's shell drawn and usable (body[data-shell]: header,
   language switch, text box; the server serves the page while its model still loads);
 - page interactive: from the server printing its URL to the first trace rendered (body[data-ready]);
-- text change to updated view, per main view (tokens, attention, MLP, output) at 32 and 128 tokens,
+- text change to updated view, per main view (tokens, attention, MLP, output) at 32, 128 and 1,000 tokens,
   broken down from the page's own timestamps (window.__teRun, window.__teCalls) and the server's
   Server-Timing header:
     forward    the server's lookup, tokenization and forward pass ("model": only the positions a cached
@@ -298,7 +298,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=Path("/tmp/te-bench-gpt2-small-shape"))
     ap.add_argument("--repeats", type=int, default=9)
-    ap.add_argument("--tokens", type=int, nargs="+", default=[32, 128])
+    ap.add_argument("--tokens", type=int, nargs="+", default=[32, 128, 1000])
     ap.add_argument("--texts", type=int, default=3, choices=[1, 2, 3],
                     help="how many texts the edits go round (3: three learners' texts; 1: one learner typing)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
