@@ -18,7 +18,7 @@ import { learn } from "../pages/learn/state.svelte";
 // same elements by their test ids and, as a step opens, gives each its data-tour of that name (`mark`).
 const AT = {
   example: "learn-map", curve: "learn-loss", icl: "learn-icl", heads: "learn-heads-main", maps: "learn-map",
-  scrub: "learn-scrub", control: "learn-control-why",
+  control: "learn-control-why",
 } as const;
 
 /** Give the page's elements with these test ids a data-tour of the same name, once they are there (a second at most:
@@ -28,9 +28,13 @@ async function mark(...names: string[]): Promise<void> {
   for (let k = 0; k < 60; k++) {
     let all = true;
     for (const n of names) {
-      const els = document.querySelectorAll<HTMLElement>(`[data-testid="${n}"]`);
+      const els = document.querySelectorAll(`[data-testid="${n}"]`);
       if (!els.length) all = false;
-      els.forEach((el) => { if (!el.dataset.tour) el.dataset.tour = n; });
+      // a chart is an <svg>, which the card cannot measure as a target (no offsetParent): its figure, with the caption
+      els.forEach((el) => {
+        const box = el instanceof HTMLElement ? el : el.parentElement;
+        if (box && !box.dataset.tour) box.dataset.tour = n;
+      });
     }
     if (all) return;
     await new Promise((r) => setTimeout(r, 16));
@@ -240,14 +244,14 @@ const steps: LessonStep[] = [
   },
   {
     id: "maps",
+    // the scrub (the task's slider) stands at the top of the page, far above the map: not kept in view with it
     target: AT.maps,
-    controls: [AT.scrub],
     enter: async () => {
       // the last record, where the stripes are clearest; the task scrubs back to where they were not
       const recs = untrack(mainRecs);
       showRecord(recs.length - 1);
       entered.at = untrack(() => learn.at);
-      await mark(AT.maps, AT.scrub);
+      await mark(AT.maps);
       if (recs.length) { const b = bestHead(recs[recs.length - 1].induction); pickHead(b.l, b.h); }
     },
     title: "lesson.induction.maps.title",
@@ -262,31 +266,28 @@ const steps: LessonStep[] = [
       const m = shown.example_attention[ind.l]?.[ind.h];
       const pm = shown.example_attention[pt.l]?.[pt.h];
       if (!m || !pm) return [];
-      const vars = { s: step("ind-shown-step", shown, AT.scrub), last: step("ind-last-step", last), ...layerHead("i", ind) };
+      const vars = { s: step("ind-shown-step", shown, AT.maps), last: step("ind-last-step", last), ...layerHead("i", ind) };
       const w = exampleInduction(m, ex);
       text.push(either(w >= BAR, "lesson.induction.maps.stripe", "lesson.induction.maps.noStripe",
         { ...vars, w: dec("ind-map-w", w, AT.maps), off: int("ind-map-offset", L - 1) }));
-      // the first symbol of the repeat: the head's largest weight in its row, against the symbol that followed it first
-      const row = m[r];
-      let k = 0;
-      row.forEach((x, j) => { if (j <= r && x > row[k]) k = j; });
-      const sym = { a: word("ind-map-a", ex.tokens[r], AT.maps), b: word("ind-map-b", ex.tokens[s + 1], AT.maps) };
-      text.push(k === s + 1
-        ? claim("lesson.induction.maps.row", { ...sym, w: dec("ind-map-row-w", row[k], AT.maps) })
-        : claim("lesson.induction.maps.rowNot", { ...sym, c: word("ind-map-c", ex.tokens[k], AT.maps), w: dec("ind-map-row-w", row[k], AT.maps),
-          wb: dec("ind-map-row-wb", row[s + 1], AT.maps) }));
+      // the first symbol of the repeat: the head's weight on the symbol that followed it the first time (at 0.5 or more
+      // it is the row's largest, unshared: the example's maps carry 2 decimals, and an even row ties)
+      const wb = m[r][s + 1];
+      text.push(either(wb >= BAR, "lesson.induction.maps.row", "lesson.induction.maps.rowNot", {
+        a: word("ind-map-a", ex.tokens[r], AT.maps), b: word("ind-map-b", ex.tokens[s + 1], AT.maps), w: dec("ind-map-row-w", wb, AT.maps) }));
       const pw = examplePrevious(pm);
       text.push(either(pw >= BAR, "lesson.induction.maps.prev", "lesson.induction.maps.prevPart",
         { ...layerHead("p", pt), last: step("ind-last-step", last), w: dec("ind-map-pw", pw, AT.maps) }));
       return text;
     },
-    task: () => [say("lesson.induction.maps.do")],
+    task: () => [say("lesson.induction.maps.do", { slider: say("learn.record") })],
     done: () => learn.at !== entered.at,
   },
   {
     id: "two",
     target: AT.control,
-    enter: async () => { learn.tab = "copy"; await mark(AT.control); },
+    // the last record: the page's sentence on the control reads its record of the same step
+    enter: async () => { showRecord(untrack(mainRecs).length - 1); await mark(AT.control); },
     title: "lesson.induction.two.title",
     body: () => {
       const c = config();
@@ -310,7 +311,7 @@ const steps: LessonStep[] = [
   {
     id: "icl",
     target: AT.icl,
-    enter: async () => { learn.tab = "copy"; await mark(AT.icl); },
+    enter: async () => { showRecord(untrack(mainRecs).length - 1); await mark(AT.icl); },
     title: "lesson.induction.icl.title",
     body: () => {
       const recs = mainRecs();

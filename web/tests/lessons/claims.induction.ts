@@ -193,18 +193,17 @@ function mapFacts(v: V, c: InductionClaimContext, strong: boolean): true | strin
     // the key after the first occurrence of query r + j is s + j + 1: (r + j) - (s + j + 1) places left
     [num(v.off) === s + L - (s + 1), `the stripe is ${L - 1} places left of the diagonal`]);
 }
-function rowFacts(v: V, c: InductionClaimContext): { facts: Facts; row: number[]; k: number } {
+function rowFacts(v: V, c: InductionClaimContext, strong: boolean): true | string {
   const shown = c.main[c.at], head = top(lastOf(c.main).induction);
   const s = c.example.prefix, r = s + c.example.segment, tok = c.example.tokens;
-  const row = shown.example_attention[head.l][head.h][r].slice(0, r + 1);
-  const k = row.indexOf(Math.max(...row));
-  return {
-    row, k, facts: [
-      [tok[r] === tok[s] && v.a.raw === tok[r], `${String(v.a.raw)} is not the repeat's first symbol`],
-      [v.b.raw === tok[s + 1] && tok[r + 1] === tok[s + 1], `${String(v.b.raw)} is not what followed it, or not the next to predict`],
-      [same(num(v.w), row[k]), `the row's largest weight is ${row[k]}`],
-    ],
-  };
+  const row = shown.example_attention[head.l][head.h][r];
+  const w = row[s + 1];
+  return all(
+    [tok[r] === tok[s] && v.a.raw === tok[r], `${String(v.a.raw)} is not the repeat's first symbol`],
+    [v.b.raw === tok[s + 1] && tok[r + 1] === tok[s + 1], `${String(v.b.raw)} is not what followed it, or not the next to predict`],
+    [same(num(v.w), w), `the weight on it is ${w}`],
+    // "less than half" / at least half (and so the row's largest)
+    [strong ? w >= BAR && row.every((x, j) => j === s + 1 || x < w) : w < BAR, `the weight on it is ${w}`]);
 }
 function prevFacts(v: V, c: InductionClaimContext, strong: boolean): true | string {
   const shown = c.main[c.at], last = lastOf(c.main), head = top(last.previous_token);
@@ -236,15 +235,8 @@ function iclFacts(v: V, c: InductionClaimContext, fell: boolean): true | string 
 Object.assign(CLAIMS, {
   "lesson.induction.maps.stripe": (v, ctx) => mapFacts(v, runOf(ctx), true),
   "lesson.induction.maps.noStripe": (v, ctx) => mapFacts(v, runOf(ctx), false),
-  "lesson.induction.maps.row": (v, ctx) => {
-    const c = runOf(ctx), { facts, k } = rowFacts(v, c);
-    return all(...facts, [k === c.example.prefix + 1, "the largest weight is not on the symbol that followed"]);
-  },
-  "lesson.induction.maps.rowNot": (v, ctx) => {
-    const c = runOf(ctx), { facts, row, k } = rowFacts(v, c);
-    return all(...facts, [k !== c.example.prefix + 1 && v.c.raw === c.example.tokens[k], `the largest weight is on ${c.example.tokens[k]}`],
-      [same(num(v.wb), row[c.example.prefix + 1]), "not the weight on the symbol that followed"]);
-  },
+  "lesson.induction.maps.row": (v, ctx) => rowFacts(v, runOf(ctx), true),
+  "lesson.induction.maps.rowNot": (v, ctx) => rowFacts(v, runOf(ctx), false),
   "lesson.induction.maps.prev": (v, ctx) => prevFacts(v, runOf(ctx), true),
   "lesson.induction.maps.prevPart": (v, ctx) => prevFacts(v, runOf(ctx), false),
   "lesson.induction.two.controlNever": (v, ctx) => controlFacts(v, runOf(ctx), true),
