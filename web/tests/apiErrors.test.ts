@@ -31,6 +31,16 @@ describe("the server's errors", () => {
     const job = apiError(0, { detail: null, code: null, params: {} });
     expect([job.status, job.message, job.code, job.params]).toEqual([0, "", null, {}]);
   });
+  it("a live run's state is worded in the learner's language, not the server's English word", () => {
+    const statuses = ["starting", "running", "paused", "stopping", "finished", "stopped", "failed"];
+    for (const status of statuses) {
+      const e = apiError(409, { detail: `the live run abc is ${status}`, code: "induction_state", params: { run: "abc", status } });
+      const zh = errorText("zh", e);
+      expect(zh).toContain("abc");
+      expect(zh).not.toMatch(/[a-z]{4,}/); // no English status word left in the 中文 sentence
+      expect(errorText("en", e)).toContain(status);
+    }
+  });
   it("are read nowhere else", () => {
     const elsewhere = Object.entries(sources)
       .filter(([path, text]) => !path.endsWith("/lib/client.ts") && !path.includes("/generated/")
