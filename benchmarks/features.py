@@ -43,10 +43,16 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--gpt2-small-shape", type=Path, default=None, metavar="FOLDER",
+                    help="instead of --model: GPT-2 small's shape with random weights (made in FOLDER, reused) and a "
+                         "random 16x TopK autoencoder on its middle residual stream (12,288 features, k 32), the width "
+                         "of the public GPT-2-small autoencoders; in Python only (the server offers shipped ones)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     load0 = _load()
+    if args.gpt2_small_shape is not None:
+        args.model, args.sae = gpt2_small_with_autoencoder(args.gpt2_small_shape)
     model = load_model(args.model, allow_download=False)
     if args.sae is None and not builtin_saes(model):
         raise SystemExit(f"{args.model} ships no autoencoder yet: give one with --sae")
@@ -88,6 +94,27 @@ def main() -> None:
                   + ", ".join(f"{k} {v:.2f}" for k, v in got["server"].items()))
     print(f"explained variance over the text {fs.explained_variance:.3f}; load average {_load()} (at the start "
           f"{load0})")
+
+
+def gpt2_small_with_autoencoder(folder: Path) -> tuple[str, Path]:
+    """(the model's folder, the autoencoder's folder): GPT-2 small's shape and a 16x TopK autoencoder on
+    blocks.6.hook_resid_post, both with random weights (the times do not depend on the values)."""
+    from fixtures import gpt2_small_shape
+
+    from transformer_explainer.features.sae import SAEConfig, SparseAutoencoder, save_sae
+
+    model_folder = gpt2_small_shape(folder / "model")
+    sae_folder = folder / "sae-blocks.6-16x"
+    if not (sae_folder / "cfg.json").is_file():
+        cfg = SAEConfig(d_in=768, d_sae=16 * 768, k=32, hook_name="blocks.6.hook_resid_post")
+        sae = SparseAutoencoder(cfg)
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            sae.W_enc.copy_(torch.randn(768, 16 * 768, generator=g) / 768 ** 0.5)
+            sae.W_dec.copy_(sae.W_enc.T)
+            sae.b_enc.copy_(torch.randn(16 * 768, generator=g) * 0.1)
+        save_sae(sae, sae_folder)
+    return str(model_folder), sae_folder
 
 
 def _load() -> str:
