@@ -51,10 +51,17 @@ class RowSummary:
 
     def unpack(self, packed: Tensor, start: int, n: int) -> Tensor:
         """The rows (..., n, m) of positions start..start+n-1 from their packed columns, the others 0."""
-        kept = self._kept(start, n, packed.device)
-        rows = packed.new_zeros(*packed.shape[:-1], *kept.shape)
-        rows[..., kept] = packed
-        return rows
+        where, (n, m) = self._kept_flat(start, n, packed.device)
+        # one indexed copy into the flat rows (a boolean-mask assignment found the mask's entries again each time:
+        # an overview at 1,000 tokens unpacks 12 blocks' rows, 11 -> 4 ms)
+        rows = packed.new_zeros(*packed.shape[:-1], n * m).index_copy_(-1, where, packed)
+        return rows.view(*packed.shape[:-1], n, m)
+
+    @functools.lru_cache(maxsize=8)  # noqa: B019 (a few entries per RowSummary, which key_sums_at keeps anyway)
+    def _kept_flat(self, start: int, n: int, device: torch.device) -> tuple[Tensor, tuple[int, int]]:
+        """The flat indices (row * m + column) of `_kept`'s entries, row after row, and its shape (n, m)."""
+        kept = self._kept(start, n, device)
+        return kept.flatten().nonzero().squeeze(1), (kept.shape[0], kept.shape[1])
 
     def first_rows(self, packed: Tensor, n: int) -> Tensor:
         """The packed rows of positions 0..n-1 among those of a trace from position 0."""
