@@ -365,11 +365,14 @@ def test_an_edited_end_continues_the_trace_of_the_shared_beginning(client, tiny_
     assert again["computed_positions"] == [len(first["token_ids"])] * 2
 
 
-def test_a_trace_continued_often_is_traced_whole_and_one_without_its_keys_and_values_is_continued(tiny_model):
-    """Each view of a continued trace runs each of its passes again: one made of MAX_PASSES passes is not continued.
-    Without its keys and values a beginning is continued where that costs less than tracing the text whole (each
-    block of the beginning run as far as its values, in each of its passes: `continuation_cost`): one of a single
-    pass is, one of many is not; either way the values equal the text's own trace."""
+def test_a_trace_continued_often_is_made_one_pass_and_one_without_its_keys_and_values_is_continued_where_cheaper(
+        tiny_model):
+    """Each view of a continued trace runs each of its passes again: the continuation that would make MAX_PASSES
+    passes is made one pass instead (the store flattens the chain; tests/unit/test_trace_store_passes.py), and the
+    next edit continues that. Without its keys and values a beginning is continued where that costs less than tracing
+    the text whole (each block of the beginning run as far as its values, in each of its passes:
+    `continuation_cost`): one of a single pass is, one of many is not; either way the values equal the text's own
+    trace."""
     from transformer_explainer.memo.costs import MAX_PASSES
 
     with TestClient(create_app({"tiny": tiny_model}, ServerSettings())) as client:  # no token limit: long texts
@@ -381,13 +384,32 @@ def test_a_trace_continued_often_is_traced_whole_and_one_without_its_keys_and_va
             text += word
             d = client.post("/api/trace", json={"text": text}).json()
             assert "token_ids" in d, d
+            assert (d["computed_positions"][0] > 0) == bool(cached)  # after the first, continued every time
             cached.append(explainer.cache.get(("tiny", tuple(d["token_ids"]))))
-            assert cached[-1].memory.blocks.passes <= MAX_PASSES
-        assert [t.memory.blocks.passes for t in cached[:MAX_PASSES]] == list(range(1, MAX_PASSES + 1))
+        # passes 1 .. MAX_PASSES - 1, then the chain made one pass, then continued from it
+        assert [t.memory.blocks.passes for t in cached] == [*range(1, MAX_PASSES), 1, 2]
+        assert_same_trace(cached[-1], tiny_model.trace_ids(cached[-1].token_ids), atol=1e-4)
+
+    with TestClient(create_app({"tiny": tiny_model}, ServerSettings())) as client:
+        explainer = client.app.state.traces
+        text, cached = "A red", []
+        for word in (" " + w for w in words[: MAX_PASSES - 1]):  # a chain one pass short of being made one
+            text += word
+            d = client.post("/api/trace", json={"text": text}).json()
+            cached.append(explainer.cache.get(("tiny", tuple(d["token_ids"]))))
+        long_chain = cached[-1]
+        assert long_chain.memory.blocks.passes == MAX_PASSES - 1
         for t in cached:
             t.memory.drop_kv()  # as the cache does under pressure
-        # many passes without keys and values: dearer than the whole text
+        # many passes without keys and values: dearer than a shorter beginning of fewer passes, or the whole text
         d = client.post("/api/trace", json={"text": text + " now"}).json()
+        assert d["computed_positions"][0] < len(long_chain.token_ids)
+        assert_same_trace(explainer.cache.get(("tiny", tuple(d["token_ids"]))),
+                          tiny_model.trace_ids(d["token_ids"]), atol=1e-4)
+
+    with TestClient(create_app({"tiny": tiny_model}, ServerSettings())) as client:
+        explainer = client.app.state.traces
+        d = client.post("/api/trace", json={"text": text}).json()
         n = len(d["token_ids"])
         assert d["computed_positions"] == [0, n]
         whole = explainer.cache.get(("tiny", tuple(d["token_ids"])))
