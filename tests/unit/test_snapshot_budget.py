@@ -132,3 +132,32 @@ def test_router_probabilities_are_stored_as_the_trace_has_them():
         assert np.array_equal(decoded(s), want)
         # what float16 held: off in the 4th decimal somewhere (0.5032 -> 0.5029), which float32 is not
         assert np.abs(want.astype(np.float16).astype(np.float32) - want).max() > 5e-5
+
+
+def test_a_snapshot_leaves_out_the_pages_that_need_the_server_and_counts_what_it_inlines(tmp_path: Path) -> None:
+    """The encoder-decoder page and Watch it learn need the server (the header offers neither in a snapshot): their
+    chunks are not inlined, nor counted in the budget; every other script is."""
+    from transformer_explainer.notebook.snapshot import SERVER_ONLY_CHUNKS, _import_map
+
+    root = package_static_dir()
+    scripts = sorted(p.name for p in (root / "assets").glob("*.js"))
+    server_only = [n for n in scripts if n.startswith(SERVER_ONLY_CHUNKS)]
+    assert {n.split("-")[0] for n in server_only} == {"Seq2SeqPage", "LearnPage"}
+    inlined = {k.removeprefix("te-snapshot:") for k in _import_map(root)}
+    assert inlined == set(scripts) - set(server_only)
+
+
+def test_the_features_of_a_snapshot_are_the_float32_values_written_short() -> None:
+    """Each activation is written as the shortest decimal of its float32 (3.4702172, not 3.470217227935791): the
+    same float32, in fewer of the page's bytes."""
+    from transformer_explainer.notebook.snapshot import _shortest_float32
+
+    rng = np.random.default_rng(0)
+    values = [float(np.float32(v)) for v in rng.normal(0, 5, 200)] + [0.0, -0.0, 1e-30, 65504.0]
+    node = {"positions": [{"features": [{"id": i, "activation": v} for i, v in enumerate(values)]}], "n": 3}
+    short = _shortest_float32(node)
+    got = [f["activation"] for f in short["positions"][0]["features"]]
+    assert np.array_equal(np.float32(got), np.float32(values))
+    assert short["n"] == 3 and [f["id"] for f in short["positions"][0]["features"]] == list(range(len(values)))
+    assert len(json.dumps(short)) < 0.9 * len(json.dumps(node))
+    assert _shortest_float32(float("nan")) != _shortest_float32(float("nan"))  # NaN stays NaN
