@@ -4,12 +4,13 @@ time of `TraceStore.get` and the positions it computed. Three ways the edits com
 
 - one text: one learner changing the last word again and again (the newest trace keeps its keys and values, even
   beyond their share of the budget: the edit computes its own positions);
-- texts in turn (--texts 2, 3): learners taking turns on texts of that length (a continuable text of 1,000 tokens
-  holds 117 MB of the 192 MB the traces may hold: the others keep their block inputs alone and are continued
-  without their keys and values; with three, the newest's keys and values go too rather than the oldest text,
-  which would be traced whole: `TraceCache._kv_before_traces`).
+- texts in turn (--texts 2, 3): learners taking turns on texts of that length. A text of 1,000 tokens holds about
+  50 MB of block inputs and overview rows and 70 MB of keys and values: on the default 256 MB (192 for traces) the
+  others keep their block inputs alone and are continued without their keys and values, and with three the newest's
+  go too rather than the oldest text, which would be traced whole (`TraceCache._kv_before_traces`); a budget that
+  holds them all (--cache-mb 512 for three) continues each text from its own.
 
-    nice .venv/bin/python benchmarks/long_text_edits.py [--tokens 1000] [--texts 1 2 3] [--edits 3]
+    nice .venv/bin/python benchmarks/long_text_edits.py [--tokens 1000] [--texts 1 2 3] [--edits 3] [--cache-mb 256]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=1000)
     ap.add_argument("--texts", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--edits", type=int, default=3, help="edits of each text")
+    ap.add_argument("--cache-mb", type=int, default=None, help="the store's budget (default: the server's)")
     ap.add_argument("--folder", default=None, help="the GPT-2-small-shape model (made there if missing)")
     args = ap.parse_args()
     folder = gpt2_small_shape(Path(args.folder) if args.folder else
@@ -39,13 +41,14 @@ def main() -> None:
     from transformer_explainer.server import defaults
 
     torch.set_num_threads(1)
+    budget = defaults.CACHE_MB if args.cache_mb is None else args.cache_mb
     model = load_model(str(folder), allow_download=False)
     load = os.getloadavg()
     print(f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; one torch "
-          f"thread; budget {defaults.CACHE_MB} MB; {args.tokens} tokens")
+          f"thread; budget {budget} MB; {args.tokens} tokens")
     rng = random.Random(0)
     for k in args.texts:
-        store = TraceStore(defaults.CACHE_MB * 2**20)
+        store = TraceStore(budget * 2**20)
         texts = [[rng.randrange(model.config.vocab_size) for _ in range(args.tokens)] for _ in range(k)]
         for ids in texts:
             store.get("m", model, ids)

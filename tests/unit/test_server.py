@@ -399,11 +399,18 @@ def test_trace_cache_keeps_the_newest_traces_keys_and_values(tiny_model):
     with_kv, without = trace_nbytes(traces[0]), trace_nbytes(tiny_model.trace_ids(ids))
     kv = with_kv - without
     assert kv > 0
-    roomy = TraceCache(max_bytes=5 * with_kv, max_kv_bytes=int(2.5 * kv))  # room for all five, kv for two
+    roomy = TraceCache(max_bytes=5 * with_kv, max_kv_bytes=int(2.5 * kv))  # room for all five with theirs
     for i, tr in enumerate(traces):
         roomy.put(("m", (i,)), tr)
     assert len(roomy) == 5 and roomy.nbytes <= roomy.max_bytes
-    assert [tr.memory.kv is not None for tr in traces] == [False, False, False, True, True]
+    assert all(tr.memory.kv is not None for tr in traces)  # a share binds only over the budget
+    traces = [tiny_model.trace_ids(ids, memory=Memory(keep_kv=True)) for _ in range(5)]
+    pressed = TraceCache(max_bytes=3 * with_kv + 2 * without, max_kv_bytes=int(2.5 * kv))  # five, three with theirs
+    for i, tr in enumerate(traces):
+        pressed.put(("m", (i,)), tr)
+    assert len(pressed) == 5 and pressed.nbytes <= pressed.max_bytes
+    # beyond the share (the newest two), the oldest went first, and only as far as the budget asked
+    assert [tr.memory.kv is not None for tr in traces] == [False, False, True, True, True]
 
     traces = [tiny_model.trace_ids(ids, memory=Memory(keep_kv=True)) for _ in range(4)]
     tight = TraceCache(max_bytes=with_kv + 3 * without, max_kv_bytes=0)  # no share: the newest keeps its own
@@ -425,6 +432,40 @@ def test_trace_cache_keeps_the_newest_traces_keys_and_values(tiny_model):
     longest = tiny_model.trace_ids(ids, memory=Memory(keep_kv=True))
     small.put(("m", (10,)), longest)
     assert longest.memory.kv is not None and len(small) == 1 and small.get(("m", (9,))) is None
+
+
+def test_an_edits_trace_replaces_the_earlier_versions_it_edits(tiny_model):
+    """An edit's trace takes the place of its text's earlier versions whose end it changed: the latest stays without
+    its keys and values (a text changed back is a hit; its next edit continues the newest), the older ones go, as they
+    would hold the memory its views' blocks need (issue 40: three learners' 1,000-token texts edited in turn filled
+    the traces' share with earlier versions, 12 MB apiece, and every view ran its block over every position).
+    Another text, and a text's beginning that only grew (another learner may read it), stay, with their keys and
+    values while the budget holds them."""
+    from transformer_explainer.memo import Memory
+    from transformer_explainer.memo.store import TraceCache, trace_nbytes
+
+    ids = tiny_model.encode(TEXT)
+    other = tiny_model.encode("A different text, about something else entirely.")
+    assert ids[0] != other[0] and len(ids) > 4
+
+    def traced(x):
+        return tiny_model.trace_ids(x, memory=Memory(keep_kv=True))
+
+    cache = TraceCache(max_bytes=10 * trace_nbytes(traced(ids)))
+    grown, first, third = traced(ids[:-1]), traced(ids), traced(other)
+    cache.put(("m", tuple(ids[:-1])), grown)
+    cache.put(("m", tuple(ids)), first)
+    cache.put(("m", tuple(other)), third)
+    assert len(cache) == 3 and all(t.memory.kv is not None for t in (grown, first, third))
+    edited = traced(ids[:-1] + [11])
+    cache.put(("m", tuple(ids[:-1] + [11])), edited)
+    assert cache.get(("m", tuple(ids))) is first and first.memory.kv is None  # the latest version it edited
+    again = traced(ids[:-1] + [12])
+    cache.put(("m", tuple(ids[:-1] + [12])), again)
+    assert cache.get(("m", tuple(ids[:-1] + [11]))) is None  # an earlier version, no longer the latest
+    assert cache.get(("m", tuple(ids))) is first  # the text changed back, read since: the latest edited
+    assert cache.get(("m", tuple(ids[:-1]))) is grown and cache.get(("m", tuple(other))) is third
+    assert all(t.memory.kv is not None for t in (grown, again, third))
 
 
 def test_generating_from_a_trace_without_its_keys_and_values_continues_it(client, tiny_model):

@@ -87,6 +87,28 @@ def test_three_long_texts_edited_in_turn_each_continue_their_beginning(long_mode
     assert store.cache.nbytes <= store.cache.max_bytes
 
 
+def test_three_long_texts_in_a_budget_that_holds_them_each_keep_their_keys_and_values(long_model):
+    """Three learners edit texts of 1,000 tokens in turn on a budget that holds the three with their keys and values
+    (on GPT-2 small, --cache-mb 512 or more): each edit continues from its text's own (0.08 s an edit rather than
+    0.55 s). Before, the keys and values beyond a quarter of the budget went whatever room was left, and the earlier
+    versions of each text filled it: every edit ran its beginning's blocks again."""
+    n = 1000
+    probe, kv = scaled_store(long_model, n)
+    store = TraceStore(probe.cache_bytes * 5 // 2)  # the traces' share holds 3 x 117 of GPT-2 small's 1,000 tokens
+    vocab = long_model.config.vocab_size
+    texts = [random_ids(n, vocab, 50 + t) for t in range(3)]
+    for ids in texts:
+        store.get("m", long_model, ids)
+    for k in range(3):
+        for t in range(3):
+            texts[t] = texts[t][:-2] + random_ids(2, vocab, 70 + 3 * k + t)
+            trace, computed = store.get("m", long_model, texts[t])
+            assert computed == [n - 2, n], (k, t)
+            kept = [store.cached("m", ids, count_miss=False) for ids in texts]
+            assert all(c is not None and kv_nbytes(c) == kv for c in kept), (k, t)
+    assert len(store.cache) == 6 and store.cache.nbytes <= store.cache.max_bytes  # and the latest earlier versions
+
+
 def test_a_long_text_typed_beside_short_ones_keeps_its_keys_and_values(long_model):
     """Over the budget, the newest's keys and values stay when the traces that go instead are cheap to trace again
     (a class's short texts beside one long one being typed): its next edit computes its own positions."""

@@ -19,9 +19,11 @@ BLOCKS_SHARE = 4
 # 36-40 ms of blocks run again made of 3 passes, 50-60 ms of 7 (what the text's next edit saves by continuing it
 # with its keys and values: 70 ms). The store makes a continuation that reaches it one pass (`TraceStore._one_pass`)
 MAX_PASSES = 8
-# the newest traces keep their keys and values while those take at most one part in KV_SHARE of the trace budget:
-# continuing a trace with them costs its new positions only (GPT-2 small's shape, 127 + 1 tokens: 43 ms, 107 ms
-# without); older traces keep their residual streams alone, and the rest of the budget holds more of them
+# over the budget, the newest traces keep their keys and values while those take at most one part in KV_SHARE of the
+# trace budget: continuing a trace with them costs its new positions only (GPT-2 small's shape, 127 + 1 tokens: 43 ms,
+# 107 ms without); older traces keep their residual streams alone, and the rest of the budget holds more of them.
+# Within the budget every trace keeps its own (three 1,000-token texts edited in turn, GPT-2 small's shape, with
+# --cache-mb 768: 0.55 s -> 0.08 s CPU an edit, benchmarks/long_text_edits.py --cache-mb 768)
 KV_SHARE = 4
 # continuing a trace without them runs about a quarter of its beginning's products again, per pass (see below); one
 # whose beginning is not worth it (its passes, the overview's rows it lacks) is traced whole (`continuation_cost`)
