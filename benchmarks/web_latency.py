@@ -303,6 +303,8 @@ def main() -> int:
                     help="how many texts the edits go round (3: three learners' texts; 1: one learner typing)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
     ap.add_argument("--views", nargs="+", default=list(VIEWS), choices=VIEWS)
+    ap.add_argument("--server-arg", action="append", default=[],
+                    help="passed to `serve` (repeat), e.g. --server-arg=--cache-mb=768")
     ap.add_argument("--profile", action="store_true",
                     help="also record a Chromium trace of a second change per repeat and say where its time went")
     args = ap.parse_args()
@@ -313,7 +315,8 @@ def main() -> int:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
         proc = subprocess.Popen([sys.executable, "-m", "transformer_explainer.cli", "serve", "--model", str(folder),
-                                 "--port", "0", "--only"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 "--port", "0", "--only", *args.server_arg],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 cwd=ROOT)
         try:
             t_start = time.perf_counter()
