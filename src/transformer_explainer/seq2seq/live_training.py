@@ -10,20 +10,18 @@ started it (its `owner`, as the server names clients) may stop it.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import math
 import tempfile
-import threading
 import time
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import InputError
+from ..training.live_run import LiveRunBase, LiveRuns, one_torch_thread
 from ..training.trainer import TrainConfig, Trainer, TrainEvent
 from .config import PRESETS
 from .decoding import greedy_decode_batch
@@ -40,14 +38,6 @@ MAX_MINUTES = 4.0  # a hard stop whatever the step count
 SNAPSHOTS = 40  # cross-attention snapshots per run, spread evenly over its steps
 EVAL_SAMPLES = 100  # held-out pairs for exact match at each evaluation
 DIGITS = 5
-
-
-class TrainingBusy(Exception):
-    """Another run is still going on this server. `code` and `params` as an ExplainerError's."""
-
-    def __init__(self, message: str, run: str) -> None:
-        super().__init__(message)
-        self.code, self.params = "training_busy", {"run": run}
 
 
 @dataclass(frozen=True)
@@ -76,13 +66,12 @@ def _round(x: float) -> float:
     return round(float(x), DIGITS) if math.isfinite(x) else float(x)
 
 
-class LiveRun:
-    """One run: its thread, its events so far, and the flag that stops it."""
+class LiveRun(LiveRunBase):
+    """One run: a fresh model of the preset learning the task, snapshots of the example on the way."""
 
     def __init__(self, config: LiveConfig, owner: str | None = None) -> None:
-        self.id = uuid.uuid4().hex[:12]
+        super().__init__(owner, "seq2seq-live")
         self.config = config
-        self.owner = owner  # who started it, and so may stop it; None: anyone
         self.task: Seq2SeqTask = make_task(config.task)
         example = config.example if config.example is not None else self.task.examples[0]
         reference = self.task.reference(example)
@@ -97,31 +86,10 @@ class LiveRun:
                              limit=self.task.max_src_len)
         self.example, self.reference = example, reference
         self.gold_ids = self.task.tgt_vocab.encode(reference, "reference")
-        self.status = "starting"  # starting, running, stopping, finished, stopped, failed
         self.step = 0
         self.started = time.time()
         self.model: Seq2SeqModel | None = None  # the trained model, once the run has ended
         self.workdir: Path | None = None  # the temporary folder of its checkpoints, while it runs
-        self._events: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name=f"seq2seq-live-{self.id}", daemon=True)
-
-    # -- what clients see ----------------------------------------------------------------------------
-
-    @property
-    def finished(self) -> bool:
-        return self.status in ("finished", "stopped", "failed")
-
-    def events(self, after: int = 0) -> list[dict[str, Any]]:
-        """Events from index `after` on (0: all of them)."""
-        with self._lock:
-            return self._events[max(0, after):]
-
-    @property
-    def n_events(self) -> int:
-        with self._lock:
-            return len(self._events)
 
     def summary(self) -> dict[str, Any]:
         c = self.config
@@ -129,30 +97,10 @@ class LiveRun:
                 "example": self.example, "reference": self.reference, "preset": c.preset,
                 "elapsed_s": round(time.time() - self.started, 1), "n_events": self.n_events}
 
-    # -- control ---------------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def may_stop(self, client: str | None) -> bool:
-        return self.owner is None or client == self.owner
-
-    def stop(self) -> None:
-        """Ask the run to end after its current step (the trainer evaluates once more and stops)."""
-        if not self.finished:
-            self._stop.set()
-            if self.status == "running":
-                self.status = "stopping"
-
-    def join(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    # -- the training thread ------------------------------------------------------------------------
-
-    def _emit(self, kind: str, **data: Any) -> None:
-        with self._lock:
-            self._events.append({"kind": kind, **data})
+    def _stopping(self) -> None:
+        """Asked to stop: the trainer evaluates once more after its current step and ends."""
+        if self.status == "running":
+            self.status = "stopping"
 
     def _snapshot(self, net: EncoderDecoder, step: int) -> None:
         """The example's cross-attention under teacher forcing (rows: the reference tokens and the end
@@ -172,20 +120,15 @@ class LiveRun:
                    output=self.task.tgt_vocab.decode(out), correct=out == self.gold_ids)
 
     def _main(self) -> None:
-        threads = torch.get_num_threads()
-        # One thread: the run shares the machine with the people using the server. The setting is this
-        # thread's own, but threads torch starts meanwhile inherit it, so it is put back at the end.
-        torch.set_num_threads(1)
-        try:
-            with tempfile.TemporaryDirectory(prefix="transformer-explainer-live-") as tmp:
-                self.workdir = Path(tmp)
-                self._train(self.workdir)
-        except Exception as e:  # the page needs to hear that the run died, and why
-            log.exception("live training run %s failed", self.id)
-            self.status = "failed"
-            self._emit("done", step=self.step, status="failed", message=f"{type(e).__name__}: {e}")
-        finally:
-            torch.set_num_threads(threads)
+        with one_torch_thread():
+            try:
+                with tempfile.TemporaryDirectory(prefix="transformer-explainer-live-") as tmp:
+                    self.workdir = Path(tmp)
+                    self._train(self.workdir)
+            except Exception as e:  # the page needs to hear that the run died, and why
+                log.exception("live training run %s failed", self.id)
+                self.status = "failed"
+                self._emit("done", step=self.step, status="failed", message=f"{type(e).__name__}: {e}")
 
     def _train(self, tmp: Path) -> None:
         c = self.config
@@ -231,49 +174,18 @@ class LiveRun:
                    **{k: _round(v) for k, v in state.last_eval.items()})
 
 
-@dataclass
-class LiveTraining:
-    """The runs of one server process: at most one going at a time; the last one kept for replay."""
+class LiveTraining(LiveRuns[LiveRun]):
+    """The runs of one server process: at most one going at a time; the last one kept for replay (its events and
+    model)."""
 
-    runs: dict[str, LiveRun] = field(default_factory=dict)
-    keep: int = 2  # finished runs remembered (their events and model)
-
-    def __post_init__(self) -> None:
-        self._lock = threading.Lock()
-        atexit.register(self.shutdown)
-
-    @property
-    def current(self) -> LiveRun | None:
-        """The run going now, else the latest one."""
-        with self._lock:
-            going = [r for r in self.runs.values() if not r.finished]
-            return going[0] if going else (next(reversed(self.runs.values())) if self.runs else None)
+    def __init__(self, keep: int = 2) -> None:
+        super().__init__(keep)
 
     def start(self, config: LiveConfig, owner: str | None = None) -> LiveRun:
-        with self._lock:
-            going = next((r for r in self.runs.values() if not r.finished), None)
-            if going is not None:
-                raise TrainingBusy(f"a training run is already going on this server (run {going.id}, "
-                                   f"{going.config.task}, step {going.step} of {going.config.steps}); "
-                                   "watch it, or try again when it ends (whoever started it can stop it)",
-                                   run=going.id)
-            run = LiveRun(config, owner)  # InputError for a bad example
-            for old in list(self.runs)[: max(0, len(self.runs) - self.keep + 1)]:
-                del self.runs[old]
-            self.runs[run.id] = run
-            run.start()
-            return run
+        """Start a run (InputError for a bad example; TrainingBusy while another goes)."""
+        return self._start(lambda: LiveRun(config, owner))
 
-    def get(self, run_id: str) -> LiveRun | None:
-        with self._lock:
-            return self.runs.get(run_id)
-
-    def shutdown(self, timeout: float = 10.0) -> None:
-        """Stop every run and wait for it, so that its temporary folder is removed."""
-        with self._lock:
-            runs = list(self.runs.values())
-        for r in runs:
-            r.stop()
-        deadline = time.monotonic() + timeout
-        for r in runs:
-            r.join(max(0.0, deadline - time.monotonic()))
+    def _busy(self, going: LiveRun) -> str:
+        return (f"a training run is already going on this server (run {going.id}, {going.config.task}, step "
+                f"{going.step} of {going.config.steps}); watch it, or try again when it ends (whoever started it "
+                "can stop it)")

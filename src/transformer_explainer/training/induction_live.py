@@ -14,24 +14,22 @@ Each run trains into its own folder under a temporary folder that the `LiveInduc
 
 from __future__ import annotations
 
-import atexit
 import logging
 import math
 import shutil
 import tempfile
 import threading
 import time
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ..errors import InputError
 from .induction import InductionConfig, Record, summary, train_induction
 from .induction_limits import LIMITS
+from .live_run import LiveRunBase, LiveRuns, one_torch_thread
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +41,6 @@ MAX_SEED = 2**31 - 1
 # what a live run may change, and the defaults of the rest (records every 50 steps: a curve the page can follow)
 CHANGEABLE = ("steps", "seed", "width", "lr", "control")
 DEFAULTS = InductionConfig(record_every=50, checkpoint_every=1000)
-FINISHED = ("finished", "stopped", "failed")
-
-
-class TrainingBusy(Exception):
-    """A live run is going on this server already. `code` and `params` as an ExplainerError's."""
-
-    def __init__(self, message: str, run: str) -> None:
-        super().__init__(message)
-        self.code, self.params = "training_busy", {"run": run}
 
 
 def live_config(steps: int | None = None, seed: int | None = None, width: int | None = None,
@@ -79,55 +68,34 @@ def live_config(steps: int | None = None, seed: int | None = None, width: int | 
     return config
 
 
-class LiveInduction:
-    """One live run: its thread, its events so far, its controls and its lease."""
+class LiveInduction(LiveRunBase):
+    """One live run: the induction run (and its control) trained with pause, step and resume, and its lease."""
 
     def __init__(self, config: InductionConfig, root: Path, owner: str | None, *, lease_s: float = LEASE_S,
                  max_minutes: float = MAX_MINUTES, on_end: Callable[[LiveInduction], None] | None = None) -> None:
-        self.id = uuid.uuid4().hex[:12]
+        super().__init__(owner, "induction-live")
         self.config = config
         self.folder = root / self.id  # the run's folder (train_induction's `out`)
-        self.owner = owner  # who started it, and so may steer it; None: anyone
         self.lease_s, self.max_minutes = lease_s, max_minutes
         self.on_end = on_end  # called in the run's thread once it has ended, before its `done` event
-        self.status = "starting"
         self.run = "main"  # which of the two trains now
         self.step = 0  # the step the run training now has taken
-        self.message: str | None = None  # why it stopped or failed, when not by its owner's hand
         self.summary: dict[str, Any] | None = None
         self.model_name: str | None = None  # set by `on_end` once the model opens under that name
         self.records: dict[str, list[dict[str, Any]]] = {"main": [], "control": []}
-        self._events: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._stop = threading.Event()
+        self._wake = threading.Condition(self._lock)  # a paused trainer waits on it
         self._paused = False
         self._stepping = False  # paused, asked to train up to the next record
         self._streams = 0  # the owner's event streams open now
         self._lease_since = time.monotonic()  # when the owner's last stream closed (or the run was made)
         self._started = time.monotonic()
         self._paused_s = 0.0  # paused time of the run training now
-        self._thread = threading.Thread(target=self._main, name=f"induction-live-{self.id}", daemon=True)
 
     # -- what clients see ------------------------------------------------------------------------------------------
 
     @property
-    def finished(self) -> bool:
-        return self.status in FINISHED
-
-    @property
     def model_folder(self) -> Path:
         return self.folder / "main" / "model"
-
-    def events(self, after: int = 0) -> list[dict[str, Any]]:
-        """Events from index `after` on (0: all of them)."""
-        with self._lock:
-            return self._events[max(0, after):]
-
-    @property
-    def n_events(self) -> int:
-        with self._lock:
-            return len(self._events)
 
     def elapsed_s(self) -> float:
         """Training time of the run training now, paused time left out."""
@@ -143,22 +111,11 @@ class LiveInduction:
 
     # -- control ---------------------------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def may_steer(self, client: str | None) -> bool:
-        return self.owner is None or client == self.owner
-
-    def stop(self, message: str | None = None) -> None:
-        """End the run after its current step (it records once more and keeps its model)."""
-        with self._wake:
-            if self.finished or self._stop.is_set():
-                return
-            self.message = message
-            self._stop.set()
-            self._paused = self._stepping = False
-            self._set_status("stopping")
-            self._wake.notify_all()
+    def _stopping(self) -> None:
+        """Asked to stop: a paused trainer goes on, records once more and keeps its model."""
+        self._paused = self._stepping = False
+        self._set_status("stopping")
+        self._wake.notify_all()
 
     def pause(self) -> None:
         """Hold the trainer after its current step."""
@@ -200,20 +157,21 @@ class LiveInduction:
             if not self._streams:
                 self._lease_since = time.monotonic()
 
+    @contextmanager
+    def lease(self, client: str | None) -> Iterator[None]:
+        """While open, a stream of `client`: the owner's holds the lease."""
+        owner = self.stream_opened(client)
+        try:
+            yield
+        finally:
+            if owner:
+                self.stream_closed()
+
     def lease_lapsed(self) -> bool:
         with self._lock:
             return self._streams == 0 and time.monotonic() - self._lease_since > self.lease_s
 
-    def join(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
     # -- the training thread ---------------------------------------------------------------------------------------
-
-    def _emit(self, kind: str, **data: Any) -> None:
-        """Append an event (the caller does not hold the lock)."""
-        with self._lock:
-            self._events.append({"kind": kind, **data})
 
     def _set_status(self, status: str) -> None:
         """Change the status and say so (the caller holds the lock)."""
@@ -265,26 +223,20 @@ class LiveInduction:
         self._hold()
 
     def _main(self) -> None:
-        threads = torch.get_num_threads()
-        # One thread: the run shares the machine with the people using the server. Under OpenMP the setting is this
-        # thread's own (the server's passes keep theirs), and threads torch starts from here inherit it; put back
-        # at the end all the same.
-        torch.set_num_threads(1)
         status = "failed"
-        try:
-            self._emit("start", config=asdict(self.config))
-            with self._wake:
-                if not self._stop.is_set() and self.status == "starting":
-                    self._set_status("running")
-            train_induction(self.config, self.folder, self._on_record, self._should_stop)
-            status = "stopped" if self._stop.is_set() else "finished"
-            records = self.records[self.run]
-            self.step = records[-1]["step"] if records else self.step  # the trainer asks once more between runs
-        except Exception as e:  # the page needs to hear that the run died, and why
-            log.exception("live induction run %s failed", self.id)
-            self.message = f"{type(e).__name__}: {e}"
-        finally:
-            torch.set_num_threads(threads)
+        with one_torch_thread():
+            try:
+                self._emit("start", config=asdict(self.config))
+                with self._wake:
+                    if not self._stop.is_set() and self.status == "starting":
+                        self._set_status("running")
+                train_induction(self.config, self.folder, self._on_record, self._should_stop)
+                status = "stopped" if self._stop.is_set() else "finished"
+                records = self.records[self.run]
+                self.step = records[-1]["step"] if records else self.step  # the trainer asks once more between runs
+            except Exception as e:  # the page needs to hear that the run died, and why
+                log.exception("live induction run %s failed", self.id)
+                self.message = f"{type(e).__name__}: {e}"
         self.summary = {name: {"layers": self.config.layers if name == "main" else 1, **summary(recs)}
                         for name, recs in self.records.items() if recs}
         if status != "failed" and self.model_folder.is_dir() and self.on_end is not None:
@@ -299,7 +251,7 @@ class LiveInduction:
 
 
 @dataclass
-class LiveInductions:
+class LiveInductions(LiveRuns[LiveInduction]):
     """The live runs of one server: at most one going at a time; the last few kept for replay. Their folders live
     under one temporary folder, removed when the process exits."""
 
@@ -309,48 +261,26 @@ class LiveInductions:
     defaults: InductionConfig = DEFAULTS  # what a run does not choose
 
     def __post_init__(self) -> None:
-        self.runs: dict[str, LiveInduction] = {}
-        self._lock = threading.Lock()
+        super().__init__(KEEP)  # an ended run's folder stays when it is forgotten: its model may be open in the app
         self.root: Path | None = None  # made at the first start (a server that never trains live makes none)
 
-    @property
-    def current(self) -> LiveInduction | None:
-        """The run going now, else the latest one."""
-        with self._lock:
-            going = [r for r in self.runs.values() if not r.finished]
-            return going[0] if going else (next(reversed(self.runs.values())) if self.runs else None)
-
     def start(self, config: InductionConfig, owner: str | None = None) -> LiveInduction:
-        with self._lock:
-            going = next((r for r in self.runs.values() if not r.finished), None)
-            if going is not None:
-                raise TrainingBusy(f"a live induction run is already going on this server (run {going.id}, {going.run} "
-                                   f"run, step {going.step} of {going.config.steps}); watch it, or try again when it "
-                                   f"ends", run=going.id)
+        """Start a run (TrainingBusy while another goes)."""
+        def make() -> LiveInduction:
             if self.root is None:
                 self.root = Path(tempfile.mkdtemp(prefix="transformer-explainer-induction-"))
-                atexit.register(self.shutdown)
-            run = LiveInduction(config, self.root, owner, lease_s=self.lease_s,
-                                max_minutes=self.max_minutes, on_end=self.on_end)
-            for old in list(self.runs)[: max(0, len(self.runs) - KEEP + 1)]:
-                del self.runs[old]  # its folder stays: its model may be open in the main app
-            self.runs[run.id] = run
-            run.start()
-            return run
+            return LiveInduction(config, self.root, owner, lease_s=self.lease_s, max_minutes=self.max_minutes,
+                                 on_end=self.on_end)
 
-    def get(self, run_id: str) -> LiveInduction | None:
-        with self._lock:
-            return self.runs.get(run_id)
+        return self._start(make)
+
+    def _busy(self, going: LiveInduction) -> str:
+        return (f"a live induction run is already going on this server (run {going.id}, {going.run} run, step "
+                f"{going.step} of {going.config.steps}); watch it, or try again when it ends")
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop every run, wait for it, and remove the runs' folders."""
-        with self._lock:
-            runs = list(self.runs.values())
-        for r in runs:
-            r.stop("the server is shutting down")
-        deadline = time.monotonic() + timeout
-        for r in runs:
-            r.join(max(0.0, deadline - time.monotonic()))
+        super().shutdown(timeout)
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None

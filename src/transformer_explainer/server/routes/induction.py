@@ -8,30 +8,20 @@ client that starts it owns it: only it may pause, step, resume or stop it, and i
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import json
-import time
-from collections.abc import AsyncIterator
 from functools import lru_cache
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
-from fastapi.responses import StreamingResponse
 
 from ...errors import InputError
 from ...loading.resolve import builtin_root
 from ...schemas import ErrorOut
 from ...training.induction import EXAMPLE, InductionConfig, example_sequence, read_log, text_of
 from ...training.induction_limits import LIMITS
-from ...training.induction_live import (
-    MAX_SEED,
-    LiveInduction,
-    LiveInductions,
-    TrainingBusy,
-    live_config,
-)
+from ...training.induction_live import MAX_SEED, LiveInduction, LiveInductions, live_config
 from ...training.induction_schemas import (
     InductionInfo,
     InductionLiveRun,
@@ -39,6 +29,8 @@ from ...training.induction_schemas import (
     InductionTextRunOut,
     InductionTrainIn,
 )
+from ...training.live_run import TrainingBusy
+from ..live_runs import client_of, event_response, run_or_404
 from ..pages import accepts_gzip
 
 router = APIRouter(tags=["induction"])
@@ -48,8 +40,6 @@ RUN_NAMES = ("main", "control")
 TEXT_RUN = "induction-text-run"  # the shipped run on text: its folder under builtin/, and its final model's name
 LIVE_OFF = ("this server does not train models live (a server shared by a class replays the recorded run; whoever "
             "starts it can turn live training on with `serve --live-training`): watch the recorded run")
-STREAM_POLL_S = 0.2  # how often the event stream looks for new events
-KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
 MAX_EVENT = 10**7  # `after` beyond any run's events
 RunId = Annotated[str, Path(min_length=1, max_length=32, pattern=r"^[0-9a-f]+$")]
 
@@ -92,11 +82,6 @@ def live_allowed(request: Request) -> bool:
 
 Runs = Annotated[LiveInductions, Depends(live_inductions)]
 Allowed = Annotated[bool, Depends(live_allowed)]
-
-
-def client_of(request: Request) -> str | None:
-    """The client as the per-client limits know it: its address (the proxy's X-Forwarded-For behind one)."""
-    return request.client.host if request.client is not None else None
 
 
 def _defaults(config: InductionConfig) -> dict[str, Any]:
@@ -152,11 +137,7 @@ async def text_run(request: Request) -> Response:
 
 
 def _run(runs: LiveInductions, run_id: str) -> LiveInduction:
-    run = runs.get(run_id)
-    if run is None:
-        raise HTTPException(404, f"no live induction run {run_id!r} on this server (it may have ended long ago, or "
-                                 "the server restarted): start a new one")
-    return run
+    return run_or_404(runs, run_id, "live induction run")
 
 
 def _owned(runs: LiveInductions, run_id: str, request: Request) -> LiveInduction:
@@ -237,33 +218,4 @@ async def events(run_id: RunId, runs: Runs, request: Request, after: Annotated[i
     reconnecting EventSource (Last-Event-ID) or `?after=N` resumes where it left off. The stream ends after `done`;
     asked again after that, it answers 204. While a stream of the run's owner is open, the run holds its lease."""
     run = _run(runs, run_id)
-    start = after
-    if last_event_id is not None and last_event_id.strip().isdigit():
-        start = max(start, int(last_event_id))
-    if run.finished and start >= run.n_events:
-        return Response(status_code=204)
-    return StreamingResponse(_event_stream(run, start, client_of(request)), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-
-async def _event_stream(run: LiveInduction, start: int, client: str | None) -> AsyncIterator[str]:
-    owner = run.stream_opened(client)
-    try:
-        sent = start
-        last = time.monotonic()
-        yield "retry: 1000\n\n"
-        while True:
-            finished = run.finished  # read before the events: the last ones are in by the time it is set
-            for ev in run.events(sent):
-                sent += 1
-                last = time.monotonic()
-                yield f"id: {sent}\ndata: {json.dumps(ev, separators=(',', ':'))}\n\n"
-            if finished:
-                return
-            if time.monotonic() - last > KEEPALIVE_S:
-                last = time.monotonic()
-                yield ": keep-alive\n\n"
-            await asyncio.sleep(STREAM_POLL_S)
-    finally:
-        if owner:
-            run.stream_closed()
+    return event_response(run, after, last_event_id, hold=run.lease(client_of(request)))

@@ -8,22 +8,18 @@ test can override (`app.dependency_overrides[model_loader] = ...`).
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
-from fastapi.responses import StreamingResponse
 
 from ...errors import CheckpointError, InputError
 from ...schemas import ErrorOut
 from ...seq2seq.answers import compare_json, decode_text, positional_json, tasks_json
 from ...seq2seq.checkpoint import load_builtin
 from ...seq2seq.engine import Seq2SeqModel
-from ...seq2seq.live_training import MAX_STEPS, LiveConfig, LiveRun, LiveTraining, TrainingBusy
+from ...seq2seq.live_training import MAX_STEPS, LiveConfig, LiveRun, LiveTraining
 from ...seq2seq.schemas import (
     CompareOut,
     CompareRequest,
@@ -36,7 +32,9 @@ from ...seq2seq.schemas import (
     TasksOut,
     TrainRequest,
 )
+from ...training.live_run import TrainingBusy
 from ..context import Context
+from ..live_runs import client_of, event_response, run_or_404
 
 router = APIRouter(tags=["seq2seq"])
 
@@ -129,21 +127,8 @@ async def compare(req: CompareRequest, load: Loader, runs: Runs, ctx: Context) -
 
 # -- live training ---------------------------------------------------------------------------------
 
-STREAM_POLL_S = 0.2  # how often the event stream looks for new events
-KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
-
-
 def _run(runs: LiveTraining, run_id: str) -> LiveRun:
-    run = runs.get(run_id)
-    if run is None:
-        raise HTTPException(404, f"no training run {run_id!r} on this server (it may have ended long ago, "
-                                 "or the server restarted): start a new one")
-    return run
-
-
-def client_of(request: Request) -> str | None:
-    """The client as the per-client limits know it: its address (the proxy's X-Forwarded-For behind one)."""
-    return request.client.host if request.client is not None else None
+    return run_or_404(runs, run_id, "training run")
 
 
 @router.post("/train", status_code=202, response_model=RunSummary)
@@ -178,7 +163,7 @@ async def train_stop(run_id: str, runs: Runs, request: Request) -> dict[str, Any
     """Ask the run to stop after its current step; it evaluates once more and ends with a `done` event.
     Only the client that started it may (others watch it: a run ends by itself after its steps)."""
     run = _run(runs, run_id)
-    if not run.may_stop(client_of(request)):
+    if not run.may_steer(client_of(request)):
         raise HTTPException(403, f"training run {run.id} was started by another client: only that client can stop "
                                  f"it; it ends by itself after {run.config.steps} steps")
     run.stop()
@@ -192,29 +177,4 @@ async def train_events(run_id: str, runs: Runs, after: Annotated[int, Query(ge=0
     with `id:` = its number, so a reconnecting EventSource (Last-Event-ID) or `?after=N` resumes where
     it left off. The stream ends after `done`; asked again after that, it answers 204 (EventSource
     then stops reconnecting)."""
-    run = _run(runs, run_id)
-    start = after
-    if last_event_id is not None and last_event_id.strip().isdigit():
-        start = max(start, int(last_event_id))
-    if run.finished and start >= run.n_events:
-        return Response(status_code=204)
-    return StreamingResponse(_event_stream(run, start), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-
-async def _event_stream(run: LiveRun, start: int) -> AsyncIterator[str]:
-    sent = start
-    last = time.monotonic()
-    yield "retry: 1000\n\n"
-    while True:
-        finished = run.finished  # read before the events: the last ones are in by the time it is set
-        for ev in run.events(sent):
-            sent += 1
-            last = time.monotonic()
-            yield f"id: {sent}\ndata: {json.dumps(ev, separators=(',', ':'))}\n\n"
-        if finished:
-            return
-        if time.monotonic() - last > KEEPALIVE_S:
-            last = time.monotonic()
-            yield ": keep-alive\n\n"
-        await asyncio.sleep(STREAM_POLL_S)
+    return event_response(_run(runs, run_id), after, last_event_id)
