@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -290,6 +290,41 @@ def read_log(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+class Loggable(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
+
+
+R = TypeVar("R", bound=Loggable)
+
+
+def fit_with_log(trainer: Trainer, log_path: Path, make_record: Callable[[float | None], R],
+                 on_record: Callable[[R], None]) -> list[dict[str, Any]]:
+    """Train with a record at each evaluation (and of the untrained model at step 0): `make_record(last training
+    loss, None at step 0)` makes it, `log_path` gets it as a JSON line, then `on_record` sees it. Resumes from the
+    trainer's latest checkpoint where there is one, keeping the log's records up to its step. Returns every record
+    of the run, the resumed ones included."""
+    records = read_log(log_path) if trainer.resume() and log_path.is_file() else []
+    records = [r for r in records if r["step"] <= trainer.state.step]
+    log_path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    last_loss: list[float] = []
+
+    def callback(event: TrainEvent) -> None:
+        if event.kind == "step":
+            last_loss[:] = [event.metrics["loss"]]
+        elif event.kind == "eval":
+            rec = make_record(last_loss[-1] if last_loss else None)
+            records.append(rec.to_json())
+            with log_path.open("a") as f:
+                f.write(json.dumps(rec.to_json()) + "\n")
+            on_record(rec)
+
+    trainer.callbacks.append(callback)
+    if not records:  # step 0: the untrained model
+        trainer.evaluate()
+    trainer.fit()
+    return records
+
+
 def _train_one(config: InductionConfig, layers: int, folder: Path, on_record: Callable[[str, Record], None],
                name: str, should_stop: Callable[[], bool]) -> list[dict[str, Any]]:
     """One run into `folder`: log.jsonl, checkpoints/step-NNNNN/ (HF folders), model/ (the final one); resumes
@@ -303,35 +338,20 @@ def _train_one(config: InductionConfig, layers: int, folder: Path, on_record: Ca
                        eval_interval=config.record_every, checkpoint_interval=config.checkpoint_every,
                        seed=config.seed)
     trainer = Trainer(model, task, tcfg, folder / "resume", progress=False, should_stop=should_stop)
-    log_path = folder / "log.jsonl"
-    records = read_log(log_path) if trainer.resume() and log_path.is_file() else []
-    records = [r for r in records if r["step"] <= trainer.state.step]
-    log_path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    last_loss: list[float] = []
 
-    def emit() -> None:
+    def make_record(train_loss: float | None) -> Record:
         m = task.last
-        rec = Record(step=trainer.state.step, train_loss=last_loss[-1] if last_loss else None,
-                     first_loss=m["first_loss"], repeat_loss=m["repeat_loss"], icl_score=m["icl_score"],
-                     previous_token=m["previous_token"], induction=m["induction"],
-                     example_attention=m["example_attention"], elapsed_s=round(trainer.state.elapsed_s, 3))
-        records.append(rec.to_json())
-        with log_path.open("a") as f:
-            f.write(json.dumps(rec.to_json()) + "\n")
+        return Record(step=trainer.state.step, train_loss=train_loss, first_loss=m["first_loss"],
+                      repeat_loss=m["repeat_loss"], icl_score=m["icl_score"], previous_token=m["previous_token"],
+                      induction=m["induction"], example_attention=m["example_attention"],
+                      elapsed_s=round(trainer.state.elapsed_s, 3))
+
+    def recorded(rec: Record) -> None:
         on_record(name, rec)
+        if rec.step % config.checkpoint_every == 0 or rec.step == config.steps:
+            save_model_folder(model, config, folder / "checkpoints" / f"step-{rec.step:05d}")
 
-    def callback(event: TrainEvent) -> None:
-        if event.kind == "step":
-            last_loss[:] = [event.metrics["loss"]]
-        elif event.kind == "eval":
-            emit()
-            if event.step % config.checkpoint_every == 0 or event.step == config.steps:
-                save_model_folder(model, config, folder / "checkpoints" / f"step-{event.step:05d}")
-
-    trainer.callbacks.append(callback)
-    if not records:  # step 0: the untrained model
-        trainer.evaluate()
-    trainer.fit()
+    records = fit_with_log(trainer, folder / "log.jsonl", make_record, recorded)
     save_model_folder(model.eval(), config, folder / "model")
     return records
 

@@ -31,10 +31,10 @@ from ..loading.checkpoint import save_decoder
 from ..loading.resolve import builtin_root
 from ..loading.tokenizer import TextTokenizer
 from ..models.decoder import Decoder
-from .induction import INDUCTION_BAR, crossing, read_log
+from .induction import INDUCTION_BAR, crossing, fit_with_log
 from .induction_text_limits import TEXT_LIMITS
 from .lm import LMTask, evaluate_lm, token_byte_lengths, tokenize_file
-from .trainer import TrainConfig, Trainer, TrainEvent
+from .trainer import TrainConfig, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -185,32 +185,16 @@ def train_text_run(config: TextRunConfig, corpus: Path, out: Path, *, tokenizer_
                        eval_interval=config.record_every, checkpoint_interval=config.checkpoint_every,
                        max_minutes=minutes, seed=config.seed)
     trainer = Trainer(model, task, tcfg, out / "resume", progress=progress, should_stop=should_stop)
-    log_path = out / "log.jsonl"
-    records = read_log(log_path) if trainer.resume() and log_path.is_file() else []
-    records = [r for r in records if r["step"] <= trainer.state.step]
-    log_path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    last_loss: list[float] = []
 
-    def callback(event: TrainEvent) -> None:
-        if event.kind == "step":
-            last_loss[:] = [event.metrics["loss"]]
-        elif event.kind == "eval":
-            m = task.last
-            rec = TextRecord(step=trainer.state.step, tokens=trainer.state.tokens,
-                             train_loss=round(last_loss[-1], 4) if last_loss else None,
-                             heldout_loss=round(m["heldout_loss"], 4), roles=m["roles"],
-                             elapsed_s=round(trainer.state.elapsed_s, 3))
-            records.append(rec.to_json())
-            with log_path.open("a") as f:
-                f.write(json.dumps(rec.to_json()) + "\n")
-            if on_record:
-                on_record(rec)
+    def make_record(train_loss: float | None) -> TextRecord:
+        m = task.last
+        return TextRecord(step=trainer.state.step, tokens=trainer.state.tokens,
+                          train_loss=round(train_loss, 4) if train_loss is not None else None,
+                          heldout_loss=round(m["heldout_loss"], 4), roles=m["roles"],
+                          elapsed_s=round(trainer.state.elapsed_s, 3))
 
-    trainer.callbacks.append(callback)
     t0 = time.perf_counter()
-    if not records:  # step 0: the untrained model
-        trainer.evaluate()
-    trainer.fit()
+    records = fit_with_log(trainer, out / "log.jsonl", make_record, on_record or (lambda rec: None))
     save_model_folder(model.eval(), tokenizer_folder, out / "model", tok.eos_id())
     result = {"config": asdict(config), "tokenizer": tokenizer_folder.name, "parameters": model.num_params(),
               "summary": summary(records), "wall_s": round(time.perf_counter() - t0, 1)}
