@@ -8,9 +8,9 @@
 // web/tests/lessons/claims.induction.ts checks every claim on the shipped run, its prefixes and other runs.
 import { untrack } from "svelte";
 import type { InductionConfigOut, InductionExample, InductionRecord } from "../lib/generated/api";
-import { claim, either, say, type Lesson, type LessonStep, type Text, type Value } from "../lib/lesson";
+import { claim, either, say, val, type Lesson, type LessonStep, type Text, type Value } from "../lib/lesson";
 import { dec, int, word } from "../lib/lessonFormat";
-import { learn } from "../pages/learn/state.svelte";
+import { learn, score } from "../pages/learn/state.svelte";
 
 // -- where the card points (the page's data-tour names) ---------------------------------------------------------
 
@@ -123,6 +123,9 @@ export function examplePrevious(m: number[][]): number {
 }
 
 const step = (id: string, r: InductionRecord, at?: string): Value => int(id, r.step, at);
+/** A head's score written as the page writes it beside the head (HeadScores: 3 decimals, "< 0.001"), so that the
+ *  sentence and the page show the same number. */
+const sc = (id: string, x: number, at?: string): Value => val(id, score(x), x, at);
 const layerHead = (p: string, b: { l: number; h: number }) => ({ [`${p}l`]: int(`ind-${p}-layer`, b.l), [`${p}h`]: int(`ind-${p}-head`, b.h) });
 
 /** Show record `i` of the main run (the page's scrubber). */
@@ -202,8 +205,8 @@ const steps: LessonStep[] = [
       if (!recs.length || !c) return [];
       const first = recs[0], last = recs[recs.length - 1];
       const text: Text = [say("lesson.induction.heads.def"),
-        claim("lesson.induction.heads.start", { s0: step("ind-first-step", first), pt0: dec("ind-pt0", bestPt(first).v),
-          ind0: dec("ind-ind0", bestInd(first).v) })];
+        claim("lesson.induction.heads.start", { s0: step("ind-first-step", first), pt0: sc("ind-pt0", bestPt(first).v),
+          ind0: sc("ind-ind0", bestInd(first).v) })];
       const pi = ptCross(recs), ii = indCross(recs);
       const lastStep = step("ind-last-step", last);
       if (ii >= 0) {
@@ -215,29 +218,29 @@ const steps: LessonStep[] = [
           text.push(claim("lesson.induction.heads.ptFirst", { ...vars, ...layerHead("p", bestPt(recs[pi])),
             pt: step("ind-pt-step", recs[pi], AT.heads) }));
         } else if (pt.v >= BAR) {
-          text.push(claim("lesson.induction.heads.both", { ...vars, ptAt: dec("ind-pt-at", pt.v, AT.heads) }));
+          text.push(claim("lesson.induction.heads.both", { ...vars, ptAt: sc("ind-pt-at", pt.v, AT.heads) }));
         } else {
-          const ptAt = dec("ind-pt-at", pt.v, AT.heads);
+          const ptAt = sc("ind-pt-at", pt.v, AT.heads);
           text.push(pi >= 0
             ? claim("lesson.induction.heads.indFirst", { ...vars, ptAt, pt: step("ind-pt-step", recs[pi]) })
-            : claim("lesson.induction.heads.indOnly", { ...vars, ptAt, last: lastStep, ptMax: dec("ind-pt-max", bestPt(last).v) }));
+            : claim("lesson.induction.heads.indOnly", { ...vars, ptAt, last: lastStep, ptMax: sc("ind-pt-max", bestPt(last).v) }));
           // which heads of layer 0 carried the previous symbol when the induction head (of layer 1, in two) formed:
           // the only attention its keys can have read it from
           const part = at.previous_token[0].map((v, h) => ({ v, h })).filter((x) => x.v >= PARTIAL);
           if (c.layers === 2 && ind.l === 1 && part.length) {
             const lo = Math.min(...part.map((x) => x.v)), hi = Math.max(...part.map((x) => x.v));
             text.push(part.length === 1
-              ? claim("lesson.induction.heads.partialOne", { h: int("ind-part-head", part[0].h), w: dec("ind-part-hi", hi, AT.heads) })
-              : claim("lesson.induction.heads.partial", { n: int("ind-part-n", part.length), lo: dec("ind-part-lo", lo, AT.heads),
-                hi: dec("ind-part-hi", hi, AT.heads) }));
+              ? claim("lesson.induction.heads.partialOne", { h: int("ind-part-head", part[0].h), w: sc("ind-part-hi", hi, AT.heads) })
+              : claim("lesson.induction.heads.partial", { n: int("ind-part-n", part.length), lo: sc("ind-part-lo", lo, AT.heads),
+                hi: sc("ind-part-hi", hi, AT.heads) }));
           }
         }
       } else if (pi >= 0) {
         text.push(claim("lesson.induction.heads.ptOnly", { ...layerHead("p", bestPt(recs[pi])), pt: step("ind-pt-step", recs[pi], AT.heads),
-          last: lastStep, indMax: dec("ind-ind-max", bestInd(last).v, AT.heads) }));
+          last: lastStep, indMax: sc("ind-ind-max", bestInd(last).v, AT.heads) }));
       } else {
-        text.push(claim("lesson.induction.heads.none", { last: lastStep, ptMax: dec("ind-pt-max", bestPt(last).v, AT.heads),
-          indMax: dec("ind-ind-max", bestInd(last).v, AT.heads) }));
+        text.push(claim("lesson.induction.heads.none", { last: lastStep, ptMax: sc("ind-pt-max", bestPt(last).v, AT.heads),
+          indMax: sc("ind-ind-max", bestInd(last).v, AT.heads) }));
       }
       return text;
     },
@@ -299,7 +302,7 @@ const steps: LessonStep[] = [
         const last = ctl[ctl.length - 1];
         const top = ctl.reduce((x, y) => (bestInd(y).v > bestInd(x).v ? y : x));
         const formed = indCross(ctl) >= 0 || fallCross(ctl) >= 0;
-        const vars = { last: step("ind-ctl-last", last, AT.control), ind: dec("ind-ctl-ind", bestInd(top).v, AT.control),
+        const vars = { last: step("ind-ctl-last", last, AT.control), ind: sc("ind-ctl-ind", bestInd(top).v, AT.control),
           s: step("ind-ctl-ind-step", top), r: dec("ind-ctl-repeat", last.repeat_loss, AT.control),
           f: dec("ind-ctl-first", last.first_loss, AT.control) };
         text.push(either(!formed && bestInd(top).v < BAR, "lesson.induction.two.controlNever", "lesson.induction.two.controlSome", vars));

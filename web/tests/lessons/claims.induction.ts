@@ -5,6 +5,7 @@
 import type { InductionRecord } from "../../src/lib/generated/api";
 import type { MessageKey } from "../../src/lib/i18n";
 import type { Value } from "../../src/lib/lesson";
+import { score } from "../../src/pages/learn/state.svelte";
 import type { Check, ClaimContext, InductionClaimContext } from "./claims";
 
 type V = Record<string, Value>;
@@ -18,6 +19,15 @@ function runOf(ctx: ClaimContext): InductionClaimContext {
 const num = (v: Value | undefined) => Number(v?.raw);
 /** The same number up to float noise (the values are the records' own). */
 const same = (a: number, b: number) => Math.abs(a - b) <= 1e-9 + 1e-9 * Math.abs(b);
+/** Head scores written as the page writes them beside each head (HeadScores), and, where the sentence says a score is
+ *  under the 0.5 bar, reading so: the learner compares the two. */
+const asPage = (v: V, ...names: string[]): Facts => names.map((n) =>
+  [v[n]?.v === score(num(v[n])), `{${n}} is written "${v[n]?.v}" where the page writes ${score(num(v[n]))}`]);
+const readsUnder = (v: V, ...names: string[]): Facts => names.map((n) => {
+  const shown = String(v[n]?.v ?? "");
+  const under = shown.startsWith("<") ? Number(shown.slice(1)) <= 0.5 : Number(shown) < 0.5;
+  return [under, `{${n}} reads "${shown}", not under 0.5, where the sentence says it is`];
+});
 const all = (...facts: Facts): true | string => {
   const bad = facts.filter(([ok]) => !ok).map(([, why]) => why);
   return bad.length ? bad.join("; ") : true;
@@ -111,7 +121,8 @@ const CLAIMS: Partial<Record<MessageKey, Check>> = {
   "lesson.induction.heads.start": (v, ctx) => {
     const first = runOf(ctx).main[0];
     return all([num(v.s0) === first.step, `the first record is step ${first.step}`],
-      [same(num(v.pt0), top(first.previous_token).v) && same(num(v.ind0), top(first.induction).v), "not the first record's best scores"]);
+      [same(num(v.pt0), top(first.previous_token).v) && same(num(v.ind0), top(first.induction).v), "not the first record's best scores"],
+      ...asPage(v, "pt0", "ind0"));
   },
   "lesson.induction.heads.ptFirst": (v, ctx) => {
     const c = runOf(ctx), pt = ptFor(c.main), { facts, at } = indFacts(v, c);
@@ -124,19 +135,22 @@ const CLAIMS: Partial<Record<MessageKey, Check>> = {
     return all(...facts, [!!pt && !!at && pt.step > at.step && num(v.pt) === pt.step,
       `a previous-token score passed 0.5 for good at step ${pt?.step ?? "none"}, not after the induction score`],
     ...(at ? [named(v, "p", top(at.previous_token), "best previous-token head at that step"),
-      [same(num(v.ptAt), top(at.previous_token).v) && top(at.previous_token).v < BAR, "the previous-token score quoted is not under 0.5 there"] as [boolean, string]] : []));
+      [same(num(v.ptAt), top(at.previous_token).v) && top(at.previous_token).v < BAR, "the previous-token score quoted is not under 0.5 there"] as [boolean, string]] : []),
+    ...asPage(v, "ptAt"), ...readsUnder(v, "ptAt"));
   },
   "lesson.induction.heads.indOnly": (v, ctx) => {
     const c = runOf(ctx), last = lastOf(c.main), { facts, at } = indFacts(v, c);
     return all(...facts, [!ptFor(c.main), "a previous-token score passed 0.5 for good"],
       [num(v.last) === last.step && same(num(v.ptMax), top(last.previous_token).v), "not the last record's best previous-token score"],
       ...(at ? [named(v, "p", top(at.previous_token), "best previous-token head at that step"),
-        [same(num(v.ptAt), top(at.previous_token).v) && top(at.previous_token).v < BAR, "the previous-token score quoted is not under 0.5 there"] as [boolean, string]] : []));
+        [same(num(v.ptAt), top(at.previous_token).v) && top(at.previous_token).v < BAR, "the previous-token score quoted is not under 0.5 there"] as [boolean, string]] : []),
+      ...asPage(v, "ptAt", "ptMax"), ...readsUnder(v, "ptAt", "ptMax"));
   },
   "lesson.induction.heads.both": (v, ctx) => {
     const c = runOf(ctx), { facts, at } = indFacts(v, c);
     return all(...facts, ...(at ? [named(v, "p", top(at.previous_token), "best previous-token head at that step"),
-      [same(num(v.ptAt), top(at.previous_token).v) && top(at.previous_token).v >= BAR, "the previous-token score there is under 0.5"] as [boolean, string]] : []));
+      [same(num(v.ptAt), top(at.previous_token).v) && top(at.previous_token).v >= BAR, "the previous-token score there is under 0.5"] as [boolean, string]] : []),
+      ...asPage(v, "ptAt"));
   },
   "lesson.induction.heads.partial": (v, ctx) => {
     const c = runOf(ctx), at = indFor(c.main);
@@ -145,7 +159,8 @@ const CLAIMS: Partial<Record<MessageKey, Check>> = {
     return all([c.config.layers === 2 && top(at.induction).l === 1, "not an induction head of layer 1 of two"],
       [part.length >= 2 && num(v.n) === part.length, `${part.length} heads of layer 0 give the previous symbol at least 0.2`],
       [same(num(v.lo), Math.min(...part)) && same(num(v.hi), Math.max(...part)), "not their least and largest scores"],
-      [top(at.previous_token).v < BAR, "a previous-token head had formed: the pattern was not partial"]);
+      [top(at.previous_token).v < BAR, "a previous-token head had formed: the pattern was not partial"],
+      ...asPage(v, "lo", "hi"), ...readsUnder(v, "hi"));
   },
   "lesson.induction.heads.partialOne": (v, ctx) => {
     const c = runOf(ctx), at = indFor(c.main);
@@ -153,7 +168,8 @@ const CLAIMS: Partial<Record<MessageKey, Check>> = {
     const part = at.previous_token[0].map((x, h) => ({ x, h })).filter((p) => p.x >= 0.2);
     return all([c.config.layers === 2 && top(at.induction).l === 1, "not an induction head of layer 1 of two"],
       [part.length === 1 && num(v.h) === part[0].h && same(num(v.w), part[0].x), "not the one head of layer 0 at 0.2 or more"],
-      [top(at.previous_token).v < BAR, "a previous-token head had formed: the pattern was not partial"]);
+      [top(at.previous_token).v < BAR, "a previous-token head had formed: the pattern was not partial"],
+      ...asPage(v, "w"), ...readsUnder(v, "w"));
   },
   "lesson.induction.heads.sameStep": (v, ctx) => {
     const c = runOf(ctx), pt = ptFor(c.main), ind = indFor(c.main);
@@ -167,13 +183,14 @@ const CLAIMS: Partial<Record<MessageKey, Check>> = {
     return all([!!pt && num(v.pt) === pt.step, `a previous-token score passed 0.5 for good at ${pt?.step ?? "no step"}`],
       ...(pt ? [named(v, "p", top(pt.previous_token), "best previous-token head there")] : []),
       [!indFor(c.main), "an induction score passed 0.5 for good"],
-      [num(v.last) === last.step && same(num(v.indMax), top(last.induction).v), "not the last record's best induction score"]);
+      [num(v.last) === last.step && same(num(v.indMax), top(last.induction).v), "not the last record's best induction score"],
+      ...asPage(v, "indMax"), ...readsUnder(v, "indMax"));
   },
   "lesson.induction.heads.none": (v, ctx) => {
     const c = runOf(ctx), last = lastOf(c.main);
     return all([!ptFor(c.main) && !indFor(c.main), "a score passed 0.5 for good"],
       [num(v.last) === last.step && same(num(v.ptMax), top(last.previous_token).v) && same(num(v.indMax), top(last.induction).v),
-        "not the last record's best scores"]);
+        "not the last record's best scores"], ...asPage(v, "ptMax", "indMax"), ...readsUnder(v, "ptMax", "indMax"));
   },
 };
 
@@ -220,7 +237,8 @@ function controlFacts(v: V, c: InductionClaimContext, never: boolean): true | st
   return all([never ? !formed : formed || best.v >= BAR, never ? "the control formed one" : "the control never formed one"],
     [num(v.last) === last.step && num(v.s) === best.r.step && same(num(v.ind), best.v), "not the control's best induction score"],
     [same(num(v.r), last.repeat_loss) && same(num(v.f), last.first_loss), "not the control's last losses"],
-    [ctl.every((r) => r.induction.length === 1), "the control has more than one layer"]);
+    [ctl.every((r) => r.induction.length === 1), "the control has more than one layer"],
+    ...asPage(v, "ind"), ...(never ? readsUnder(v, "ind") : []));
 }
 
 function iclFacts(v: V, c: InductionClaimContext, fell: boolean): true | string {

@@ -3,6 +3,7 @@
 // run's stream (its owner's lease) open. The induction lesson (lessons/induction.ts) reads `learn`.
 import { ApiError } from "../../lib/client";
 import { asError } from "../../lib/errorText";
+import { num } from "../../lib/format";
 import { learnApi, type InductionInfo, type InductionRecord, type InductionLiveRun, type LearnEvent,
   type LiveStatus, type RunName } from "./api";
 
@@ -28,6 +29,20 @@ export function crossing(records: readonly InductionRecord[], test: (r: Inductio
 }
 
 export const best = (m: number[][]): number => Math.max(...m.map((row) => Math.max(...row)));
+
+/** A head's score (a mean attention weight, 0 to 1) as the page and its lesson write it: 3 decimals for every head
+ *  alike ("0.441", "0.028"); a positive score under 0.001 as "< 0.001" (4 significant digits there, "0.0004506",
+ *  read unevenly beside the others); never rounded up onto the 0.5 bar ("< 0.500": the page and the lesson say such a
+ *  head has not reached it) nor to 1 ("> 0.999"). */
+export function score(v: number): string {
+  if (!Number.isFinite(v) || v < 0) return num(v); // not a score: as the rest of the app writes numbers
+  if (v === 0) return "0";
+  if (v < 1e-3) return "< 0.001";
+  const s = v.toFixed(3);
+  if (v < BAR && Number(s) >= BAR) return `< ${BAR.toFixed(3)}`;
+  if (v < 1 && Number(s) >= 1) return "> 0.999";
+  return s;
+}
 
 /** The milestones summary() reports, from the records (the same definitions). */
 export function milestones(records: readonly InductionRecord[]) {
