@@ -18,7 +18,7 @@ import { learn, score } from "../pages/learn/state.svelte";
 // same elements by their test ids and, as a step opens, gives each its data-tour of that name (`mark`).
 const AT = {
   example: "learn-map", curve: "learn-loss", icl: "learn-icl", heads: "learn-heads-main", maps: "learn-map",
-  control: "learn-control-why",
+  mapsScrub: "learn-maps-scrub", control: "learn-control-why", controlHeads: "learn-heads-control",
 } as const;
 
 /** Give the page's elements with these test ids a data-tour of the same name, once they are there (a second at most:
@@ -247,14 +247,15 @@ const steps: LessonStep[] = [
   },
   {
     id: "maps",
-    // the scrub (the task's slider) stands at the top of the page, far above the map: not kept in view with it
+    // the task's slider: the one beside the map (the page's first stands at its top, far above the map)
     target: AT.maps,
+    controls: [AT.mapsScrub],
     enter: async () => {
       // the last record, where the stripes are clearest; the task scrubs back to where they were not
       const recs = untrack(mainRecs);
       showRecord(recs.length - 1);
       entered.at = untrack(() => learn.at);
-      await mark(AT.maps);
+      await mark(AT.maps, AT.mapsScrub);
       if (recs.length) { const b = bestHead(recs[recs.length - 1].induction); pickHead(b.l, b.h); }
     },
     title: "lesson.induction.maps.title",
@@ -290,7 +291,7 @@ const steps: LessonStep[] = [
     id: "two",
     target: AT.control,
     // the last record: the page's sentence on the control reads its record of the same step
-    enter: async () => { showRecord(untrack(mainRecs).length - 1); await mark(AT.control); },
+    enter: async () => { showRecord(untrack(mainRecs).length - 1); await mark(AT.control, AT.controlHeads); },
     title: "lesson.induction.two.title",
     body: () => {
       const c = config();
@@ -302,7 +303,7 @@ const steps: LessonStep[] = [
         const last = ctl[ctl.length - 1];
         const top = ctl.reduce((x, y) => (bestInd(y).v > bestInd(x).v ? y : x));
         const formed = indCross(ctl) >= 0 || fallCross(ctl) >= 0;
-        const vars = { last: step("ind-ctl-last", last, AT.control), ind: sc("ind-ctl-ind", bestInd(top).v, AT.control),
+        const vars = { last: step("ind-ctl-last", last, AT.control), ind: sc("ind-ctl-ind", bestInd(top).v, AT.controlHeads),
           s: step("ind-ctl-ind-step", top), r: dec("ind-ctl-repeat", last.repeat_loss, AT.control),
           f: dec("ind-ctl-first", last.first_loss, AT.control) };
         text.push(either(!formed && bestInd(top).v < BAR, "lesson.induction.two.controlNever", "lesson.induction.two.controlSome", vars));
