@@ -91,7 +91,8 @@ def test_recorded_run_drawn_from_the_log(page, live_server):
     assert ms["repeat_loss_falls"] == info["recorded"]["runs"]["main"]["repeat_loss_falls"]
     marks = {int(m.get_attribute("data-marker")) for m in page.locator("[data-testid=learn-loss] [data-marker]").all()}
     assert marks == {ms["repeat_loss_falls"], ms["induction_head"]}
-    assert str(ms["repeat_loss_falls"]) in page.locator("[data-testid=learn-milestones]").inner_text()
+    # the step written as the lesson writes it ("1,100")
+    assert f"{ms['repeat_loss_falls']:,}" in page.locator("[data-testid=learn-milestones]").inner_text()
     # each head's scores at the record: 2 x 4 heads and the control's 1 x 4, as logged
     for run, rec, layers in (("main", last, 2), ("control", control[-1], 1)):
         heads = page.locator(f"[data-testid=learn-heads-{run}] figure.head")
