@@ -56,10 +56,11 @@ def test_text_run_drawn_from_the_log(browser, live_server):
         cells_of(pg, last)
         story = pg.locator("[data-testid=text-run-story]").inner_text()
         assert fmt(first["heldout_loss"]) in story and fmt(last["heldout_loss"]) in story
-        assert f"{last['tokens']:,}" in story
+        assert f"{last['tokens']:,}" in story and f"In {last['step']:,} steps" in story
         for role in ("previous_token", "induction"):
             v, layer, head = best(last, role)
-            assert f"L{layer} H{head}, at {fmt(v)}" in story, role
+            # a head's score as the page writes every head's score: 3 decimals (learn/state.svelte.ts `score`)
+            assert f"L{layer} H{head}, at {v:.3f}" in story, role
         no_induction_head = best(last, "induction")[0] < 0.5  # the tab says so only then
         assert ("far more text than the" in story) == no_induction_head
         pg.screenshot(path=str(ARTIFACTS / "text-run-desktop.png"), full_page=True)
