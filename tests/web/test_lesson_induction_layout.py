@@ -90,3 +90,17 @@ def test_the_card_covers_nothing_its_step_quotes(browser, live_server, w, h) -> 
             if i + 1 < len(QUOTED):
                 page.click("[data-testid=tour-next]")
                 page.wait_for_function("s => document.querySelector('[data-testid=tour]')?.dataset.step !== s", arg=sid)
+
+
+def test_marker_labels_have_a_halo(browser, live_server) -> None:
+    """The loss chart's milestone labels ('repeat loss falls', 'induction head') sit across the curves and the
+    control's dashed lines near the top (on a phone in 中文 too): each is drawn over a white stroke, legible."""
+    with open_app(browser, live_server.url, viewport={"width": 1070, "height": 720}) as page:
+        page.click("[data-testid=mode-learn]")
+        page.wait_for_selector("[data-testid=learn-readout]", timeout=30_000)
+        styles = page.eval_on_selector_all(
+            "[data-testid=learn-loss] text.mark",
+            "els => els.map(e => { const s = getComputedStyle(e); return [s.paintOrder, s.stroke, s.strokeWidth] })")
+        assert len(styles) == 2, styles
+        for order, stroke, width in styles:
+            assert order.startswith("stroke") and stroke == "rgb(255, 255, 255)" and float(width[:-2]) >= 2, styles
